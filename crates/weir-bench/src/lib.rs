@@ -1,0 +1,1 @@
+//! weir-bench: load generator, test backend and side-by-side comparison harness.
