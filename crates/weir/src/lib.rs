@@ -1,8 +1,17 @@
 //! weir: a web server, reverse proxy, load balancer and HTTP cache.
 //!
 //! The binary (`main.rs`) parses the command line and hands a validated
-//! [`config::Config`] to [`server::run`]; everything else lives here so that
-//! unit tests can reach it.
+//! [`config::Config`] to [`server::run`]. A request's way through the code:
+//! `server::run` (sockets, workers) → `server::conn` (TLS, ALPN, hyper) →
+//! `site::Listener::handle` (limits, site by Host) → a handler such as
+//! `static_files::StaticFiles::serve` → back through `site` (error pages,
+//! headers, access log). `docs/request-lifecycle.md` walks it in detail.
 
+pub mod access_log;
 pub mod body;
+pub mod config;
+pub mod server;
+pub mod site;
 pub mod static_files;
+pub mod tls;
+pub mod welcome;

@@ -1,3 +1,215 @@
-fn main() {
-    println!("Hello, world!");
+//! The `weir` command line: parse, validate, run. Errors end here as
+//! `anyhow` with a non-zero exit.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use weir::config::{self, Config};
+
+#[derive(Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "weir: web server, reverse proxy, load balancer and HTTP cache",
+    long_about = "weir: one binary that is a web server, reverse proxy, load balancer and HTTP cache.\n\n\
+                  With no command (or `weir run` with no config and no ./weir.toml) it serves a welcome page on http://127.0.0.1:8080."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server from a config file (default: ./weir.toml, else the built-in welcome page on http://127.0.0.1:8080).
+    Run {
+        /// Path of the TOML config file.
+        #[arg(short, long, value_name = "PATH")]
+        config: Option<PathBuf>,
+        #[command(flatten)]
+        log: LogArgs,
+    },
+    /// Serve a directory as a static site, with no config file.
+    FileServer {
+        /// Directory to serve.
+        #[arg(short, long, value_name = "DIR")]
+        root: PathBuf,
+        /// Address to listen on.
+        #[arg(short, long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// Show directory listings for directories without an index file.
+        #[arg(short, long)]
+        browse: bool,
+        /// Certificate chain (PEM) to serve HTTPS with; needs --tls-key.
+        #[arg(long, value_name = "FILE", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// Private key (PEM) of --tls-cert.
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Write an access log (combined format) to standard output.
+        #[arg(long)]
+        access_log: bool,
+        #[command(flatten)]
+        log: LogArgs,
+    },
+    /// Check a config file; prints every error as file:line:col: message.
+    Validate {
+        /// Path of the TOML config file.
+        #[arg(short, long, value_name = "PATH")]
+        config: PathBuf,
+    },
+    /// Print weir's version.
+    Version,
+}
+
+#[derive(Args, Clone)]
+struct LogArgs {
+    /// Error-log level (error, warn, info, debug, trace); overrides server.log_level.
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match real_main(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("weir: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    match cli.command.unwrap_or(Command::Run {
+        config: None,
+        log: LogArgs { log_level: None },
+    }) {
+        Command::Version => {
+            println!("weir {}", env!("CARGO_PKG_VERSION"));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Validate { config } => match config::load_file(&config) {
+            Ok(cfg) => {
+                println!(
+                    "{}: ok ({} sites, {} listeners)",
+                    config.display(),
+                    cfg.sites.len(),
+                    cfg.listeners.len()
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(errs) => {
+                eprintln!("{errs}");
+                eprintln!("{}: {} error(s)", config.display(), errs.0.len());
+                Ok(ExitCode::FAILURE)
+            }
+        },
+        Command::Run { config, log } => {
+            let path = config.or_else(|| {
+                let p = PathBuf::from("weir.toml");
+                p.exists().then_some(p)
+            });
+            let cfg = match &path {
+                Some(p) => match config::load_file(p) {
+                    Ok(c) => c,
+                    Err(errs) => {
+                        eprintln!("{errs}");
+                        anyhow::bail!("{}: {} error(s); not starting", p.display(), errs.0.len());
+                    }
+                },
+                None => Config::builtin_welcome(),
+            };
+            run(cfg, &log)
+        }
+        Command::FileServer {
+            root,
+            listen,
+            browse,
+            tls_cert,
+            tls_key,
+            access_log,
+            log,
+        } => {
+            let src = file_server_toml(&root, &listen, browse, tls_cert, tls_key, access_log)?;
+            let cfg = match config::load_str("<file-server>", &src, Path::new(".")) {
+                Ok(c) => c,
+                Err(errs) => {
+                    // Point at the flags, not at a file the user never wrote.
+                    let msgs: Vec<String> = errs.0.iter().map(|d| d.message.clone()).collect();
+                    anyhow::bail!("{}", msgs.join("\n"));
+                }
+            };
+            run(cfg, &log)
+        }
+    }
+}
+
+fn run(cfg: Config, log: &LogArgs) -> anyhow::Result<ExitCode> {
+    let level = log
+        .log_level
+        .clone()
+        .unwrap_or_else(|| cfg.server.log_level.clone());
+    init_logging(&level, cfg.server.log_json)?;
+    tracing::info!(
+        "weir {} starting from {}",
+        env!("CARGO_PKG_VERSION"),
+        cfg.source
+    );
+    weir::server::run(cfg).context("server")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn init_logging(level: &str, json: bool) -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("WEIR_LOG") {
+        Ok(f) => EnvFilter::try_new(f).context("WEIR_LOG")?,
+        Err(_) => EnvFilter::try_new(format!("weir={level},warn"))
+            .with_context(|| format!("log level `{level}`"))?,
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+    Ok(())
+}
+
+/// The config `weir file-server` runs, as TOML so it goes through exactly the
+/// same validation as a file.
+fn file_server_toml(
+    root: &Path,
+    listen: &str,
+    browse: bool,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    access_log: bool,
+) -> anyhow::Result<String> {
+    let root = std::fs::canonicalize(root).with_context(|| format!("--root {}", root.display()))?;
+    let mut site = toml::Table::new();
+    site.insert("root".into(), root.display().to_string().into());
+    site.insert("listen".into(), listen.into());
+    site.insert("browse".into(), browse.into());
+    if let (Some(c), Some(k)) = (cert, key) {
+        let mut t = toml::Table::new();
+        t.insert("cert".into(), c.display().to_string().into());
+        t.insert("key".into(), k.display().to_string().into());
+        site.insert("tls".into(), t.into());
+        site.insert("http_redirect".into(), false.into());
+    }
+    if access_log {
+        site.insert("access_log".into(), "stdout".into());
+    }
+    let mut sites = toml::Table::new();
+    sites.insert("*".into(), site.into());
+    let mut doc = toml::Table::new();
+    doc.insert("site".into(), sites.into());
+    Ok(toml::to_string(&doc)?)
 }

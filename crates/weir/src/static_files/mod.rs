@@ -54,6 +54,26 @@ pub struct Options {
     pub cache: CacheOptions,
 }
 
+impl Default for CompressOptions {
+    fn default() -> Self {
+        CompressOptions {
+            enabled: true,
+            min_size: 1024,
+            encodings: vec![Encoding::Br, Encoding::Zstd, Encoding::Gzip],
+            types: vec!["text/*".into()],
+        }
+    }
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        CacheOptions {
+            max_bytes: 64 << 20,
+            max_file_size: 1 << 20,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("root {path}: {source}")]

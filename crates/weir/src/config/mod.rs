@@ -1,0 +1,1098 @@
+//! Configuration: the TOML file (`raw`), turned into a validated [`Config`]
+//! that the server runs from.
+//!
+//! Two layers, as sozu and ripgrep do it: serde parses the file into `raw`
+//! structs, then [`load_str`] checks everything it can before a socket is
+//! opened (paths, addresses, certificates, conflicting listeners) and reports
+//! every problem as `file:line:col: message`. A config that has errors never
+//! starts a server.
+
+pub mod error;
+mod introspect;
+pub mod raw;
+pub mod units;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue};
+use serde_spanned::Spanned;
+
+use error::{Collector, suggest};
+pub use error::{ConfigErrors, Diagnostic};
+use raw::*;
+
+use crate::static_files::{self, CacheOptions, CompressOptions, Encoding};
+
+/// A validated configuration, ready to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where it came from (a path, or `<built-in>`), for messages.
+    pub source: String,
+    pub server: ServerConfig,
+    pub sites: Vec<Arc<SiteConfig>>,
+    pub listeners: Vec<ListenerConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub workers: usize,
+    pub runtime: RuntimeMode,
+    pub log_level: String,
+    pub log_json: bool,
+    pub grace_period: Duration,
+    pub timeouts: Timeouts,
+    pub limits: Limits,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeMode {
+    /// One current-thread runtime per worker, each with its own SO_REUSEPORT socket.
+    PerCore,
+    /// One multi-threaded, work-stealing runtime.
+    Shared,
+}
+
+#[derive(Debug, Clone)]
+pub struct Timeouts {
+    pub header: Duration,
+    pub keepalive: Duration,
+    pub body: Duration,
+    pub write: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub header_size: usize,
+    pub headers: usize,
+    pub uri: usize,
+    pub body: u64,
+    pub connections: usize,
+    pub h2_streams: u32,
+}
+
+/// One socket address weir listens on, and the sites it serves.
+#[derive(Debug, Clone)]
+pub struct ListenerConfig {
+    pub addr: SocketAddr,
+    pub tls: bool,
+    /// Indexes into [`Config::sites`], in file order.
+    pub sites: Vec<usize>,
+    /// Index into [`Config::sites`] of the site for unmatched hosts.
+    pub default_site: usize,
+}
+
+/// A site: which requests it answers and how.
+pub struct SiteConfig {
+    /// The name as written in the file (`example.com`, `*.example.com:8443`).
+    pub name: String,
+    pub host: HostPattern,
+    pub handler: HandlerConfig,
+    pub tls: Option<TlsConfig>,
+    /// Custom error pages, loaded at start-up.
+    pub error_pages: HashMap<u16, bytes::Bytes>,
+    /// Extra response headers.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub access_log: Option<AccessLogConfig>,
+}
+
+impl std::fmt::Debug for SiteConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SiteConfig")
+            .field("name", &self.name)
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone)]
+pub struct TlsConfig {
+    pub cert_path: PathBuf,
+    pub key_path: PathBuf,
+    pub key: Arc<rustls::sign::CertifiedKey>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPattern {
+    /// Any host (the site name was an address or empty).
+    Any,
+    /// One host name, lower-case.
+    Exact(String),
+    /// `*.example.com`: stores `.example.com`.
+    Wildcard(String),
+}
+
+impl HostPattern {
+    /// Whether `host` (lower-case, no port) matches.
+    pub fn matches(&self, host: &str) -> bool {
+        match self {
+            HostPattern::Any => true,
+            HostPattern::Exact(h) => h.eq_ignore_ascii_case(host),
+            HostPattern::Wildcard(suffix) => {
+                host.len() > suffix.len()
+                    && host.as_bytes()[host.len() - suffix.len()..]
+                        .eq_ignore_ascii_case(suffix.as_bytes())
+                    && !host[..host.len() - suffix.len()].contains('.')
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum HandlerConfig {
+    /// Static files from a root directory.
+    Static(static_files::Options),
+    /// The built-in welcome page.
+    Welcome,
+    /// Redirect every request to `https://host[:port]/path`.
+    RedirectHttps { port: u16 },
+}
+
+#[derive(Debug, Clone)]
+pub struct AccessLogConfig {
+    /// `None`: standard output.
+    pub path: Option<PathBuf>,
+    pub format: AccessLogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessLogFormat {
+    Combined,
+    Json,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header: Duration::from_secs(60),
+            keepalive: Duration::from_secs(75),
+            body: Duration::from_secs(60),
+            write: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_size: 32 * 1024,
+            headers: 100,
+            uri: 8 * 1024,
+            body: 1024 * 1024,
+            connections: 16384,
+            h2_streams: 128,
+        }
+    }
+}
+
+fn default_workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+impl ServerConfig {
+    fn defaults() -> Self {
+        ServerConfig {
+            workers: default_workers(),
+            runtime: RuntimeMode::PerCore,
+            log_level: "info".into(),
+            log_json: false,
+            grace_period: Duration::from_secs(10),
+            timeouts: Timeouts::default(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl Config {
+    /// What `weir run` serves with no config file: a welcome page on
+    /// http://127.0.0.1:8080.
+    pub fn builtin_welcome() -> Config {
+        let site = SiteConfig {
+            name: "127.0.0.1:8080".into(),
+            host: HostPattern::Any,
+            handler: HandlerConfig::Welcome,
+            tls: None,
+            error_pages: HashMap::new(),
+            headers: Vec::new(),
+            access_log: None,
+        };
+        Config {
+            source: "<built-in>".into(),
+            server: ServerConfig::defaults(),
+            sites: vec![Arc::new(site)],
+            listeners: vec![ListenerConfig {
+                addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080),
+                tls: false,
+                sites: vec![0],
+                default_site: 0,
+            }],
+        }
+    }
+}
+
+/// Reads and validates a config file.
+pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
+    let name = path.display().to_string();
+    let src = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![Diagnostic {
+            file: name.clone(),
+            line: 1,
+            col: 1,
+            message: format!("cannot read config file: {e}"),
+        }])
+    })?;
+    let base = path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    load_str(&name, &src, &base)
+}
+
+/// Validates config text; relative paths in it are taken from `base`.
+pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErrors> {
+    let mut c = Collector::new(file, src);
+
+    // Syntax and types first: serde stops at the first type error, so unknown
+    // keys are collected on the way (serde_ignored) to report them all.
+    let mut unknown: Vec<Vec<String>> = Vec::new();
+    let parsed = toml::Deserializer::parse(src)
+        .and_then(|de| serde_ignored::deserialize(de, |path| unknown.push(path_segments(&path))));
+    let raw: RawConfig = match parsed {
+        Ok(r) => r,
+        Err(e) => {
+            let span = e.span().unwrap_or(0..0);
+            c.at(span, e.message().trim().to_string());
+            report_unknown(&mut c, src, &unknown);
+            return c.into_result(Config::builtin_welcome());
+        }
+    };
+    report_unknown(&mut c, src, &unknown);
+
+    let server = validate_server(&mut c, &raw.server);
+    let mut sites: Vec<SiteConfig> = Vec::new();
+    // (addr, tls, site index, explicit default, span of the site name)
+    let mut binds: Vec<(SocketAddr, bool, usize, bool, std::ops::Range<usize>)> = Vec::new();
+    let bind_ip = raw
+        .server
+        .bind
+        .as_ref()
+        .and_then(|b| match b.get_ref().parse::<IpAddr>() {
+            Ok(ip) => Some(ip),
+            Err(_) => {
+                c.at(
+                    b.span(),
+                    format!("server.bind: `{}` is not an IP address", b.get_ref()),
+                );
+                None
+            }
+        })
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+
+    if raw.site.is_empty() {
+        c.at(
+            0..0,
+            "no sites: add one, e.g. [site.\"localhost\"] with root = \"/var/www/html\"",
+        );
+    }
+
+    let doc = toml::de::DeTable::parse(src).ok();
+    for (name, site) in &raw.site {
+        let name_span = doc
+            .as_ref()
+            .and_then(|d| key_span(d.get_ref(), &["site".to_string(), name.clone()]))
+            .unwrap_or_else(|| site.span());
+        let name = name.clone();
+        let raw_site = site.get_ref();
+        let (host, name_port, name_ip) = match parse_site_name(&name) {
+            Ok(v) => v,
+            Err(msg) => {
+                c.at(name_span.clone(), format!("site \"{name}\": {msg}"));
+                continue;
+            }
+        };
+        let tls = raw_site
+            .tls
+            .as_ref()
+            .and_then(|t| load_tls(&mut c, base, &name, t));
+        let has_tls = raw_site.tls.is_some();
+
+        let handler = match &raw_site.root {
+            Some(root) => {
+                let path = base.join(root.get_ref());
+                match std::fs::metadata(&path) {
+                    Ok(m) if m.is_dir() => {}
+                    Ok(_) => c.at(
+                        root.span(),
+                        format!(
+                            "site \"{name}\": root {} is not a directory",
+                            path.display()
+                        ),
+                    ),
+                    Err(e) => c.at(
+                        root.span(),
+                        format!("site \"{name}\": root {}: {e}", path.display()),
+                    ),
+                }
+                HandlerConfig::Static(static_options(&mut c, &name, raw_site, path))
+            }
+            None => {
+                c.at(
+                    site.span(),
+                    format!(
+                        "site \"{name}\" has nothing to serve: add `root = \"/path/to/files\"`"
+                    ),
+                );
+                HandlerConfig::Welcome
+            }
+        };
+
+        let idx = sites.len();
+        let default_port = if has_tls { 443 } else { 80 };
+        let explicit_listen = raw_site.listen.is_some();
+        let addrs: Vec<SocketAddr> = match &raw_site.listen {
+            Some(l) => {
+                let mut out = Vec::new();
+                for a in l.get_ref().to_vec() {
+                    match parse_listen(&a, bind_ip) {
+                        Ok(addr) => out.push(addr),
+                        Err(msg) => c.at(l.span(), format!("site \"{name}\": listen: {msg}")),
+                    }
+                }
+                out
+            }
+            None => vec![SocketAddr::new(
+                name_ip.unwrap_or(bind_ip),
+                name_port.unwrap_or(default_port),
+            )],
+        };
+        for a in &addrs {
+            binds.push((
+                *a,
+                has_tls,
+                idx,
+                raw_site.default == Some(true),
+                name_span.clone(),
+            ));
+        }
+
+        // Plain-HTTP listener that redirects to this TLS site.
+        let redirect_from: Option<SocketAddr> = match (&raw_site.http_redirect, has_tls) {
+            (Some(r), false) => {
+                if matches!(
+                    r.get_ref(),
+                    BoolOrString::String(_) | BoolOrString::Bool(true)
+                ) {
+                    c.at(
+                        r.span(),
+                        format!("site \"{name}\": http_redirect needs `tls` on the site"),
+                    );
+                }
+                None
+            }
+            (Some(r), true) => match r.get_ref() {
+                BoolOrString::Bool(false) => None,
+                BoolOrString::Bool(true) => addrs.first().map(|a| SocketAddr::new(a.ip(), 80)),
+                BoolOrString::String(s) => match parse_listen(s, bind_ip) {
+                    Ok(a) => Some(a),
+                    Err(msg) => {
+                        c.at(r.span(), format!("site \"{name}\": http_redirect: {msg}"));
+                        None
+                    }
+                },
+            },
+            (None, true) if !explicit_listen && name_port.is_none() => {
+                addrs.first().map(|a| SocketAddr::new(a.ip(), 80))
+            }
+            _ => None,
+        };
+
+        let error_pages = load_error_pages(&mut c, base, &name, raw_site);
+        let headers = parse_headers(&mut c, &name, raw_site);
+        let access_log = raw_site.access_log.as_ref().and_then(|a| {
+            let (path, format) = match a.get_ref() {
+                RawAccessLog::Path(p) => (p.clone(), None),
+                RawAccessLog::Full { path, format } => (path.clone(), format.clone()),
+            };
+            let format = match format.as_deref() {
+                None | Some("combined") => AccessLogFormat::Combined,
+                Some("json") => AccessLogFormat::Json,
+                Some(other) => {
+                    c.at(
+                        a.span(),
+                        format!(
+                            "site \"{name}\": access_log format `{other}` is unknown; use \"combined\" or \"json\""
+                        ),
+                    );
+                    return None;
+                }
+            };
+            let path = match path.as_str() {
+                "stdout" | "-" => None,
+                p => Some(base.join(p)),
+            };
+            Some(AccessLogConfig { path, format })
+        });
+
+        sites.push(SiteConfig {
+            name: name.clone(),
+            host: host.clone(),
+            handler,
+            tls,
+            error_pages,
+            headers,
+            access_log,
+        });
+
+        if let (Some(from), Some(to)) = (redirect_from, addrs.first()) {
+            let ridx = sites.len();
+            sites.push(SiteConfig {
+                name: format!("{name} (HTTP redirect)"),
+                host,
+                handler: HandlerConfig::RedirectHttps { port: to.port() },
+                tls: None,
+                error_pages: HashMap::new(),
+                headers: Vec::new(),
+                access_log: None,
+            });
+            binds.push((from, false, ridx, false, name_span.clone()));
+        }
+    }
+
+    let listeners = group_listeners(&mut c, &binds);
+    c.into_result(Config {
+        source: file.to_string(),
+        server,
+        sites: sites.into_iter().map(Arc::new).collect(),
+        listeners,
+    })
+}
+
+fn path_segments(path: &serde_ignored::Path<'_>) -> Vec<String> {
+    use serde_ignored::Path as P;
+    match path {
+        P::Root => Vec::new(),
+        P::Seq { parent, index } => {
+            let mut v = path_segments(parent);
+            v.push(index.to_string());
+            v
+        }
+        P::Map { parent, key } => {
+            let mut v = path_segments(parent);
+            // `Spanned<T>` deserializes through a private wrapper table.
+            if !key.starts_with("$__serde_spanned") {
+                v.push(key.clone());
+            }
+            v
+        }
+        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
+            path_segments(parent)
+        }
+    }
+}
+
+/// The keys accepted at a path in the file, for suggestions.
+fn known_keys(path: &[String]) -> &'static [&'static str] {
+    use introspect::fields;
+    let p: Vec<&str> = path.iter().map(String::as_str).collect();
+    match p.as_slice() {
+        [] => fields::<RawConfig>(),
+        ["server"] => fields::<RawServer>(),
+        ["server", "timeouts"] => fields::<RawTimeouts>(),
+        ["server", "limits"] => fields::<RawLimits>(),
+        ["site", _] => fields::<RawSite>(),
+        ["site", _, "tls"] => fields::<RawTls>(),
+        ["site", _, "compress"] => fields::<RawCompress>(),
+        ["site", _, "file_cache"] => fields::<RawFileCache>(),
+        _ => &[],
+    }
+}
+
+fn report_unknown(c: &mut Collector<'_>, src: &str, unknown: &[Vec<String>]) {
+    let doc = toml::de::DeTable::parse(src).ok();
+    for path in unknown {
+        let Some((key, parent)) = path.split_last() else {
+            continue;
+        };
+        let span = doc
+            .as_ref()
+            .and_then(|d| key_span(d.get_ref(), path))
+            .unwrap_or(0..0);
+        let dotted = path.join(".");
+        let known = known_keys(parent);
+        let msg = match suggest(key, known) {
+            Some(s) => format!("unknown key `{dotted}`: did you mean `{s}`?"),
+            None if !known.is_empty() => format!(
+                "unknown key `{dotted}`; the keys allowed here are: {}",
+                known.join(", ")
+            ),
+            None => format!("unknown key `{dotted}`"),
+        };
+        c.at(span, msg);
+    }
+}
+
+fn key_span(table: &toml::de::DeTable<'_>, path: &[String]) -> Option<std::ops::Range<usize>> {
+    let (first, rest) = path.split_first()?;
+    let (k, v) = table.iter().find(|(k, _)| k.get_ref().as_ref() == first)?;
+    if rest.is_empty() {
+        return Some(k.span());
+    }
+    match v.get_ref() {
+        toml::de::DeValue::Table(t) => key_span(t, rest),
+        _ => None,
+    }
+}
+
+fn validate_server(c: &mut Collector<'_>, s: &RawServer) -> ServerConfig {
+    let mut out = ServerConfig::defaults();
+    if let Some(w) = &s.workers {
+        match *w.get_ref() {
+            0 => {}
+            n if (1..=1024).contains(&n) => out.workers = n as usize,
+            n => c.at(
+                w.span(),
+                format!("server.workers: {n} is out of range (0 = one per core, up to 1024)"),
+            ),
+        }
+    }
+    if let Some(r) = &s.runtime {
+        match r.get_ref().as_str() {
+            "per-core" => out.runtime = RuntimeMode::PerCore,
+            "shared" => out.runtime = RuntimeMode::Shared,
+            o => c.at(
+                r.span(),
+                format!("server.runtime: `{o}` is unknown; use \"per-core\" or \"shared\""),
+            ),
+        }
+    }
+    if let Some(l) = &s.log_level {
+        match l.get_ref().as_str() {
+            "error" | "warn" | "info" | "debug" | "trace" | "off" => {
+                out.log_level = l.get_ref().clone()
+            }
+            o => c.at(
+                l.span(),
+                format!(
+                    "server.log_level: `{o}` is unknown; use error, warn, info, debug or trace"
+                ),
+            ),
+        }
+    }
+    if let Some(f) = &s.log_format {
+        match f.get_ref().as_str() {
+            "text" => out.log_json = false,
+            "json" => out.log_json = true,
+            o => c.at(
+                f.span(),
+                format!("server.log_format: `{o}` is unknown; use \"text\" or \"json\""),
+            ),
+        }
+    }
+    let dur = |c: &mut Collector<'_>,
+               key: &str,
+               v: &Option<Spanned<Value>>,
+               slot: &mut Duration| {
+        if let Some(v) = v {
+            match units::parse_duration(v.get_ref()) {
+                Ok(d) if d.is_zero() => c.at(v.span(), format!("{key}: must be more than zero")),
+                Ok(d) => *slot = d,
+                Err(m) => c.at(v.span(), format!("{key}: {m}")),
+            }
+        }
+    };
+    dur(
+        c,
+        "server.grace_period",
+        &s.grace_period,
+        &mut out.grace_period,
+    );
+    let t = &s.timeouts;
+    dur(
+        c,
+        "server.timeouts.header",
+        &t.header,
+        &mut out.timeouts.header,
+    );
+    dur(
+        c,
+        "server.timeouts.keepalive",
+        &t.keepalive,
+        &mut out.timeouts.keepalive,
+    );
+    dur(c, "server.timeouts.body", &t.body, &mut out.timeouts.body);
+    dur(
+        c,
+        "server.timeouts.write",
+        &t.write,
+        &mut out.timeouts.write,
+    );
+
+    let l = &s.limits;
+    let size =
+        |c: &mut Collector<'_>, key: &str, v: &Option<Spanned<Value>>, min: u64| -> Option<u64> {
+            let v = v.as_ref()?;
+            match units::parse_size(v.get_ref()) {
+                Ok(n) if n >= min => Some(n),
+                Ok(n) => {
+                    c.at(
+                        v.span(),
+                        format!("{key}: {n} bytes is too small (at least {min})"),
+                    );
+                    None
+                }
+                Err(m) => {
+                    c.at(v.span(), format!("{key}: {m}"));
+                    None
+                }
+            }
+        };
+    if let Some(n) = size(c, "server.limits.header_size", &l.header_size, 1024) {
+        out.limits.header_size = n as usize;
+    }
+    if let Some(n) = size(c, "server.limits.uri", &l.uri, 64) {
+        out.limits.uri = n as usize;
+    }
+    if let Some(n) = size(c, "server.limits.body", &l.body, 0) {
+        out.limits.body = n;
+    }
+    let count =
+        |c: &mut Collector<'_>, key: &str, v: &Option<Spanned<i64>>, max: i64| -> Option<i64> {
+            let v = v.as_ref()?;
+            let n = *v.get_ref();
+            if (1..=max).contains(&n) {
+                Some(n)
+            } else {
+                c.at(v.span(), format!("{key}: {n} is out of range (1 to {max})"));
+                None
+            }
+        };
+    if let Some(n) = count(c, "server.limits.headers", &l.headers, 10_000) {
+        out.limits.headers = n as usize;
+    }
+    if let Some(n) = count(c, "server.limits.connections", &l.connections, 10_000_000) {
+        out.limits.connections = n as usize;
+    }
+    if let Some(n) = count(c, "server.limits.h2_streams", &l.h2_streams, 100_000) {
+        out.limits.h2_streams = n as u32;
+    }
+    if out.limits.uri > out.limits.header_size {
+        out.limits.header_size = out.limits.uri;
+    }
+    out
+}
+
+/// `example.com`, `example.com:8443`, `*.example.com`, `:8080`,
+/// `127.0.0.1:8080`, `[::1]:8080`, optionally with `http://` or `https://`.
+fn parse_site_name(name: &str) -> Result<(HostPattern, Option<u16>, Option<IpAddr>), String> {
+    let mut rest = name.trim();
+    let mut scheme_port = None;
+    if let Some(r) = rest.strip_prefix("http://") {
+        rest = r;
+        scheme_port = Some(80);
+    } else if let Some(r) = rest.strip_prefix("https://") {
+        rest = r;
+        scheme_port = Some(443);
+    }
+    let rest = rest.trim_end_matches('/');
+    if let Ok(sa) = rest.parse::<SocketAddr>() {
+        return Ok((HostPattern::Any, Some(sa.port()), Some(sa.ip())));
+    }
+    if let Ok(ip) = rest
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+    {
+        return Ok((HostPattern::Any, scheme_port, Some(ip)));
+    }
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((h, p)) => {
+            let port: u16 = p
+                .parse()
+                .map_err(|_| format!("`{p}` is not a port number"))?;
+            (h, Some(port))
+        }
+        None => (rest, None),
+    };
+    let port = port.or(scheme_port);
+    let host = host.to_ascii_lowercase();
+    if host.is_empty() || host == "*" {
+        return Ok((HostPattern::Any, port, None));
+    }
+    let check = host.strip_prefix("*.").unwrap_or(&host);
+    if !check
+        .split('.')
+        .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    {
+        return Err(format!("`{host}` is not a valid host name"));
+    }
+    if let Some(suffix) = host.strip_prefix('*') {
+        Ok((HostPattern::Wildcard(suffix.to_string()), port, None))
+    } else {
+        Ok((HostPattern::Exact(host), port, None))
+    }
+}
+
+fn parse_listen(a: &str, bind: IpAddr) -> Result<SocketAddr, String> {
+    if let Ok(sa) = a.parse::<SocketAddr>() {
+        return Ok(sa);
+    }
+    if let Some(p) = a.strip_prefix(':')
+        && let Ok(port) = p.parse::<u16>()
+    {
+        return Ok(SocketAddr::new(bind, port));
+    }
+    if let Ok(port) = a.parse::<u16>() {
+        return Ok(SocketAddr::new(bind, port));
+    }
+    Err(format!(
+        "`{a}` is not an address; write it like \"127.0.0.1:8080\", \":8080\" or \"[::]:443\""
+    ))
+}
+
+fn load_tls(
+    c: &mut Collector<'_>,
+    base: &Path,
+    site: &str,
+    t: &Spanned<RawTls>,
+) -> Option<TlsConfig> {
+    let t_ref = t.get_ref();
+    let cert_path = base.join(t_ref.cert.get_ref());
+    let key_path = base.join(t_ref.key.get_ref());
+    match crate::tls::load_certified_key(&cert_path, &key_path) {
+        Ok(key) => Some(TlsConfig {
+            cert_path,
+            key_path,
+            key: Arc::new(key),
+        }),
+        Err(e) => {
+            let span = match &e {
+                crate::tls::TlsError::Key { .. } => t_ref.key.span(),
+                _ => t_ref.cert.span(),
+            };
+            c.at(span, format!("site \"{site}\": {e}"));
+            None
+        }
+    }
+}
+
+fn parse_encodings(c: &mut Collector<'_>, key: &str, v: &Spanned<Vec<String>>) -> Vec<Encoding> {
+    let mut out = Vec::new();
+    for e in v.get_ref() {
+        match e.as_str() {
+            "br" => out.push(Encoding::Br),
+            "zstd" => out.push(Encoding::Zstd),
+            "gzip" => out.push(Encoding::Gzip),
+            o => c.at(
+                v.span(),
+                format!("{key}: `{o}` is unknown; use \"br\", \"zstd\" or \"gzip\""),
+            ),
+        }
+    }
+    out
+}
+
+fn static_options(
+    c: &mut Collector<'_>,
+    name: &str,
+    s: &RawSite,
+    root: PathBuf,
+) -> static_files::Options {
+    let all = vec![Encoding::Br, Encoding::Zstd, Encoding::Gzip];
+    let precompressed = match &s.precompressed {
+        Some(p) => parse_encodings(c, &format!("site \"{name}\": precompressed"), p),
+        None => all.clone(),
+    };
+    let mut compress = CompressOptions::default();
+    if let Some(rc) = &s.compress {
+        if let Some(e) = rc.enabled {
+            compress.enabled = e;
+        }
+        if let Some(v) = &rc.min_size {
+            match units::parse_size(v.get_ref()) {
+                Ok(n) => compress.min_size = n,
+                Err(m) => c.at(v.span(), format!("site \"{name}\": compress.min_size: {m}")),
+            }
+        }
+        if let Some(e) = &rc.encodings {
+            compress.encodings =
+                parse_encodings(c, &format!("site \"{name}\": compress.encodings"), e);
+        }
+        if let Some(t) = &rc.types {
+            compress.types = t.clone();
+        }
+    }
+    let mut cache = CacheOptions::default();
+    if let Some(fc) = &s.file_cache {
+        if let Some(v) = &fc.max_size {
+            match units::parse_size(v.get_ref()) {
+                Ok(n) => cache.max_bytes = n,
+                Err(m) => c.at(
+                    v.span(),
+                    format!("site \"{name}\": file_cache.max_size: {m}"),
+                ),
+            }
+        }
+        if let Some(v) = &fc.max_file_size {
+            match units::parse_size(v.get_ref()) {
+                Ok(n) => cache.max_file_size = n,
+                Err(m) => c.at(
+                    v.span(),
+                    format!("site \"{name}\": file_cache.max_file_size: {m}"),
+                ),
+            }
+        }
+    }
+    static_files::Options {
+        root,
+        index: s.index.clone().unwrap_or_else(|| vec!["index.html".into()]),
+        browse: s.browse.unwrap_or(false),
+        serve_hidden: s.serve_hidden.unwrap_or(false),
+        follow_symlinks: s.follow_symlinks.unwrap_or(false),
+        precompressed,
+        compress,
+        cache,
+    }
+}
+
+fn load_error_pages(
+    c: &mut Collector<'_>,
+    base: &Path,
+    site: &str,
+    s: &RawSite,
+) -> HashMap<u16, bytes::Bytes> {
+    let mut out = HashMap::new();
+    for (code, path) in s.errors.iter().flatten() {
+        let status = match code.parse::<u16>() {
+            Ok(n) if (400..600).contains(&n) => n,
+            _ => {
+                c.at(
+                    path.span(),
+                    format!("site \"{site}\": errors: `{code}` is not an error status (400-599)"),
+                );
+                continue;
+            }
+        };
+        let p = base.join(path.get_ref());
+        match std::fs::read(&p) {
+            Ok(b) => {
+                out.insert(status, bytes::Bytes::from(b));
+            }
+            Err(e) => c.at(
+                path.span(),
+                format!("site \"{site}\": error page {}: {e}", p.display()),
+            ),
+        }
+    }
+    out
+}
+
+fn parse_headers(c: &mut Collector<'_>, site: &str, s: &RawSite) -> Vec<(HeaderName, HeaderValue)> {
+    let mut out = Vec::new();
+    for (k, v) in s.headers.iter().flatten() {
+        let name = match HeaderName::from_bytes(k.as_bytes()) {
+            Ok(n) => n,
+            Err(_) => {
+                c.at(
+                    v.span(),
+                    format!("site \"{site}\": headers: `{k}` is not a valid header name"),
+                );
+                continue;
+            }
+        };
+        match HeaderValue::from_str(v.get_ref()) {
+            Ok(val) => out.push((name, val)),
+            Err(_) => c.at(
+                v.span(),
+                format!("site \"{site}\": headers: the value of `{k}` is not a valid header value"),
+            ),
+        }
+    }
+    out
+}
+
+type Bind = (SocketAddr, bool, usize, bool, std::ops::Range<usize>);
+
+fn group_listeners(c: &mut Collector<'_>, binds: &[Bind]) -> Vec<ListenerConfig> {
+    let mut out: Vec<ListenerConfig> = Vec::new();
+    let mut explicit_default: HashMap<SocketAddr, usize> = HashMap::new();
+    for (addr, tls, idx, is_default, span) in binds {
+        // One port can't be both plain and TLS, nor be bound twice through
+        // 0.0.0.0 and a specific address.
+        if let Some(other) = out.iter().find(|l| {
+            l.addr.port() == addr.port()
+                && l.addr != *addr
+                && (l.addr.ip().is_unspecified() || addr.ip().is_unspecified())
+        }) {
+            c.at(
+                span.clone(),
+                format!(
+                    "listen {addr} overlaps with {} used by another site",
+                    other.addr
+                ),
+            );
+            continue;
+        }
+        match out.iter_mut().find(|l| l.addr == *addr) {
+            Some(l) => {
+                if l.tls != *tls {
+                    c.at(
+                        span.clone(),
+                        format!("listen {addr}: mixes sites with and without `tls` on one port; give them different ports"),
+                    );
+                    continue;
+                }
+                l.sites.push(*idx);
+            }
+            None => out.push(ListenerConfig {
+                addr: *addr,
+                tls: *tls,
+                sites: vec![*idx],
+                default_site: *idx,
+            }),
+        }
+        if *is_default {
+            if explicit_default.insert(*addr, *idx).is_some() {
+                c.at(
+                    span.clone(),
+                    format!("listen {addr}: two sites say `default = true`"),
+                );
+            }
+            if let Some(l) = out.iter_mut().find(|l| l.addr == *addr) {
+                l.default_site = *idx;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(src: &str) -> Result<Config, ConfigErrors> {
+        let dir = std::env::temp_dir();
+        load_str("weir.toml", src, &dir)
+    }
+
+    #[test]
+    fn smallest_static_site_is_two_lines() {
+        let cfg = load("[site.\"localhost:8081\"]\nroot = \".\"\n").unwrap();
+        assert_eq!(cfg.listeners.len(), 1);
+        assert_eq!(cfg.listeners[0].addr.port(), 8081);
+        assert_eq!(cfg.sites[0].host, HostPattern::Exact("localhost".into()));
+    }
+
+    #[test]
+    fn misspelt_key_names_position_and_suggestion() {
+        let err =
+            load("[site.\"a\"]\nroot = \".\"\nbrowze = true\n[server]\nwrokers = 2\n").unwrap_err();
+        let msgs: Vec<String> = err.0.iter().map(|d| d.to_string()).collect();
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert_eq!(
+            msgs[0],
+            "weir.toml:3:1: unknown key `site.a.browze`: did you mean `browse`?"
+        );
+        assert_eq!(
+            msgs[1],
+            "weir.toml:5:1: unknown key `server.wrokers`: did you mean `workers`?"
+        );
+    }
+
+    #[test]
+    fn every_semantic_error_is_reported() {
+        let err = load(
+            "[server]\nruntime = \"fast\"\n[server.timeouts]\nheader = \"5 fortnights\"\n[site.\"a\"]\nroot = \"/nonexistent/weir\"\nlisten = \"nowhere\"\n",
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("weir.toml:2:11: server.runtime"), "{text}");
+        assert!(
+            text.contains("weir.toml:4:10: server.timeouts.header"),
+            "{text}"
+        );
+        assert!(
+            text.contains("weir.toml:6:8: site \"a\": root /nonexistent/weir"),
+            "{text}"
+        );
+        assert!(
+            text.contains("weir.toml:7:10: site \"a\": listen"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn syntax_error_has_position() {
+        let err = load("[site.\"a\"\nroot = 1\n").unwrap_err();
+        assert_eq!(err.0[0].line, 1, "{err}");
+    }
+
+    #[test]
+    fn type_error_has_position() {
+        let err = load("[site.\"a\"]\nroot = \".\"\nbrowse = \"yes\"\n").unwrap_err();
+        assert_eq!((err.0[0].line, err.0[0].col), (3, 10), "{err}");
+    }
+
+    #[test]
+    fn site_names_parse_into_hosts_and_ports() {
+        assert_eq!(
+            parse_site_name("example.com").unwrap(),
+            (HostPattern::Exact("example.com".into()), None, None)
+        );
+        assert_eq!(
+            parse_site_name("*.Example.com:8443").unwrap(),
+            (
+                HostPattern::Wildcard(".example.com".into()),
+                Some(8443),
+                None
+            )
+        );
+        assert_eq!(
+            parse_site_name(":8080").unwrap(),
+            (HostPattern::Any, Some(8080), None)
+        );
+        assert_eq!(
+            parse_site_name("127.0.0.1:9000").unwrap().2,
+            Some("127.0.0.1".parse().unwrap())
+        );
+        assert!(parse_site_name("bad host!").is_err());
+    }
+
+    #[test]
+    fn wildcard_matches_one_label() {
+        let w = HostPattern::Wildcard(".example.com".into());
+        assert!(w.matches("a.example.com"));
+        assert!(w.matches("A.EXAMPLE.COM"));
+        assert!(!w.matches("example.com"));
+        assert!(!w.matches("a.b.example.com"));
+    }
+
+    #[test]
+    fn sites_share_a_listener_and_first_is_default() {
+        let cfg = load(
+            "[site.\"a.test:8090\"]\nroot = \".\"\n[site.\"b.test:8090\"]\nroot = \".\"\ndefault = true\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.listeners.len(), 1);
+        assert_eq!(cfg.listeners[0].sites, vec![0, 1]);
+        assert_eq!(cfg.listeners[0].default_site, 1);
+    }
+
+    #[test]
+    fn mixing_tls_and_plain_on_one_port_is_refused() {
+        let err = load(
+            "[site.\"a:8090\"]\nroot = \".\"\n[site.\"b:8090\"]\nroot = \".\"\ntls = { cert = \"/nonexistent/c.pem\", key = \"/nonexistent/k.pem\" }\n",
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("c.pem"), "{text}");
+        assert!(
+            text.contains("mixes sites with and without `tls`"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,171 @@
+//! One client connection: connection limit, TCP options, the TLS handshake
+//! and ALPN, then hyper's HTTP/1.1 or HTTP/2 state machine over a
+//! [`TimedIo`] that enforces the timeouts.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+
+use super::io::{self as tio, ConnState, TimedIo};
+use crate::config::Limits;
+use crate::site::Listener;
+
+/// What every connection on one listening address shares.
+pub struct ConnCtx {
+    listener: Listener,
+    tls: Option<TlsAcceptor>,
+    limits: Limits,
+    timeouts: tio::Limits,
+    /// Open connections across the whole process.
+    open: Arc<AtomicUsize>,
+    /// HTTP/1.1 with h2c prior-knowledge detection, for plain listeners.
+    auto: auto::Builder<TokioExecutor>,
+    /// For TLS listeners, where ALPN has already chosen.
+    h1: hyper::server::conn::http1::Builder,
+    h2: hyper::server::conn::http2::Builder<TokioExecutor>,
+}
+
+impl ConnCtx {
+    pub fn new(
+        listener: Listener,
+        tls: Option<TlsAcceptor>,
+        limits: Limits,
+        timeouts: tio::Limits,
+        open: Arc<AtomicUsize>,
+    ) -> Self {
+        let buf = limits.header_size.max(8192);
+        let mut auto = auto::Builder::new(TokioExecutor::new());
+        auto.http1()
+            .max_buf_size(buf)
+            .max_headers(limits.headers)
+            .header_read_timeout(None)
+            .pipeline_flush(true);
+        auto.http2()
+            .max_concurrent_streams(limits.h2_streams)
+            .max_header_list_size(limits.header_size as u32)
+            .max_pending_accept_reset_streams(Some(100))
+            .max_local_error_reset_streams(Some(1024));
+
+        let mut h1 = hyper::server::conn::http1::Builder::new();
+        h1.max_buf_size(buf)
+            .max_headers(limits.headers)
+            .header_read_timeout(None)
+            .pipeline_flush(true);
+        let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        h2.max_concurrent_streams(limits.h2_streams)
+            .max_header_list_size(limits.header_size as u32)
+            .max_pending_accept_reset_streams(Some(100))
+            .max_local_error_reset_streams(Some(1024));
+
+        ConnCtx {
+            listener,
+            tls,
+            limits,
+            timeouts,
+            open,
+            auto,
+            h1,
+            h2,
+        }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+}
+
+/// Decrements the open-connection count when the connection ends.
+struct OpenGuard(Arc<AtomicUsize>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts a request in flight for [`TimedIo`], also when it is cancelled.
+struct InFlight(Arc<ConnState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.request_done();
+    }
+}
+
+/// Takes over an accepted connection.
+pub fn spawn(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, graceful: &GracefulShutdown) {
+    if ctx.open.fetch_add(1, Ordering::Relaxed) >= ctx.limits.connections {
+        ctx.open.fetch_sub(1, Ordering::Relaxed);
+        tracing::warn!(
+            "connection from {peer} refused: {} connections open (server.limits.connections)",
+            ctx.limits.connections
+        );
+        return;
+    }
+    let guard = OpenGuard(ctx.open.clone());
+    let _ = stream.set_nodelay(true);
+    let watcher = graceful.watcher();
+    tokio::spawn(async move {
+        serve(stream, peer, ctx, watcher).await;
+        drop(guard);
+    });
+}
+
+async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: Watcher) {
+    let state = Arc::new(ConnState::default());
+    let svc = {
+        let ctx = ctx.clone();
+        let state = state.clone();
+        hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+            let ctx = ctx.clone();
+            state.request_started();
+            let in_flight = InFlight(state.clone());
+            async move {
+                let resp = ctx.listener.handle(req, peer).await;
+                drop(in_flight);
+                Ok::<_, Infallible>(resp)
+            }
+        })
+    };
+
+    let Some(acceptor) = &ctx.tls else {
+        let io = TimedIo::new(stream, state, ctx.timeouts, true);
+        let conn = ctx.auto.serve_connection(TokioIo::new(io), svc);
+        if let Err(e) = watcher.watch(conn.into_owned()).await {
+            tracing::debug!("connection from {peer}: {e}");
+        }
+        return;
+    };
+
+    // The handshake must finish within the header timeout: a client that
+    // opens TCP and sends nothing must not hold the slot.
+    let tls = match tokio::time::timeout(ctx.timeouts.header, acceptor.accept(stream)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!("TLS handshake with {peer} failed: {e}");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!("TLS handshake with {peer} timed out");
+            return;
+        }
+    };
+    let is_h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let io = TokioIo::new(TimedIo::new(tls, state, ctx.timeouts, !is_h2));
+    let result = if is_h2 {
+        watcher.watch(ctx.h2.serve_connection(io, svc)).await
+    } else {
+        watcher.watch(ctx.h1.serve_connection(io, svc)).await
+    };
+    if let Err(e) = result {
+        tracing::debug!("connection from {peer}: {e}");
+    }
+}

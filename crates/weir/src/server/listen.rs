@@ -1,0 +1,26 @@
+//! Listening sockets, made with socket2 so that SO_REUSEPORT (one socket per
+//! worker), the backlog and IPV6_V6ONLY are ours to set.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// Backlog like nginx's default on Linux (511) rounded up: a burst of
+/// thousands of connects must not be refused.
+const BACKLOG: i32 = 4096;
+
+pub fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<TcpListener> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_reuse_address(true)?;
+    if reuse_port {
+        sock.set_reuse_port(true)?;
+    }
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    sock.set_nonblocking(true)?;
+    sock.bind(&addr.into())?;
+    sock.listen(BACKLOG)?;
+    Ok(sock.into())
+}

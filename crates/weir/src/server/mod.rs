@@ -1,0 +1,252 @@
+//! Running a validated config: sockets, worker runtimes, signals and
+//! graceful shutdown.
+//!
+//! Two runtime shapes (`server.runtime`), measured against each other in
+//! BENCHMARKS.md:
+//! - `per-core` (default): one OS thread per worker, each running a
+//!   current-thread tokio runtime with its own SO_REUSEPORT socket per
+//!   address. The kernel spreads connections; a connection never changes
+//!   thread, so nothing on the request path is shared between cores.
+//! - `shared`: one multi-threaded work-stealing runtime, one socket per address.
+//!
+//! On SIGTERM or SIGINT every worker stops accepting, lets in-flight requests
+//! finish for `server.grace_period`, then the process exits 0.
+
+mod conn;
+pub mod io;
+mod listen;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use tokio::sync::watch;
+
+use crate::config::{Config, RuntimeMode};
+use crate::site::{self, Listener};
+use crate::tls;
+
+pub use conn::ConnCtx;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Site(#[from] site::SiteError),
+    #[error("TLS for {addr}: {source}")]
+    Tls {
+        addr: SocketAddr,
+        source: tls::TlsError,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start worker: {0}")]
+    Worker(std::io::Error),
+}
+
+/// Everything a worker needs to serve one listening address.
+#[derive(Clone)]
+struct Endpoint {
+    addr: SocketAddr,
+    ctx: Arc<ConnCtx>,
+}
+
+/// Runs `cfg` until SIGTERM/SIGINT, then shuts down gracefully.
+pub fn run(cfg: Config) -> Result<(), ServerError> {
+    let sites = site::build_sites(&cfg)?;
+    let connections = Arc::new(AtomicUsize::new(0));
+    let timeouts = io::Limits {
+        header: cfg.server.timeouts.header,
+        keepalive: cfg.server.timeouts.keepalive,
+        body: cfg.server.timeouts.body,
+        write: cfg.server.timeouts.write,
+    };
+
+    let mut endpoints = Vec::new();
+    for l in &cfg.listeners {
+        let tls = if l.tls {
+            let entries = l
+                .sites
+                .iter()
+                .filter_map(|&i| {
+                    let s = &cfg.sites[i];
+                    s.tls.as_ref().map(|t| (s.host.clone(), t.key.clone()))
+                })
+                .collect::<Vec<_>>();
+            let default = cfg.sites[l.default_site]
+                .tls
+                .as_ref()
+                .map(|t| t.key.clone())
+                .or_else(|| entries.first().map(|e| e.1.clone()));
+            let sc =
+                tls::server_config(tls::SniResolver::new(entries, default)).map_err(|source| {
+                    ServerError::Tls {
+                        addr: l.addr,
+                        source,
+                    }
+                })?;
+            Some(tokio_rustls::TlsAcceptor::from(sc))
+        } else {
+            None
+        };
+        let listener = Listener::new(&sites, &l.sites, l.default_site, cfg.server.limits.clone());
+        endpoints.push(Endpoint {
+            addr: l.addr,
+            ctx: Arc::new(ConnCtx::new(
+                listener,
+                tls,
+                cfg.server.limits.clone(),
+                timeouts,
+                connections.clone(),
+            )),
+        });
+    }
+
+    let workers = cfg.server.workers.max(1);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let grace = cfg.server.grace_period;
+
+    let handles = match cfg.server.runtime {
+        RuntimeMode::PerCore => {
+            // Bind every socket before starting anything, so a port in use is
+            // an error at start-up, not a worker dying later.
+            let mut per_worker: Vec<Vec<(std::net::TcpListener, Endpoint)>> = Vec::new();
+            for _ in 0..workers {
+                let mut socks = Vec::new();
+                for ep in &endpoints {
+                    let s = listen::bind(ep.addr, true).map_err(|source| ServerError::Bind {
+                        addr: ep.addr,
+                        source,
+                    })?;
+                    socks.push((s, ep.clone()));
+                }
+                per_worker.push(socks);
+            }
+            let mut handles = Vec::new();
+            for (i, socks) in per_worker.into_iter().enumerate() {
+                let stop = stop_rx.clone();
+                let h = std::thread::Builder::new()
+                    .name(format!("weir-worker-{i}"))
+                    .spawn(move || {
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                            .expect("tokio runtime");
+                        rt.block_on(worker(socks, stop, grace));
+                    })
+                    .map_err(ServerError::Worker)?;
+                handles.push(h);
+            }
+            handles
+        }
+        RuntimeMode::Shared => {
+            let mut socks = Vec::new();
+            for ep in &endpoints {
+                let s = listen::bind(ep.addr, false).map_err(|source| ServerError::Bind {
+                    addr: ep.addr,
+                    source,
+                })?;
+                socks.push((s, ep.clone()));
+            }
+            let stop = stop_rx.clone();
+            let h = std::thread::Builder::new()
+                .name("weir-main".into())
+                .spawn(move || {
+                    let rt = tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(workers)
+                        .enable_all()
+                        .build()
+                        .expect("tokio runtime");
+                    rt.block_on(worker(socks, stop, grace));
+                })
+                .map_err(ServerError::Worker)?;
+            vec![h]
+        }
+    };
+
+    for ep in &endpoints {
+        tracing::info!(
+            "listening on {}://{} ({} workers, {:?} runtime)",
+            if ep.ctx.is_tls() { "https" } else { "http" },
+            ep.addr,
+            workers,
+            cfg.server.runtime
+        );
+    }
+
+    // Signals are waited for on this thread with a tiny runtime of its own.
+    let signal_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ServerError::Worker)?;
+    signal_rt.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).map_err(ServerError::Worker)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(ServerError::Worker)?;
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down gracefully (grace period {:?})", grace),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down gracefully (grace period {:?})", grace),
+        }
+        Ok::<(), ServerError>(())
+    })?;
+    let _ = stop_tx.send(true);
+    for h in handles {
+        let _ = h.join();
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// One worker: accept on its sockets until told to stop, then drain.
+async fn worker(
+    socks: Vec<(std::net::TcpListener, Endpoint)>,
+    mut stop: watch::Receiver<bool>,
+    grace: std::time::Duration,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let watcher = Arc::new(graceful);
+    let mut accept_tasks = Vec::new();
+    for (sock, ep) in socks {
+        let listener = match tokio::net::TcpListener::from_std(sock) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("listener {}: {e}", ep.addr);
+                continue;
+            }
+        };
+        let watcher = watcher.clone();
+        let mut stop = stop.clone();
+        accept_tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = stop.changed() => break,
+                    r = listener.accept() => match r {
+                        Ok((stream, peer)) => conn::spawn(stream, peer, ep.ctx.clone(), &watcher),
+                        Err(e) => {
+                            // EMFILE and friends: back off instead of spinning.
+                            tracing::warn!("accept on {}: {e}", ep.addr);
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    let _ = stop.wait_for(|s| *s).await;
+    for t in accept_tasks {
+        let _ = t.await;
+    }
+    let graceful = match Arc::try_unwrap(watcher) {
+        Ok(g) => g,
+        Err(_) => return,
+    };
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("grace period over: closing connections still open");
+    }
+}

@@ -1,0 +1,322 @@
+//! A request's way through weir once hyper has parsed it: limits, choosing
+//! the site by Host, the site's handler, error pages and extra headers, the
+//! access log. Read [`Listener::handle`] top to bottom.
+//!
+//! Never blocks and never allocates on the cached static path beyond the
+//! response itself: sites are chosen by comparing bytes, headers that never
+//! change are `HeaderValue::from_static`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Request, Response, StatusCode};
+
+use crate::access_log::{self, AccessLog};
+use crate::body::Body;
+use crate::config::{Config, HandlerConfig, Limits, SiteConfig};
+use crate::static_files::StaticFiles;
+
+/// One site, ready to answer.
+pub struct Site {
+    pub cfg: Arc<SiteConfig>,
+    handler: Handler,
+    access_log: Option<AccessLog>,
+}
+
+enum Handler {
+    Static(Arc<StaticFiles>),
+    Welcome,
+    RedirectHttps { port: u16 },
+}
+
+/// The sites of one listening address.
+pub struct Listener {
+    sites: Vec<Arc<Site>>,
+    default: Arc<Site>,
+    limits: Limits,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SiteError {
+    #[error("site \"{site}\": {source}")]
+    Static {
+        site: String,
+        source: crate::static_files::Error,
+    },
+    #[error("site \"{site}\": access log: {source}")]
+    AccessLog {
+        site: String,
+        source: std::io::Error,
+    },
+}
+
+/// Builds every site once; listeners share them.
+pub fn build_sites(cfg: &Config) -> Result<Vec<Arc<Site>>, SiteError> {
+    cfg.sites
+        .iter()
+        .map(|s| {
+            let handler = match &s.handler {
+                HandlerConfig::Static(opts) => {
+                    Handler::Static(StaticFiles::new(opts.clone()).map_err(|source| {
+                        SiteError::Static {
+                            site: s.name.clone(),
+                            source,
+                        }
+                    })?)
+                }
+                HandlerConfig::Welcome => Handler::Welcome,
+                HandlerConfig::RedirectHttps { port } => Handler::RedirectHttps { port: *port },
+            };
+            let access_log = match &s.access_log {
+                Some(a) => Some(AccessLog::open(a).map_err(|source| SiteError::AccessLog {
+                    site: s.name.clone(),
+                    source,
+                })?),
+                None => None,
+            };
+            Ok(Arc::new(Site {
+                cfg: s.clone(),
+                handler,
+                access_log,
+            }))
+        })
+        .collect()
+}
+
+impl Listener {
+    pub fn new(sites: &[Arc<Site>], indexes: &[usize], default: usize, limits: Limits) -> Self {
+        Listener {
+            sites: indexes.iter().map(|&i| sites[i].clone()).collect(),
+            default: sites[default].clone(),
+            limits,
+        }
+    }
+
+    /// Answers one request.
+    pub async fn handle<B>(&self, req: Request<B>, peer: SocketAddr) -> Response<Body> {
+        let started = Instant::now();
+        let (parts, _body) = req.into_parts();
+
+        // Limits hyper does not enforce for us.
+        let target_len = parts.uri.path_and_query().map_or(0, |p| p.as_str().len());
+        if target_len > self.limits.uri {
+            return closing(error(StatusCode::URI_TOO_LONG));
+        }
+        if let Some(len) = parts.headers.get(header::CONTENT_LENGTH)
+            && len
+                .to_str()
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .is_some_and(|n| n > self.limits.body)
+        {
+            return closing(error(StatusCode::PAYLOAD_TOO_LARGE));
+        }
+
+        let host = request_host(&parts);
+        let site = self.pick(host);
+
+        let mut resp = match &site.handler {
+            Handler::Static(files) => files.serve(&parts, parts.uri.path()).await,
+            Handler::Welcome => welcome(&parts),
+            Handler::RedirectHttps { port } => redirect_https(&parts, host, *port),
+        };
+
+        finish(&site.cfg, &mut resp, parts.method == http::Method::HEAD);
+
+        if let Some(log) = &site.access_log {
+            log.log(&access_log::Entry {
+                peer,
+                method: parts.method.as_str(),
+                target: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+                version: parts.version,
+                status: resp.status().as_u16(),
+                bytes: resp
+                    .headers()
+                    .get(header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse().ok()),
+                referer: parts
+                    .headers
+                    .get(header::REFERER)
+                    .and_then(|v| v.to_str().ok()),
+                user_agent: parts
+                    .headers
+                    .get(header::USER_AGENT)
+                    .and_then(|v| v.to_str().ok()),
+                host,
+                duration: started.elapsed(),
+            });
+        }
+        resp
+    }
+
+    /// The site for a host: exact name, then wildcard, then catch-all, then the default.
+    fn pick(&self, host: &str) -> &Arc<Site> {
+        if self.sites.len() == 1 {
+            return &self.default;
+        }
+        use crate::config::HostPattern as H;
+        let rank = |s: &Arc<Site>| match s.cfg.host {
+            H::Exact(_) => 0,
+            H::Wildcard(_) => 1,
+            H::Any => 2,
+        };
+        for r in 0..3 {
+            if let Some(s) = self
+                .sites
+                .iter()
+                .find(|s| rank(s) == r && s.cfg.host.matches(host))
+            {
+                return s;
+            }
+        }
+        &self.default
+    }
+}
+
+/// The request's host without port: the URI authority (HTTP/2, absolute
+/// form) or the Host header.
+fn request_host(parts: &http::request::Parts) -> &str {
+    let raw = parts
+        .uri
+        .host()
+        .or_else(|| {
+            parts
+                .headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+        })
+        .unwrap_or("");
+    strip_port(raw)
+}
+
+fn strip_port(h: &str) -> &str {
+    if h.starts_with('[') {
+        return h.split(']').next().map_or(h, |s| &h[..s.len() + 1]);
+    }
+    match h.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => h,
+    }
+}
+
+static SERVER: HeaderValue = HeaderValue::from_static("weir");
+
+/// What every response from a site gets: the Server header, the site's
+/// extra headers, and its custom error page when it has one.
+fn finish(site: &SiteConfig, resp: &mut Response<Body>, head: bool) {
+    let status = resp.status().as_u16();
+    if status >= 400
+        && let Some(page) = site.error_pages.get(&status)
+    {
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/html; charset=utf-8"),
+        );
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(page.len()));
+        h.remove(header::CONTENT_ENCODING);
+        *resp.body_mut() = if head {
+            Body::empty()
+        } else {
+            Body::full(page.clone())
+        };
+    }
+    let h = resp.headers_mut();
+    h.insert(header::SERVER, SERVER.clone());
+    for (k, v) in &site.headers {
+        h.insert(k.clone(), v.clone());
+    }
+}
+
+/// A short plain-text error response.
+pub fn error(status: StatusCode) -> Response<Body> {
+    let text = match status {
+        StatusCode::URI_TOO_LONG => "414 URI Too Long\n",
+        StatusCode::PAYLOAD_TOO_LARGE => "413 Content Too Large\n",
+        StatusCode::BAD_REQUEST => "400 Bad Request\n",
+        StatusCode::NOT_FOUND => "404 Not Found\n",
+        StatusCode::METHOD_NOT_ALLOWED => "405 Method Not Allowed\n",
+        _ => "error\n",
+    };
+    let mut r = Response::new(Body::full(Bytes::from_static(text.as_bytes())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r.headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(text.len()));
+    r
+}
+
+fn closing(mut r: Response<Body>) -> Response<Body> {
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
+fn welcome(parts: &http::request::Parts) -> Response<Body> {
+    use http::Method;
+    if parts.method != Method::GET && parts.method != Method::HEAD {
+        let mut r = error(StatusCode::METHOD_NOT_ALLOWED);
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    if parts.uri.path() != "/" {
+        return error(StatusCode::NOT_FOUND);
+    }
+    let body = if parts.method == Method::HEAD {
+        Body::empty()
+    } else {
+        Body::full(Bytes::from_static(crate::welcome::PAGE.as_bytes()))
+    };
+    let mut r = Response::new(body);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    r.headers_mut().insert(
+        header::CONTENT_LENGTH,
+        HeaderValue::from(crate::welcome::PAGE.len()),
+    );
+    r
+}
+
+fn redirect_https(parts: &http::request::Parts, host: &str, port: u16) -> Response<Body> {
+    if host.is_empty() {
+        return error(StatusCode::BAD_REQUEST);
+    }
+    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let location = if port == 443 {
+        format!("https://{host}{pq}")
+    } else {
+        format!("https://{host}:{port}{pq}")
+    };
+    let Ok(loc) = HeaderValue::from_str(&location) else {
+        return error(StatusCode::BAD_REQUEST);
+    };
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = StatusCode::PERMANENT_REDIRECT;
+    r.headers_mut().insert(header::LOCATION, loc);
+    r.headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_stripped_from_hosts() {
+        assert_eq!(strip_port("example.com:8080"), "example.com");
+        assert_eq!(strip_port("example.com"), "example.com");
+        assert_eq!(strip_port("[::1]:8080"), "[::1]");
+        assert_eq!(strip_port("[::1]"), "[::1]");
+    }
+}
