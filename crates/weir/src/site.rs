@@ -32,6 +32,17 @@ enum Handler {
     RedirectHttps { port: u16 },
 }
 
+/// What a handler may need to know about the connection a request came on.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnInfo {
+    /// The client (after the PROXY protocol, when a listener accepts it).
+    pub peer: SocketAddr,
+    /// The local address the connection was accepted on.
+    pub local: SocketAddr,
+    /// Whether the client connection is TLS (HTTPS, HTTP/3).
+    pub tls: bool,
+}
+
 /// The sites of one listening address.
 pub struct Listener {
     sites: Vec<Arc<Site>>,
@@ -95,8 +106,13 @@ impl Listener {
         }
     }
 
-    /// Answers one request.
-    pub async fn handle<B>(&self, req: Request<B>, peer: SocketAddr) -> Response<Body> {
+    /// Answers one request. `B` is the request body as the protocol layer
+    /// delivers it (hyper's `Incoming` for HTTP/1 and HTTP/2).
+    pub async fn handle<B>(&self, req: Request<B>, conn: &ConnInfo) -> Response<Body>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<crate::body::BodyError>,
+    {
         let started = Instant::now();
         let (parts, _body) = req.into_parts();
 
@@ -128,7 +144,7 @@ impl Listener {
 
         if let Some(log) = &site.access_log {
             log.log(&access_log::Entry {
-                peer,
+                peer: conn.peer,
                 method: parts.method.as_str(),
                 target: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
                 version: parts.version,

@@ -16,7 +16,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::io::{self as tio, ConnState, TimedIo};
 use crate::config::Limits;
-use crate::site::Listener;
+use crate::site::{ConnInfo, Listener};
 
 /// What every connection on one listening address shares.
 pub struct ConnCtx {
@@ -121,6 +121,11 @@ pub fn spawn(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, graceful: &
 
 async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: Watcher) {
     let state = Arc::new(ConnState::default());
+    let info = ConnInfo {
+        peer,
+        local: stream.local_addr().unwrap_or(peer),
+        tls: ctx.tls.is_some(),
+    };
     let svc = {
         let ctx = ctx.clone();
         let state = state.clone();
@@ -129,7 +134,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: 
             state.request_started();
             let in_flight = InFlight(state.clone());
             async move {
-                let resp = ctx.listener.handle(req, peer).await;
+                let resp = ctx.listener.handle(req, &info).await;
                 drop(in_flight);
                 Ok::<_, Infallible>(resp)
             }
