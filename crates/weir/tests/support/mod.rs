@@ -1,0 +1,182 @@
+//! Shared helpers for end-to-end tests: start the real `weir` binary on free
+//! loopback ports, talk to it over raw TCP, and make test certificates.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const WEIR: &str = env!("CARGO_BIN_EXE_weir");
+
+/// A free TCP port on 127.0.0.1 (bound then released; the kernel does not
+/// hand it out again right away).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running weir process, killed when dropped.
+pub struct Weir {
+    pub child: Child,
+    pub dir: tempfile::TempDir,
+    pub stderr_path: PathBuf,
+}
+
+impl Weir {
+    /// Writes `config` as `weir.toml` in a fresh directory (with `dir` holding
+    /// anything the test put there first) and runs `weir run --config` on it,
+    /// waiting until every port in `wait_ports` accepts connections.
+    pub fn start_in(dir: tempfile::TempDir, config: &str, wait_ports: &[u16]) -> Weir {
+        let cfg = dir.path().join("weir.toml");
+        std::fs::write(&cfg, config).unwrap();
+        Self::spawn(dir, &["run", "--config", cfg.to_str().unwrap()], wait_ports)
+    }
+
+    pub fn start(config: &str, wait_ports: &[u16]) -> Weir {
+        Self::start_in(tempfile::tempdir().unwrap(), config, wait_ports)
+    }
+
+    pub fn spawn(dir: tempfile::TempDir, args: &[&str], wait_ports: &[u16]) -> Weir {
+        let stderr_path = dir.path().join("stderr.log");
+        let stderr = std::fs::File::create(&stderr_path).unwrap();
+        let child = Command::new(WEIR)
+            .args(args)
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("start weir");
+        let mut w = Weir {
+            child,
+            dir,
+            stderr_path,
+        };
+        for &p in wait_ports {
+            w.wait_port(p);
+        }
+        w
+    }
+
+    pub fn wait_port(&mut self, port: u16) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("weir exited ({status}) before listening on {port}:\n{}", self.stderr());
+            }
+            if Instant::now() > deadline {
+                panic!("weir did not listen on {port} within 10 s:\n{}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -TERM failed");
+    }
+
+    /// Waits for the process to exit, up to `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Weir {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends raw bytes and returns everything the server sends until it closes
+/// the connection or `timeout` passes without data.
+pub fn raw(port: u16, request: &[u8], timeout: Duration) -> Vec<u8> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(timeout)).unwrap();
+    s.write_all(request).unwrap();
+    read_all(&mut s)
+}
+
+pub fn read_all(s: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+/// The status code of the first response in `resp`.
+pub fn status_of(resp: &[u8]) -> u16 {
+    let text = String::from_utf8_lossy(resp);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {text:?}"))
+}
+
+/// A self-signed CA and a leaf for `names`, written as PEM files into `dir`:
+/// returns (cert path, key path, CA cert PEM).
+pub fn make_cert(dir: &Path, stem: &str, names: &[&str]) -> (PathBuf, PathBuf, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, format!("weir test CA {stem}"));
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+
+    let key = KeyPair::generate().unwrap();
+    let mut params =
+        CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, names[0].to_string());
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    let cert_path = dir.join(format!("{stem}.crt"));
+    let key_path = dir.join(format!("{stem}.key"));
+    std::fs::write(&cert_path, cert.pem() + &ca.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    (cert_path, key_path, ca.pem())
+}
+
+pub fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// The 164-byte page of the published benchmarks.
+pub const PAGE_164: &str = "<!DOCTYPE html><html><head><title>Benchmark</title></head><body><h1>Hello from the benchmark page</h1><p>This page is exactly one hundred sixty four bytes.</p></b\n";
