@@ -126,6 +126,11 @@ impl CachedFile {
         }
     }
 
+    /// True while the entry is in the cache map.
+    pub fn is_cached(&self) -> bool {
+        !self.detached.load(Ordering::SeqCst)
+    }
+
     /// Approximate memory held, for the budget.
     fn base_size(&self, key: &str) -> u64 {
         const OVERHEAD: u64 = 512;
@@ -148,6 +153,9 @@ pub struct Cache {
     /// generation must not insert what it read (it may predate the change).
     generation: AtomicU64,
     sweeping: AtomicBool,
+    /// Set when the watch on the root is lost (root deleted or moved):
+    /// from then on nothing is cached, since nothing would invalidate it.
+    disabled: AtomicBool,
     root: PathBuf,
 }
 
@@ -159,6 +167,7 @@ impl Cache {
             total: AtomicI64::new(0),
             generation: AtomicU64::new(0),
             sweeping: AtomicBool::new(false),
+            disabled: AtomicBool::new(false),
             root: canonical_root,
         }
     }
@@ -196,7 +205,10 @@ impl Cache {
     /// alone is larger than the budget. Returns whether it is now cached.
     pub fn insert(&self, key: &str, entry: &Arc<CachedFile>, gen0: u64) -> bool {
         let size = entry.base_size(key);
-        if size > self.max_bytes || self.generation() != gen0 {
+        if size > self.max_bytes
+            || self.generation() != gen0
+            || self.disabled.load(Ordering::SeqCst)
+        {
             return false;
         }
         entry.detached.store(false, Ordering::SeqCst);
@@ -251,6 +263,12 @@ impl Cache {
         if let Some(old) = self.map.pin().remove(key) {
             self.discharge(old);
         }
+    }
+
+    /// Stops caching for good and drops everything.
+    pub fn disable(&self) {
+        self.disabled.store(true, Ordering::SeqCst);
+        self.clear();
     }
 
     /// Drops everything (watch overflow, watcher error).
@@ -350,7 +368,7 @@ impl Cache {
 /// be set up (limits, unsupported file system): callers then revalidate by
 /// stat.
 pub fn watch(cache: &Arc<Cache>) -> Option<notify::RecommendedWatcher> {
-    use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind};
+    use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind};
     use notify::{EventKind, RecursiveMode, Watcher};
 
     let weak = Arc::downgrade(cache);
@@ -375,10 +393,24 @@ pub fn watch(cache: &Arc<Cache>) -> Option<notify::RecommendedWatcher> {
             cache.clear();
             return;
         }
+        // The root itself deleted or moved away: the watch is gone with it
+        // (a new directory at the same path is not watched), so caching
+        // would go stale. Serve uncached from now on.
+        if matches!(
+            ev.kind,
+            EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+        ) && ev.paths.iter().any(|p| p == &cache.root)
+        {
+            tracing::warn!(root = %cache.root.display(),
+                "static files: root moved or deleted, caching disabled");
+            cache.disable();
+            return;
+        }
         let maybe_dir = !matches!(
             ev.kind,
             EventKind::Create(CreateKind::File)
-                | EventKind::Modify(ModifyKind::Data(_))
+                | EventKind::Remove(RemoveKind::File)
+                | EventKind::Modify(ModifyKind::Data(_) | ModifyKind::Metadata(_))
                 | EventKind::Access(_)
         );
         for p in &ev.paths {

@@ -135,27 +135,34 @@ fn run_ready<F: Future>(f: F) -> F::Output {
     }
 }
 
-/// Compresses `data` at a high level, for variants computed once and cached.
-/// Blocking: call from `spawn_blocking`.
-pub fn compress_once(data: &[u8], enc: Encoding) -> std::io::Result<Vec<u8>> {
+/// Compresses `data`: at a high level for variants computed once and
+/// cached, at the streaming levels when `fast` (the result will not be kept,
+/// so spending more CPU would buy nothing). Blocking: call from
+/// `spawn_blocking`.
+pub fn compress_once(data: &[u8], enc: Encoding, fast: bool) -> std::io::Result<Vec<u8>> {
     use async_compression::tokio::write::{BrotliEncoder, GzipEncoder, ZstdEncoder};
+    let (br, zstd, gz) = if fast {
+        (Level::Precise(4), Level::Precise(3), Level::Precise(6))
+    } else {
+        (Level::Precise(9), Level::Precise(12), Level::Best)
+    };
     run_ready(async {
         let out = Vec::with_capacity(data.len() / 3 + 64);
         match enc {
             Encoding::Br => {
-                let mut e = BrotliEncoder::with_quality(out, Level::Precise(9));
+                let mut e = BrotliEncoder::with_quality(out, br);
                 e.write_all(data).await?;
                 e.shutdown().await?;
                 Ok(e.into_inner())
             }
             Encoding::Zstd => {
-                let mut e = ZstdEncoder::with_quality(out, Level::Precise(12));
+                let mut e = ZstdEncoder::with_quality(out, zstd);
                 e.write_all(data).await?;
                 e.shutdown().await?;
                 Ok(e.into_inner())
             }
             Encoding::Gzip => {
-                let mut e = GzipEncoder::with_quality(out, Level::Best);
+                let mut e = GzipEncoder::with_quality(out, gz);
                 e.write_all(data).await?;
                 e.shutdown().await?;
                 Ok(e.into_inner())
@@ -228,8 +235,11 @@ mod tests {
     fn compress_once_roundtrips() {
         use async_compression::tokio::bufread::{BrotliDecoder, GzipDecoder, ZstdDecoder};
         let data = b"hello hello hello hello hello world".repeat(100);
-        for enc in Encoding::ALL {
-            let c = compress_once(&data, enc).unwrap();
+        for (enc, fast) in Encoding::ALL
+            .into_iter()
+            .flat_map(|e| [(e, false), (e, true)])
+        {
+            let c = compress_once(&data, enc, fast).unwrap();
             assert!(c.len() < data.len());
             let out = run_ready(async {
                 let mut out = Vec::new();

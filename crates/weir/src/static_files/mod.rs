@@ -127,6 +127,8 @@ pub enum Error {
     },
     #[error("root {0} is not a directory")]
     RootNotDir(PathBuf),
+    #[error("index file name {0:?} must be a plain file name")]
+    BadIndex(String),
 }
 
 pub struct StaticFiles {
@@ -153,6 +155,16 @@ impl StaticFiles {
         })?;
         if !root.is_dir() {
             return Err(Error::RootNotDir(opts.root.clone()));
+        }
+        // Index names are joined to request paths: a `/` or `..` in one
+        // would be a way out of the directory (and, with follow_symlinks,
+        // out of the root).
+        if let Some(bad) = opts
+            .index
+            .iter()
+            .find(|i| i.is_empty() || *i == "." || *i == ".." || i.contains(['/', '\\', '\0']))
+        {
+            return Err(Error::BadIndex(bad.clone()));
         }
         let cache_on = opts.cache.max_bytes > 0 && opts.cache.max_file_size > 0;
         let small_max = if cache_on {
@@ -397,9 +409,11 @@ impl StaticFiles {
             None => {
                 slot.get_or_init(|| async {
                     let body = e.identity.body.clone();
-                    let out =
-                        tokio::task::spawn_blocking(move || compress::compress_once(&body, enc))
-                            .await;
+                    let fast = !e.is_cached();
+                    let out = tokio::task::spawn_blocking(move || {
+                        compress::compress_once(&body, enc, fast)
+                    })
+                    .await;
                     match out {
                         Ok(Ok(c)) if c.len() < e.identity.body.len() => {
                             if let Some(cache) = &self.cache {
@@ -464,7 +478,7 @@ impl StaticFiles {
                 encoding: Some(enc),
                 vary,
             };
-            return rep.respond(req, Source::File(file));
+            return rep.respond(req, Source::File(file, cache::Fingerprint::of(&md)));
         }
         let mtime = f.meta.modified().unwrap_or(std::time::UNIX_EPOCH);
         let last_modified = http_date(mtime);
@@ -495,7 +509,8 @@ impl StaticFiles {
             encoding: None,
             vary,
         };
-        rep.respond(req, Source::File(f.file))
+        let fp = cache::Fingerprint::of(&f.meta);
+        rep.respond(req, Source::File(f.file, fp))
     }
 
     async fn listing(&self, req: &http::request::Parts, key: &str, dir: PathBuf) -> Response<Body> {
@@ -552,7 +567,8 @@ impl StaticFiles {
 /// Where the selected representation's bytes come from.
 enum Source<'a> {
     Memory(&'a Bytes),
-    File(std::fs::File),
+    /// An open file and the `fstat` its headers were built from.
+    File(std::fs::File, cache::Fingerprint),
     /// Identity file of this length, compressed while streaming.
     Compress(std::fs::File, u64, Encoding),
 }
@@ -629,8 +645,9 @@ impl Rep<'_> {
                 if !head {
                     *r.body_mut() = match src {
                         Source::Memory(b) => Body::full(b.clone()),
-                        Source::File(f) => stream_body(resolve::file_body(
+                        Source::File(f, fp) => stream_body(resolve::file_body(
                             f,
+                            fp,
                             vec![Segment::File { start: 0, len }],
                         )),
                         Source::Compress(..) => Body::empty(),
@@ -654,8 +671,9 @@ impl Rep<'_> {
                             Source::Memory(b) => {
                                 Body::full(b.slice(one.start as usize..=one.end as usize))
                             }
-                            Source::File(f) => stream_body(resolve::file_body(
+                            Source::File(f, fp) => stream_body(resolve::file_body(
                                 f,
+                                fp,
                                 vec![Segment::File {
                                     start: one.start,
                                     len: one.len(),
@@ -679,7 +697,7 @@ impl Rep<'_> {
                                 out.extend_from_slice(&mp.tail);
                                 Body::full(out.freeze())
                             }
-                            Source::File(f) => {
+                            Source::File(f, fp) => {
                                 let mut segs = Vec::with_capacity(ranges.len() * 2 + 1);
                                 for (head, rg) in mp.part_heads.into_iter().zip(&ranges) {
                                     segs.push(Segment::Bytes(head));
@@ -689,7 +707,7 @@ impl Rep<'_> {
                                     });
                                 }
                                 segs.push(Segment::Bytes(mp.tail));
-                                stream_body(resolve::file_body(f, segs))
+                                stream_body(resolve::file_body(f, fp, segs))
                             }
                             Source::Compress(..) => Body::empty(),
                         };

@@ -278,15 +278,17 @@ pub enum Segment {
 }
 
 /// Streams `segments`, reading file spans in [`CHUNK`]-sized positional
-/// reads on the blocking pool. A file that shrinks mid-stream ends the body
-/// with an error (the connection is closed) rather than a short body that
-/// contradicts Content-Length.
+/// reads on the blocking pool. A file that shrinks or changes mid-stream
+/// (its `fstat` no longer matches `fp`, the one the headers came from) ends
+/// the body with an error, so the connection is cut instead of delivering a
+/// body that doesn't match its Content-Length or ETag.
 pub fn file_body(
     file: File,
+    fp: Fingerprint,
     segments: Vec<Segment>,
 ) -> impl futures_util::Stream<Item = io::Result<Bytes>> + Send {
     let state = (Arc::new(file), VecDeque::from(segments));
-    futures_util::stream::try_unfold(state, |(file, mut segs)| async move {
+    futures_util::stream::try_unfold(state, move |(file, mut segs)| async move {
         loop {
             let Some(seg) = segs.pop_front() else {
                 return Ok(None);
@@ -309,6 +311,9 @@ pub fn file_body(
                                 ));
                             }
                             got += n;
+                        }
+                        if Fingerprint::of(&f.metadata()?) != fp {
+                            return Err(io::Error::other("file changed while being sent"));
                         }
                         Ok(buf.freeze())
                     })

@@ -954,3 +954,57 @@ async fn special_files_are_not_opened() {
         assert_eq!(get(&sf, "/pipe").await.status, StatusCode::FORBIDDEN);
     }
 }
+
+#[tokio::test]
+async fn index_names_with_separators_are_rejected_at_startup() {
+    let d = tempfile::tempdir().unwrap();
+    for bad in ["../x.html", "a/index.html", "..", ""] {
+        let mut o = Options::new(d.path());
+        o.index = vec![bad.to_owned()];
+        assert!(
+            matches!(StaticFiles::new(o), Err(Error::BadIndex(_))),
+            "{bad:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn replaced_root_directory_is_not_served_stale() {
+    let base = tempfile::tempdir().unwrap();
+    let root = base.path().join("www");
+    write(&root, "f.txt", b"old root");
+    let sf = server(&root);
+    assert_eq!(&get(&sf, "/f.txt").await.body[..], b"old root");
+    std::fs::rename(&root, base.path().join("www.old")).unwrap();
+    write(&root, "f.txt", b"new root");
+    let mut ok = false;
+    for _ in 0..40 {
+        if &get(&sf, "/f.txt").await.body[..] == b"new root" {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ok);
+}
+
+#[tokio::test]
+async fn stream_errors_when_file_changes_under_it() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("f.bin");
+    std::fs::write(&p, vec![1u8; 300_000]).unwrap();
+    let f = std::fs::File::open(&p).unwrap();
+    let fp = cache::Fingerprint::of(&f.metadata().unwrap());
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(&p, vec![2u8; 300_000]).unwrap();
+    let s = resolve::file_body(
+        f,
+        fp,
+        vec![resolve::Segment::File {
+            start: 0,
+            len: 300_000,
+        }],
+    );
+    let res: Result<Vec<Bytes>, _> = futures_util::TryStreamExt::try_collect(s).await;
+    assert!(res.is_err());
+}
