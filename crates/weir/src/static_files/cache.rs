@@ -88,7 +88,8 @@ pub struct CachedFile {
     pub identity: Variant,
     /// Precompressed sidecars found next to the file, in preference order.
     pub sidecars: Vec<(Encoding, Variant)>,
-    /// On-the-fly compression applies (type, size, settings) and no sidecar exists.
+    /// On-the-fly compression applies (type, size, settings) when no
+    /// sidecar the client takes exists.
     pub compress_on_the_fly: bool,
     /// Compressed-once variants, filled on first demand; `None` inside
     /// means compression did not make it smaller.

@@ -361,7 +361,7 @@ impl StaticFiles {
                 (enc, variant(body, &md, etag))
             })
             .collect();
-        let compress_on_the_fly = sidecars.is_empty() && self.compressible(&essence, len);
+        let compress_on_the_fly = self.compressible(&essence, len);
         let vary = !sidecars.is_empty() || compress_on_the_fly;
         let revalidate = (!self.watching || f.via_symlink).then(|| Revalidate {
             last_check_ms: (self.epoch.elapsed().as_millis() as u64).into(),
@@ -390,12 +390,13 @@ impl StaticFiles {
         {
             return (&e.identity, None);
         }
-        if !e.sidecars.is_empty() {
-            if let Some(enc) = compress::negotiate(h, e.sidecars.iter().map(|(enc, _)| *enc)) {
-                let v = e.sidecars.iter().find(|(x, _)| *x == enc).map(|(_, v)| v);
-                return (v.unwrap_or(&e.identity), Some(enc));
-            }
-            return (&e.identity, None);
+        // A sidecar the client takes beats compressing ourselves; failing
+        // that, on-the-fly compression (as for large files).
+        if !e.sidecars.is_empty()
+            && let Some(enc) = compress::negotiate(h, e.sidecars.iter().map(|(enc, _)| *enc))
+            && let Some((_, v)) = e.sidecars.iter().find(|(x, _)| *x == enc)
+        {
+            return (v, Some(enc));
         }
         if !e.compress_on_the_fly {
             return (&e.identity, None);

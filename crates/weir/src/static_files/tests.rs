@@ -1008,3 +1008,18 @@ async fn stream_errors_when_file_changes_under_it() {
     let res: Result<Vec<Bytes>, _> = futures_util::TryStreamExt::try_collect(s).await;
     assert!(res.is_err());
 }
+
+#[tokio::test]
+async fn missing_sidecar_coding_falls_back_to_on_the_fly_compression() {
+    let d = tempfile::tempdir().unwrap();
+    let data = text(20_000);
+    write(d.path(), "a.css", &data);
+    write(d.path(), "a.css.gz", b"GZ sidecar");
+    let sf = server_with(d.path(), |o| o.precompressed = vec![Encoding::Gzip]);
+    let r = get_h(&sf, "/a.css", &[("accept-encoding", "gzip;q=0.5, br")]).await;
+    assert_eq!(r.h(header::CONTENT_ENCODING), "gzip");
+    assert_eq!(&r.body[..], b"GZ sidecar");
+    let r = get_h(&sf, "/a.css", &[("accept-encoding", "br")]).await;
+    assert_eq!(r.h(header::CONTENT_ENCODING), "br");
+    assert_eq!(decompress("br", &r.body).await, data);
+}
