@@ -209,10 +209,16 @@ impl StaticFiles {
                 return r;
             }
         }
-        if rel_path.is_empty() {
-            // The route prefix itself names the root directory.
-            return redirect_to_slash(req);
-        }
+        let rel_path = if rel_path.is_empty() {
+            // The route prefix itself names the root directory: `/docs`
+            // must become `/docs/` so relative links in the index resolve.
+            if !req.uri.path().ends_with('/') {
+                return redirect_to_slash(req);
+            }
+            "/"
+        } else {
+            rel_path
+        };
         // Already-normal paths (the common case) are their own cache key:
         // no decoding, no allocation.
         let normalized;

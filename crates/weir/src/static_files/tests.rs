@@ -1023,3 +1023,27 @@ async fn missing_sidecar_coding_falls_back_to_on_the_fly_compression() {
     assert_eq!(r.h(header::CONTENT_ENCODING), "br");
     assert_eq!(decompress("br", &r.body).await, data);
 }
+
+#[tokio::test]
+async fn empty_rel_path_redirects_prefix_to_slash_once() {
+    let d = tempfile::tempdir().unwrap();
+    write(d.path(), "index.html", b"home");
+    let sf = server(d.path());
+    let p = Request::builder()
+        .uri("/docs?x=1")
+        .body(())
+        .unwrap()
+        .into_parts()
+        .0;
+    let r = sf.serve(&p, "").await;
+    assert_eq!(r.status(), StatusCode::MOVED_PERMANENTLY);
+    assert_eq!(r.headers()[header::LOCATION], "/docs/?x=1");
+    let p = Request::builder()
+        .uri("/docs/")
+        .body(())
+        .unwrap()
+        .into_parts()
+        .0;
+    let r = sf.serve(&p, "").await;
+    assert_eq!(r.status(), StatusCode::OK);
+}
