@@ -17,8 +17,10 @@ pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 type BoxedBody = Pin<Box<dyn http_body::Body<Data = Bytes, Error = BodyError> + Send>>;
 
 /// A response body.
+#[derive(Default)]
 pub enum Body {
     /// No body at all (HEAD, 304, 204).
+    #[default]
     Empty,
     /// A complete body in one frame; `None` once it has been sent.
     Full(Option<Bytes>),
@@ -48,12 +50,6 @@ impl Body {
     {
         use http_body_util::BodyExt;
         Body::Stream(Box::pin(body.map_err(Into::into)))
-    }
-}
-
-impl Default for Body {
-    fn default() -> Self {
-        Body::Empty
     }
 }
 

@@ -121,6 +121,17 @@ impl Listener {
         if target_len > self.limits.uri {
             return closing(error(StatusCode::URI_TOO_LONG));
         }
+        if parts.headers.len() > self.limits.headers
+            || target_len
+                + parts
+                    .headers
+                    .iter()
+                    .map(|(k, v)| k.as_str().len() + v.len() + 4)
+                    .sum::<usize>()
+                > self.limits.header_size
+        {
+            return closing(error(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE));
+        }
         if let Some(len) = parts.headers.get(header::CONTENT_LENGTH)
             && len
                 .to_str()
@@ -252,6 +263,7 @@ fn finish(site: &SiteConfig, resp: &mut Response<Body>, head: bool) {
 pub fn error(status: StatusCode) -> Response<Body> {
     let text = match status {
         StatusCode::URI_TOO_LONG => "414 URI Too Long\n",
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "431 Request Header Fields Too Large\n",
         StatusCode::PAYLOAD_TOO_LARGE => "413 Content Too Large\n",
         StatusCode::BAD_REQUEST => "400 Bad Request\n",
         StatusCode::NOT_FOUND => "404 Not Found\n",

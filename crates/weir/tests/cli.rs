@@ -5,7 +5,6 @@ mod support;
 
 use std::process::Command;
 
-
 use support::*;
 
 fn weir(args: &[&str]) -> std::process::Output {
@@ -57,10 +56,28 @@ fn validate_lists_every_error_with_position_and_suggestion() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     let f = cfg.display();
-    assert!(err.contains(&format!("{f}:2:1: unknown key `server.wrokers`: did you mean `workers`?")), "{err}");
-    assert!(err.contains(&format!("{f}:5:8: site \"example.com\": root /definitely/not/here")), "{err}");
-    assert!(err.contains(&format!("{f}:6:1: unknown key `site.example.com.browze`: did you mean `browse`?")), "{err}");
-    assert!(err.contains(&format!("{f}:7:")) && err.contains("missing.pem"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{f}:2:1: unknown key `server.wrokers`: did you mean `workers`?"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{f}:5:8: site \"example.com\": root /definitely/not/here"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{f}:6:1: unknown key `site.example.com.browze`: did you mean `browse`?"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{f}:7:")) && err.contains("missing.pem"),
+        "{err}"
+    );
     assert!(err.contains("4 error(s)"), "{err}");
 }
 
@@ -71,7 +88,11 @@ fn validate_accepts_a_good_config() {
     let cfg = dir.path().join("weir.toml");
     std::fs::write(&cfg, "[site.\"localhost:18999\"]\nroot = \"www\"\n").unwrap();
     let out = weir(&["validate", "--config", cfg.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
 }
 
@@ -93,7 +114,10 @@ fn bad_config_never_starts_a_server() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("weir.toml:4:8: site \"b\": root"), "{err}");
+    assert!(
+        err.contains(&format!("weir.toml:4:8: site \"b:{port}\": root")),
+        "{err}"
+    );
     assert!(err.contains("not starting"), "{err}");
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
 }
@@ -105,7 +129,10 @@ fn no_config_serves_the_welcome_page_on_8080() {
     let body = reqwest::blocking_get("http://127.0.0.1:8080/");
     assert_eq!(body.0, 200);
     assert!(body.1.contains("Welcome to weir"), "{}", body.1);
-    assert!(body.1.contains("weir.toml"), "the page says how to configure weir");
+    assert!(
+        body.1.contains("weir.toml"),
+        "the page says how to configure weir"
+    );
     assert_eq!(body.2.as_deref(), Some("text/html; charset=utf-8"));
     drop(w);
 }
@@ -135,7 +162,14 @@ fn file_server_serves_a_directory_and_browses() {
     let listen = format!("127.0.0.1:{port}");
     let _w = Weir::spawn(
         tempfile::tempdir().unwrap(),
-        &["file-server", "--root", &root, "--listen", &listen, "--browse"],
+        &[
+            "file-server",
+            "--root",
+            &root,
+            "--listen",
+            &listen,
+            "--browse",
+        ],
         &[port],
     );
     let r = reqwest::blocking_get(&format!("http://127.0.0.1:{port}/hello.txt"));
@@ -148,7 +182,13 @@ fn file_server_serves_a_directory_and_browses() {
 
 #[test]
 fn file_server_with_a_missing_root_fails_clearly() {
-    let out = weir(&["file-server", "--root", "/no/such/dir", "--listen", "127.0.0.1:1"]);
+    let out = weir(&[
+        "file-server",
+        "--root",
+        "/no/such/dir",
+        "--listen",
+        "127.0.0.1:1",
+    ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/dir"));
 }
@@ -176,4 +216,3 @@ mod reqwest {
         })
     }
 }
-

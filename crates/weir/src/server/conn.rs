@@ -41,11 +41,15 @@ impl ConnCtx {
         timeouts: tio::Limits,
         open: Arc<AtomicUsize>,
     ) -> Self {
-        let buf = limits.header_size.max(8192);
+        // hyper's own limits sit above ours: when hyper trips one it closes
+        // the connection without an answer, so `site::Listener::handle`
+        // enforces the configured limits itself and answers 431.
+        let buf = (limits.header_size * 2).max(16 * 1024);
+        let hyper_max_headers = limits.headers * 2 + 32;
         let mut auto = auto::Builder::new(TokioExecutor::new());
         auto.http1()
             .max_buf_size(buf)
-            .max_headers(limits.headers)
+            .max_headers(hyper_max_headers)
             .header_read_timeout(None)
             .pipeline_flush(true);
         auto.http2()
@@ -56,7 +60,7 @@ impl ConnCtx {
 
         let mut h1 = hyper::server::conn::http1::Builder::new();
         h1.max_buf_size(buf)
-            .max_headers(limits.headers)
+            .max_headers(hyper_max_headers)
             .header_read_timeout(None)
             .pipeline_flush(true);
         let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());

@@ -1,5 +1,5 @@
 //! Per-connection timeouts on the byte stream: idle keep-alive, request head,
-//! request body and write stalls, and the 408 for a slow head.
+//! and write stalls, and the 408 for a slow head.
 //!
 //! Written by hand because hyper 1 has a single `header_read_timeout` that
 //! starts when it begins waiting for a head, so it cannot tell an idle
@@ -44,7 +44,6 @@ impl ConnState {
 pub struct Limits {
     pub header: Duration,
     pub keepalive: Duration,
-    pub body: Duration,
     pub write: Duration,
 }
 
@@ -62,7 +61,6 @@ pub struct TimedIo<T> {
     last_activity: Instant,
     /// When the first byte of the current head arrived, and the request count then.
     head_started: Option<(Instant, u64)>,
-    read_waiting_since: Option<Instant>,
     write_waiting_since: Option<Instant>,
     /// Whether any byte has been read yet (to spot the HTTP/2 preface).
     seen_bytes: bool,
@@ -81,7 +79,6 @@ impl<T> TimedIo<T> {
             armed,
             last_activity: now,
             head_started: None,
-            read_waiting_since: None,
             write_waiting_since: None,
             seen_bytes: false,
         }
@@ -149,7 +146,6 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for TimedIo<T> {
                     }
                     let now = Instant::now();
                     this.last_activity = now;
-                    this.read_waiting_since = None;
                     if this.phase() == Phase::Idle {
                         this.head_started = Some((now, this.state.started.load(Ordering::Relaxed)));
                     }
@@ -166,8 +162,16 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for TimedIo<T> {
                             .unwrap_or(this.last_activity)
                             + this.limits.header
                     }
+                    // hyper also polls reads while a request runs (to notice a
+                    // close or a pipelined request): that is not a stall, and
+                    // slow request bodies are timed where they are read. But
+                    // this may be the last read poll before the connection
+                    // goes idle, so keep a timer armed to come back and
+                    // re-evaluate: the idle deadline is then at most one
+                    // keep-alive period later, with no wake-up per request.
                     Phase::Busy => {
-                        *this.read_waiting_since.get_or_insert_with(Instant::now) + this.limits.body
+                        let _ = this.expired(Instant::now() + this.limits.keepalive, cx);
+                        return Poll::Pending;
                     }
                 };
                 if !this.expired(deadline, cx) {
@@ -175,8 +179,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for TimedIo<T> {
                 }
                 let what = match phase {
                     Phase::Idle => "keep-alive idle timeout",
-                    Phase::Head => "request head timeout",
-                    Phase::Busy => "request body timeout",
+                    _ => "request head timeout",
                 };
                 tracing::debug!("closing connection: {what}");
                 if phase != Phase::Idle && this.h1 {
@@ -191,13 +194,23 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for TimedIo<T> {
 }
 
 impl<T: AsyncRead + AsyncWrite + Unpin> TimedIo<T> {
-    fn on_write<R>(&mut self, r: Poll<io::Result<R>>, cx: &mut Context<'_>) -> Poll<io::Result<R>> {
+    /// `progress`: whether the write moved bytes (a flush with nothing to
+    /// flush must not count as activity, or an idle connection never ends).
+    fn on_write<R>(
+        &mut self,
+        r: Poll<io::Result<R>>,
+        progress: impl FnOnce(&R) -> bool,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<R>> {
         match r {
-            Poll::Ready(v) => {
-                self.last_activity = Instant::now();
+            Poll::Ready(Ok(v)) => {
+                if progress(&v) {
+                    self.last_activity = Instant::now();
+                }
                 self.write_waiting_since = None;
-                Poll::Ready(v)
+                Poll::Ready(Ok(v))
             }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
                 let since = *self.write_waiting_since.get_or_insert_with(Instant::now);
                 if self.expired(since + self.limits.write, cx) {
@@ -221,7 +234,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let r = Pin::new(&mut this.inner).poll_write(cx, buf);
-        this.on_write(r, cx)
+        this.on_write(r, |n| *n > 0, cx)
     }
 
     fn poll_write_vectored(
@@ -231,7 +244,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        this.on_write(r, cx)
+        this.on_write(r, |n| *n > 0, cx)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -241,7 +254,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let r = Pin::new(&mut this.inner).poll_flush(cx);
-        this.on_write(r, cx)
+        this.on_write(r, |_| false, cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -60,7 +60,6 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
     let timeouts = io::Limits {
         header: cfg.server.timeouts.header,
         keepalive: cfg.server.timeouts.keepalive,
-        body: cfg.server.timeouts.body,
         write: cfg.server.timeouts.write,
     };
 

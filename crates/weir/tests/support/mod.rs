@@ -69,10 +69,16 @@ impl Weir {
                 return;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("weir exited ({status}) before listening on {port}:\n{}", self.stderr());
+                panic!(
+                    "weir exited ({status}) before listening on {port}:\n{}",
+                    self.stderr()
+                );
             }
             if Instant::now() > deadline {
-                panic!("weir did not listen on {port} within 10 s:\n{}", self.stderr());
+                panic!(
+                    "weir did not listen on {port} within 10 s:\n{}",
+                    self.stderr()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -179,4 +185,4 @@ pub fn addr(port: u16) -> SocketAddr {
 }
 
 /// The 164-byte page of the published benchmarks.
-pub const PAGE_164: &str = "<!DOCTYPE html><html><head><title>Benchmark</title></head><body><h1>Hello from the benchmark page</h1><p>This page is exactly one hundred sixty four bytes.</p></b\n";
+pub const PAGE_164: &str = "<!DOCTYPE html><html><head><title>Benchmark</title></head><body><h1>Hello from the benchmark page</h1><p>This page is exactly one hundred sixty four bytes.</p></bo\n";
