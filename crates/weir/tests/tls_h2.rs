@@ -1,0 +1,225 @@
+//! TLS and HTTP/2 against the real binary: ALPN, h2c with prior knowledge,
+//! TLS 1.2 and 1.3, SNI choosing among sites, the HTTP-to-HTTPS redirect,
+//! and an HTTP/2 rapid-reset flood that must not hurt anyone else.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+use support::*;
+
+struct Tls {
+    w: Weir,
+    port: u16,
+    http_port: u16,
+    ca_a: String,
+    ca_b: String,
+}
+
+/// Two HTTPS sites on one port with their own certificates, plus a plain
+/// port that redirects to HTTPS.
+fn start() -> Tls {
+    let port = free_port();
+    let http_port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    for (name, body) in [("a", "site a\n"), ("b", "site b\n")] {
+        std::fs::create_dir(dir.path().join(name)).unwrap();
+        std::fs::write(dir.path().join(name).join("index.html"), body).unwrap();
+    }
+    let (ca, ka, ca_a) = make_cert(dir.path(), "a", &["a.test"]);
+    let (cb, kb, ca_b) = make_cert(dir.path(), "b", &["b.test", "*.b.test"]);
+    let cfg = format!(
+        r#"
+[site."a.test"]
+listen = "127.0.0.1:{port}"
+root = "a"
+tls = {{ cert = "{}", key = "{}" }}
+http_redirect = "127.0.0.1:{http_port}"
+
+[site."*.b.test"]
+listen = "127.0.0.1:{port}"
+root = "b"
+tls = {{ cert = "{}", key = "{}" }}
+"#,
+        ca.display(),
+        ka.display(),
+        cb.display(),
+        kb.display()
+    );
+    let w = Weir::start_in(dir, &cfg, &[port, http_port]);
+    Tls {
+        w,
+        port,
+        http_port,
+        ca_a,
+        ca_b,
+    }
+}
+
+fn client(ca_pem: &str, h2: bool) -> reqwest::Client {
+    let cert = reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap();
+    let mut b = reqwest::Client::builder()
+        .tls_certs_only([cert])
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(5));
+    if !h2 {
+        b = b.http1_only();
+    }
+    b.build().unwrap()
+}
+
+#[tokio::test]
+async fn https_serves_each_site_with_its_certificate_over_h1_and_h2() {
+    let t = start();
+    let a = client(&t.ca_a, true);
+    let r = a
+        .get(format!("https://a.test:{}/", t.port))
+        .resolve("a.test", addr(t.port))
+        .send()
+        .await;
+    // reqwest resolves through the client builder, not per request:
+    drop(r);
+    let a = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(t.ca_a.as_bytes()).unwrap()])
+        .resolve("a.test", addr(t.port))
+        .build()
+        .unwrap();
+    let r = a.get(format!("https://a.test:{}/", t.port)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.version(), reqwest::Version::HTTP_2, "ALPN picks h2");
+    assert_eq!(r.text().await.unwrap(), "site a\n");
+
+    let b = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(t.ca_b.as_bytes()).unwrap()])
+        .resolve("x.b.test", addr(t.port))
+        .http1_only()
+        .build()
+        .unwrap();
+    let r = b.get(format!("https://x.b.test:{}/", t.port)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.version(), reqwest::Version::HTTP_11);
+    assert_eq!(r.text().await.unwrap(), "site b\n");
+
+    // a.test's CA does not vouch for b's certificate: SNI really chose.
+    let wrong = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(t.ca_a.as_bytes()).unwrap()])
+        .resolve("x.b.test", addr(t.port))
+        .build()
+        .unwrap();
+    assert!(wrong.get(format!("https://x.b.test:{}/", t.port)).send().await.is_err());
+    let _ = client(&t.ca_a, false);
+    drop(t.w);
+}
+
+/// Handshakes with only one TLS version allowed and reports what was agreed.
+async fn handshake(port: u16, ca_pem: &str, version: &'static rustls::SupportedProtocolVersion) -> (rustls::ProtocolVersion, Option<Vec<u8>>) {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let conn = tokio_rustls::TlsConnector::from(Arc::new(cfg));
+    let tcp = tokio::net::TcpStream::connect(addr(port)).await.unwrap();
+    let tls = conn
+        .connect(ServerName::try_from("a.test").unwrap(), tcp)
+        .await
+        .unwrap();
+    let (_, s) = tls.get_ref();
+    (s.protocol_version().unwrap(), s.alpn_protocol().map(|p| p.to_vec()))
+}
+
+#[tokio::test]
+async fn tls_1_2_and_1_3_both_work() {
+    let t = start();
+    let (v, alpn) = handshake(t.port, &t.ca_a, &rustls::version::TLS13).await;
+    assert_eq!(v, rustls::ProtocolVersion::TLSv1_3);
+    assert_eq!(alpn.as_deref(), Some(&b"http/1.1"[..]));
+    let (v, _) = handshake(t.port, &t.ca_a, &rustls::version::TLS12).await;
+    assert_eq!(v, rustls::ProtocolVersion::TLSv1_2);
+}
+
+#[tokio::test]
+async fn plain_http_redirects_to_https_keeping_path_and_query() {
+    let t = start();
+    let c = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let r = c
+        .get(format!("http://127.0.0.1:{}/some/page?x=1", t.http_port))
+        .header("host", format!("a.test:{}", t.http_port))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 308);
+    assert_eq!(
+        r.headers()["location"],
+        format!("https://a.test:{}/some/page?x=1", t.port).as_str()
+    );
+}
+
+#[tokio::test]
+async fn h2c_with_prior_knowledge() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/index.html"), PAGE_164).unwrap();
+    let _w = Weir::start_in(dir, &format!("[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"), &[port]);
+    let c = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let r = c.get(format!("http://127.0.0.1:{port}/")).send().await.unwrap();
+    assert_eq!(r.version(), reqwest::Version::HTTP_2);
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-length"], "164");
+    assert_eq!(r.text().await.unwrap(), PAGE_164);
+}
+
+/// CVE-2023-44487 style: open and immediately reset streams as fast as
+/// possible. The server must shed the abusive connection and keep serving
+/// everyone else.
+#[tokio::test]
+async fn h2_rapid_reset_flood_is_shed_and_others_are_served() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/index.html"), PAGE_164).unwrap();
+    let _w = Weir::start_in(dir, &format!("[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"), &[port]);
+
+    let tcp = tokio::net::TcpStream::connect(addr(port)).await.unwrap();
+    let (mut h2, conn) = h2::client::handshake(tcp).await.unwrap();
+    let conn_task = tokio::spawn(conn);
+    let mut sent = 0;
+    for _ in 0..20_000 {
+        let req = http::Request::get(format!("http://127.0.0.1:{port}/")).body(()).unwrap();
+        match h2.send_request(req, true) {
+            Ok((resp, _)) => {
+                drop(resp);
+                sent += 1;
+            }
+            Err(_) => break,
+        }
+        if sent % 100 == 0 {
+            tokio::task::yield_now().await;
+            if h2.clone().ready().await.is_err() {
+                break;
+            }
+        }
+    }
+    // The abusive connection ends (GOAWAY) well before 20,000 resets...
+    let ended = tokio::time::timeout(Duration::from_secs(5), conn_task).await;
+    assert!(ended.is_ok(), "flooding connection was not shut down (sent {sent})");
+    // ...and a well-behaved client is still served.
+    let r = reqwest::get(format!("http://127.0.0.1:{port}/")).await.unwrap();
+    assert_eq!(r.status(), 200);
+}
