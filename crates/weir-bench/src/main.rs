@@ -26,7 +26,7 @@ enum Cmd {
     /// Run a small fast upstream app (fixed body, optional delay).
     Backend(BackendArgs),
     /// Run scenarios against weir and its competitors, side by side.
-    Compare(compare::cli::CompareArgs),
+    Compare(CompareArgs),
 }
 
 /// Parses "10s", "500ms", "2m", "1h" or plain seconds.
@@ -125,7 +125,7 @@ struct BackendArgs {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    weir_bench::compare::limits::raise_nofile();
+    compare::limits::raise_nofile();
     match cli.cmd {
         Cmd::Load(a) => run_load(a),
         Cmd::Backend(a) => {
@@ -143,7 +143,7 @@ fn main() -> Result<()> {
                 std::thread::park();
             }
         }
-        Cmd::Compare(a) => compare::cli::run(a),
+        Cmd::Compare(a) => run_compare(a),
     }
 }
 
@@ -181,5 +181,116 @@ fn run_load(a: LoadArgs) -> Result<()> {
     } else {
         print!("{}", report.human());
     }
+    Ok(())
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    /// Scenarios: static, proxy, sizes, concurrency, ab (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "static,proxy,sizes,concurrency,ab"
+    )]
+    scenarios: Vec<String>,
+    /// Servers: weir, nginx, apache, caddy, haproxy, varnish, lighttpd (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "weir,nginx,apache,caddy,haproxy,varnish,lighttpd"
+    )]
+    servers: Vec<String>,
+    /// Measured repeats per case (at least 3).
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    /// Measured duration per repeat.
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    duration: Duration,
+    /// Warm-up before each repeat.
+    #[arg(long, value_parser = parse_duration, default_value = "3s")]
+    warmup: Duration,
+    /// Pin the generator to CPU 0 and the servers to CPU 1.
+    #[arg(long)]
+    pin: bool,
+    /// A ~2-minute smoke run: short durations, 3 repeats, trimmed cases, weir+nginx by default.
+    #[arg(long)]
+    quick: bool,
+    /// Run folder (default bench/runs/<date>-<hostname>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// The weir binary (default: next to weir-bench, else `weir` on PATH).
+    #[arg(long)]
+    weir: Option<PathBuf>,
+    /// Fail if a server is not installed instead of reporting it.
+    #[arg(long)]
+    require: bool,
+    /// Server port on 127.0.0.1 (the backend uses port+1).
+    #[arg(long, default_value_t = 28080)]
+    port: u16,
+    /// Workers/threads per server.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+}
+
+fn run_compare(a: CompareArgs) -> Result<()> {
+    use compare::scenarios::Scenario;
+    use compare::servers::ServerKind;
+    let scenarios = a
+        .scenarios
+        .iter()
+        .map(|s| Scenario::parse(s).with_context(|| format!("unknown scenario `{s}`")))
+        .collect::<Result<Vec<_>>>()?;
+    let explicit_servers =
+        std::env::args().any(|x| x == "--servers" || x.starts_with("--servers="));
+    let servers = if a.quick && !explicit_servers {
+        vec![ServerKind::Weir, ServerKind::Nginx]
+    } else {
+        a.servers
+            .iter()
+            .map(|s| ServerKind::parse(s).with_context(|| format!("unknown server `{s}`")))
+            .collect::<Result<Vec<_>>>()?
+    };
+    let explicit_scen =
+        std::env::args().any(|x| x == "--scenarios" || x.starts_with("--scenarios="));
+    let scenarios = if a.quick && !explicit_scen {
+        vec![Scenario::Static, Scenario::Proxy, Scenario::Ab]
+    } else {
+        scenarios
+    };
+    let (repeats, duration, warmup) = if a.quick {
+        (3, Duration::from_millis(1500), Duration::from_millis(500))
+    } else {
+        if a.repeats < 3 {
+            bail!("--repeats must be at least 3 (a median of fewer runs hides the noise)");
+        }
+        (a.repeats, a.duration, a.warmup)
+    };
+    let cfg = compare::CompareConfig {
+        scenarios,
+        servers,
+        repeats,
+        duration,
+        warmup,
+        pin: a.pin,
+        quick: a.quick,
+        out: a
+            .out
+            .unwrap_or_else(|| PathBuf::from("bench/runs").join(compare::run_name())),
+        weir: a.weir.unwrap_or_else(compare::default_weir),
+        require: a.require,
+        port: a.port,
+        workers: a.workers,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let summary = compare::run(&cfg)?;
+    for sc in &cfg.scenarios {
+        let md = std::fs::read_to_string(cfg.out.join(format!("{}.md", sc.name())))?;
+        println!("{md}");
+    }
+    eprintln!(
+        "run folder: {} ({} rows)",
+        cfg.out.display(),
+        summary.rows.len()
+    );
     Ok(())
 }

@@ -160,7 +160,8 @@ fn chunked_bodies_and_no_keepalive() {
     let r = run(&c).unwrap();
     assert_eq!(r.successes, 100);
     assert_eq!(r.connections_opened, 100);
-    assert_eq!(srv.counts.get(|c| &c.connections), 100);
+    // `>=`: a parallel test probing a closed ephemeral port may hit this server.
+    assert!(srv.counts.get(|c| &c.connections) >= 100);
 }
 
 #[test]

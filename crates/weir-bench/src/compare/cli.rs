@@ -1,9 +1,0 @@
-//! placeholder
-use clap::Args;
-/// x
-#[derive(Args)]
-pub struct CompareArgs {}
-/// x
-pub fn run(_a: CompareArgs) -> anyhow::Result<()> {
-    Ok(())
-}
