@@ -1,1 +1,10 @@
-//! weir-bench: load generator, test backend and side-by-side comparison harness.
+//! weir-bench: an honest load generator ([`load`]), a fast test upstream
+//! ([`backend`]) and a side-by-side harness that runs weir against nginx,
+//! Apache, Caddy, HAProxy, Varnish and lighttpd ([`compare`]).
+//!
+//! The generator must never be the bottleneck it measures: see [`load`] for
+//! how it stays lock-free per request, and how it reports when it is CPU-bound.
+
+pub mod backend;
+pub mod compare;
+pub mod load;

@@ -1,3 +1,296 @@
-fn main() {
-    println!("Hello, world!");
+//! The `weir-bench` command line: `load`, `backend` and `compare`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+
+use weir_bench::{backend, compare, load};
+
+#[derive(Parser)]
+#[command(
+    name = "weir-bench",
+    version,
+    about = "Honest HTTP benchmarks: load generator, test backend, server comparison"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Load-test one URL (closed loop with -c, open loop with --rate).
+    Load(LoadArgs),
+    /// Run a small fast upstream app (fixed body, optional delay).
+    Backend(BackendArgs),
+    /// Run scenarios against weir and its competitors, side by side.
+    Compare(CompareArgs),
+}
+
+/// Parses "10s", "500ms", "2m", "1h" or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s, "s"),
+    };
+    let n: f64 = num.parse().map_err(|_| format!("bad duration `{s}`"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("bad duration unit in `{s}` (use ms, s, m or h)")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[derive(Args)]
+struct LoadArgs {
+    /// Target URL (http:// or https://).
+    url: String,
+    /// Concurrent connections.
+    #[arg(short = 'c', long, default_value_t = 10)]
+    connections: usize,
+    /// Generator threads.
+    #[arg(short = 't', long, default_value_t = 1)]
+    threads: usize,
+    /// Measured duration (default 10s unless -n is given).
+    #[arg(short = 'd', long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Total number of requests to send (instead of a duration).
+    #[arg(short = 'n', long)]
+    requests: Option<u64>,
+    /// Open loop: total requests per second, latency measured from intended send times.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Close the connection after each request.
+    #[arg(long)]
+    no_keepalive: bool,
+    /// Request method.
+    #[arg(short = 'm', long, default_value = "GET")]
+    method: String,
+    /// Extra header `Name: value` (repeatable; `Host: x` overrides the URL's host).
+    #[arg(short = 'H', long = "header")]
+    headers: Vec<String>,
+    /// Send this file as the request body.
+    #[arg(long)]
+    body_file: Option<PathBuf>,
+    /// Use HTTP/2 (ALPN over TLS, prior knowledge over cleartext).
+    #[arg(long)]
+    h2: bool,
+    /// Use HTTP/3.
+    #[arg(long)]
+    http3: bool,
+    /// Concurrent streams per HTTP/2 connection.
+    #[arg(long, default_value_t = 1)]
+    streams: usize,
+    /// Accept any TLS certificate.
+    #[arg(short = 'k', long)]
+    insecure: bool,
+    /// Trust this CA certificate file (PEM).
+    #[arg(long)]
+    cacert: Option<PathBuf>,
+    /// TLS server name (default: the URL's host).
+    #[arg(long)]
+    sni: Option<String>,
+    /// Responses later than this count as timeout errors.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    timeout: Duration,
+    /// Warm-up excluded from the results.
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    warmup: Duration,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct BackendArgs {
+    /// Listen address.
+    #[arg(long, default_value = "127.0.0.1:9000")]
+    listen: std::net::SocketAddr,
+    /// Response body size in bytes.
+    #[arg(long, default_value_t = 164)]
+    size: usize,
+    /// Delay before each response, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    delay: u64,
+    /// Threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    compare::limits::raise_nofile();
+    match cli.cmd {
+        Cmd::Load(a) => run_load(a),
+        Cmd::Backend(a) => {
+            let b = backend::start(&backend::BackendConfig {
+                listen: a.listen,
+                size: a.size,
+                delay: Duration::from_millis(a.delay),
+                threads: a.threads,
+            })?;
+            eprintln!(
+                "weir-bench backend listening on {} ({} byte body, {} ms delay)",
+                b.addr, a.size, a.delay
+            );
+            loop {
+                std::thread::park();
+            }
+        }
+        Cmd::Compare(a) => run_compare(a),
+    }
+}
+
+fn run_load(a: LoadArgs) -> Result<()> {
+    if a.http3 {
+        bail!("HTTP/3 not supported yet");
+    }
+    let mut cfg = load::LoadConfig::new(&a.url).progress_if_tty();
+    cfg.connections = a.connections;
+    cfg.threads = a.threads;
+    cfg.duration = a.duration;
+    cfg.requests = a.requests;
+    cfg.rate = a.rate;
+    cfg.keepalive = !a.no_keepalive;
+    cfg.method = a.method;
+    cfg.headers = a
+        .headers
+        .iter()
+        .map(|h| load::LoadConfig::parse_header(h))
+        .collect::<Result<_, _>>()?;
+    if let Some(p) = &a.body_file {
+        cfg.body =
+            std::fs::read(p).with_context(|| format!("reading body file {}", p.display()))?;
+    }
+    cfg.h2 = a.h2;
+    cfg.streams = a.streams;
+    cfg.insecure = a.insecure;
+    cfg.cacert = a.cacert;
+    cfg.sni = a.sni;
+    cfg.timeout = a.timeout;
+    cfg.warmup = a.warmup;
+    let report = load::run(&cfg)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.human());
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    /// Scenarios: static, proxy, sizes, concurrency, ab (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "static,proxy,sizes,concurrency,ab"
+    )]
+    scenarios: Vec<String>,
+    /// Servers: weir, nginx, apache, caddy, haproxy, varnish, lighttpd (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "weir,nginx,apache,caddy,haproxy,varnish,lighttpd"
+    )]
+    servers: Vec<String>,
+    /// Measured repeats per case (at least 3).
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    /// Measured duration per repeat.
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    duration: Duration,
+    /// Warm-up before each repeat.
+    #[arg(long, value_parser = parse_duration, default_value = "3s")]
+    warmup: Duration,
+    /// Pin the generator to CPU 0 and the servers to CPU 1.
+    #[arg(long)]
+    pin: bool,
+    /// A ~2-minute smoke run: short durations, 3 repeats, trimmed cases, weir+nginx by default.
+    #[arg(long)]
+    quick: bool,
+    /// Run folder (default bench/runs/<date>-<hostname>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// The weir binary (default: next to weir-bench, else `weir` on PATH).
+    #[arg(long)]
+    weir: Option<PathBuf>,
+    /// Fail if a server is not installed instead of reporting it.
+    #[arg(long)]
+    require: bool,
+    /// Server port on 127.0.0.1 (the backend uses port+1).
+    #[arg(long, default_value_t = 28080)]
+    port: u16,
+    /// Workers/threads per server.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+}
+
+fn run_compare(a: CompareArgs) -> Result<()> {
+    use compare::scenarios::Scenario;
+    use compare::servers::ServerKind;
+    let scenarios = a
+        .scenarios
+        .iter()
+        .map(|s| Scenario::parse(s).with_context(|| format!("unknown scenario `{s}`")))
+        .collect::<Result<Vec<_>>>()?;
+    let explicit_servers =
+        std::env::args().any(|x| x == "--servers" || x.starts_with("--servers="));
+    let servers = if a.quick && !explicit_servers {
+        vec![ServerKind::Weir, ServerKind::Nginx]
+    } else {
+        a.servers
+            .iter()
+            .map(|s| ServerKind::parse(s).with_context(|| format!("unknown server `{s}`")))
+            .collect::<Result<Vec<_>>>()?
+    };
+    let explicit_scen =
+        std::env::args().any(|x| x == "--scenarios" || x.starts_with("--scenarios="));
+    let scenarios = if a.quick && !explicit_scen {
+        vec![Scenario::Static, Scenario::Proxy, Scenario::Ab]
+    } else {
+        scenarios
+    };
+    let (repeats, duration, warmup) = if a.quick {
+        (3, Duration::from_millis(1500), Duration::from_millis(500))
+    } else {
+        if a.repeats < 3 {
+            bail!("--repeats must be at least 3 (a median of fewer runs hides the noise)");
+        }
+        (a.repeats, a.duration, a.warmup)
+    };
+    let cfg = compare::CompareConfig {
+        scenarios,
+        servers,
+        repeats,
+        duration,
+        warmup,
+        pin: a.pin,
+        quick: a.quick,
+        out: a
+            .out
+            .unwrap_or_else(|| PathBuf::from("bench/runs").join(compare::run_name())),
+        weir: a.weir.unwrap_or_else(compare::default_weir),
+        require: a.require,
+        port: a.port,
+        workers: a.workers,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let summary = compare::run(&cfg)?;
+    for sc in &cfg.scenarios {
+        let md = std::fs::read_to_string(cfg.out.join(format!("{}.md", sc.name())))?;
+        println!("{md}");
+    }
+    eprintln!(
+        "run folder: {} ({} rows)",
+        cfg.out.display(),
+        summary.rows.len()
+    );
+    Ok(())
 }

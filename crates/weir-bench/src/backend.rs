@@ -1,0 +1,194 @@
+//! `weir-bench backend`: a small, fast upstream application to put behind
+//! proxies (the role of the Go and Rust apps in seeds 002 and 003).
+//!
+//! Every request gets `200 OK` with a fixed body of `size` bytes after an
+//! optional delay. HTTP/1.1 with keep-alive and pipelining; one
+//! current-thread runtime per `threads`, each with its own `SO_REUSEPORT`
+//! listener. Request bodies (Content-Length) are read and discarded; chunked
+//! request bodies are not supported (answered with 411 and closed).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Errors starting the backend.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// Binding the listen address failed.
+    #[error("cannot listen on {0}: {1}")]
+    Bind(SocketAddr, std::io::Error),
+    /// A thread or runtime could not be started.
+    #[error("cannot start backend thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Backend settings.
+#[derive(Debug, Clone)]
+pub struct BackendConfig {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// Response body size in bytes.
+    pub size: usize,
+    /// Delay before each response.
+    pub delay: Duration,
+    /// Threads (each with its own listener socket).
+    pub threads: usize,
+}
+
+/// A running backend: its address and request counter.
+pub struct Backend {
+    /// The bound address (useful with port 0).
+    pub addr: SocketAddr,
+    /// Requests answered so far.
+    pub requests: Arc<AtomicU64>,
+}
+
+/// Builds the canned response once.
+fn response(size: usize) -> Vec<u8> {
+    let mut r = format!(
+        "HTTP/1.1 200 OK\r\nServer: weir-bench-backend\r\nContent-Type: text/plain\r\nContent-Length: {size}\r\n\r\n"
+    )
+    .into_bytes();
+    r.extend((0..size).map(|i| b'a' + (i % 26) as u8));
+    r
+}
+
+fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let domain = if addr.is_ipv4() {
+        socket2::Domain::IPV4
+    } else {
+        socket2::Domain::IPV6
+    };
+    let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(4096)?;
+    Ok(s.into())
+}
+
+/// Starts the backend on background threads and returns once it listens.
+pub fn start(cfg: &BackendConfig) -> Result<Backend, BackendError> {
+    let first = bind(cfg.listen).map_err(|e| BackendError::Bind(cfg.listen, e))?;
+    let addr = first
+        .local_addr()
+        .map_err(|e| BackendError::Bind(cfg.listen, e))?;
+    let requests = Arc::new(AtomicU64::new(0));
+    let resp: Arc<[u8]> = response(cfg.size).into();
+    let mut listeners = vec![first];
+    for _ in 1..cfg.threads.max(1) {
+        listeners.push(bind(addr).map_err(|e| BackendError::Bind(addr, e))?);
+    }
+    for (i, l) in listeners.into_iter().enumerate() {
+        let resp = resp.clone();
+        let requests = requests.clone();
+        let delay = cfg.delay;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(BackendError::Thread)?;
+        std::thread::Builder::new()
+            .name(format!("backend-{i}"))
+            .spawn(move || {
+                rt.block_on(async move {
+                    let Ok(l) = TcpListener::from_std(l) else {
+                        return;
+                    };
+                    loop {
+                        let Ok((s, _)) = l.accept().await else {
+                            continue;
+                        };
+                        let _ = s.set_nodelay(true);
+                        tokio::spawn(serve(s, resp.clone(), delay, requests.clone()));
+                    }
+                })
+            })
+            .map_err(BackendError::Thread)?;
+    }
+    Ok(Backend { addr, requests })
+}
+
+/// Serves one connection until the client closes it.
+async fn serve(mut s: TcpStream, resp: Arc<[u8]>, delay: Duration, requests: Arc<AtomicU64>) {
+    let mut buf = vec![0u8; 16 * 1024];
+    let (mut start, mut end) = (0usize, 0usize);
+    let mut out = Vec::with_capacity(resp.len());
+    loop {
+        // Answer every complete request in the buffer (pipelining), then write once.
+        let mut close = false;
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 64];
+            let mut req = httparse::Request::new(&mut headers);
+            match req.parse(&buf[start..end]) {
+                Ok(httparse::Status::Complete(n)) => {
+                    let mut body = 0usize;
+                    for h in req.headers.iter() {
+                        if h.name.eq_ignore_ascii_case("content-length") {
+                            body = std::str::from_utf8(h.value)
+                                .ok()
+                                .and_then(|v| v.trim().parse().ok())
+                                .unwrap_or(0);
+                        } else if h.name.eq_ignore_ascii_case("connection")
+                            && h.value.eq_ignore_ascii_case(b"close")
+                        {
+                            close = true;
+                        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+                            let _ = s.write_all(b"HTTP/1.1 411 Length Required\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
+                            return;
+                        }
+                    }
+                    if req.version == Some(0) {
+                        close = true;
+                    }
+                    if end - start < n + body {
+                        break; // wait for the rest of the body
+                    }
+                    start += n + body;
+                    out.extend_from_slice(&resp);
+                    requests.fetch_add(1, Ordering::Relaxed);
+                    if close {
+                        break;
+                    }
+                }
+                Ok(httparse::Status::Partial) => break,
+                Err(_) => {
+                    let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").await;
+                    return;
+                }
+            }
+        }
+        if !out.is_empty() {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            if s.write_all(&out).await.is_err() {
+                return;
+            }
+            out.clear();
+        }
+        if close {
+            return;
+        }
+        if start == end {
+            start = 0;
+            end = 0;
+        } else if end == buf.len() {
+            if start == 0 {
+                buf.resize(buf.len() * 2, 0); // a large request body
+            } else {
+                buf.copy_within(start..end, 0);
+                end -= start;
+                start = 0;
+            }
+        }
+        match s.read(&mut buf[end..]).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => end += n,
+        }
+    }
+}

@@ -1,0 +1,709 @@
+//! `weir-bench compare`: runs named scenarios against weir and the real
+//! competitors, one server at a time on loopback, and writes a run folder
+//! with every config, raw JSON per repeat, a Markdown table and an SVG chart
+//! per scenario.
+//!
+//! Method: each server is started by hand (foreground, stopped by PID),
+//! checked (status and exact body) before measuring, warmed up, measured
+//! `repeats` times; the tables show the median and min–max spread, server
+//! CPU and RSS (idle before load, peak during) from /proc, and the
+//! generator's own CPU. A server whose binary is missing is reported as
+//! "not installed", loudly, never silently dropped.
+
+pub mod limits;
+pub mod process;
+pub mod procstat;
+pub mod report;
+pub mod scenarios;
+pub mod servers;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::load::{self, LoadConfig, LoadReport};
+use process::Running;
+use scenarios::{Amount, Case, Scenario};
+use servers::{Role, ServerKind, ServerSetup};
+
+/// Errors that stop a comparison.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// A file or folder could not be written.
+    #[error("{0}: {1}")]
+    Io(PathBuf, std::io::Error),
+    /// The certificate could not be generated.
+    #[error("cannot generate the certificate: {0}")]
+    Cert(String),
+    /// The load generator refused the options.
+    #[error(transparent)]
+    Load(#[from] load::LoadError),
+    /// `--require` was given and a server is missing.
+    #[error("{0} is not installed (run bench/setup)")]
+    Required(String),
+    /// A server does not take part in this kind of case.
+    #[error("not applicable: {0}")]
+    NotApplicable(String),
+    /// The backend could not be started.
+    #[error("cannot start weir-bench backend: {0}")]
+    Backend(String),
+    /// A port the run needs is taken.
+    #[error("port {0} on 127.0.0.1 is in use; choose another with --port")]
+    PortInUse(u16),
+}
+
+impl CompareError {
+    /// An I/O error on `path`.
+    pub fn io(path: &Path, e: std::io::Error) -> CompareError {
+        CompareError::Io(path.to_path_buf(), e)
+    }
+}
+
+/// Options of a comparison.
+#[derive(Debug, Clone)]
+pub struct CompareConfig {
+    /// Scenarios to run.
+    pub scenarios: Vec<Scenario>,
+    /// Servers to compare.
+    pub servers: Vec<ServerKind>,
+    /// Measured repeats per case (median reported).
+    pub repeats: usize,
+    /// Measured duration per repeat.
+    pub duration: Duration,
+    /// Warm-up before each repeat.
+    pub warmup: Duration,
+    /// Pin the generator to CPU 0 and the servers to CPU 1.
+    pub pin: bool,
+    /// Smoke-test sizes.
+    pub quick: bool,
+    /// Run folder.
+    pub out: PathBuf,
+    /// The weir binary.
+    pub weir: PathBuf,
+    /// Fail instead of skipping missing servers.
+    pub require: bool,
+    /// Server port; the backend uses `port + 1`.
+    pub port: u16,
+    /// Workers/threads per server.
+    pub workers: usize,
+    /// The command line, recorded in the report.
+    pub command: String,
+}
+
+/// One (scenario, case, server) result, aggregated over repeats.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Row {
+    /// Scenario name.
+    pub scenario: String,
+    /// Case label.
+    pub case: String,
+    /// Server name.
+    pub server: String,
+    /// "ok", "not installed", "config rejected: …", "failed: …".
+    pub status: String,
+    /// Repeats measured.
+    pub repeats: usize,
+    /// Median successful req/s.
+    pub rps_median: f64,
+    /// Lowest req/s.
+    pub rps_min: f64,
+    /// Highest req/s.
+    pub rps_max: f64,
+    /// Median p50 latency, ms.
+    pub p50_ms: f64,
+    /// Median p99 latency, ms.
+    pub p99_ms: f64,
+    /// Median p99 corrected for coordinated omission, ms.
+    pub p99_corrected_ms: f64,
+    /// Median mean latency, ms (ab's "time per request").
+    pub mean_ms: f64,
+    /// Median 2xx/3xx responses.
+    pub ok_responses: u64,
+    /// Median other responses.
+    pub non_2xx: u64,
+    /// Median client-side errors (all kinds).
+    pub client_errors: u64,
+    /// Median server CPU, cores.
+    pub server_cpu: f64,
+    /// Median backend CPU, cores (proxy scenario).
+    pub backend_cpu: Option<f64>,
+    /// Server RSS before load, MiB.
+    pub rss_idle_mib: f64,
+    /// Highest server RSS during load, MiB.
+    pub rss_peak_mib: f64,
+    /// Median generator CPU, cores.
+    pub generator_cpu: f64,
+    /// The generator was CPU-bound in some repeat.
+    pub generator_cpu_bound: bool,
+}
+
+/// One repeat's raw record.
+#[derive(Debug, Serialize)]
+struct RepeatRecord<'a> {
+    server: &'a str,
+    scenario: &'a str,
+    case: &'a str,
+    repeat: usize,
+    server_cpu_cores: f64,
+    backend_cpu_cores: Option<f64>,
+    rss_peak_bytes: u64,
+    load: &'a LoadReport,
+}
+
+/// What the run folder's summary.json holds.
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    /// Date and host.
+    pub run: String,
+    /// Exact command.
+    pub command: String,
+    /// Server versions.
+    pub versions: Vec<(String, String)>,
+    /// CPUs.
+    pub cpus: usize,
+    /// Pinned?
+    pub pinned: bool,
+    /// Repeats.
+    pub repeats: usize,
+    /// Seconds measured per repeat.
+    pub duration_s: f64,
+    /// Seconds of warm-up per repeat.
+    pub warmup_s: f64,
+    /// All rows.
+    pub rows: Vec<Row>,
+}
+
+/// `YYYY-MM-DD-hostname`, the default run folder name.
+pub fn run_name() -> String {
+    let days = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 86400) as i64;
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let host =
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "host".into());
+    format!("{y:04}-{m:02}-{d:02}-{}", host.trim())
+}
+
+/// The default weir binary: next to this executable, else `weir` on PATH.
+pub fn default_weir() -> PathBuf {
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        for cand in [dir.join("weir"), dir.join("../weir")] {
+            if cand.is_file() {
+                return cand;
+            }
+        }
+    }
+    std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .map(|d| Path::new(d).join("weir"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("weir"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn write(path: &Path, text: &str) -> Result<(), CompareError> {
+    std::fs::write(path, text).map_err(|e| CompareError::io(path, e))
+}
+
+/// Makes `dir` readable by the unprivileged users servers drop to.
+fn open_perms(path: &Path, dir: bool) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(
+        path,
+        std::fs::Permissions::from_mode(if dir { 0o755 } else { 0o644 }),
+    );
+}
+
+/// Writes the docroot files and the certificate into the run folder.
+fn prepare_assets(out: &Path) -> Result<(PathBuf, PathBuf, PathBuf, PathBuf), CompareError> {
+    let docroot = out.join("docroot");
+    std::fs::create_dir_all(&docroot).map_err(|e| CompareError::io(&docroot, e))?;
+    open_perms(out, true);
+    open_perms(&docroot, true);
+    for (name, size) in scenarios::FILES {
+        let p = docroot.join(name);
+        write(
+            &p,
+            &String::from_utf8(expected_file(size)).unwrap_or_default(),
+        )?;
+        open_perms(&p, false);
+    }
+    let certs = out.join("tls");
+    std::fs::create_dir_all(&certs).map_err(|e| CompareError::io(&certs, e))?;
+    open_perms(&certs, true);
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256)
+        .or_else(|_| rcgen::KeyPair::generate())
+        .map_err(|e| CompareError::Cert(e.to_string()))?;
+    let params = rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
+        .map_err(|e| CompareError::Cert(e.to_string()))?;
+    let cert = params
+        .self_signed(&key)
+        .map_err(|e| CompareError::Cert(e.to_string()))?;
+    let (c, k, both) = (
+        certs.join("cert.pem"),
+        certs.join("key.pem"),
+        certs.join("combined.pem"),
+    );
+    write(&c, &cert.pem())?;
+    write(&k, &key.serialize_pem())?;
+    write(&both, &format!("{}{}", cert.pem(), key.serialize_pem()))?;
+    for p in [&c, &k, &both] {
+        open_perms(p, false);
+    }
+    Ok((docroot, c, k, both))
+}
+
+/// The bytes of a static file of `size`: an HTML-ish page for small sizes.
+pub fn expected_file(size: usize) -> Vec<u8> {
+    let head = b"<!DOCTYPE html><html><head><title>weir-bench</title></head><body><p>";
+    let tail = b"</p></body></html>\n";
+    if size < head.len() + tail.len() {
+        return vec![b'x'; size];
+    }
+    let mut v = head.to_vec();
+    v.extend((0..size - head.len() - tail.len()).map(|i| b'a' + (i % 26) as u8));
+    v.extend_from_slice(tail);
+    v
+}
+
+/// The backend's body of `size` bytes (see [`crate::backend`]).
+fn expected_backend(size: usize) -> Vec<u8> {
+    (0..size).map(|i| b'a' + (i % 26) as u8).collect()
+}
+
+/// Runs the comparison and writes the run folder. Returns the summary.
+pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
+    load::tls::install_crypto_provider();
+    limits::raise_nofile();
+    std::fs::create_dir_all(&cfg.out).map_err(|e| CompareError::io(&cfg.out, e))?;
+    let (docroot, cert, key, combined) = prepare_assets(&cfg.out)?;
+    let mut versions = Vec::new();
+    let mut missing = Vec::new();
+    for &s in &cfg.servers {
+        let bin = s.binary(&cfg.weir);
+        if servers::installed(&bin) {
+            versions.push((s.name().to_string(), s.version(&cfg.weir)));
+        } else {
+            if cfg.require {
+                return Err(CompareError::Required(s.name().into()));
+            }
+            eprintln!(
+                "weir-bench compare: *** {} is NOT INSTALLED ({}) and will be reported as such; run bench/setup ***",
+                s.name(),
+                bin.display()
+            );
+            versions.push((s.name().to_string(), "not installed".into()));
+            missing.push(s);
+        }
+    }
+    if cfg.pin
+        && let Err(e) = limits::pin_current_thread(0)
+    {
+        eprintln!("weir-bench compare: cannot pin the generator to CPU 0: {e}");
+    }
+    let server_cpu = cfg.pin.then_some(1);
+    let backend_port = cfg.port + 1;
+    let mut rows = Vec::new();
+    for &scenario in &cfg.scenarios {
+        eprintln!("== scenario {}: {}", scenario.name(), scenario.describe());
+        // The backend runs as its own process so its CPU is not the generator's.
+        let backend = if scenario == Scenario::Proxy {
+            Some(start_backend(cfg, backend_port, server_cpu)?)
+        } else {
+            None
+        };
+        for case in scenarios::cases(scenario, cfg.quick) {
+            for &server in &cfg.servers {
+                if !scenario.applies_to(server) {
+                    continue;
+                }
+                let mut row = Row {
+                    scenario: scenario.name().into(),
+                    case: case.label.clone(),
+                    server: server.name().into(),
+                    ..Row::default()
+                };
+                if missing.contains(&server) {
+                    row.status = "not installed".into();
+                    rows.push(row);
+                    continue;
+                }
+                if case.tls && !server.tls() {
+                    row.status = "not applicable (no TLS)".into();
+                    rows.push(row);
+                    continue;
+                }
+                let role = match scenario {
+                    Scenario::Proxy => Role::Proxy(([127, 0, 0, 1], backend_port).into()),
+                    _ => Role::Static(docroot.clone()),
+                };
+                let setup = ServerSetup {
+                    dir: cfg
+                        .out
+                        .join("configs")
+                        .join(scenario.name())
+                        .join(slug(&case.label))
+                        .join(server.name()),
+                    port: cfg.port,
+                    tls: case.tls,
+                    role,
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    combined: combined.clone(),
+                    workers: cfg.workers,
+                };
+                let expected = match scenario {
+                    Scenario::Proxy => expected_backend(case.body_size),
+                    _ => expected_file(case.body_size),
+                };
+                let backend_pid = backend.as_ref().map(|b| b.pid);
+                eprintln!(
+                    "-- {} / {} / {}",
+                    scenario.name(),
+                    case.label,
+                    server.name()
+                );
+                match run_server_case(
+                    cfg,
+                    server,
+                    &setup,
+                    &case,
+                    scenario,
+                    &expected,
+                    server_cpu,
+                    backend_pid,
+                ) {
+                    Ok(r) => {
+                        row = Row {
+                            status: "ok".into(),
+                            ..r
+                        }
+                    }
+                    Err(status) => {
+                        eprintln!(
+                            "weir-bench compare: *** {} {}: {status} ***",
+                            server.name(),
+                            case.label
+                        );
+                        row.status = status;
+                    }
+                }
+                rows.push(row);
+            }
+        }
+        if let Some(b) = backend {
+            b.stop();
+        }
+        let scenario_rows: Vec<Row> = rows
+            .iter()
+            .filter(|r| r.scenario == scenario.name())
+            .cloned()
+            .collect();
+        let md = report::markdown(scenario, &scenario_rows, cfg);
+        write(&cfg.out.join(format!("{}.md", scenario.name())), &md)?;
+        write(
+            &cfg.out.join(format!("{}.svg", scenario.name())),
+            &report::svg(scenario, &scenario_rows),
+        )?;
+    }
+    let summary = Summary {
+        run: cfg
+            .out
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        command: cfg.command.clone(),
+        versions,
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        pinned: cfg.pin,
+        repeats: cfg.repeats,
+        duration_s: cfg.duration.as_secs_f64(),
+        warmup_s: cfg.warmup.as_secs_f64(),
+        rows,
+    };
+    let json = serde_json::to_string_pretty(&summary).unwrap_or_default();
+    write(&cfg.out.join("summary.json"), &json)?;
+    write(&cfg.out.join("README.md"), &report::readme(&summary, cfg))?;
+    Ok(summary)
+}
+
+fn slug(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}
+
+fn start_backend(
+    cfg: &CompareConfig,
+    port: u16,
+    cpu: Option<usize>,
+) -> Result<Running, CompareError> {
+    if !process::port_free(port) {
+        return Err(CompareError::PortInUse(port));
+    }
+    let exe = std::env::current_exe().map_err(|e| CompareError::Backend(e.to_string()))?;
+    let launch = servers::Launch {
+        program: exe,
+        args: vec![
+            "backend".into(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--size".into(),
+            "164".into(),
+        ],
+        env: vec![],
+        config: PathBuf::new(),
+        validate: None,
+    };
+    let mut r = Running::start(&launch, &cfg.out.join("backend.log"), cpu)
+        .map_err(|e| CompareError::Backend(e.to_string()))?;
+    r.wait_ready(port, Duration::from_secs(5))
+        .map_err(CompareError::Backend)?;
+    Ok(r)
+}
+
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(3)..]
+        .join(" | ")
+        .chars()
+        .take(300)
+        .collect()
+}
+
+/// Starts one server for one case, checks it, measures it; `Err` is the status text.
+#[allow(clippy::too_many_arguments)]
+fn run_server_case(
+    cfg: &CompareConfig,
+    server: ServerKind,
+    setup: &ServerSetup,
+    case: &Case,
+    scenario: Scenario,
+    expected: &[u8],
+    cpu: Option<usize>,
+    backend_pid: Option<u32>,
+) -> Result<Row, String> {
+    let launch = server
+        .prepare(setup, &cfg.weir)
+        .map_err(|e| e.to_string())?;
+    if let Some(v) = &launch.validate {
+        let out = std::process::Command::new(&v[0])
+            .args(&v[1..])
+            .output()
+            .map_err(|e| format!("failed: {e}"))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let first: String = err
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .chars()
+                .take(200)
+                .collect();
+            return Err(format!("config rejected: {first}"));
+        }
+    }
+    if !process::port_free(setup.port) {
+        return Err(format!("failed: port {} in use", setup.port));
+    }
+    let log = setup.dir.join("server.log");
+    let mut running =
+        Running::start(&launch, &log, cpu).map_err(|e| format!("failed to start: {e}"))?;
+    let result = (|| {
+        running
+            .wait_ready(setup.port, Duration::from_secs(10))
+            .map_err(|e| format!("failed to start: {e}; log: {}", tail(&log)))?;
+        let (status, body) = process::fetch(setup.port, setup.tls, &case.path)
+            .map_err(|e| format!("failed check: {e}"))?;
+        if status != 200 || body != expected {
+            return Err(format!(
+                "failed check: GET {} gave {status} with {} body bytes, expected 200 with {}",
+                case.path,
+                body.len(),
+                expected.len()
+            ));
+        }
+        measure(cfg, server, setup, case, scenario, running.pid, backend_pid)
+    })();
+    running.stop();
+    result
+}
+
+/// Samples a process tree every 200 ms on a thread until stopped.
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    handle: std::thread::JoinHandle<Vec<(Instant, procstat::TreeSample, procstat::TreeSample)>>,
+}
+
+impl Sampler {
+    fn start(server: u32, backend: Option<u32>) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                let b = backend.map(|b| procstat::sample(&[b])).unwrap_or_default();
+                v.push((Instant::now(), procstat::sample(&[server]), b));
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let b = backend.map(|b| procstat::sample(&[b])).unwrap_or_default();
+            v.push((Instant::now(), procstat::sample(&[server]), b));
+            v
+        });
+        Sampler { stop, handle }
+    }
+
+    fn finish(self) -> Vec<(Instant, procstat::TreeSample, procstat::TreeSample)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or_default()
+    }
+}
+
+fn load_config(cfg: &CompareConfig, setup: &ServerSetup, case: &Case) -> LoadConfig {
+    let scheme = if setup.tls { "https" } else { "http" };
+    let mut l = LoadConfig::new(&format!("{scheme}://127.0.0.1:{}{}", setup.port, case.path));
+    l.connections = case.connections;
+    l.threads = case.threads;
+    l.keepalive = case.keepalive;
+    l.insecure = true;
+    l.sni = Some("localhost".into());
+    l.headers = vec![("Host".into(), "localhost".into())];
+    l.timeout = case.timeout;
+    l.warmup = cfg.warmup;
+    match case.amount {
+        Amount::Duration => l.duration = Some(cfg.duration),
+        Amount::Requests(n) => l.requests = Some(n),
+    }
+    l
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    cfg: &CompareConfig,
+    server: ServerKind,
+    setup: &ServerSetup,
+    case: &Case,
+    scenario: Scenario,
+    pid: u32,
+    backend_pid: Option<u32>,
+) -> Result<Row, String> {
+    std::thread::sleep(Duration::from_millis(300));
+    let idle = procstat::sample(&[pid]);
+    let raw_dir = cfg
+        .out
+        .join("raw")
+        .join(scenario.name())
+        .join(slug(&case.label));
+    std::fs::create_dir_all(&raw_dir).map_err(|e| format!("failed: {e}"))?;
+    let mut reports = Vec::new();
+    let (mut cpus, mut bcpus, mut peak) = (Vec::new(), Vec::new(), idle.rss);
+    for repeat in 0..cfg.repeats.max(1) {
+        let mut lc = load_config(cfg, setup, case);
+        if let Amount::Requests(_) = case.amount {
+            // A fixed request count cannot contain its own warm-up: warm up apart.
+            let mut w = lc.clone();
+            w.requests = None;
+            w.duration = Some(cfg.warmup.max(Duration::from_millis(200)));
+            w.warmup = Duration::ZERO;
+            load::run(&w).map_err(|e| format!("failed: {e}"))?;
+            lc.warmup = Duration::ZERO;
+        }
+        let sampler = Sampler::start(pid, backend_pid);
+        let measure_from = Instant::now() + lc.warmup;
+        let report = load::run(&lc).map_err(|e| format!("failed: {e}"))?;
+        let samples = sampler.finish();
+        let window: Vec<_> = samples.iter().filter(|s| s.0 >= measure_from).collect();
+        let (cpu, bcpu) = match (window.first(), window.last()) {
+            (Some(a), Some(b)) if b.0 > a.0 => {
+                let dt = b.0.duration_since(a.0).as_secs_f64();
+                (
+                    b.1.cpu.saturating_sub(a.1.cpu).as_secs_f64() / dt,
+                    b.2.cpu.saturating_sub(a.2.cpu).as_secs_f64() / dt,
+                )
+            }
+            _ => (0.0, 0.0),
+        };
+        let rss_peak = samples.iter().map(|s| s.1.rss).max().unwrap_or(0);
+        peak = peak.max(rss_peak);
+        cpus.push(cpu);
+        bcpus.push(bcpu);
+        let rec = RepeatRecord {
+            server: server.name(),
+            scenario: scenario.name(),
+            case: &case.label,
+            repeat,
+            server_cpu_cores: cpu,
+            backend_cpu_cores: backend_pid.map(|_| bcpu),
+            rss_peak_bytes: rss_peak,
+            load: &report,
+        };
+        let path = raw_dir.join(format!("{}-{}.json", server.name(), repeat + 1));
+        std::fs::write(
+            &path,
+            serde_json::to_string_pretty(&rec).unwrap_or_default(),
+        )
+        .map_err(|e| format!("failed: {e}"))?;
+        eprintln!(
+            "   repeat {}: {:.0} req/s, p99 {:.2} ms, errors {}, server CPU {:.2}",
+            repeat + 1,
+            report.requests_per_sec,
+            report.latency_ms.p99,
+            report.errors.total(),
+            cpu
+        );
+        reports.push(report);
+    }
+    let med = |f: &dyn Fn(&LoadReport) -> f64| median(reports.iter().map(f).collect());
+    let rps: Vec<f64> = reports.iter().map(|r| r.requests_per_sec).collect();
+    Ok(Row {
+        scenario: scenario.name().into(),
+        case: case.label.clone(),
+        server: server.name().into(),
+        status: "ok".into(),
+        repeats: reports.len(),
+        rps_median: median(rps.clone()),
+        rps_min: rps.iter().copied().fold(f64::INFINITY, f64::min),
+        rps_max: rps.iter().copied().fold(0.0, f64::max),
+        p50_ms: med(&|r| r.latency_ms.p50),
+        p99_ms: med(&|r| r.latency_ms.p99),
+        p99_corrected_ms: med(&|r| r.latency_corrected_ms.map_or(r.latency_ms.p99, |p| p.p99)),
+        mean_ms: med(&|r| r.latency_ms.mean),
+        ok_responses: med(&|r| r.successes as f64) as u64,
+        non_2xx: med(&|r| (r.responses - r.successes) as f64) as u64,
+        client_errors: med(&|r| r.errors.total() as f64) as u64,
+        server_cpu: median(cpus),
+        backend_cpu: backend_pid.map(|_| median(bcpus)),
+        rss_idle_mib: idle.rss as f64 / 1048576.0,
+        rss_peak_mib: peak as f64 / 1048576.0,
+        generator_cpu: med(&|r| r.generator.cores.unwrap_or(0.0)),
+        generator_cpu_bound: reports.iter().any(|r| r.generator.cpu_bound),
+    })
+}

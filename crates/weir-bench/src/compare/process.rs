@@ -1,0 +1,168 @@
+//! Starting a server by hand, waiting for its port, checking its answer,
+//! and stopping it by PID (SIGTERM, then SIGKILL for whatever of its own
+//! process tree is left). Never signals a process it did not start.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::procstat;
+use super::servers::Launch;
+
+/// A server process we started.
+pub struct Running {
+    child: Child,
+    /// PID of the process we started.
+    pub pid: u32,
+}
+
+impl Running {
+    /// Starts `launch` with output to `log`, optionally pinned to `cpu` with taskset.
+    pub fn start(launch: &Launch, log: &Path, cpu: Option<usize>) -> std::io::Result<Running> {
+        let out = std::fs::File::create(log)?;
+        let err = out.try_clone()?;
+        let mut cmd = match cpu {
+            Some(c) => {
+                let mut cmd = Command::new("taskset");
+                cmd.arg("-c").arg(c.to_string()).arg(&launch.program);
+                cmd
+            }
+            None => Command::new(&launch.program),
+        };
+        // Its own process group: lighttpd's master signals its whole group on
+        // shutdown, which must not include us.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        cmd.args(&launch.args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        for (k, v) in &launch.env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn()?;
+        Ok(Running {
+            pid: child.id(),
+            child,
+        })
+    }
+
+    /// Waits until `port` accepts connections; `Err` with the reason if the
+    /// process exits or `limit` passes.
+    pub fn wait_ready(&mut self, port: u16, limit: Duration) -> Result<(), String> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("exited ({status}) before listening"));
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if start.elapsed() > limit {
+                return Err(format!("not listening on {addr} after {:?}", limit));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the server: SIGTERM to its PID, then SIGKILL to what remains of
+    /// the tree it had, after 5 s.
+    pub fn stop(mut self) {
+        let tree = procstat::process_tree(self.pid);
+        let _ = kill(Pid::from_raw(self.pid as i32), Signal::SIGTERM);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for p in tree {
+            if procstat::cpu_time(p).is_some() {
+                let _ = kill(Pid::from_raw(p as i32), Signal::SIGKILL);
+            }
+        }
+        let _ = self.child.wait();
+        // Give the kernel a moment to release the port.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Is `port` free on 127.0.0.1?
+pub fn port_free(port: u16) -> bool {
+    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// Fetches `path` once (Host: localhost, Connection: close) and returns the
+/// status and body. TLS accepts any certificate.
+pub fn fetch(port: u16, tls: bool, path: &str) -> Result<(u16, Vec<u8>), String> {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    tcp.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    if tls {
+        let cfg = crate::load::tls::client_config(true, None, &[b"http/1.1"])
+            .map_err(|e| e.to_string())?;
+        let name = crate::load::tls::server_name("localhost").map_err(|e| e.to_string())?;
+        let mut conn = rustls::ClientConnection::new(cfg, name).map_err(|e| format!("tls: {e}"))?;
+        let mut s = rustls::Stream::new(&mut conn, &mut tcp);
+        s.write_all(req.as_bytes())
+            .map_err(|e| format!("tls write: {e}"))?;
+        match s.read_to_end(&mut raw) {
+            Ok(_) => {}
+            // Some servers close without close_notify; the data is complete.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
+            Err(e) => return Err(format!("tls read: {e}")),
+        }
+    } else {
+        tcp.write_all(req.as_bytes())
+            .map_err(|e| format!("write: {e}"))?;
+        tcp.read_to_end(&mut raw)
+            .map_err(|e| format!("read: {e}"))?;
+    }
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut headers);
+    let n = match resp.parse(&raw) {
+        Ok(httparse::Status::Complete(n)) => n,
+        _ => {
+            return Err(format!(
+                "bad response head: {:?}",
+                String::from_utf8_lossy(&raw[..raw.len().min(200)])
+            ));
+        }
+    };
+    let status = resp.code.unwrap_or(0);
+    let chunked = resp.headers.iter().any(|h| {
+        h.name.eq_ignore_ascii_case("transfer-encoding") && h.value.eq_ignore_ascii_case(b"chunked")
+    });
+    let mut body = raw[n..].to_vec();
+    if chunked {
+        let mut out = Vec::new();
+        let mut rest = &body[..];
+        loop {
+            match httparse::parse_chunk_size(rest) {
+                Ok(httparse::Status::Complete((i, 0))) => {
+                    let _ = i;
+                    break;
+                }
+                Ok(httparse::Status::Complete((i, size))) => {
+                    let size = size as usize;
+                    if rest.len() < i + size + 2 {
+                        return Err("truncated chunk".into());
+                    }
+                    out.extend_from_slice(&rest[i..i + size]);
+                    rest = &rest[i + size + 2..];
+                }
+                _ => return Err("bad chunk".into()),
+            }
+        }
+        body = out;
+    }
+    Ok((status, body))
+}

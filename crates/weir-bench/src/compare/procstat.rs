@@ -1,0 +1,95 @@
+//! Reads CPU time and resident memory of processes (and their descendants)
+//! from /proc. Read-only; never signals or changes a process.
+
+use std::fs;
+use std::time::Duration;
+
+/// Clock ticks per second for /proc/<pid>/stat times.
+fn ticks_per_sec() -> f64 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(t)) if t > 0 => t as f64,
+        _ => 100.0,
+    }
+}
+
+/// The fields of /proc/<pid>/stat after the `(comm)` field.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &s[s.rfind(')')? + 2..];
+    Some(after.split_whitespace().map(str::to_string).collect())
+}
+
+/// User + system CPU time of one process (all its threads).
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let f = stat_fields(pid)?;
+    // After "(comm) ": state=0, ppid=1, ..., utime=11, stime=12.
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_secs_f64(ticks as f64 / ticks_per_sec()))
+}
+
+/// Resident set size of one process, in bytes.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let s = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// `pid` and all its live descendants.
+pub fn process_tree(pid: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    if let Ok(dir) = fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if let Some(f) = stat_fields(p)
+                && let Some(pp) = f.get(1).and_then(|v| v.parse::<u32>().ok())
+            {
+                parents.push((p, pp));
+            }
+        }
+    }
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let cur = tree[i];
+        tree.extend(parents.iter().filter(|(_, pp)| *pp == cur).map(|(p, _)| *p));
+        i += 1;
+    }
+    tree
+}
+
+/// A sample of a process tree: summed CPU time and RSS.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TreeSample {
+    /// Summed CPU time of the live processes.
+    pub cpu: Duration,
+    /// Summed RSS in bytes.
+    pub rss: u64,
+}
+
+/// Samples the tree rooted at each of `pids`.
+pub fn sample(pids: &[u32]) -> TreeSample {
+    let mut s = TreeSample::default();
+    for &root in pids {
+        for p in process_tree(root) {
+            s.cpu += cpu_time(p).unwrap_or_default();
+            s.rss += rss_bytes(p).unwrap_or(0);
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_self() {
+        let me = std::process::id();
+        assert!(rss_bytes(me).unwrap() > 0);
+        assert!(cpu_time(me).is_some());
+        assert!(process_tree(me).contains(&me));
+    }
+}

@@ -1,0 +1,198 @@
+//! The named scenarios, each reproducing a seed document's comparison, as
+//! lists of cases (one load shape each).
+
+use std::time::Duration;
+
+use super::servers::ServerKind;
+
+/// A scenario name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// 164-byte page, c100, HTTP and HTTPS (seed 000).
+    Static,
+    /// Small response from `weir-bench backend` behind each proxy (seeds 002, 003).
+    Proxy,
+    /// 164 B, 4 KiB, 256 KiB, 1 MiB bodies (seed 001: results flip near 256 KiB).
+    Sizes,
+    /// HTTPS keep-alive at c1000, c5000, c10000 (seed 003's clean-run table).
+    Concurrency,
+    /// 1000, 5000, 10000 requests at c50, c100, c200 without keep-alive, like ab (seed 004).
+    Ab,
+}
+
+impl Scenario {
+    /// All scenarios, in report order.
+    pub const ALL: [Scenario; 5] = [
+        Scenario::Static,
+        Scenario::Proxy,
+        Scenario::Sizes,
+        Scenario::Concurrency,
+        Scenario::Ab,
+    ];
+
+    /// Name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Static => "static",
+            Scenario::Proxy => "proxy",
+            Scenario::Sizes => "sizes",
+            Scenario::Concurrency => "concurrency",
+            Scenario::Ab => "ab",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Scenario> {
+        Scenario::ALL.into_iter().find(|k| k.name() == s.trim())
+    }
+
+    /// What the scenario reproduces, for the report.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Scenario::Static => {
+                "164-byte index.html, 100 keep-alive connections, HTTP and HTTPS (seed 000)."
+            }
+            Scenario::Proxy => {
+                "164-byte response from `weir-bench backend` through each proxy, 100 keep-alive connections, HTTP and HTTPS \
+                 (seeds 002 and 003). Varnish passes every request (no caching) and has no TLS."
+            }
+            Scenario::Sizes => {
+                "Static bodies of 164 B, 4 KiB, 256 KiB and 1 MiB over HTTP, 100 keep-alive connections (seed 001)."
+            }
+            Scenario::Concurrency => {
+                "HTTPS keep-alive at 1000, 5000 and 10000 connections, 10 s request timeout (seed 003's clean-run table)."
+            }
+            Scenario::Ab => {
+                "Fixed request counts (1000, 5000, 10000) at 50, 100 and 200 connections, a new connection per request, \
+                 as `ab` does without -k (seed 004)."
+            }
+        }
+    }
+
+    /// Does `server` take part?
+    pub fn applies_to(self, server: ServerKind) -> bool {
+        match self {
+            Scenario::Proxy => server.proxies(),
+            _ => server.serves_static(),
+        }
+    }
+}
+
+/// How long a case runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Amount {
+    /// Measure for the run's `--duration`.
+    Duration,
+    /// Send exactly this many requests.
+    Requests(u64),
+}
+
+/// One load shape within a scenario.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// Short label, unique in the scenario ("https", "256 KiB", "c5000", "n5000 c100").
+    pub label: String,
+    /// HTTPS?
+    pub tls: bool,
+    /// Path requested.
+    pub path: String,
+    /// Expected body size (checked before measuring).
+    pub body_size: usize,
+    /// Connections.
+    pub connections: usize,
+    /// Generator threads.
+    pub threads: usize,
+    /// Keep-alive.
+    pub keepalive: bool,
+    /// Length of the case.
+    pub amount: Amount,
+    /// Request timeout.
+    pub timeout: Duration,
+}
+
+/// Static files the docroot holds: (name, size).
+pub const FILES: [(&str, usize); 4] = [
+    ("index.html", 164),
+    ("4k.html", 4096),
+    ("256k.bin", 256 * 1024),
+    ("1m.bin", 1024 * 1024),
+];
+
+fn case(label: &str, tls: bool, path: &str, size: usize, conns: usize) -> Case {
+    Case {
+        label: label.into(),
+        tls,
+        path: path.into(),
+        body_size: size,
+        connections: conns,
+        threads: 1,
+        keepalive: true,
+        amount: Amount::Duration,
+        timeout: Duration::from_secs(2),
+    }
+}
+
+/// The cases of `s`; `quick` trims them to a smoke test.
+pub fn cases(s: Scenario, quick: bool) -> Vec<Case> {
+    match s {
+        Scenario::Static => vec![
+            case("http", false, "/index.html", 164, 100),
+            case("https", true, "/index.html", 164, 100),
+        ],
+        Scenario::Proxy => vec![
+            case("http", false, "/", 164, 100),
+            case("https", true, "/", 164, 100),
+        ],
+        Scenario::Sizes => {
+            let all: Vec<Case> = FILES
+                .iter()
+                .map(|(name, size)| {
+                    case(&human_size(*size), false, &format!("/{name}"), *size, 100)
+                })
+                .collect();
+            if quick {
+                all.into_iter().take(2).collect()
+            } else {
+                all
+            }
+        }
+        Scenario::Concurrency => {
+            let conns: &[usize] = if quick { &[200] } else { &[1000, 5000, 10000] };
+            conns
+                .iter()
+                .map(|&c| Case {
+                    threads: 2,
+                    timeout: Duration::from_secs(10),
+                    ..case(&format!("c{c}"), true, "/index.html", 164, c)
+                })
+                .collect()
+        }
+        Scenario::Ab => {
+            let ns: &[u64] = if quick { &[1000] } else { &[1000, 5000, 10000] };
+            let cs: &[usize] = if quick { &[50] } else { &[50, 100, 200] };
+            let mut v = Vec::new();
+            for &n in ns {
+                for &c in cs {
+                    v.push(Case {
+                        keepalive: false,
+                        amount: Amount::Requests(n),
+                        ..case(&format!("n{n} c{c}"), false, "/index.html", 164, c)
+                    });
+                }
+            }
+            v
+        }
+    }
+}
+
+/// "164 B", "4 KiB", "256 KiB", "1 MiB".
+pub fn human_size(n: usize) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{} MiB", n >> 20)
+    } else if n >= 1024 && n.is_multiple_of(1024) {
+        format!("{} KiB", n >> 10)
+    } else {
+        format!("{n} B")
+    }
+}

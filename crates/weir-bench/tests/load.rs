@@ -1,0 +1,207 @@
+//! The load generator against servers with known behaviour: counts must be
+//! exact, and stalls must show in corrected and open-loop percentiles.
+
+mod support;
+
+use std::time::Duration;
+
+use support::Action;
+use weir_bench::load::{LoadConfig, run};
+
+fn cfg(url: &str) -> LoadConfig {
+    let mut c = LoadConfig::new(url);
+    c.progress = false;
+    c
+}
+
+#[test]
+fn request_count_matches_server_count() {
+    let srv = support::start(|_| Action::Ok);
+    let mut c = cfg(&srv.url());
+    c.connections = 8;
+    c.threads = 2;
+    c.requests = Some(5000);
+    let r = run(&c).unwrap();
+    assert_eq!(srv.counts.get(|c| &c.requests), 5000);
+    assert_eq!(r.responses, 5000);
+    assert_eq!(r.successes, 5000);
+    assert_eq!(r.status.get(&200), Some(&5000));
+    assert_eq!(r.errors.total(), 0);
+    assert_eq!(r.connections_opened, 8, "keep-alive must reuse connections");
+    // 5000 x (head 39 + body 16)
+    assert_eq!(r.bytes, 5000 * (39 + 16));
+}
+
+#[test]
+fn errors_and_resets_are_counted_exactly() {
+    let srv = support::start(|i| match i {
+        i if i % 11 == 10 => Action::Reset,
+        i if i % 7 == 6 => Action::Error500,
+        _ => Action::Ok,
+    });
+    let mut c = cfg(&srv.url());
+    c.connections = 4;
+    c.threads = 2;
+    c.requests = Some(3000);
+    let r = run(&c).unwrap();
+    let k = &srv.counts;
+    assert_eq!(k.get(|c| &c.requests), 3000);
+    assert_eq!(r.status.get(&200).copied().unwrap_or(0), k.get(|c| &c.ok));
+    assert_eq!(r.status.get(&500).copied().unwrap_or(0), k.get(|c| &c.e500));
+    assert_eq!(r.errors.reset, k.get(|c| &c.resets));
+    assert_eq!(
+        r.errors.total(),
+        r.errors.reset,
+        "only resets: {:?}",
+        r.errors
+    );
+    assert_eq!(r.successes, k.get(|c| &c.ok), "500s are not successes");
+    assert!(k.get(|c| &c.resets) > 200 && k.get(|c| &c.e500) > 300);
+    // Each reset forces a new connection, unless it hit a connection's last request.
+    assert!(r.connections_opened <= 4 + r.errors.reset);
+    assert!(r.connections_opened + 4 >= 4 + r.errors.reset);
+}
+
+#[test]
+fn a_stall_shows_in_corrected_percentiles() {
+    // One request in 100 takes 50 ms more.
+    let srv = support::start(|i| {
+        if i % 100 == 99 {
+            Action::Delay(Duration::from_millis(50))
+        } else {
+            Action::Ok
+        }
+    });
+    let mut c = cfg(&srv.url());
+    c.connections = 1;
+    c.duration = Some(Duration::from_secs(2));
+    let r = run(&c).unwrap();
+    let raw = r.latency_ms;
+    let cor = r
+        .latency_corrected_ms
+        .expect("closed loops report corrected latency");
+    assert!(srv.counts.get(|c| &c.delayed) >= 5);
+    assert!(raw.max >= 50.0, "max {raw:?}");
+    assert!(raw.p90 < 5.0, "uncorrected p90 should be fast: {raw:?}");
+    assert!(
+        cor.p99 >= 40.0,
+        "corrected p99 must show the stall: {cor:?}"
+    );
+    assert!(
+        cor.p90 >= 10.0,
+        "corrected p90 must show the stall: {cor:?}"
+    );
+}
+
+#[test]
+fn a_stall_shows_in_open_loop_percentiles() {
+    let srv = support::start(|i| {
+        if i % 100 == 99 {
+            Action::Delay(Duration::from_millis(50))
+        } else {
+            Action::Ok
+        }
+    });
+    let mut c = cfg(&srv.url());
+    c.connections = 1;
+    c.rate = Some(500.0);
+    c.duration = Some(Duration::from_secs(2));
+    let r = run(&c).unwrap();
+    assert_eq!(r.mode, "open");
+    let service = r.service_time_ms.expect("open loops report service time");
+    assert!(
+        r.responses >= 900 && r.responses <= 1001,
+        "rate held: {}",
+        r.responses
+    );
+    assert!(service.p90 < 5.0, "service time p90 fast: {service:?}");
+    assert!(
+        r.latency_ms.p90 >= 10.0,
+        "latency from intended send time shows the queue: {:?}",
+        r.latency_ms
+    );
+}
+
+#[test]
+fn slow_responses_are_timeout_errors() {
+    let srv = support::start(|i| {
+        if i % 5 == 4 {
+            Action::Delay(Duration::from_millis(1000))
+        } else {
+            Action::Ok
+        }
+    });
+    let mut c = cfg(&srv.url());
+    c.connections = 1;
+    c.requests = Some(50);
+    c.timeout = Duration::from_millis(400);
+    let r = run(&c).unwrap();
+    assert_eq!(r.errors.timeout, 10);
+    assert_eq!(r.responses, 40);
+    assert!(r.warnings.iter().any(|w| w.contains("timeout")));
+}
+
+#[test]
+fn chunked_bodies_and_no_keepalive() {
+    let srv = support::start(|_| Action::Chunked);
+    let mut c = cfg(&srv.url());
+    c.connections = 2;
+    c.requests = Some(200);
+    let r = run(&c).unwrap();
+    assert_eq!(r.successes, 200);
+    assert_eq!(r.errors.total(), 0);
+    assert_eq!(r.connections_opened, 2);
+
+    let srv = support::start(|_| Action::Ok);
+    let mut c = cfg(&srv.url());
+    c.connections = 2;
+    c.requests = Some(100);
+    c.keepalive = false;
+    let r = run(&c).unwrap();
+    assert_eq!(r.successes, 100);
+    assert_eq!(r.connections_opened, 100);
+    // `>=`: a parallel test probing a closed ephemeral port may hit this server.
+    assert!(srv.counts.get(|c| &c.connections) >= 100);
+}
+
+#[test]
+fn warmup_is_excluded() {
+    let srv = support::start(|_| Action::Ok);
+    let mut c = cfg(&srv.url());
+    c.connections = 2;
+    c.warmup = Duration::from_millis(500);
+    c.duration = Some(Duration::from_millis(500));
+    let r = run(&c).unwrap();
+    let served = srv.counts.get(|c| &c.requests);
+    assert!(r.responses > 0);
+    assert!(
+        r.responses < served,
+        "warm-up responses must not be counted ({} vs {served})",
+        r.responses
+    );
+    assert!((r.duration_s - 0.5).abs() < 0.05, "{}", r.duration_s);
+}
+
+#[test]
+fn connect_errors_are_counted() {
+    // Bind and drop to get a port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut c = cfg(&format!("http://127.0.0.1:{port}/"));
+    c.connections = 1;
+    c.duration = Some(Duration::from_millis(300));
+    let r = run(&c).unwrap();
+    assert!(r.errors.connect > 0);
+    assert_eq!(r.responses, 0);
+}
+
+#[test]
+fn http3_is_refused_clearly() {
+    let mut c = cfg("https://127.0.0.1:1/");
+    c.http3 = true;
+    let e = run(&c).unwrap_err();
+    assert_eq!(e.to_string(), "HTTP/3 not supported yet");
+}
