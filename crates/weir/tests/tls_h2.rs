@@ -59,35 +59,19 @@ tls = {{ cert = "{}", key = "{}" }}
     }
 }
 
-fn client(ca_pem: &str, h2: bool) -> reqwest::Client {
-    let cert = reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap();
-    let mut b = reqwest::Client::builder()
-        .tls_certs_only([cert])
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(5));
-    if !h2 {
-        b = b.http1_only();
-    }
-    b.build().unwrap()
-}
-
 #[tokio::test]
 async fn https_serves_each_site_with_its_certificate_over_h1_and_h2() {
     let t = start();
-    let a = client(&t.ca_a, true);
-    let r = a
-        .get(format!("https://a.test:{}/", t.port))
-        .resolve("a.test", addr(t.port))
-        .send()
-        .await;
-    // reqwest resolves through the client builder, not per request:
-    drop(r);
     let a = reqwest::Client::builder()
         .tls_certs_only([reqwest::Certificate::from_pem(t.ca_a.as_bytes()).unwrap()])
         .resolve("a.test", addr(t.port))
         .build()
         .unwrap();
-    let r = a.get(format!("https://a.test:{}/", t.port)).send().await.unwrap();
+    let r = a
+        .get(format!("https://a.test:{}/", t.port))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.version(), reqwest::Version::HTTP_2, "ALPN picks h2");
     assert_eq!(r.text().await.unwrap(), "site a\n");
@@ -98,7 +82,11 @@ async fn https_serves_each_site_with_its_certificate_over_h1_and_h2() {
         .http1_only()
         .build()
         .unwrap();
-    let r = b.get(format!("https://x.b.test:{}/", t.port)).send().await.unwrap();
+    let r = b
+        .get(format!("https://x.b.test:{}/", t.port))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.version(), reqwest::Version::HTTP_11);
     assert_eq!(r.text().await.unwrap(), "site b\n");
@@ -109,13 +97,22 @@ async fn https_serves_each_site_with_its_certificate_over_h1_and_h2() {
         .resolve("x.b.test", addr(t.port))
         .build()
         .unwrap();
-    assert!(wrong.get(format!("https://x.b.test:{}/", t.port)).send().await.is_err());
-    let _ = client(&t.ca_a, false);
+    assert!(
+        wrong
+            .get(format!("https://x.b.test:{}/", t.port))
+            .send()
+            .await
+            .is_err()
+    );
     drop(t.w);
 }
 
 /// Handshakes with only one TLS version allowed and reports what was agreed.
-async fn handshake(port: u16, ca_pem: &str, version: &'static rustls::SupportedProtocolVersion) -> (rustls::ProtocolVersion, Option<Vec<u8>>) {
+async fn handshake(
+    port: u16,
+    ca_pem: &str,
+    version: &'static rustls::SupportedProtocolVersion,
+) -> (rustls::ProtocolVersion, Option<Vec<u8>>) {
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
@@ -134,7 +131,10 @@ async fn handshake(port: u16, ca_pem: &str, version: &'static rustls::SupportedP
         .await
         .unwrap();
     let (_, s) = tls.get_ref();
-    (s.protocol_version().unwrap(), s.alpn_protocol().map(|p| p.to_vec()))
+    (
+        s.protocol_version().unwrap(),
+        s.alpn_protocol().map(|p| p.to_vec()),
+    )
 }
 
 #[tokio::test]
@@ -173,12 +173,20 @@ async fn h2c_with_prior_knowledge() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("www")).unwrap();
     std::fs::write(dir.path().join("www/index.html"), PAGE_164).unwrap();
-    let _w = Weir::start_in(dir, &format!("[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"), &[port]);
+    let _w = Weir::start_in(
+        dir,
+        &format!("[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"),
+        &[port],
+    );
     let c = reqwest::Client::builder()
         .http2_prior_knowledge()
         .build()
         .unwrap();
-    let r = c.get(format!("http://127.0.0.1:{port}/")).send().await.unwrap();
+    let r = c
+        .get(format!("http://127.0.0.1:{port}/"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.version(), reqwest::Version::HTTP_2);
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-length"], "164");
@@ -194,14 +202,20 @@ async fn h2_rapid_reset_flood_is_shed_and_others_are_served() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("www")).unwrap();
     std::fs::write(dir.path().join("www/index.html"), PAGE_164).unwrap();
-    let _w = Weir::start_in(dir, &format!("[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"), &[port]);
+    let _w = Weir::start_in(
+        dir,
+        &format!("[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"),
+        &[port],
+    );
 
     let tcp = tokio::net::TcpStream::connect(addr(port)).await.unwrap();
     let (mut h2, conn) = h2::client::handshake(tcp).await.unwrap();
     let conn_task = tokio::spawn(conn);
     let mut sent = 0;
     for _ in 0..20_000 {
-        let req = http::Request::get(format!("http://127.0.0.1:{port}/")).body(()).unwrap();
+        let req = http::Request::get(format!("http://127.0.0.1:{port}/"))
+            .body(())
+            .unwrap();
         match h2.send_request(req, true) {
             Ok((resp, _)) => {
                 drop(resp);
@@ -218,8 +232,13 @@ async fn h2_rapid_reset_flood_is_shed_and_others_are_served() {
     }
     // The abusive connection ends (GOAWAY) well before 20,000 resets...
     let ended = tokio::time::timeout(Duration::from_secs(5), conn_task).await;
-    assert!(ended.is_ok(), "flooding connection was not shut down (sent {sent})");
+    assert!(
+        ended.is_ok(),
+        "flooding connection was not shut down (sent {sent})"
+    );
     // ...and a well-behaved client is still served.
-    let r = reqwest::get(format!("http://127.0.0.1:{port}/")).await.unwrap();
+    let r = reqwest::get(format!("http://127.0.0.1:{port}/"))
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
 }

@@ -1,0 +1,308 @@
+//! The server's life as an operator sees it: graceful shutdown, access logs,
+//! custom error pages and headers, static files through curl.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn curl() -> &'static str {
+    let ok = Command::new("curl")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success());
+    assert!(
+        matches!(ok, Ok(true)),
+        "curl is required for the end-to-end tests: apt-get install -y curl"
+    );
+    "curl"
+}
+
+fn run_curl(args: &[&str]) -> String {
+    let out = Command::new(curl()).args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn sigterm_finishes_in_flight_requests_then_exits_zero() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    // Large enough that a slow reader keeps the response in flight.
+    let big = vec![b'x'; 32 << 20];
+    std::fs::write(dir.path().join("www/big.bin"), &big).unwrap();
+    let mut w = Weir::start_in(
+        dir,
+        &format!("[server]\ngrace_period = \"20s\"\n[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"),
+        &[port],
+    );
+    let mut s = TcpStream::connect(addr(port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut got = vec![0u8; 65536];
+    let mut total = s.read(&mut got).unwrap();
+    assert!(total > 0);
+
+    w.terminate();
+    std::thread::sleep(Duration::from_millis(300));
+    // New connections are refused once it stops accepting...
+    assert!(
+        TcpStream::connect(addr(port)).is_err(),
+        "still accepting after SIGTERM"
+    );
+    // ...while the response in flight completes byte for byte.
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                total += n;
+                // Slow reader.
+                if total < (8 << 20) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            Err(e) => panic!("in-flight response cut off after {total} bytes: {e}"),
+        }
+        if total >= big.len() {
+            break;
+        }
+    }
+    let head_len = 1024; // headers are well under this
+    assert!(
+        total >= big.len() && total < big.len() + head_len,
+        "got {total}"
+    );
+    let status = w
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits after draining");
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        w.stderr().contains("shutting down gracefully"),
+        "{}",
+        w.stderr()
+    );
+}
+
+#[test]
+fn grace_period_bounds_shutdown() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/big.bin"), vec![b'x'; 64 << 20]).unwrap();
+    let mut w = Weir::start_in(
+        dir,
+        &format!("[server]\ngrace_period = \"1s\"\n[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"),
+        &[port],
+    );
+    // A client that never reads its response.
+    let mut s = TcpStream::connect(addr(port)).unwrap();
+    s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    w.terminate();
+    let status = w.wait_exit(Duration::from_secs(10)).expect("exits");
+    assert!(status.success());
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+}
+
+#[test]
+fn access_logs_in_combined_and_json_formats() {
+    let p1 = free_port();
+    let p2 = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/index.html"), PAGE_164).unwrap();
+    let cfg = format!(
+        r#"
+[site."127.0.0.1:{p1}"]
+root = "www"
+access_log = "access.log"
+
+[site."127.0.0.1:{p2}"]
+root = "www"
+access_log = {{ path = "access.json", format = "json" }}
+"#
+    );
+    let w = Weir::start_in(dir, &cfg, &[p1, p2]);
+    let out = run_curl(&[
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-A",
+        "weir-test/1",
+        "-e",
+        "http://ref/",
+        &format!("http://127.0.0.1:{p1}/index.html?q=1"),
+    ]);
+    assert_eq!(out, "200");
+    run_curl(&[
+        "-s",
+        "-o",
+        "/dev/null",
+        &format!("http://127.0.0.1:{p2}/missing"),
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let (combined, json) = loop {
+        let c = std::fs::read_to_string(w.path().join("access.log")).unwrap_or_default();
+        let j = std::fs::read_to_string(w.path().join("access.json")).unwrap_or_default();
+        if (!c.is_empty() && !j.is_empty()) || Instant::now() > deadline {
+            break (c, j);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(combined.starts_with("127.0.0.1 - - ["), "{combined}");
+    assert!(
+        combined.contains(
+            "] \"GET /index.html?q=1 HTTP/1.1\" 200 164 \"http://ref/\" \"weir-test/1\"\n"
+        ),
+        "{combined}"
+    );
+    let line: serde_json::Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
+    assert_eq!(line["status"], 404);
+    assert_eq!(line["uri"], "/missing");
+    assert_eq!(line["method"], "GET");
+}
+
+#[test]
+fn custom_error_pages_and_extra_headers() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("404.html"), "<h1>not here</h1>\n").unwrap();
+    let cfg = format!(
+        r#"
+[site."127.0.0.1:{port}"]
+root = "www"
+errors = {{ 404 = "404.html" }}
+headers = {{ "X-Frame-Options" = "DENY" }}
+"#
+    );
+    let _w = Weir::start_in(dir, &cfg, &[port]);
+    let out = run_curl(&["-s", "-i", &format!("http://127.0.0.1:{port}/nope")]);
+    assert!(out.starts_with("HTTP/1.1 404"), "{out}");
+    assert!(
+        out.contains("content-type: text/html; charset=utf-8"),
+        "{out}"
+    );
+    assert!(out.contains("x-frame-options: DENY"), "{out}");
+    assert!(out.contains("server: weir"), "{out}");
+    assert!(out.ends_with("<h1>not here</h1>\n"), "{out}");
+}
+
+/// The static-file behaviour a curl user checks by hand, end to end.
+#[test]
+fn curl_sees_conditionals_ranges_compression_and_listings() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let www = dir.path().join("www");
+    std::fs::create_dir_all(www.join("docs")).unwrap();
+    std::fs::write(www.join("index.html"), PAGE_164).unwrap();
+    let text: String = (0..400)
+        .map(|i| format!("line {i} of a compressible text file\n"))
+        .collect();
+    std::fs::write(www.join("big.txt"), &text).unwrap();
+    std::fs::write(www.join("docs/a.txt"), "a\n").unwrap();
+    let cfg = format!("[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\nbrowse = true\n");
+    let _w = Weir::start_in(dir, &cfg, &[port]);
+    let base = format!("http://127.0.0.1:{port}");
+
+    let head = run_curl(&["-s", "-I", &format!("{base}/")]);
+    assert!(head.contains("content-length: 164"), "{head}");
+    assert!(head.contains("accept-ranges: bytes"), "{head}");
+    let etag = head
+        .lines()
+        .find_map(|l| l.strip_prefix("etag: "))
+        .expect("etag")
+        .trim()
+        .to_string();
+    let lm = head
+        .lines()
+        .find_map(|l| l.strip_prefix("last-modified: "))
+        .expect("last-modified")
+        .trim()
+        .to_string();
+    let code = |args: &[&str]| {
+        let mut a = vec!["-s", "-o", "/dev/null", "-w", "%{http_code}"];
+        a.extend_from_slice(args);
+        run_curl(&a)
+    };
+    assert_eq!(
+        code(&["-H", &format!("If-None-Match: {etag}"), &format!("{base}/")]),
+        "304"
+    );
+    assert_eq!(
+        code(&[
+            "-H",
+            &format!("If-Modified-Since: {lm}"),
+            &format!("{base}/")
+        ]),
+        "304"
+    );
+    assert_eq!(
+        run_curl(&["-s", "-r", "0-14", &format!("{base}/")]),
+        "<!DOCTYPE html>"
+    );
+    assert_eq!(code(&["-r", "9000-9100", &format!("{base}/")]), "416");
+    let gz = run_curl(&[
+        "-s",
+        "--compressed",
+        "-H",
+        "Accept-Encoding: gzip",
+        &format!("{base}/big.txt"),
+    ]);
+    assert_eq!(gz, text);
+    let enc = run_curl(&[
+        "-s",
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        "-H",
+        "Accept-Encoding: gzip",
+        &format!("{base}/big.txt"),
+    ]);
+    assert!(enc.contains("content-encoding: gzip"), "{enc}");
+    assert!(
+        enc.contains("vary: accept-encoding") || enc.contains("vary: Accept-Encoding"),
+        "{enc}"
+    );
+    let redirect = run_curl(&[
+        "-s",
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        &format!("{base}/docs?x=1"),
+    ]);
+    assert!(redirect.starts_with("HTTP/1.1 301"), "{redirect}");
+    assert!(redirect.contains("location: /docs/?x=1"), "{redirect}");
+    let listing = run_curl(&["-s", &format!("{base}/docs/")]);
+    assert!(listing.contains("a.txt"), "{listing}");
+    let json = run_curl(&[
+        "-s",
+        "-H",
+        "Accept: application/json",
+        &format!("{base}/docs/"),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v[0]["name"], "a.txt");
+    let h2 = run_curl(&[
+        "-s",
+        "--http2-prior-knowledge",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_version}",
+        &format!("{base}/"),
+    ]);
+    assert_eq!(h2, "2");
+}
