@@ -70,8 +70,7 @@ impl<'a> Collector<'a> {
         if self.errors.is_empty() {
             Ok(ok)
         } else {
-            self.errors
-                .sort_by(|a, b| (a.line, a.col).cmp(&(b.line, b.col)));
+            self.errors.sort_by_key(|d| (d.line, d.col));
             self.errors.dedup();
             Err(ConfigErrors(self.errors))
         }

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The whole test suite, exactly as CI runs it (.ci/run calls this script).
+#
+# 1. installs what the end-to-end tests talk to (curl, nginx for the harness
+#    smoke test, h2load, pebble for ACME) from Debian's packages when missing;
+# 2. checks formatting and lints;
+# 3. builds the release binaries once and runs every test against them.
+#
+# A test never skips: if a tool is missing and cannot be installed, this
+# script (or the test itself) fails and says what to install.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v nginx >/dev/null 2>&1 || need+=(nginx)
+command -v wrk >/dev/null 2>&1 || need+=(wrk)
+command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
+command -v pebble >/dev/null 2>&1 || need+=(pebble)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+if [ "${#need[@]}" -gt 0 ]; then
+    echo "== installing: ${need[*]}"
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -q || true
+    $sudo apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "== cargo clippy -D warnings"
+cargo clippy --release --workspace --all-targets -- -D warnings
+
+echo "== cargo test (release: the binaries are built once and reused by every end-to-end test)"
+cargo test --release --workspace -- --test-threads="${WEIR_TEST_THREADS:-4}"
+echo "== all tests passed"
