@@ -5,6 +5,7 @@
 //! with no boxing and no allocation beyond the response itself; only streamed
 //! bodies (large files, compression on the fly, proxied bodies) pay for a box.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -101,5 +102,97 @@ impl http_body::Body for Body {
             Body::Full(None) => SizeHint::with_exact(0),
             Body::Stream(s) => s.size_hint(),
         }
+    }
+}
+
+/// A request body with a limit on how long the client may go quiet between
+/// two pieces of it (`server.timeouts.body`, nginx's client_body_timeout).
+///
+/// The connection-level timer in `server::io` deliberately does not time
+/// reads while a request is in flight (hyper polls reads then too); the
+/// stall is measured here, where the body is actually consumed.
+pub struct TimedBody<B> {
+    inner: Pin<Box<B>>,
+    timeout: std::time::Duration,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<B> TimedBody<B> {
+    pub fn new(inner: B, timeout: std::time::Duration) -> Self {
+        TimedBody {
+            inner: Box::pin(inner),
+            timeout,
+            sleep: None,
+        }
+    }
+}
+
+/// The error a [`TimedBody`] yields when the client stalls.
+#[derive(Debug, thiserror::Error)]
+#[error("request body timeout: no data for {0:?}")]
+pub struct BodyTimeout(pub std::time::Duration);
+
+impl<B> http_body::Body for TimedBody<B>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BodyError>,
+{
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+        let this = &mut *self;
+        match this.inner.as_mut().poll_frame(cx) {
+            Poll::Ready(r) => {
+                this.sleep = None;
+                Poll::Ready(r.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => {
+                let timeout = this.timeout;
+                let sleep = this
+                    .sleep
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                match sleep.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimeout(timeout))))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_body_times_out() {
+        let body = http_body_util::StreamBody::new(futures_util::stream::pending::<
+            Result<Frame<Bytes>, std::io::Error>,
+        >());
+        let mut timed = TimedBody::new(body, std::time::Duration::from_secs(5));
+        let err = timed.frame().await.unwrap().unwrap_err();
+        assert!(err.to_string().contains("request body timeout"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_flowing_body_is_untouched() {
+        let chunks = (0..3).map(|i| Ok::<_, std::io::Error>(Frame::data(Bytes::from(vec![i; 4]))));
+        let body = http_body_util::StreamBody::new(futures_util::stream::iter(chunks));
+        let timed = TimedBody::new(body, std::time::Duration::from_secs(5));
+        let all = timed.collect().await.unwrap().to_bytes();
+        assert_eq!(&all[..], &[0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]);
     }
 }
