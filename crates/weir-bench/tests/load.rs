@@ -165,6 +165,21 @@ fn chunked_bodies_and_no_keepalive() {
 }
 
 #[test]
+fn no_connection_is_opened_without_a_request() {
+    // More connections than requests: each request claims its connection's
+    // slot before connecting, so the idle ones never connect.
+    let srv = support::start(|_| Action::Ok);
+    let mut c = cfg(&srv.url());
+    c.connections = 8;
+    c.threads = 2;
+    c.requests = Some(3);
+    let r = run(&c).unwrap();
+    assert_eq!(r.successes, 3);
+    assert_eq!(r.connections_opened, 3);
+    assert_eq!(srv.counts.get(|c| &c.requests), 3);
+}
+
+#[test]
 fn warmup_is_excluded() {
     let srv = support::start(|_| Action::Ok);
     let mut c = cfg(&srv.url());

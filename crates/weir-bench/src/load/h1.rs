@@ -9,7 +9,9 @@ use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::{Conn, ErrorKind, LoadConfig, Schedule, Target, ThreadCtx, classify_io, connect};
+use super::{
+    Claim, Conn, ErrorKind, LoadConfig, Schedule, Target, ThreadCtx, classify_io, connect,
+};
 
 /// Size of each connection's read buffer.
 const BUF_SIZE: usize = 64 * 1024;
@@ -319,14 +321,19 @@ async fn skip_chunked<S: AsyncRead + Unpin>(s: &mut S, rb: &mut RecvBuf) -> Resu
 pub async fn connection(ctx: &ThreadCtx, index: usize, total: usize) {
     let mut sched = Schedule::new(&ctx.plan, index, total);
     let mut rb = RecvBuf::default();
-    while !ctx.stopped(Instant::now()) {
+    // The first request of each connection is claimed before connecting:
+    // checking the budget only when sending would let two connections race
+    // for the last request, one of them opened for nothing (with `-n` and no
+    // keep-alive, one connection too many per race).
+    while let Some(first) = ctx.claim(Instant::now()) {
         let Some(conn) = connect(ctx).await else {
+            ctx.release(first);
             continue;
         };
         rb.clear();
         match conn {
-            Conn::Plain(mut s) => requests(ctx, &mut s, &mut rb, &mut sched).await,
-            Conn::Tls(mut s) => requests(ctx, &mut *s, &mut rb, &mut sched).await,
+            Conn::Plain(mut s) => requests(ctx, &mut s, &mut rb, &mut sched, first).await,
+            Conn::Tls(mut s) => requests(ctx, &mut *s, &mut rb, &mut sched, first).await,
         }
     }
 }
@@ -337,11 +344,17 @@ async fn requests<S: AsyncRead + AsyncWrite + Unpin>(
     s: &mut S,
     rb: &mut RecvBuf,
     sched: &mut Schedule,
+    first: Claim,
 ) {
     let plan = &*ctx.plan;
+    let mut first = Some(first);
     loop {
         let intended = sched.next().await;
-        if !ctx.take(intended) {
+        let sending = match first.take() {
+            Some(claim) => ctx.spend(claim, intended),
+            None => ctx.take(intended),
+        };
+        if !sending {
             return;
         }
         let sent = Instant::now();

@@ -278,13 +278,46 @@ impl ThreadCtx {
 
     /// Takes one request from the budget; false when there is none left.
     pub fn take(&self, now: Instant) -> bool {
+        self.claim(now).is_some_and(|c| self.spend(c, now))
+    }
+
+    /// Reserves the next request before anything is done for it (such as
+    /// opening a connection); `None` when the run is over. With `-n`, the
+    /// reservation comes out of the budget at once, so other connections of
+    /// this thread see it spent and do not open a connection for it too.
+    pub fn claim(&self, now: Instant) -> Option<Claim> {
         if self.stopped(now) {
+            return None;
+        }
+        let reserved = match self.budget.get() {
+            Some(b) => {
+                self.budget.set(Some(b - 1));
+                true
+            }
+            None => false,
+        };
+        Some(Claim { reserved })
+    }
+
+    /// Gives back a claim whose request will not be sent.
+    pub fn release(&self, claim: Claim) {
+        if claim.reserved {
+            self.budget.set(self.budget.get().map(|b| b + 1));
+        }
+    }
+
+    /// Uses `claim` for a request intended at `intended`: false (and the
+    /// claim released) when the run ended by then. A warm-up request is sent
+    /// but gives its claim back: only measured requests count against `-n`.
+    pub fn spend(&self, claim: Claim, intended: Instant) -> bool {
+        if let Some(end) = self.plan.end
+            && intended >= end
+        {
+            self.release(claim);
             return false;
         }
-        if let Some(b) = self.budget.get()
-            && self.measuring(now)
-        {
-            self.budget.set(Some(b - 1));
+        if !self.measuring(intended) {
+            self.release(claim);
         }
         true
     }
@@ -319,6 +352,15 @@ impl ThreadCtx {
             .record_response(status, bytes, latency, service);
         self.done.set(self.done.get() + 1);
     }
+}
+
+/// One request reserved with [`ThreadCtx::claim`], to be used with
+/// [`ThreadCtx::spend`] or given back with [`ThreadCtx::release`].
+#[must_use = "a claim must be spent or released"]
+#[derive(Debug)]
+pub struct Claim {
+    /// The claim took one request out of the `-n` budget.
+    reserved: bool,
 }
 
 /// The send schedule of one connection (or one h2 stream).
