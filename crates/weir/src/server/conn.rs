@@ -50,19 +50,20 @@ impl ConnCtx {
         auto.http1()
             .max_buf_size(buf)
             .max_headers(hyper_max_headers)
-            .header_read_timeout(None)
-            .pipeline_flush(true);
+            .header_read_timeout(None);
         auto.http2()
             .max_concurrent_streams(limits.h2_streams)
             .max_header_list_size(limits.header_size as u32)
             .max_pending_accept_reset_streams(Some(100))
             .max_local_error_reset_streams(Some(1024));
 
+        // No `pipeline_flush`: hyper calls it experimental, and over TLS a
+        // response whose flush is deferred can sit in rustls' buffer until
+        // the next event (seen as >2 s responses under load).
         let mut h1 = hyper::server::conn::http1::Builder::new();
         h1.max_buf_size(buf)
             .max_headers(hyper_max_headers)
-            .header_read_timeout(None)
-            .pipeline_flush(true);
+            .header_read_timeout(None);
         let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         h2.max_concurrent_streams(limits.h2_streams)
             .max_header_list_size(limits.header_size as u32)
