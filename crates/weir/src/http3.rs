@@ -241,6 +241,7 @@ async fn serve_request(
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let (mut send, recv) = stream.split();
     let (parts, ()) = req.into_parts();
+    let head_req = parts.method == Method::HEAD;
     let resp = if is_early && !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS)
     {
         let mut r = site::error(StatusCode::BAD_REQUEST);
@@ -259,6 +260,15 @@ async fn serve_request(
         header::HeaderName::from_static("proxy-connection"),
     ] {
         head.headers.remove(h);
+    }
+    // As hyper does for HTTP/1.1 and HTTP/2: a body of known size gets its
+    // content-length, so the three protocols show the same headers.
+    if !head_req
+        && !head.headers.contains_key(header::CONTENT_LENGTH)
+        && !matches!(head.status.as_u16(), 100..=199 | 204 | 304)
+        && let Some(n) = http_body::Body::size_hint(&body).exact()
+    {
+        head.headers.insert(header::CONTENT_LENGTH, n.into());
     }
     send.send_response(Response::from_parts(head, ())).await?;
     while let Some(frame) = body.frame().await {
