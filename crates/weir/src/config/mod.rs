@@ -319,9 +319,7 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
             base,
             &name,
             raw_site,
-            &host,
-            name_port,
-            name_ip,
+            (&host, name_port, name_ip),
             &tls_global,
         );
         let has_tls = tls.is_some() || raw_site.tls.is_some();

@@ -297,9 +297,7 @@ pub(super) fn site_tls(
     base: &Path,
     name: &str,
     site: &RawSite,
-    host: &HostPattern,
-    name_port: Option<u16>,
-    name_ip: Option<IpAddr>,
+    (host, name_port, name_ip): (&HostPattern, Option<u16>, Option<IpAddr>),
     global: &TlsGlobal,
 ) -> Option<TlsConfig> {
     let trimmed = name.trim();

@@ -77,14 +77,14 @@ impl CertManager {
                     key,
                 } => {
                     let k = SlotKey::Files(cert_path.clone(), key_path.clone());
-                    if !slots.contains_key(&k) {
+                    if let std::collections::hash_map::Entry::Vacant(e) = slots.entry(k) {
                         let slot = new_slot(Some((**key).clone()));
                         pairs.push(reload::Pair {
                             cert: cert_path.clone(),
                             key: key_path.clone(),
                             slot: slot.clone(),
                         });
-                        slots.insert(k, slot);
+                        e.insert(slot);
                     }
                 }
                 TlsConfig::Auto {

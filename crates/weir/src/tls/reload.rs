@@ -35,17 +35,32 @@ pub struct FileWatch {
 /// Starts watching `pairs`, reloading them on `rt`.
 pub fn watch(pairs: Vec<Pair>, rt: &tokio::runtime::Handle) -> Result<FileWatch, notify::Error> {
     let (tx, rx) = mpsc::unbounded_channel::<PathBuf>();
-    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-        if let Ok(ev) = res {
-            for p in ev.paths {
-                let _ = tx.send(p);
-            }
-        }
-    })?;
     let dirs: HashSet<PathBuf> = pairs
         .iter()
         .flat_map(|p| [dir_of(&p.cert), dir_of(&p.key)])
         .collect();
+    // Only events about the files themselves matter (other files in the
+    // directory, like a log, may change all the time), plus Kubernetes-style
+    // `..data` symlink swaps and events on the directory itself.
+    let files: HashSet<PathBuf> = pairs
+        .iter()
+        .flat_map(|p| [p.cert.clone(), p.key.clone()])
+        .collect();
+    let watched_dirs = dirs.clone();
+    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        if let Ok(ev) = res {
+            for p in ev.paths {
+                let relevant = files.contains(&p)
+                    || watched_dirs.contains(&p)
+                    || p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(".."));
+                if relevant {
+                    let _ = tx.send(p);
+                }
+            }
+        }
+    })?;
     for d in &dirs {
         watcher.watch(d, RecursiveMode::NonRecursive)?;
     }
@@ -71,8 +86,9 @@ async fn reload_loop(pairs: Vec<Pair>, mut rx: mpsc::UnboundedReceiver<PathBuf>)
     }
     while let Some(first) = rx.recv().await {
         let mut changed = vec![first];
-        // Let a burst of writes (cert, then key) settle.
-        loop {
+        // Let a burst of writes (cert, then key) settle, but not forever.
+        let give_up = tokio::time::Instant::now() + SETTLE * 8;
+        while tokio::time::Instant::now() < give_up {
             match tokio::time::timeout(SETTLE, rx.recv()).await {
                 Ok(Some(p)) => changed.push(p),
                 Ok(None) => return,
