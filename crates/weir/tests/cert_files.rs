@@ -68,12 +68,16 @@ async fn sni_default_reload_and_mismatched_key() {
     let roots = roots_from_pem(ca.0.pem().as_bytes());
     let tls = Arc::new(client_config(roots.clone(), &[b"http/1.1"]));
     let parse = |pem: &str| {
-        serial(
-            &rustls::pki_types::pem::PemObject::from_pem_slice(pem.as_bytes()).unwrap(),
-        )
+        serial(&rustls::pki_types::pem::PemObject::from_pem_slice(pem.as_bytes()).unwrap())
     };
-    assert_eq!(served_serial(addr, "a.test", tls.clone()).await, parse(&a_cert));
-    assert_eq!(served_serial(addr, "b.test", tls.clone()).await, parse(&b_cert));
+    assert_eq!(
+        served_serial(addr, "a.test", tls.clone()).await,
+        parse(&a_cert)
+    );
+    assert_eq!(
+        served_serial(addr, "b.test", tls.clone()).await,
+        parse(&b_cert)
+    );
     // Unknown names get the default (first) site's certificate: a verified
     // handshake for a.test's certificate under another name fails.
     assert!(handshake(addr, "c.test", tls.clone()).await.is_err());
@@ -121,7 +125,11 @@ async fn sni_default_reload_and_mismatched_key() {
         assert!(Instant::now() < deadline, "not reloaded:\n{}", weir.logs());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(weir.logs().contains("reloaded certificate"), "{}", weir.logs());
+    assert!(
+        weir.logs().contains("reloaded certificate"),
+        "{}",
+        weir.logs()
+    );
 
     // A certificate whose key is not in the key file: refused, named, old one kept.
     let (a3_cert, _) = ca.leaf("a.test");
@@ -132,11 +140,11 @@ async fn sni_default_reload_and_mismatched_key() {
         weir.logs()
     );
     let logs = weir.logs();
-    let line = logs
-        .lines()
-        .find(|l| l.contains("does not match"))
-        .unwrap();
+    let line = logs.lines().find(|l| l.contains("does not match")).unwrap();
     assert!(line.contains("a.key") && line.contains("a.pem"), "{line}");
     assert!(line.contains("keeping the certificate in use"), "{line}");
-    assert_eq!(served_serial(addr, "a.test", tls.clone()).await, parse(&a2_cert));
+    assert_eq!(
+        served_serial(addr, "a.test", tls.clone()).await,
+        parse(&a2_cert)
+    );
 }

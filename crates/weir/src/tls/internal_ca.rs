@@ -117,6 +117,30 @@ impl LocalCa {
     /// Issues a leaf for `names` (host names or IP addresses) valid for
     /// `lifetime`; the chain includes the intermediate.
     pub fn issue(&self, names: &[String], lifetime: Duration) -> Result<CertifiedKey, CaError> {
+        let (cert, key) = self.sign(names, lifetime)?;
+        certified_key(
+            vec![cert.der().clone(), self.inter_der.clone()],
+            key.serialize_der(),
+        )
+    }
+
+    /// Like [`LocalCa::issue`], as PEM: (chain, private key). For tools and
+    /// tests that need files.
+    pub fn issue_pem(
+        &self,
+        names: &[String],
+        lifetime: Duration,
+    ) -> Result<(String, String), CaError> {
+        let (cert, key) = self.sign(names, lifetime)?;
+        let inter = pem_block("CERTIFICATE", &self.inter_der);
+        Ok((cert.pem() + &inter, key.serialize_pem()))
+    }
+
+    fn sign(
+        &self,
+        names: &[String],
+        lifetime: Duration,
+    ) -> Result<(rcgen::Certificate, KeyPair), CaError> {
         let key = KeyPair::generate()?;
         let mut p = CertificateParams::default();
         let now = SystemTime::now();
@@ -143,11 +167,32 @@ impl LocalCa {
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         p.use_authority_key_identifier_extension = true;
         let cert = p.signed_by(&key, &self.issuer)?;
-        certified_key(
-            vec![cert.der().clone(), self.inter_der.clone()],
-            key.serialize_der(),
-        )
+        Ok((cert, key))
     }
+}
+
+fn pem_block(tag: &str, der: &[u8]) -> String {
+    // rcgen's PEM encoder via a throwaway parse is not public; base64 by hand.
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut b64 = String::with_capacity(der.len() * 4 / 3 + 4);
+    for c in der.chunks(3) {
+        let b = [c[0], *c.get(1).unwrap_or(&0), *c.get(2).unwrap_or(&0)];
+        let n = ((b[0] as u32) << 16) | ((b[1] as u32) << 8) | b[2] as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                b64.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                b64.push('=');
+            }
+        }
+    }
+    let mut s = format!("-----BEGIN {tag}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        s.push_str(std::str::from_utf8(line).unwrap_or(""));
+        s.push('\n');
+    }
+    s.push_str(&format!("-----END {tag}-----\n"));
+    s
 }
 
 fn ca_params(cn: &str, lifetime: Duration) -> CertificateParams {
