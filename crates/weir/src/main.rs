@@ -60,9 +60,28 @@ enum Command {
         #[arg(short, long, value_name = "PATH")]
         config: PathBuf,
     },
+    /// Install the local CA's root certificate into the system trust store
+    /// (creating the CA if needed), so browsers and tools trust weir's
+    /// certificates for localhost and private addresses.
+    Trust(TrustArgs),
+    /// Remove the local CA's root certificate from the system trust store.
+    Untrust(TrustArgs),
     /// Print weir's version.
     Version,
 }
+
+#[derive(Args, Clone)]
+struct TrustArgs {
+    /// Config file whose `tls.storage` holds the CA (default: ./weir.toml if present).
+    #[arg(short, long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Storage directory holding the CA; overrides the config.
+    #[arg(long, value_name = "DIR")]
+    storage: Option<PathBuf>,
+}
+
+/// Where Debian-family systems take extra roots from.
+const SYSTEM_CA_FILE: &str = "/usr/local/share/ca-certificates/weir-local-ca.crt";
 
 #[derive(Args, Clone)]
 struct LogArgs {
@@ -88,6 +107,8 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         config: None,
         log: LogArgs { log_level: None },
     }) {
+        Command::Trust(args) => trust(&args, true),
+        Command::Untrust(args) => trust(&args, false),
         Command::Version => {
             println!("weir {}", env!("CARGO_PKG_VERSION"));
             Ok(ExitCode::SUCCESS)
@@ -160,6 +181,75 @@ fn run(cfg: Config, log: &LogArgs) -> anyhow::Result<ExitCode> {
         cfg.source
     );
     weir::server::run(cfg).context("server")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn storage_dir(args: &TrustArgs) -> anyhow::Result<PathBuf> {
+    if let Some(s) = &args.storage {
+        return Ok(s.clone());
+    }
+    let path = args.config.clone().or_else(|| {
+        let p = PathBuf::from("weir.toml");
+        p.exists().then_some(p)
+    });
+    Ok(match path {
+        Some(p) => match config::load_file(&p) {
+            Ok(c) => c.tls.storage,
+            Err(errs) => anyhow::bail!("{errs}"),
+        },
+        None => weir::tls::storage::Storage::default_dir(),
+    })
+}
+
+/// `weir trust` / `weir untrust`.
+fn trust(args: &TrustArgs, install: bool) -> anyhow::Result<ExitCode> {
+    use weir::tls::{internal_ca::LocalCa, storage::Storage};
+    let dir = storage_dir(args)?;
+    let target = Path::new(SYSTEM_CA_FILE);
+    if install {
+        let storage = Storage::open(&dir)?;
+        let ca = LocalCa::load_or_create(&storage)?;
+        println!(
+            "local CA root: {}",
+            storage.path("local-ca/root.pem").display()
+        );
+        if let Some(d) = target.parent() {
+            std::fs::create_dir_all(d).with_context(|| d.display().to_string())?;
+        }
+        std::fs::write(target, ca.root_pem())
+            .with_context(|| format!("writing {} (run as root?)", target.display()))?;
+        println!("installed {}", target.display());
+    } else {
+        match std::fs::remove_file(target) {
+            Ok(()) => println!("removed {}", target.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                println!("{} was not installed", target.display());
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(e) => {
+                return Err(e)
+                    .with_context(|| format!("removing {} (run as root?)", target.display()));
+            }
+        }
+    }
+    let out = std::process::Command::new("update-ca-certificates")
+        .output()
+        .context("running update-ca-certificates (is the ca-certificates package installed?)")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        println!("update-ca-certificates: {line}");
+    }
+    if !out.status.success() {
+        anyhow::bail!(
+            "update-ca-certificates failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    println!(
+        "{} the weir local CA {} the system trust store",
+        if install { "added" } else { "removed" },
+        if install { "to" } else { "from" }
+    );
     Ok(ExitCode::SUCCESS)
 }
 

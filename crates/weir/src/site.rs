@@ -48,6 +48,10 @@ pub struct Listener {
     sites: Vec<Arc<Site>>,
     default: Arc<Site>,
     limits: Limits,
+    /// `Alt-Svc` advertising HTTP/3, on TLS listeners with `tls.http3`.
+    alt_svc: Option<HeaderValue>,
+    /// ACME HTTP-01 answers, on plain listeners.
+    acme: Option<Arc<crate::tls::Challenges>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,7 +107,20 @@ impl Listener {
             sites: indexes.iter().map(|&i| sites[i].clone()).collect(),
             default: sites[default].clone(),
             limits,
+            alt_svc: None,
+            acme: None,
         }
+    }
+
+    /// Advertise HTTP/3 on `port` (UDP) in every response.
+    pub fn set_alt_svc(&mut self, port: u16) {
+        self.alt_svc = HeaderValue::from_str(&format!("h3=\":{port}\"; ma=86400")).ok();
+    }
+
+    /// Answer `/.well-known/acme-challenge/<token>` from `c` before any site
+    /// (and so before any redirect to HTTPS).
+    pub fn set_acme_challenges(&mut self, c: Arc<crate::tls::Challenges>) {
+        self.acme = Some(c);
     }
 
     /// Answers one request. `B` is the request body as the protocol layer
@@ -142,6 +159,21 @@ impl Listener {
             return closing(error(StatusCode::PAYLOAD_TOO_LARGE));
         }
 
+        if let Some(acme) = &self.acme
+            && let Some(token) = parts
+                .uri
+                .path()
+                .strip_prefix("/.well-known/acme-challenge/")
+            && let Some(key_auth) = acme.http01(token)
+        {
+            let mut r = Response::new(Body::full(Bytes::from(key_auth)));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            return r;
+        }
+
         let host = request_host(&parts);
         let site = self.pick(host);
 
@@ -152,6 +184,9 @@ impl Listener {
         };
 
         finish(&site.cfg, &mut resp, parts.method == http::Method::HEAD);
+        if let Some(v) = &self.alt_svc {
+            resp.headers_mut().insert(header::ALT_SVC, v.clone());
+        }
 
         if let Some(log) = &site.access_log {
             log.log(&access_log::Entry {

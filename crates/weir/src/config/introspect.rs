@@ -61,6 +61,6 @@ mod tests {
     #[test]
     fn reads_the_fields_of_a_derived_struct() {
         let f = super::fields::<super::super::raw::RawTls>();
-        assert_eq!(f, &["cert", "key"]);
+        assert_eq!(f, &["cert", "key", "issuer", "on_demand"]);
     }
 }

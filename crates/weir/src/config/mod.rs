@@ -10,6 +10,7 @@
 pub mod error;
 mod introspect;
 pub mod raw;
+mod tls;
 pub mod units;
 
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ pub use error::{ConfigErrors, Diagnostic};
 use raw::*;
 
 use crate::static_files::{self, CacheOptions, CompressOptions, Encoding};
+pub use tls::{AcmeConfig, ChallengeKind, Issuer, KeyType, OnDemandConfig, TlsConfig, TlsGlobal};
 
 /// A validated configuration, ready to run.
 #[derive(Debug, Clone)]
@@ -35,6 +37,8 @@ pub struct Config {
     pub server: ServerConfig,
     pub sites: Vec<Arc<SiteConfig>>,
     pub listeners: Vec<ListenerConfig>,
+    /// Certificates, automatic HTTPS and HTTP/3: `[tls]`.
+    pub tls: TlsGlobal,
 }
 
 #[derive(Debug, Clone)]
@@ -106,13 +110,6 @@ impl std::fmt::Debug for SiteConfig {
             .field("host", &self.host)
             .finish_non_exhaustive()
     }
-}
-
-#[derive(Clone)]
-pub struct TlsConfig {
-    pub cert_path: PathBuf,
-    pub key_path: PathBuf,
-    pub key: Arc<rustls::sign::CertifiedKey>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,6 +228,7 @@ impl Config {
                 sites: vec![0],
                 default_site: 0,
             }],
+            tls: TlsGlobal::default(),
         }
     }
 }
@@ -274,6 +272,7 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
     report_unknown(&mut c, src, &unknown);
 
     let server = validate_server(&mut c, &raw.server);
+    let tls_global = tls::validate_global(&mut c, base, &raw.tls);
     let mut sites: Vec<SiteConfig> = Vec::new();
     // (addr, tls, site index, explicit default, span of the site name)
     let mut binds: Vec<(SocketAddr, bool, usize, bool, std::ops::Range<usize>)> = Vec::new();
@@ -315,11 +314,15 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
                 continue;
             }
         };
-        let tls = raw_site
-            .tls
-            .as_ref()
-            .and_then(|t| load_tls(&mut c, base, &name, t));
-        let has_tls = raw_site.tls.is_some();
+        let tls = tls::site_tls(
+            &mut c,
+            base,
+            &name,
+            raw_site,
+            (&host, name_port, name_ip),
+            &tls_global,
+        );
+        let has_tls = tls.is_some() || raw_site.tls.is_some();
 
         let handler = match &raw_site.root {
             Some(root) => {
@@ -469,6 +472,7 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
         server,
         sites: sites.into_iter().map(Arc::new).collect(),
         listeners,
+        tls: tls_global,
     })
 }
 
@@ -506,6 +510,10 @@ fn known_keys(path: &[String]) -> &'static [&'static str] {
         ["server", "limits"] => fields::<RawLimits>(),
         ["site", _] => fields::<RawSite>(),
         ["site", _, "tls"] => fields::<RawTls>(),
+        ["tls"] => fields::<RawTlsGlobal>(),
+        ["tls", "acme"] => fields::<RawAcme>(),
+        ["tls", "internal"] => fields::<RawInternal>(),
+        ["tls", "on_demand"] => fields::<RawOnDemand>(),
         ["site", _, "compress"] => fields::<RawCompress>(),
         ["site", _, "file_cache"] => fields::<RawFileCache>(),
         _ => &[],
@@ -758,21 +766,21 @@ fn load_tls(
     c: &mut Collector<'_>,
     base: &Path,
     site: &str,
-    t: &Spanned<RawTls>,
+    cert: &Spanned<String>,
+    key: &Spanned<String>,
 ) -> Option<TlsConfig> {
-    let t_ref = t.get_ref();
-    let cert_path = base.join(t_ref.cert.get_ref());
-    let key_path = base.join(t_ref.key.get_ref());
+    let cert_path = base.join(cert.get_ref());
+    let key_path = base.join(key.get_ref());
     match crate::tls::load_certified_key(&cert_path, &key_path) {
-        Ok(key) => Some(TlsConfig {
+        Ok(key) => Some(TlsConfig::Files {
             cert_path,
             key_path,
             key: Arc::new(key),
         }),
         Err(e) => {
             let span = match &e {
-                crate::tls::TlsError::Key { .. } => t_ref.key.span(),
-                _ => t_ref.cert.span(),
+                crate::tls::TlsError::Key { .. } => key.span(),
+                _ => cert.span(),
             };
             c.at(span, format!("site \"{site}\": {e}"));
             None

@@ -22,6 +22,9 @@ pub struct RawConfig {
     /// listener is its default unless another says `default = true`.
     #[serde(default)]
     pub site: IndexMap<String, Spanned<RawSite>>,
+    /// Automatic HTTPS, the local CA and HTTP/3: `[tls]`.
+    #[serde(default)]
+    pub tls: RawTlsGlobal,
 }
 
 /// `[server]`.
@@ -86,7 +89,14 @@ pub struct RawSite {
     pub default: Option<bool>,
     /// Directory served as static files.
     pub root: Option<Spanned<String>>,
-    /// `{ cert = "cert.pem", key = "key.pem" }`, paths relative to the config file.
+    /// `{ cert = "cert.pem", key = "key.pem" }`, paths relative to the config
+    /// file, reloaded when they change. Without `tls`, a site named by a host
+    /// or IP with no port and no `listen` (or named `https://...`) gets its
+    /// certificate automatically: from ACME for public names, from the local
+    /// CA for `localhost`, `*.localhost`, `.local`, `.internal`, single-label
+    /// names and IPs. `{ issuer = "acme" | "internal" }` forces automatic
+    /// HTTPS and its issuer; `{ on_demand = true }` obtains certificates at
+    /// the first handshake for names no site has (see `[tls.on_demand]`).
     pub tls: Option<Spanned<RawTls>>,
     /// Redirect plain HTTP to HTTPS: true (default for a TLS site with no
     /// explicit `listen`: listens on port 80 of the same address), false, or
@@ -113,10 +123,93 @@ pub struct RawSite {
     pub access_log: Option<Spanned<RawAccessLog>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A site's `tls = { ... }`.
+#[derive(Debug, Default, Deserialize)]
 pub struct RawTls {
-    pub cert: Spanned<String>,
-    pub key: Spanned<String>,
+    /// Certificate chain (PEM), with `key`.
+    pub cert: Option<Spanned<String>>,
+    /// Private key (PEM) of `cert`.
+    pub key: Option<Spanned<String>>,
+    /// `"acme"` or `"internal"` (the local CA); default: by the site's name.
+    pub issuer: Option<Spanned<String>>,
+    /// Obtain certificates at the first handshake for names no site has,
+    /// behind `[tls.on_demand]`'s `ask` or `allow`; default false.
+    pub on_demand: Option<Spanned<bool>>,
+}
+
+/// `[tls]`: process-wide certificate settings.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawTlsGlobal {
+    /// Where accounts, certificates, keys and the local CA are kept; default
+    /// `$XDG_DATA_HOME/weir` (`~/.local/share/weir`). Relative to the config file.
+    pub storage: Option<Spanned<String>>,
+    /// Serve HTTP/3 (QUIC) on the UDP port of every TLS listener, advertised
+    /// with `Alt-Svc`; default true.
+    pub http3: Option<bool>,
+    /// Accept TLS 1.3 / QUIC 0-RTT early data, for GET/HEAD/OPTIONS only
+    /// (others get 425 Too Early); default false (replay risk).
+    pub early_data: Option<bool>,
+    #[serde(default)]
+    pub acme: RawAcme,
+    #[serde(default)]
+    pub internal: RawInternal,
+    #[serde(default)]
+    pub on_demand: RawOnDemand,
+}
+
+/// `[tls.acme]`.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawAcme {
+    /// Directory URL; default Let's Encrypt production. `"staging"` is
+    /// Let's Encrypt's staging directory; any other CA by its `https://` URL.
+    pub directory: Option<Spanned<String>>,
+    /// Contact e-mail for the account; default none.
+    pub email: Option<Spanned<String>>,
+    /// External Account Binding: `{ kid = "...", hmac_key = "base64url" }`; default none.
+    pub eab: Option<Spanned<RawEab>>,
+    /// Certificate key type: `"p256"` (default, ECDSA P-256) or `"rsa2048"`.
+    pub key_type: Option<Spanned<String>>,
+    /// Challenge types, in order of preference; default `["http-01", "tls-alpn-01"]`.
+    /// HTTP-01 is used only for sites with a plain-HTTP listener.
+    pub challenges: Option<Spanned<Vec<String>>>,
+    /// Extra root certificate (PEM) trusted for the ACME server's own HTTPS,
+    /// for private CAs; default: the system roots only.
+    pub ca_root: Option<Spanned<String>>,
+    /// First wait after a failed order; doubles up to `retry_max`; default 1m.
+    pub retry_min: Option<Spanned<Value>>,
+    /// Longest wait between failed orders; default 1h.
+    pub retry_max: Option<Spanned<Value>>,
+}
+
+/// `eab = { kid, hmac_key }`.
+#[derive(Debug, Deserialize)]
+pub struct RawEab {
+    pub kid: String,
+    /// The MAC key as the CA gives it: base64url.
+    pub hmac_key: String,
+}
+
+/// `[tls.internal]`: the local CA.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawInternal {
+    /// Lifetime of leaf certificates; default 12h (renewed at two thirds).
+    pub lifetime: Option<Spanned<Value>>,
+}
+
+/// `[tls.on_demand]`: the gate in front of on-demand certificates.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawOnDemand {
+    /// URL asked `GET <ask>?domain=<name>` before ordering; only a 200 allows
+    /// it. Default none. On-demand sites need `ask` or `allow`.
+    pub ask: Option<Spanned<String>>,
+    /// Names (or `*.example.com` patterns) allowed without asking; default none.
+    pub allow: Option<Vec<String>>,
+    /// Most certificates obtained in a burst; default 10.
+    pub burst: Option<Spanned<i64>>,
+    /// One more certificate may be obtained after this; default "6s" (10 a minute).
+    pub refill: Option<Spanned<Value>>,
+    /// One name is tried at most once per this after a refusal or failure; default "10m".
+    pub name_interval: Option<Spanned<Value>>,
 }
 
 /// `compress = { ... }`: on-the-fly compression.

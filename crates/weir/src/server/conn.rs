@@ -12,7 +12,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::net::TcpStream;
-use tokio_rustls::TlsAcceptor;
 
 use super::io::{self as tio, ConnState, TimedIo};
 use crate::config::Limits;
@@ -21,7 +20,7 @@ use crate::site::{ConnInfo, Listener};
 /// What every connection on one listening address shares.
 pub struct ConnCtx {
     listener: Listener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<crate::tls::Acceptor>,
     limits: Limits,
     timeouts: tio::Limits,
     /// Open connections across the whole process.
@@ -36,7 +35,7 @@ pub struct ConnCtx {
 impl ConnCtx {
     pub fn new(
         listener: Listener,
-        tls: Option<TlsAcceptor>,
+        tls: Option<crate::tls::Acceptor>,
         limits: Limits,
         timeouts: tio::Limits,
         open: Arc<AtomicUsize>,
@@ -158,7 +157,9 @@ async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: 
     // The handshake must finish within the header timeout: a client that
     // opens TCP and sends nothing must not hold the slot.
     let tls = match tokio::time::timeout(ctx.timeouts.header, acceptor.accept(stream)).await {
-        Ok(Ok(s)) => s,
+        Ok(Ok(Some(s))) => s,
+        // An ACME TLS-ALPN-01 validation: answered during the handshake.
+        Ok(Ok(None)) => return,
         Ok(Err(e)) => {
             tracing::debug!("TLS handshake with {peer} failed: {e}");
             return;

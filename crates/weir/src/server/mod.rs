@@ -44,6 +44,8 @@ pub enum ServerError {
     },
     #[error("cannot start worker: {0}")]
     Worker(std::io::Error),
+    #[error(transparent)]
+    Http3(#[from] crate::http3::H3Error),
 }
 
 /// Everything a worker needs to serve one listening address.
@@ -63,34 +65,34 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
         write: cfg.server.timeouts.write,
     };
 
+    // Certificates: loaded, issued or ordered in the background; never
+    // waits for the network.
+    let certs = tls::CertManager::start(&cfg).map_err(|source| ServerError::Tls {
+        addr: cfg
+            .listeners
+            .first()
+            .map_or(([0, 0, 0, 0], 0).into(), |l| l.addr),
+        source,
+    })?;
     let mut endpoints = Vec::new();
     for l in &cfg.listeners {
         let tls = if l.tls {
-            let entries = l
-                .sites
-                .iter()
-                .filter_map(|&i| {
-                    let s = &cfg.sites[i];
-                    s.tls.as_ref().map(|t| (s.host.clone(), t.key.clone()))
-                })
-                .collect::<Vec<_>>();
-            let default = cfg.sites[l.default_site]
-                .tls
-                .as_ref()
-                .map(|t| t.key.clone())
-                .or_else(|| entries.first().map(|e| e.1.clone()));
-            let sc =
-                tls::server_config(tls::SniResolver::new(entries, default)).map_err(|source| {
-                    ServerError::Tls {
-                        addr: l.addr,
-                        source,
-                    }
-                })?;
-            Some(tokio_rustls::TlsAcceptor::from(sc))
+            Some(certs.acceptor(&cfg, l).map_err(|source| ServerError::Tls {
+                addr: l.addr,
+                source,
+            })?)
         } else {
             None
         };
-        let listener = Listener::new(&sites, &l.sites, l.default_site, cfg.server.limits.clone());
+        let mut listener =
+            Listener::new(&sites, &l.sites, l.default_site, cfg.server.limits.clone());
+        if l.tls {
+            if cfg.tls.http3 {
+                listener.set_alt_svc(l.addr.port());
+            }
+        } else {
+            listener.set_acme_challenges(certs.challenges());
+        }
         endpoints.push(Endpoint {
             addr: l.addr,
             ctx: Arc::new(ConnCtx::new(
@@ -165,6 +167,12 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
         }
     };
 
+    let h3 = if cfg.tls.http3 {
+        crate::http3::start(&cfg, &sites, &certs, stop_rx.clone(), grace)?
+    } else {
+        None
+    };
+
     for ep in &endpoints {
         tracing::info!(
             "listening on {}://{} ({} workers, {:?} runtime)",
@@ -191,7 +199,7 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
         Ok::<(), ServerError>(())
     })?;
     let _ = stop_tx.send(true);
-    for h in handles {
+    for h in handles.into_iter().chain(h3) {
         let _ = h.join();
     }
     tracing::info!("stopped");

@@ -1,20 +1,41 @@
-//! TLS termination: loading certificates from files, choosing one by SNI,
-//! and the rustls server configuration every TLS listener shares.
+//! TLS termination: where certificates come from (files, ACME, the local
+//! CA, on demand), choosing one by SNI, and the rustls server configuration
+//! every TLS listener shares.
 //!
 //! rustls with the aws-lc-rs provider; TLS 1.2 and 1.3 only, the provider's
 //! modern cipher suites, stateless session tickets with rotating keys plus a
-//! session cache for resumption, ALPN `h2` then `http/1.1`.
+//! session cache for resumption, ALPN `h2` then `http/1.1` (and `h3` on QUIC).
+//!
+//! - [`certs`]: slots and the SNI resolver the handshake reads lock-free
+//! - [`manager`]: builds the slots from the config and keeps them filled
+//! - [`reload`]: certificate files reloaded when they change
+//! - [`internal_ca`]: the local CA for localhost and private addresses
+//! - [`acme`]: ACME orders (HTTP-01, TLS-ALPN-01), [`renew`]: when to renew
+//! - [`ondemand`]: certificates at the first handshake, behind `ask`
+//! - [`storage`]: the storage directory
+//!
+//! Never lets a failed renewal or reload replace a certificate in use.
+
+pub mod acme;
+pub mod certs;
+pub mod internal_ca;
+pub mod manager;
+pub mod ondemand;
+pub mod reload;
+pub mod renew;
+pub mod storage;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::ServerConfig;
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::ResolvesServerCert;
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::config::HostPattern;
+pub use certs::{Challenges, Resolver};
+pub use manager::CertManager;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -24,6 +45,12 @@ pub enum TlsError {
     Key { path: PathBuf, reason: String },
     #[error("rustls: {0}")]
     Rustls(#[from] rustls::Error),
+    #[error(transparent)]
+    Storage(#[from] storage::StorageError),
+    #[error(transparent)]
+    LocalCa(#[from] internal_ca::CaError),
+    #[error("cannot start the certificate runtime: {0}")]
+    Runtime(std::io::Error),
 }
 
 /// Reads a PEM certificate chain and its private key, and checks that the key
@@ -63,6 +90,26 @@ pub fn load_certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsEr
     }
 }
 
+/// A certificate chain and key from PEM bytes (what storage holds); the
+/// error says which part is wrong.
+pub fn certified_key_from_pem(cert: &[u8], key: &[u8]) -> Result<CertifiedKey, String> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("certificate: {}", pem_reason(e)))?;
+    if chain.is_empty() {
+        return Err("certificate: no CERTIFICATE block found".into());
+    }
+    let der = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("key: {}", pem_reason(e)))?;
+    let signing = rustls::crypto::aws_lc_rs::default_provider()
+        .key_provider
+        .load_private_key(der)
+        .map_err(|e| format!("key: {e}"))?;
+    let ck = CertifiedKey::new(chain, signing);
+    ck.keys_match()
+        .map_err(|_| "the key does not match the certificate".to_string())?;
+    Ok(ck)
+}
+
 fn pem_reason(e: rustls_pki_types::pem::Error) -> String {
     use rustls_pki_types::pem::Error as E;
     match e {
@@ -72,58 +119,112 @@ fn pem_reason(e: rustls_pki_types::pem::Error) -> String {
     }
 }
 
-/// Picks a certificate by SNI among the sites of one listener.
-#[derive(Debug)]
-pub struct SniResolver {
-    entries: Vec<(HostPattern, Arc<CertifiedKey>)>,
-    default: Option<Arc<CertifiedKey>>,
+/// The rustls config for TLS over TCP on one listener: TLS 1.3 and 1.2,
+/// session tickets with rotating keys plus a session cache, ALPN `h2` then
+/// `http/1.1`.
+pub fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<Arc<ServerConfig>, TlsError> {
+    let mut cfg = base_config(
+        resolver,
+        &[&rustls::version::TLS13, &rustls::version::TLS12],
+    )?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
 }
 
-impl SniResolver {
-    pub fn new(
-        entries: Vec<(HostPattern, Arc<CertifiedKey>)>,
-        default: Option<Arc<CertifiedKey>>,
-    ) -> Self {
-        SniResolver { entries, default }
-    }
-
-    fn pick(&self, sni: Option<&str>) -> Option<Arc<CertifiedKey>> {
-        if let Some(name) = sni {
-            // Exact names win over wildcards, wildcards over catch-alls.
-            for rank in 0..3 {
-                for (pat, key) in &self.entries {
-                    let r = match pat {
-                        HostPattern::Exact(_) => 0,
-                        HostPattern::Wildcard(_) => 1,
-                        HostPattern::Any => 2,
-                    };
-                    if r == rank && pat.matches(name) {
-                        return Some(key.clone());
-                    }
-                }
-            }
-        }
-        self.default.clone()
-    }
+/// The rustls config for QUIC: TLS 1.3 only, ALPN `h3`, early data (0-RTT)
+/// only when asked for.
+pub fn quic_server_config(
+    resolver: Arc<dyn ResolvesServerCert>,
+    early_data: bool,
+) -> Result<ServerConfig, TlsError> {
+    let mut cfg = base_config(resolver, &[&rustls::version::TLS13])?;
+    cfg.alpn_protocols = vec![b"h3".to_vec()];
+    cfg.max_early_data_size = if early_data { u32::MAX } else { 0 };
+    Ok(cfg)
 }
 
-impl ResolvesServerCert for SniResolver {
-    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.pick(hello.server_name())
-    }
-}
-
-/// The rustls config for one TLS listener.
-pub fn server_config(resolver: SniResolver) -> Result<Arc<ServerConfig>, TlsError> {
+fn base_config(
+    resolver: Arc<dyn ResolvesServerCert>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Result<ServerConfig, TlsError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut cfg = ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_protocol_versions(versions)?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        .with_cert_resolver(resolver);
     cfg.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
     cfg.session_storage = rustls::server::ServerSessionMemoryCache::new(4096);
-    Ok(Arc::new(cfg))
+    Ok(cfg)
+}
+
+const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// Accepts TLS connections on one listener: reads the ClientHello first, so
+/// that a TLS-ALPN-01 validation gets its challenge certificate and an
+/// unknown name on an on-demand listener can wait for its certificate
+/// before the handshake goes on.
+pub struct Acceptor {
+    config: Arc<ServerConfig>,
+    challenge: Arc<ServerConfig>,
+    resolver: Arc<Resolver>,
+    on_demand: Option<Arc<ondemand::OnDemand>>,
+}
+
+impl Acceptor {
+    pub fn new(
+        resolver: Arc<Resolver>,
+        challenges: Arc<Challenges>,
+        on_demand: Option<Arc<ondemand::OnDemand>>,
+    ) -> Result<Self, TlsError> {
+        let config = server_config(resolver.clone())?;
+        let mut ch = base_config(
+            Arc::new(certs::ChallengeResolver(challenges)),
+            &[&rustls::version::TLS13, &rustls::version::TLS12],
+        )?;
+        ch.alpn_protocols = vec![ACME_TLS_ALPN.to_vec()];
+        Ok(Acceptor {
+            config,
+            challenge: Arc::new(ch),
+            resolver,
+            on_demand,
+        })
+    }
+
+    /// The handshake. `Ok(None)`: the connection was an ACME validation and
+    /// is done.
+    pub async fn accept<IO>(
+        &self,
+        stream: IO,
+    ) -> std::io::Result<Option<tokio_rustls::server::TlsStream<IO>>>
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let start =
+            tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream)
+                .await?;
+        let hello = start.client_hello();
+        let is_challenge = hello
+            .alpn()
+            .is_some_and(|mut a| a.any(|p| p == ACME_TLS_ALPN));
+        if is_challenge {
+            use tokio::io::AsyncWriteExt;
+            let mut s = start.into_stream(self.challenge.clone()).await?;
+            let _ = s.shutdown().await;
+            return Ok(None);
+        }
+        if let Some(od) = &self.on_demand
+            && let Some(sni) = hello.server_name()
+            && !self.resolver.covers(sni)
+            && self.resolver.find(sni).is_none()
+        {
+            let name = sni.to_ascii_lowercase();
+            if let Err(e) = od.obtain(&name).await {
+                tracing::info!("on-demand TLS for {name}: {e}");
+                return Err(std::io::Error::other(format!("no certificate for {name}")));
+            }
+        }
+        start.into_stream(self.config.clone()).await.map(Some)
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,119 @@
+//! HTTP/3 gives the same answers as HTTP/1.1 and HTTP/2: status, the headers
+//! that matter (content-type, content-length, etag, ...) and body bytes, for
+//! static files, HEAD and errors; and TLS responses advertise it with Alt-Svc.
+
+mod tls_support;
+
+use std::net::SocketAddr;
+
+use tls_support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h3_matches_h1_and_h2_for_static_files_and_errors() {
+    install_crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("www");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("index.html"), "<h1>hello h3</h1>\n").unwrap();
+    std::fs::write(root.join("style.css"), "body { color: red }\n".repeat(10)).unwrap();
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(root.join("data.bin"), &big).unwrap();
+    let storage = dir.path().join("storage");
+    let port = free_port();
+    let cfg = format!(
+        "[tls]\nstorage = \"{}\"\n\n[site.\"https://localhost:{port}\"]\nroot = \"{}\"\n",
+        storage.display(),
+        root.display()
+    );
+    let weir = Weir::start(dir.path(), &cfg, port);
+    assert!(
+        weir.wait_log("HTTP/3", std::time::Duration::from_secs(5)),
+        "{}",
+        weir.logs()
+    );
+    let root_pem = std::fs::read(storage.join("local-ca/root.pem")).unwrap();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let h1 = reqwest_client(&root_pem, "localhost", addr, false);
+    let h2 = reqwest_client(&root_pem, "localhost", addr, true);
+    let mut h3 = H3Client::connect(addr, "localhost", roots_from_pem(&root_pem)).await;
+
+    let cases = [
+        ("GET", "/"),
+        ("GET", "/style.css"),
+        ("HEAD", "/style.css"),
+        ("GET", "/data.bin"),
+        ("GET", "/missing"),
+        ("GET", "/no/such/dir/file.txt"),
+    ];
+    for (method, path) in cases {
+        let url = format!("https://localhost:{port}{path}");
+        let a = reqwest_get(&h1, method, &url, http::Version::HTTP_11).await;
+        let b = reqwest_get(&h2, method, &url, http::Version::HTTP_2).await;
+        let c = h3.request(method, &url).await;
+        assert_eq!(a, b, "h1 vs h2 for {method} {path}");
+        assert_eq!(a, c, "h1 vs h3 for {method} {path}");
+        let alt = a.headers.iter().find(|(k, _)| k == "alt-svc");
+        assert_eq!(
+            alt.map(|(_, v)| v.as_str()),
+            Some(format!("h3=\":{port}\"; ma=86400").as_str()),
+            "{method} {path}"
+        );
+    }
+    let c = h3
+        .request("GET", &format!("https://localhost:{port}/data.bin"))
+        .await;
+    assert_eq!(c.status, 200);
+    assert_eq!(&c.body[..], &big[..]);
+    let c = h3
+        .request("GET", &format!("https://localhost:{port}/missing"))
+        .await;
+    assert_eq!(c.status, 404);
+
+    // Many requests on one connection, concurrently.
+    let mut futs = Vec::new();
+    for _ in 0..20 {
+        let mut send = h3.send.clone();
+        let url = format!("https://localhost:{port}/style.css");
+        futs.push(tokio::spawn(async move {
+            let req = http::Request::get(url).body(()).unwrap();
+            let mut s = send.send_request(req).await.unwrap();
+            s.finish().await.unwrap();
+            s.recv_response().await.unwrap().status().as_u16()
+        }));
+    }
+    for f in futs {
+        assert_eq!(f.await.unwrap(), 200);
+    }
+    drop(h3);
+    let logs = weir.stop();
+    assert!(logs.contains("stopped"), "{logs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http3_off_means_no_alt_svc() {
+    install_crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("www");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("index.html"), "x").unwrap();
+    let storage = dir.path().join("storage");
+    let port = free_port();
+    let cfg = format!(
+        "[tls]\nstorage = \"{}\"\nhttp3 = false\n\n[site.\"https://localhost:{port}\"]\nroot = \"{}\"\n",
+        storage.display(),
+        root.display()
+    );
+    let _weir = Weir::start(dir.path(), &cfg, port);
+    let root_pem = std::fs::read(storage.join("local-ca/root.pem")).unwrap();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let h1 = reqwest_client(&root_pem, "localhost", addr, false);
+    let a = reqwest_get(
+        &h1,
+        "GET",
+        &format!("https://localhost:{port}/"),
+        http::Version::HTTP_11,
+    )
+    .await;
+    assert_eq!(a.status, 200);
+    assert!(a.headers.iter().all(|(k, _)| k != "alt-svc"), "{a:?}");
+}
