@@ -10,6 +10,7 @@
 pub mod access_log;
 pub mod body;
 pub mod config;
+pub mod proxy;
 pub mod server;
 pub mod site;
 pub mod static_files;

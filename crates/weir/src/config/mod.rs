@@ -9,6 +9,7 @@
 
 pub mod error;
 mod introspect;
+pub mod proxy;
 pub mod raw;
 pub mod units;
 
@@ -149,6 +150,13 @@ pub enum HandlerConfig {
     Welcome,
     /// Redirect every request to `https://host[:port]/path`.
     RedirectHttps { port: u16 },
+    /// Reverse proxy to upstreams.
+    Proxy(Arc<proxy::ProxyConfig>),
+    /// Routes by path, tried in order; then `fallback` (404 without one).
+    Routes {
+        routes: Vec<proxy::RouteConfig>,
+        fallback: Option<Box<HandlerConfig>>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -321,8 +329,8 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
             .and_then(|t| load_tls(&mut c, base, &name, t));
         let has_tls = raw_site.tls.is_some();
 
-        let handler = match &raw_site.root {
-            Some(root) => {
+        let own = match &raw_site.root {
+            Some(root) => Some({
                 let path = base.join(root.get_ref());
                 match std::fs::metadata(&path) {
                     Ok(m) if m.is_dir() => {}
@@ -339,7 +347,8 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
                     ),
                 }
                 HandlerConfig::Static(static_options(&mut c, &name, raw_site, path))
-            }
+            }),
+            None if proxy::has_proxy(raw_site) => None,
             None => {
                 c.at(
                     site.span(),
@@ -347,9 +356,11 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
                         "site \"{name}\" has nothing to serve: add `root = \"/path/to/files\"`"
                     ),
                 );
-                HandlerConfig::Welcome
+                Some(HandlerConfig::Welcome)
             }
         };
+        let handler =
+            proxy::site_handler(&mut c, &name, raw_site, own).unwrap_or(HandlerConfig::Welcome);
 
         let idx = sites.len();
         let default_port = if has_tls { 443 } else { 80 };
@@ -508,6 +519,14 @@ fn known_keys(path: &[String]) -> &'static [&'static str] {
         ["site", _, "tls"] => fields::<RawTls>(),
         ["site", _, "compress"] => fields::<RawCompress>(),
         ["site", _, "file_cache"] => fields::<RawFileCache>(),
+        ["site", _, "proxy"] | ["site", _, "route", _, "proxy"] => fields::<RawProxy>(),
+        ["site", _, "proxy", "health"] | ["site", _, "route", _, "proxy", "health"] => {
+            fields::<RawHealth>()
+        }
+        ["site", _, "proxy", "passive"] | ["site", _, "route", _, "proxy", "passive"] => {
+            fields::<RawPassive>()
+        }
+        ["site", _, "route", _] => fields::<RawRoute>(),
         _ => &[],
     }
 }

@@ -28,8 +28,7 @@ pub struct ConnCtx {
     open: Arc<AtomicUsize>,
     /// HTTP/1.1 with h2c prior-knowledge detection, for plain listeners.
     auto: auto::Builder<TokioExecutor>,
-    /// For TLS listeners, where ALPN has already chosen.
-    h1: hyper::server::conn::http1::Builder,
+    /// For TLS listeners where ALPN chose h2 (HTTP/1.1 uses `auto`, for upgrades).
     h2: hyper::server::conn::http2::Builder<TokioExecutor>,
 }
 
@@ -54,11 +53,6 @@ impl ConnCtx {
             .max_pending_accept_reset_streams(Some(100))
             .max_local_error_reset_streams(Some(1024));
 
-        let mut h1 = hyper::server::conn::http1::Builder::new();
-        h1.max_buf_size(buf)
-            .max_headers(limits.headers)
-            .header_read_timeout(None)
-            .pipeline_flush(true);
         let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         h2.max_concurrent_streams(limits.h2_streams)
             .max_header_list_size(limits.header_size as u32)
@@ -72,7 +66,6 @@ impl ConnCtx {
             timeouts,
             open,
             auto,
-            h1,
             h2,
         }
     }
@@ -143,7 +136,10 @@ async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: 
 
     let Some(acceptor) = &ctx.tls else {
         let io = TimedIo::new(stream, state, ctx.timeouts, true);
-        let conn = ctx.auto.serve_connection(TokioIo::new(io), svc);
+        // With upgrades: the proxy tunnels WebSocket and other Upgrades.
+        let conn = ctx
+            .auto
+            .serve_connection_with_upgrades(TokioIo::new(io), svc);
         if let Err(e) = watcher.watch(conn.into_owned()).await {
             tracing::debug!("connection from {peer}: {e}");
         }
@@ -166,9 +162,20 @@ async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: 
     let is_h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
     let io = TokioIo::new(TimedIo::new(tls, state, ctx.timeouts, !is_h2));
     let result = if is_h2 {
-        watcher.watch(ctx.h2.serve_connection(io, svc)).await
+        watcher
+            .watch(ctx.h2.serve_connection(io, svc))
+            .await
+            .map_err(Into::into)
     } else {
-        watcher.watch(ctx.h1.serve_connection(io, svc)).await
+        // The auto builder (same HTTP/1 settings) because hyper's own
+        // upgradeable HTTP/1 connection cannot be watched for graceful shutdown.
+        watcher
+            .watch(
+                ctx.auto
+                    .serve_connection_with_upgrades(io, svc)
+                    .into_owned(),
+            )
+            .await
     };
     if let Err(e) = result {
         tracing::debug!("connection from {peer}: {e}");
