@@ -747,15 +747,16 @@ pub fn accept_proxy_protocol(
         },
         None => Vec::new(),
     };
-    if on && sources.is_empty() {
-        if let Some(p) = &s.proxy_protocol {
-            c.at(
-                p.span(),
-                format!(
-                    "site \"{site}\": proxy_protocol = true needs `trusted_sources = [\"10.0.0.0/8\", ...]` (who may send it)"
-                ),
-            );
-        }
+    if on
+        && sources.is_empty()
+        && let Some(p) = &s.proxy_protocol
+    {
+        c.at(
+            p.span(),
+            format!(
+                "site \"{site}\": proxy_protocol = true needs `trusted_sources = [\"10.0.0.0/8\", ...]` (who may send it)"
+            ),
+        );
     }
     on.then_some(AcceptProxyProtocol {
         trusted_sources: sources,
