@@ -84,6 +84,8 @@ pub struct ListenerConfig {
     pub sites: Vec<usize>,
     /// Index into [`Config::sites`] of the site for unmatched hosts.
     pub default_site: usize,
+    /// PROXY protocol accepted here (a site on it says `proxy_protocol = true`).
+    pub proxy_protocol: Option<proxy::AcceptProxyProtocol>,
 }
 
 /// A site: which requests it answers and how.
@@ -238,6 +240,7 @@ impl Config {
                 tls: false,
                 sites: vec![0],
                 default_site: 0,
+                proxy_protocol: None,
             }],
         }
     }
@@ -309,6 +312,8 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
     }
 
     let doc = toml::de::DeTable::parse(src).ok();
+    // PROXY protocol per site index, applied to the site's listeners below.
+    let mut accept_pp: HashMap<usize, proxy::AcceptProxyProtocol> = HashMap::new();
     for (name, site) in &raw.site {
         let name_span = doc
             .as_ref()
@@ -363,6 +368,9 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
             proxy::site_handler(&mut c, &name, raw_site, own).unwrap_or(HandlerConfig::Welcome);
 
         let idx = sites.len();
+        if let Some(pp) = proxy::accept_proxy_protocol(&mut c, &name, raw_site) {
+            accept_pp.insert(idx, pp);
+        }
         let default_port = if has_tls { 443 } else { 80 };
         let explicit_listen = raw_site.listen.is_some();
         let addrs: Vec<SocketAddr> = match &raw_site.listen {
@@ -474,7 +482,10 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
         }
     }
 
-    let listeners = group_listeners(&mut c, &binds);
+    let mut listeners = group_listeners(&mut c, &binds);
+    for l in &mut listeners {
+        l.proxy_protocol = l.sites.iter().find_map(|i| accept_pp.get(i).cloned());
+    }
     c.into_result(Config {
         source: file.to_string(),
         server,
@@ -972,6 +983,7 @@ fn group_listeners(c: &mut Collector<'_>, binds: &[Bind]) -> Vec<ListenerConfig>
                 tls: *tls,
                 sites: vec![*idx],
                 default_site: *idx,
+                proxy_protocol: None,
             }),
         }
         if *is_default {

@@ -18,6 +18,7 @@ pub mod forward;
 pub mod health;
 pub mod pool;
 pub mod proxy_protocol;
+pub mod smuggling;
 pub mod upgrade;
 
 use std::cell::RefCell;

@@ -230,6 +230,47 @@ fn same_family(src: SocketAddr, dst: SocketAddr) -> (SocketAddr, SocketAddr) {
     )
 }
 
+/// Reads a PROXY header off the front of a new connection from `peer`,
+/// consuming exactly its bytes (peeking first, so the HTTP bytes after it
+/// stay in the socket). `Ok(None)`: a LOCAL or UNKNOWN header, keep the TCP
+/// addresses. Refuses a peer that is not a trusted source.
+pub async fn read_header(
+    stream: &mut tokio::net::TcpStream,
+    accept: &crate::config::proxy::AcceptProxyProtocol,
+    peer: SocketAddr,
+) -> std::io::Result<Option<(SocketAddr, SocketAddr)>> {
+    use tokio::io::AsyncReadExt;
+    if !accept.trusts(peer.ip()) {
+        return Err(std::io::Error::other(format!(
+            "{} is not in trusted_sources",
+            peer.ip()
+        )));
+    }
+    let mut buf = [0u8; V2_MAX];
+    let mut last = 0;
+    loop {
+        let n = stream.peek(&mut buf).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        match parse(&buf[..n]) {
+            Ok(Some(h)) => {
+                stream.read_exact(&mut buf[..h.len]).await?;
+                return Ok(h.addrs);
+            }
+            Ok(None) => {
+                // Partial header: peek returns at once while bytes are
+                // waiting, so pause instead of spinning.
+                if n == last {
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+                last = n;
+            }
+            Err(e) => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@ use tokio_rustls::TlsAcceptor;
 
 use super::io::{self as tio, ConnState, TimedIo};
 use crate::config::Limits;
+use crate::proxy::smuggling::Guard;
 use crate::site::{ConnInfo, Listener};
 
 /// What every connection on one listening address shares.
@@ -28,6 +29,8 @@ pub struct ConnCtx {
     open: Arc<AtomicUsize>,
     /// HTTP/1.1 with h2c prior-knowledge detection, for plain listeners.
     auto: auto::Builder<TokioExecutor>,
+    /// PROXY protocol header expected from trusted sources.
+    accept_pp: Option<crate::config::proxy::AcceptProxyProtocol>,
     /// For TLS listeners where ALPN chose h2 (HTTP/1.1 uses `auto`, for upgrades).
     h2: hyper::server::conn::http2::Builder<TokioExecutor>,
 }
@@ -67,7 +70,17 @@ impl ConnCtx {
             open,
             auto,
             h2,
+            accept_pp: None,
         }
+    }
+
+    /// Expect a PROXY protocol header (v1 or v2) on every connection.
+    pub fn accept_proxy_protocol(
+        mut self,
+        pp: Option<crate::config::proxy::AcceptProxyProtocol>,
+    ) -> Self {
+        self.accept_pp = pp;
+        self
     }
 
     pub fn is_tls(&self) -> bool {
@@ -112,13 +125,33 @@ pub fn spawn(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, graceful: &
     });
 }
 
-async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: Watcher) {
+async fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: Watcher) {
     let state = Arc::new(ConnState::default());
-    let info = ConnInfo {
+    let mut info = ConnInfo {
         peer,
         local: stream.local_addr().unwrap_or(peer),
         tls: ctx.tls.is_some(),
     };
+    if let Some(pp) = &ctx.accept_pp {
+        let read = crate::proxy::proxy_protocol::read_header(&mut stream, pp, peer);
+        match tokio::time::timeout(ctx.timeouts.header, read).await {
+            Ok(Ok(Some((src, dst)))) => {
+                info.peer = src;
+                info.local = dst;
+            }
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return,
+            Ok(Err(e)) => {
+                tracing::warn!("connection from {peer} refused: PROXY protocol: {e}");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("connection from {peer}: no PROXY protocol header in time");
+                return;
+            }
+        }
+    }
+    let peer = info.peer;
     let svc = {
         let ctx = ctx.clone();
         let state = state.clone();
@@ -135,7 +168,12 @@ async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: 
     };
 
     let Some(acceptor) = &ctx.tls else {
-        let io = TimedIo::new(stream, state, ctx.timeouts, true);
+        // Request-smuggling checks on the raw bytes before hyper parses them.
+        let io = Guard::new(
+            TimedIo::new(stream, state, ctx.timeouts, true),
+            ctx.limits.header_size,
+            peer,
+        );
         // With upgrades: the proxy tunnels WebSocket and other Upgrades.
         let conn = ctx
             .auto
@@ -160,13 +198,15 @@ async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: 
         }
     };
     let is_h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    let io = TokioIo::new(TimedIo::new(tls, state, ctx.timeouts, !is_h2));
+    let io = TimedIo::new(tls, state, ctx.timeouts, !is_h2);
     let result = if is_h2 {
+        let io = TokioIo::new(io);
         watcher
             .watch(ctx.h2.serve_connection(io, svc))
             .await
             .map_err(Into::into)
     } else {
+        let io = TokioIo::new(Guard::new(io, ctx.limits.header_size, peer));
         // The auto builder (same HTTP/1 settings) because hyper's own
         // upgradeable HTTP/1 connection cannot be watched for graceful shutdown.
         watcher

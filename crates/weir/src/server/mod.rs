@@ -94,13 +94,16 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
         let listener = Listener::new(&sites, &l.sites, l.default_site, cfg.server.limits.clone());
         endpoints.push(Endpoint {
             addr: l.addr,
-            ctx: Arc::new(ConnCtx::new(
-                listener,
-                tls,
-                cfg.server.limits.clone(),
-                timeouts,
-                connections.clone(),
-            )),
+            ctx: Arc::new(
+                ConnCtx::new(
+                    listener,
+                    tls,
+                    cfg.server.limits.clone(),
+                    timeouts,
+                    connections.clone(),
+                )
+                .accept_proxy_protocol(l.proxy_protocol.clone()),
+            ),
         });
     }
 

@@ -35,6 +35,7 @@ pub struct Upstream {
     pub seen: Arc<Mutex<Vec<Seen>>>,
     pub conns: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
+    conn_tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
 impl Drop for Upstream {
@@ -54,6 +55,8 @@ impl Upstream {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let conns = Arc::new(AtomicUsize::new(0));
         let (s2, c2, n2) = (seen.clone(), conns.clone(), name.to_string());
+        let conn_tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let t2 = conn_tasks.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -61,7 +64,7 @@ impl Upstream {
                 };
                 c2.fetch_add(1, Ordering::SeqCst);
                 let (seen, name) = (s2.clone(), n2.clone());
-                tokio::spawn(async move {
+                let h = tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
                         let (seen, name) = (seen.clone(), name.clone());
                         async move { Ok::<_, Infallible>(answer(req, &name, &seen).await) }
@@ -71,6 +74,7 @@ impl Upstream {
                         .with_upgrades()
                         .await;
                 });
+                t2.lock().unwrap().push(h.abort_handle());
             }
         });
         Upstream {
@@ -79,6 +83,7 @@ impl Upstream {
             seen,
             conns,
             task,
+            conn_tasks,
         }
     }
 
@@ -93,6 +98,9 @@ impl Upstream {
     /// Stops accepting and closes everything (a crashed upstream).
     pub fn kill(&self) {
         self.task.abort();
+        for t in self.conn_tasks.lock().unwrap().drain(..) {
+            t.abort();
+        }
     }
 }
 
