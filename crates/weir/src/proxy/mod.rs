@@ -114,6 +114,8 @@ pub enum Failure {
     AfterSend,
     /// The response did not come within the timeout.
     Timeout,
+    /// The client's own request body failed (aborted, bad chunking).
+    Client,
 }
 
 /// Whether another upstream may be tried. `attempt` counts retries so far.
@@ -130,7 +132,7 @@ pub fn may_retry(
     match f {
         Failure::Connect | Failure::NotSent => true,
         Failure::AfterSend => idempotent && body_replayable,
-        Failure::Timeout => false,
+        Failure::Timeout | Failure::Client => false,
     }
 }
 
@@ -323,7 +325,7 @@ impl Proxy {
                         // Nothing was written: the request (and its body) is intact.
                         body = Replay::Stream(Some(req.into_body()));
                     }
-                    if !matches!(failure, Failure::NotSent) {
+                    if !matches!(failure, Failure::NotSent | Failure::Client) {
                         self.passive_failure(up, &e);
                     }
                     let replayable = body.replayable() || failure == Failure::NotSent;
@@ -524,12 +526,7 @@ impl Proxy {
                     Ok(Ok(resp)) => Ok((resp, Some(Sender::H1(tx)))),
                     Ok(Err(mut e)) => {
                         let returned = e.take_message();
-                        let failure = if returned.is_some() {
-                            Failure::NotSent
-                        } else {
-                            Failure::AfterSend
-                        };
-                        Err((ProxyError::Upstream(e.into_error()), failure, returned))
+                        Err(classify(e.into_error(), returned))
                     }
                     Err(_) => Err((ProxyError::ResponseTimeout(timeout), Failure::Timeout, None)),
                 }
@@ -540,12 +537,7 @@ impl Proxy {
                     Ok(Ok(resp)) => Ok((resp, None)),
                     Ok(Err(mut e)) => {
                         let returned = e.take_message();
-                        let failure = if returned.is_some() {
-                            Failure::NotSent
-                        } else {
-                            Failure::AfterSend
-                        };
-                        Err((ProxyError::Upstream(e.into_error()), failure, returned))
+                        Err(classify(e.into_error(), returned))
                     }
                     Err(_) => Err((ProxyError::ResponseTimeout(timeout), Failure::Timeout, None)),
                 }
@@ -641,6 +633,22 @@ impl Proxy {
         );
         error_response(&e)
     }
+}
+
+/// How far a failed send got; the client's body failing is the client's fault.
+fn classify(
+    e: hyper::Error,
+    returned: Option<Request<Body>>,
+) -> (ProxyError, Failure, Option<Request<Body>>) {
+    if e.is_user() {
+        return (ProxyError::ClientBody(e.into()), Failure::Client, None);
+    }
+    let failure = if returned.is_some() {
+        Failure::NotSent
+    } else {
+        Failure::AfterSend
+    };
+    (ProxyError::Upstream(e), failure, returned)
 }
 
 /// The client-facing response for a proxy failure.
@@ -966,8 +974,9 @@ mod tests {
         assert!(may_retry(Failure::AfterSend, true, true, 0, 2));
         assert!(!may_retry(Failure::AfterSend, false, true, 0, 2));
         assert!(!may_retry(Failure::AfterSend, true, false, 0, 2));
-        // A slow upstream is not hammered again.
+        // A slow upstream is not hammered again; a broken client body is final.
         assert!(!may_retry(Failure::Timeout, true, true, 0, 2));
+        assert!(!may_retry(Failure::Client, true, true, 0, 2));
     }
 
     #[test]

@@ -48,8 +48,9 @@ impl ConnCtx {
         auto.http1()
             .max_buf_size(buf)
             .max_headers(limits.headers)
-            .header_read_timeout(None)
-            .pipeline_flush(true);
+            .header_read_timeout(None);
+        // No `pipeline_flush`: it lifts hyper's write-buffer cap, so a large
+        // streamed response (a proxied download) was copied whole into memory.
         auto.http2()
             .max_concurrent_streams(limits.h2_streams)
             .max_header_list_size(limits.header_size as u32)

@@ -108,7 +108,11 @@ fn full(b: impl Into<Bytes>) -> RespBody {
     Full::new(b.into()).map_err(|e| match e {}).boxed()
 }
 
-async fn answer(req: Request<Incoming>, name: &str, seen: &Mutex<Vec<Seen>>) -> Response<RespBody> {
+pub async fn answer(
+    req: Request<Incoming>,
+    name: &str,
+    seen: &Mutex<Vec<Seen>>,
+) -> Response<RespBody> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     // Echo and count bodies without holding them.
