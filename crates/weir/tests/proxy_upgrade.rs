@@ -22,10 +22,8 @@ async fn ws_echo() -> (SocketAddr, tokio::task::JoinHandle<()>) {
                     return;
                 };
                 while let Some(Ok(m)) = ws.next().await {
-                    if m.is_text() || m.is_binary() {
-                        if ws.send(m).await.is_err() {
-                            return;
-                        }
+                    if (m.is_text() || m.is_binary()) && ws.send(m).await.is_err() {
+                        return;
                     }
                 }
             });
