@@ -54,6 +54,35 @@ enum Command {
         #[command(flatten)]
         log: LogArgs,
     },
+    /// Reverse-proxy one address to one or more upstreams, with no config file.
+    ReverseProxy {
+        /// Address or host to listen on ("127.0.0.1:8080", ":8080", "example.com").
+        #[arg(
+            short,
+            long,
+            value_name = "ADDR_OR_HOST",
+            default_value = "127.0.0.1:8080"
+        )]
+        from: String,
+        /// Upstream ("127.0.0.1:9000", "http://app:8080", "https://api.example.com",
+        /// "h2c://127.0.0.1:9000", "unix:/run/app.sock"); repeat for load balancing.
+        #[arg(short, long, value_name = "UPSTREAM", required = true)]
+        to: Vec<String>,
+        /// Balancing: round_robin, least_conn, random, p2c, first, ip_hash, hash.
+        #[arg(long, value_name = "MODE")]
+        balance: Option<String>,
+        /// Host header sent upstream: pass (default), upstream, or a literal value.
+        #[arg(long, value_name = "HOST")]
+        change_host: Option<String>,
+        /// Accept any upstream TLS certificate.
+        #[arg(long)]
+        insecure_skip_verify: bool,
+        /// Write an access log (combined format) to standard output.
+        #[arg(long)]
+        access_log: bool,
+        #[command(flatten)]
+        log: LogArgs,
+    },
     /// Check a config file; prints every error as file:line:col: message.
     Validate {
         /// Path of the TOML config file.
@@ -166,7 +195,79 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             run(cfg, &log)
         }
+        Command::ReverseProxy {
+            from,
+            to,
+            balance,
+            change_host,
+            insecure_skip_verify,
+            access_log,
+            log,
+        } => {
+            let src = reverse_proxy_toml(
+                &from,
+                &to,
+                balance,
+                change_host,
+                insecure_skip_verify,
+                access_log,
+            )?;
+            let cfg = match config::load_str("<reverse-proxy>", &src, Path::new(".")) {
+                Ok(c) => c,
+                Err(errs) => {
+                    let msgs: Vec<String> = errs.0.iter().map(|d| d.message.clone()).collect();
+                    anyhow::bail!("{}", msgs.join("\n"));
+                }
+            };
+            run(cfg, &log)
+        }
     }
+}
+
+/// The config `weir reverse-proxy` runs, as TOML so it goes through exactly
+/// the same validation as a file.
+fn reverse_proxy_toml(
+    from: &str,
+    to: &[String],
+    balance: Option<String>,
+    host: Option<String>,
+    insecure: bool,
+    access_log: bool,
+) -> anyhow::Result<String> {
+    let mut proxy = toml::Table::new();
+    proxy.insert(
+        "to".into(),
+        toml::Value::Array(to.iter().map(|t| t.as_str().into()).collect()),
+    );
+    if let Some(b) = balance {
+        proxy.insert("balance".into(), b.into());
+    }
+    if let Some(h) = host {
+        proxy.insert("host".into(), h.into());
+    }
+    if insecure {
+        proxy.insert("tls_verify".into(), false.into());
+    }
+    let mut site = toml::Table::new();
+    site.insert("proxy".into(), proxy.into());
+    // An address listens there for any host; a bare host name is a site name.
+    let is_addr = from.starts_with(':')
+        || from.parse::<std::net::SocketAddr>().is_ok()
+        || from.parse::<u16>().is_ok();
+    let name = if is_addr {
+        site.insert("listen".into(), from.into());
+        "*".to_string()
+    } else {
+        from.to_string()
+    };
+    if access_log {
+        site.insert("access_log".into(), "stdout".into());
+    }
+    let mut sites = toml::Table::new();
+    sites.insert(name, site.into());
+    let mut doc = toml::Table::new();
+    doc.insert("site".into(), sites.into());
+    Ok(toml::to_string(&doc)?)
 }
 
 fn run(cfg: Config, log: &LogArgs) -> anyhow::Result<ExitCode> {

@@ -29,7 +29,21 @@ pub struct Site {
 enum Handler {
     Static(Arc<StaticFiles>),
     Welcome,
-    RedirectHttps { port: u16 },
+    RedirectHttps {
+        port: u16,
+    },
+    Proxy(Arc<crate::proxy::Proxy>),
+    /// Routes by path, then the fallback (404 without one).
+    Routes {
+        routes: Vec<Route>,
+        fallback: Option<Box<Handler>>,
+    },
+}
+
+/// A `[[site."x".route]]`: matching paths go to its proxy.
+struct Route {
+    cfg: crate::config::proxy::RouteConfig,
+    proxy: Arc<crate::proxy::Proxy>,
 }
 
 /// What a handler may need to know about the connection a request came on.
@@ -73,18 +87,7 @@ pub fn build_sites(cfg: &Config) -> Result<Vec<Arc<Site>>, SiteError> {
     cfg.sites
         .iter()
         .map(|s| {
-            let handler = match &s.handler {
-                HandlerConfig::Static(opts) => {
-                    Handler::Static(StaticFiles::new(opts.clone()).map_err(|source| {
-                        SiteError::Static {
-                            site: s.name.clone(),
-                            source,
-                        }
-                    })?)
-                }
-                HandlerConfig::Welcome => Handler::Welcome,
-                HandlerConfig::RedirectHttps { port } => Handler::RedirectHttps { port: *port },
-            };
+            let handler = build_handler(&s.name, &s.handler)?;
             let access_log = match &s.access_log {
                 Some(a) => Some(AccessLog::open(a).map_err(|source| SiteError::AccessLog {
                     site: s.name.clone(),
@@ -99,6 +102,70 @@ pub fn build_sites(cfg: &Config) -> Result<Vec<Arc<Site>>, SiteError> {
             }))
         })
         .collect()
+}
+
+fn build_handler(site: &str, h: &HandlerConfig) -> Result<Handler, SiteError> {
+    Ok(match h {
+        HandlerConfig::Static(opts) => Handler::Static(StaticFiles::new(opts.clone()).map_err(
+            |source| SiteError::Static {
+                site: site.to_string(),
+                source,
+            },
+        )?),
+        HandlerConfig::Welcome => Handler::Welcome,
+        HandlerConfig::RedirectHttps { port } => Handler::RedirectHttps { port: *port },
+        HandlerConfig::Proxy(p) => Handler::Proxy(crate::proxy::Proxy::new(p.clone())),
+        HandlerConfig::Routes { routes, fallback } => Handler::Routes {
+            routes: routes
+                .iter()
+                .filter_map(|r| match &r.handler {
+                    HandlerConfig::Proxy(p) => Some(Route {
+                        cfg: r.clone(),
+                        proxy: crate::proxy::Proxy::new(p.clone()),
+                    }),
+                    _ => None,
+                })
+                .collect(),
+            fallback: match fallback {
+                Some(f) => Some(Box::new(build_handler(site, f)?)),
+                None => None,
+            },
+        },
+    })
+}
+
+/// A request body as the proxy sends it on: no box for a request without one.
+fn upstream_body<B>(body: B) -> Body
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<crate::body::BodyError>,
+{
+    if body.is_end_stream() {
+        Body::empty()
+    } else {
+        Body::stream(body)
+    }
+}
+
+/// The handlers that answer by themselves (everything but `Routes`).
+async fn leaf<B>(
+    handler: &Handler,
+    parts: &mut http::request::Parts,
+    body: B,
+    conn: &ConnInfo,
+    path: Option<&str>,
+) -> Response<Body>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<crate::body::BodyError>,
+{
+    match handler {
+        Handler::Static(files) => files.serve(parts, parts.uri.path()).await,
+        Handler::Welcome => welcome(parts),
+        Handler::RedirectHttps { port } => redirect_https(parts, request_host(parts), *port),
+        Handler::Proxy(p) => p.serve(parts, upstream_body(body), conn, path).await,
+        Handler::Routes { .. } => error(StatusCode::NOT_FOUND),
+    }
 }
 
 impl Listener {
@@ -131,7 +198,7 @@ impl Listener {
         B::Error: Into<crate::body::BodyError>,
     {
         let started = Instant::now();
-        let (parts, _body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
 
         // Limits hyper does not enforce for us.
         let target_len = parts.uri.path_and_query().map_or(0, |p| p.as_str().len());
@@ -174,14 +241,30 @@ impl Listener {
             return r;
         }
 
-        let host = request_host(&parts);
-        let site = self.pick(host);
+        let site = self.pick(request_host(&parts));
 
         let mut resp = match &site.handler {
-            Handler::Static(files) => files.serve(&parts, parts.uri.path()).await,
-            Handler::Welcome => welcome(&parts),
-            Handler::RedirectHttps { port } => redirect_https(&parts, host, *port),
+            Handler::Routes { routes, fallback } => {
+                let path = parts.uri.path();
+                match routes.iter().find(|r| r.cfg.pattern.matches(path)) {
+                    Some(r) => {
+                        let rewritten = match r.cfg.rewrite.apply(&r.cfg.pattern, path) {
+                            std::borrow::Cow::Owned(p) => Some(p),
+                            std::borrow::Cow::Borrowed(_) => None,
+                        };
+                        r.proxy
+                            .serve(&mut parts, upstream_body(body), conn, rewritten.as_deref())
+                            .await
+                    }
+                    None => match fallback {
+                        Some(h) => leaf(h, &mut parts, body, conn, None).await,
+                        None => error(StatusCode::NOT_FOUND),
+                    },
+                }
+            }
+            h => leaf(h, &mut parts, body, conn, None).await,
         };
+        let host = request_host(&parts);
 
         finish(&site.cfg, &mut resp, parts.method == http::Method::HEAD);
         if let Some(v) = &self.alt_svc {

@@ -9,6 +9,7 @@
 
 pub mod error;
 mod introspect;
+pub mod proxy;
 pub mod raw;
 mod tls;
 pub mod units;
@@ -87,6 +88,8 @@ pub struct ListenerConfig {
     pub sites: Vec<usize>,
     /// Index into [`Config::sites`] of the site for unmatched hosts.
     pub default_site: usize,
+    /// PROXY protocol accepted here (a site on it says `proxy_protocol = true`).
+    pub proxy_protocol: Option<proxy::AcceptProxyProtocol>,
 }
 
 /// A site: which requests it answers and how.
@@ -146,6 +149,13 @@ pub enum HandlerConfig {
     Welcome,
     /// Redirect every request to `https://host[:port]/path`.
     RedirectHttps { port: u16 },
+    /// Reverse proxy to upstreams.
+    Proxy(Arc<proxy::ProxyConfig>),
+    /// Routes by path, tried in order; then `fallback` (404 without one).
+    Routes {
+        routes: Vec<proxy::RouteConfig>,
+        fallback: Option<Box<HandlerConfig>>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -227,6 +237,7 @@ impl Config {
                 tls: false,
                 sites: vec![0],
                 default_site: 0,
+                proxy_protocol: None,
             }],
             tls: TlsGlobal::default(),
         }
@@ -300,6 +311,8 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
     }
 
     let doc = toml::de::DeTable::parse(src).ok();
+    // PROXY protocol per site index, applied to the site's listeners below.
+    let mut accept_pp: HashMap<usize, proxy::AcceptProxyProtocol> = HashMap::new();
     for (name, site) in &raw.site {
         let name_span = doc
             .as_ref()
@@ -324,8 +337,8 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
         );
         let has_tls = tls.is_some() || raw_site.tls.is_some();
 
-        let handler = match &raw_site.root {
-            Some(root) => {
+        let own = match &raw_site.root {
+            Some(root) => Some({
                 let path = base.join(root.get_ref());
                 match std::fs::metadata(&path) {
                     Ok(m) if m.is_dir() => {}
@@ -342,7 +355,8 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
                     ),
                 }
                 HandlerConfig::Static(static_options(&mut c, &name, raw_site, path))
-            }
+            }),
+            None if proxy::has_proxy(raw_site) => None,
             None => {
                 c.at(
                     site.span(),
@@ -350,11 +364,16 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
                         "site \"{name}\" has nothing to serve: add `root = \"/path/to/files\"`"
                     ),
                 );
-                HandlerConfig::Welcome
+                Some(HandlerConfig::Welcome)
             }
         };
+        let handler =
+            proxy::site_handler(&mut c, &name, raw_site, own).unwrap_or(HandlerConfig::Welcome);
 
         let idx = sites.len();
+        if let Some(pp) = proxy::accept_proxy_protocol(&mut c, &name, raw_site) {
+            accept_pp.insert(idx, pp);
+        }
         let default_port = if has_tls { 443 } else { 80 };
         let explicit_listen = raw_site.listen.is_some();
         let addrs: Vec<SocketAddr> = match &raw_site.listen {
@@ -466,7 +485,10 @@ pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErro
         }
     }
 
-    let listeners = group_listeners(&mut c, &binds);
+    let mut listeners = group_listeners(&mut c, &binds);
+    for l in &mut listeners {
+        l.proxy_protocol = l.sites.iter().find_map(|i| accept_pp.get(i).cloned());
+    }
     c.into_result(Config {
         source: file.to_string(),
         server,
@@ -516,6 +538,14 @@ fn known_keys(path: &[String]) -> &'static [&'static str] {
         ["tls", "on_demand"] => fields::<RawOnDemand>(),
         ["site", _, "compress"] => fields::<RawCompress>(),
         ["site", _, "file_cache"] => fields::<RawFileCache>(),
+        ["site", _, "proxy"] | ["site", _, "route", _, "proxy"] => fields::<RawProxy>(),
+        ["site", _, "proxy", "health"] | ["site", _, "route", _, "proxy", "health"] => {
+            fields::<RawHealth>()
+        }
+        ["site", _, "proxy", "passive"] | ["site", _, "route", _, "proxy", "passive"] => {
+            fields::<RawPassive>()
+        }
+        ["site", _, "route", _] => fields::<RawRoute>(),
         _ => &[],
     }
 }
@@ -961,6 +991,7 @@ fn group_listeners(c: &mut Collector<'_>, binds: &[Bind]) -> Vec<ListenerConfig>
                 tls: *tls,
                 sites: vec![*idx],
                 default_site: *idx,
+                proxy_protocol: None,
             }),
         }
         if *is_default {

@@ -121,6 +121,146 @@ pub struct RawSite {
     pub headers: Option<IndexMap<String, Spanned<String>>>,
     /// Access log; off by default. `"stdout"`, a file path, or `{ path, format }`.
     pub access_log: Option<Spanned<RawAccessLog>>,
+    /// Reverse proxy for the whole site: `proxy = { to = ["127.0.0.1:9001"] }`.
+    /// Off by default; a site has either `proxy` or `root` (use `route` for both).
+    pub proxy: Option<Spanned<RawProxy>>,
+    /// Routes by path, tried in file order before the site's own handler:
+    /// `[[site."x".route]]` with `path = "/api/*"` and `proxy = { ... }`. None by default.
+    pub route: Option<Vec<Spanned<RawRoute>>>,
+    /// Accept the PROXY protocol (v1 or v2, detected) on this site's
+    /// listeners, from `trusted_sources` only; default false.
+    pub proxy_protocol: Option<Spanned<bool>>,
+    /// CIDRs allowed to send a PROXY protocol header; default: none (every
+    /// connection is refused while `proxy_protocol = true` and this is empty).
+    pub trusted_sources: Option<Spanned<Vec<String>>>,
+}
+
+/// `[[site."x".route]]`: requests whose path matches go to this route's handler.
+#[derive(Debug, Deserialize)]
+pub struct RawRoute {
+    /// `"/api/"` (prefix), `"/api/*"` (the prefix `/api/` and `/api` itself)
+    /// or a glob with `*` (`"/*.php"`). Required.
+    pub path: Spanned<String>,
+    /// Remove the literal part of `path` before the first `*` (keeping a
+    /// leading `/`) before forwarding; default false.
+    pub strip_prefix: Option<bool>,
+    /// Replace the literal part of `path` with this before forwarding
+    /// (`"/v2/"`); default: no rewrite. Exclusive with `strip_prefix`.
+    pub rewrite: Option<Spanned<String>>,
+    /// Where matching requests go. Required.
+    pub proxy: Option<Spanned<RawProxy>>,
+}
+
+/// `proxy = { ... }`: forward requests to upstream servers.
+#[derive(Debug, Deserialize)]
+pub struct RawProxy {
+    /// Upstreams: `"127.0.0.1:9001"`, `"http://app:8080"`, `"https://api.example.com"`,
+    /// `"h2c://127.0.0.1:9002"`, `"unix:/run/app.sock"`, or `{ addr = "...", weight = 3 }`. Required.
+    pub to: Spanned<RawUpstreams>,
+    /// `"round_robin"` (default; smooth weighted when weights differ), `"least_conn"`,
+    /// `"random"`, `"p2c"` (power of two choices), `"first"`, `"ip_hash"`, `"hash"`.
+    pub balance: Option<Spanned<String>>,
+    /// Key for `balance = "hash"`: `"uri"`, `"header:NAME"` or `"cookie:NAME"`; default `"uri"`.
+    pub hash_key: Option<Spanned<String>>,
+    /// Sticky sessions: the name of a cookie weir sets to pin a client to an upstream; default off.
+    pub sticky_cookie: Option<Spanned<String>>,
+    /// Host header sent upstream: `"pass"` (default: the client's), `"upstream"`
+    /// (the upstream's host:port), or a literal value.
+    pub host: Option<Spanned<String>>,
+    /// Connecting (TCP, TLS, handshake) must finish within this; default 5s.
+    pub connect_timeout: Option<Spanned<Value>>,
+    /// The response head must arrive within this after the request head is sent; default 60s.
+    pub response_timeout: Option<Spanned<Value>>,
+    /// Idle pooled upstream connections are closed after this; default 60s.
+    pub idle_timeout: Option<Spanned<Value>>,
+    /// Idle connections kept per upstream per worker; default 64; 0 disables keep-alive.
+    pub max_idle: Option<Spanned<i64>>,
+    /// Most requests in flight per upstream (HAProxy's maxconn); default 0 = no limit.
+    pub max_conns: Option<Spanned<i64>>,
+    /// Requests that may wait for a free slot when `max_conns` is reached; default 0.
+    /// Over: 503.
+    pub queue: Option<Spanned<i64>>,
+    /// Longest wait in that queue; default 5s. Over: 503.
+    pub queue_timeout: Option<Spanned<Value>>,
+    /// Further attempts on other upstreams after a failure that is safe to retry; default 2.
+    pub retries: Option<Spanned<i64>>,
+    /// Request bodies up to this size are buffered so that a failed
+    /// idempotent request can be retried; larger bodies are streamed and never retried.
+    /// Default 64KiB; 0 never buffers.
+    pub retry_body_size: Option<Spanned<Value>>,
+    /// Active health checks; default off.
+    pub health: Option<RawHealth>,
+    /// Passive health checks: `{ failures = 5, window = "10s", cooldown = "30s" }` (the defaults).
+    pub passive: Option<RawPassive>,
+    /// Send X-Forwarded-For, -Proto and -Host; default true.
+    pub x_forwarded: Option<bool>,
+    /// Send RFC 7239 `Forwarded`; default true.
+    pub forwarded: Option<bool>,
+    /// Add `Via` to requests and responses; default true.
+    pub via: Option<bool>,
+    /// Client address mode. Default (absent): direct, incoming X-Forwarded-For
+    /// and Forwarded are replaced. With CIDRs: they are kept when the peer is in
+    /// one, and the client is the right-most address not in any.
+    pub trusted_proxies: Option<Spanned<Vec<String>>>,
+    /// Send a PROXY protocol header to upstreams: `"v1"` or `"v2"`; default off.
+    pub send_proxy_protocol: Option<Spanned<String>>,
+    /// Verify upstream TLS certificates against the system/webpki roots; default true.
+    pub tls_verify: Option<bool>,
+    /// TLS server name sent to upstreams; default: the upstream's host.
+    pub sni: Option<String>,
+    /// Upstream host names are resolved again after this; default 30s.
+    pub dns_ttl: Option<Spanned<Value>>,
+}
+
+/// `health = { ... }` in a proxy: active checks, run by one background task.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawHealth {
+    /// HTTP path to GET; default `"/"`. Ignored with `tcp = true`.
+    pub path: Option<String>,
+    /// Only check that a TCP connection opens; default false.
+    pub tcp: Option<bool>,
+    /// Expected status; default: any 2xx or 3xx.
+    pub status: Option<Spanned<i64>>,
+    /// Text the body must contain; default: not checked.
+    pub body: Option<String>,
+    /// Time between checks; default 2s.
+    pub interval: Option<Spanned<Value>>,
+    /// A check not done within this fails; default 1s.
+    pub timeout: Option<Spanned<Value>>,
+    /// Consecutive successes to mark a down upstream up; default 2.
+    pub rise: Option<Spanned<i64>>,
+    /// Consecutive failures to mark an up upstream down; default 3.
+    pub fall: Option<Spanned<i64>>,
+}
+
+/// `passive = { ... }` in a proxy.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawPassive {
+    /// Failures (connect errors, resets, timeouts, 5xx are not counted) within
+    /// `window` that mark an upstream down; default 5; 0 turns passive checks off.
+    pub failures: Option<Spanned<i64>>,
+    /// Default 10s.
+    pub window: Option<Spanned<Value>>,
+    /// How long an upstream stays down; default 30s.
+    pub cooldown: Option<Spanned<Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawUpstreams {
+    One(String),
+    Many(Vec<RawUpstream>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawUpstream {
+    Addr(String),
+    Full {
+        addr: String,
+        /// Share of requests relative to the others; default 1.
+        weight: Option<i64>,
+    },
 }
 
 /// A site's `tls = { ... }`.

@@ -15,6 +15,7 @@ use tokio::net::TcpStream;
 
 use super::io::{self as tio, ConnState, TimedIo};
 use crate::config::Limits;
+use crate::proxy::smuggling::Guard;
 use crate::site::{ConnInfo, Listener};
 
 /// What every connection on one listening address shares.
@@ -27,8 +28,9 @@ pub struct ConnCtx {
     open: Arc<AtomicUsize>,
     /// HTTP/1.1 with h2c prior-knowledge detection, for plain listeners.
     auto: auto::Builder<TokioExecutor>,
-    /// For TLS listeners, where ALPN has already chosen.
-    h1: hyper::server::conn::http1::Builder,
+    /// PROXY protocol header expected from trusted sources.
+    accept_pp: Option<crate::config::proxy::AcceptProxyProtocol>,
+    /// For TLS listeners where ALPN chose h2 (HTTP/1.1 uses `auto`, for upgrades).
     h2: hyper::server::conn::http2::Builder<TokioExecutor>,
 }
 
@@ -50,19 +52,16 @@ impl ConnCtx {
             .max_buf_size(buf)
             .max_headers(hyper_max_headers)
             .header_read_timeout(None);
+        // No `pipeline_flush`: it lifts hyper's write-buffer cap, so a large
+        // streamed response (a proxied download) was copied whole into
+        // memory; and over TLS a deferred flush can leave a response sitting
+        // in rustls' buffer.
         auto.http2()
             .max_concurrent_streams(limits.h2_streams)
             .max_header_list_size(limits.header_size as u32)
             .max_pending_accept_reset_streams(Some(100))
             .max_local_error_reset_streams(Some(1024));
 
-        // No `pipeline_flush`: hyper calls it experimental, and over TLS a
-        // response whose flush is deferred can sit in rustls' buffer until
-        // the next event (seen as >2 s responses under load).
-        let mut h1 = hyper::server::conn::http1::Builder::new();
-        h1.max_buf_size(buf)
-            .max_headers(hyper_max_headers)
-            .header_read_timeout(None);
         let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         h2.max_concurrent_streams(limits.h2_streams)
             .max_header_list_size(limits.header_size as u32)
@@ -76,9 +75,18 @@ impl ConnCtx {
             timeouts,
             open,
             auto,
-            h1,
             h2,
+            accept_pp: None,
         }
+    }
+
+    /// Expect a PROXY protocol header (v1 or v2) on every connection.
+    pub fn accept_proxy_protocol(
+        mut self,
+        pp: Option<crate::config::proxy::AcceptProxyProtocol>,
+    ) -> Self {
+        self.accept_pp = pp;
+        self
     }
 
     pub fn is_tls(&self) -> bool {
@@ -123,13 +131,33 @@ pub fn spawn(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, graceful: &
     });
 }
 
-async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: Watcher) {
+async fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: Watcher) {
     let state = Arc::new(ConnState::default());
-    let info = ConnInfo {
+    let mut info = ConnInfo {
         peer,
         local: stream.local_addr().unwrap_or(peer),
         tls: ctx.tls.is_some(),
     };
+    if let Some(pp) = &ctx.accept_pp {
+        let read = crate::proxy::proxy_protocol::read_header(&mut stream, pp, peer);
+        match tokio::time::timeout(ctx.timeouts.header, read).await {
+            Ok(Ok(Some((src, dst)))) => {
+                info.peer = src;
+                info.local = dst;
+            }
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return,
+            Ok(Err(e)) => {
+                tracing::warn!("connection from {peer} refused: PROXY protocol: {e}");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("connection from {peer}: no PROXY protocol header in time");
+                return;
+            }
+        }
+    }
+    let peer = info.peer;
     let svc = {
         let ctx = ctx.clone();
         let state = state.clone();
@@ -146,8 +174,16 @@ async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: 
     };
 
     let Some(acceptor) = &ctx.tls else {
-        let io = TimedIo::new(stream, state, ctx.timeouts, true);
-        let conn = ctx.auto.serve_connection(TokioIo::new(io), svc);
+        // Request-smuggling checks on the raw bytes before hyper parses them.
+        let io = Guard::new(
+            TimedIo::new(stream, state, ctx.timeouts, true),
+            ctx.limits.header_size,
+            peer,
+        );
+        // With upgrades: the proxy tunnels WebSocket and other Upgrades.
+        let conn = ctx
+            .auto
+            .serve_connection_with_upgrades(TokioIo::new(io), svc);
         if let Err(e) = watcher.watch(conn.into_owned()).await {
             tracing::debug!("connection from {peer}: {e}");
         }
@@ -170,11 +206,24 @@ async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: 
         }
     };
     let is_h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    let io = TokioIo::new(TimedIo::new(tls, state, ctx.timeouts, !is_h2));
+    let io = TimedIo::new(tls, state, ctx.timeouts, !is_h2);
     let result = if is_h2 {
-        watcher.watch(ctx.h2.serve_connection(io, svc)).await
+        let io = TokioIo::new(io);
+        watcher
+            .watch(ctx.h2.serve_connection(io, svc))
+            .await
+            .map_err(Into::into)
     } else {
-        watcher.watch(ctx.h1.serve_connection(io, svc)).await
+        let io = TokioIo::new(Guard::new(io, ctx.limits.header_size, peer));
+        // The auto builder (same HTTP/1 settings) because hyper's own
+        // upgradeable HTTP/1 connection cannot be watched for graceful shutdown.
+        watcher
+            .watch(
+                ctx.auto
+                    .serve_connection_with_upgrades(io, svc)
+                    .into_owned(),
+            )
+            .await
     };
     if let Err(e) = result {
         tracing::debug!("connection from {peer}: {e}");

@@ -95,13 +95,16 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
         }
         endpoints.push(Endpoint {
             addr: l.addr,
-            ctx: Arc::new(ConnCtx::new(
-                listener,
-                tls,
-                cfg.server.limits.clone(),
-                timeouts,
-                connections.clone(),
-            )),
+            ctx: Arc::new(
+                ConnCtx::new(
+                    listener,
+                    tls,
+                    cfg.server.limits.clone(),
+                    timeouts,
+                    connections.clone(),
+                )
+                .accept_proxy_protocol(l.proxy_protocol.clone()),
+            ),
         });
     }
 

@@ -1,0 +1,822 @@
+//! Validation of the reverse-proxy keys: a site's `proxy = { ... }`, its
+//! `[[site."x".route]]` tables and the listener's PROXY protocol settings,
+//! turned into [`ProxyConfig`] and [`RouteConfig`].
+//!
+//! Owns only checking and defaults; never opens a socket or resolves a name
+//! (upstream host names are resolved at run time, see `proxy::dns`).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde_spanned::Spanned;
+
+use super::HandlerConfig;
+use super::error::Collector;
+use super::raw::{RawProxy, RawRoute, RawSite, RawUpstream, RawUpstreams, Value};
+use super::units;
+
+/// A validated `proxy = { ... }`.
+#[derive(Debug, Clone)]
+pub struct ProxyConfig {
+    pub upstreams: Vec<UpstreamConfig>,
+    pub balance: Balance,
+    pub sticky_cookie: Option<String>,
+    pub host: HostHeader,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_idle: usize,
+    /// 0: no limit.
+    pub max_conns: usize,
+    pub queue: usize,
+    pub queue_timeout: Duration,
+    pub retries: u32,
+    pub retry_body_size: u64,
+    pub health: Option<HealthConfig>,
+    pub passive: PassiveConfig,
+    pub x_forwarded: bool,
+    pub forwarded: bool,
+    pub via: bool,
+    /// Empty: direct mode.
+    pub trusted_proxies: Vec<IpNet>,
+    pub send_proxy_protocol: Option<ProxyProtocolVersion>,
+    pub tls_verify: bool,
+    pub sni: Option<String>,
+    pub dns_ttl: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyProtocolVersion {
+    V1,
+    V2,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Balance {
+    /// Smooth weighted round robin (nginx's); plain round robin with equal weights.
+    RoundRobin,
+    LeastConn,
+    Random,
+    PowerOfTwo,
+    First,
+    IpHash,
+    Hash(HashKey),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HashKey {
+    Uri,
+    /// Lower-case header name.
+    Header(String),
+    Cookie(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostHeader {
+    Pass,
+    Upstream,
+    Fixed(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamScheme {
+    /// HTTP/1.1 over TCP or a Unix socket.
+    Http,
+    /// HTTP/1.1 over TLS.
+    Https,
+    /// HTTP/2 with prior knowledge, cleartext.
+    H2c,
+    /// HTTP/2 over TLS.
+    H2,
+}
+
+impl UpstreamScheme {
+    pub fn is_tls(self) -> bool {
+        matches!(self, UpstreamScheme::Https | UpstreamScheme::H2)
+    }
+    pub fn is_h2(self) -> bool {
+        matches!(self, UpstreamScheme::H2c | UpstreamScheme::H2)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamTarget {
+    /// A host name or IP literal (without brackets) and a port.
+    Tcp {
+        host: String,
+        port: u16,
+    },
+    Unix(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    /// As written in the file, for logs.
+    pub name: String,
+    pub scheme: UpstreamScheme,
+    pub target: UpstreamTarget,
+    pub weight: u32,
+}
+
+impl UpstreamConfig {
+    /// `host:port` for the Host header and h2 authority.
+    pub fn authority(&self) -> String {
+        match &self.target {
+            UpstreamTarget::Tcp { host, port } if host.contains(':') => format!("[{host}]:{port}"),
+            UpstreamTarget::Tcp { host, port } => format!("{host}:{port}"),
+            UpstreamTarget::Unix(_) => "localhost".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct HealthConfig {
+    /// `None`: TCP connect only.
+    pub path: Option<String>,
+    pub status: Option<u16>,
+    pub body: Option<String>,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub rise: u32,
+    pub fall: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct PassiveConfig {
+    /// 0: off.
+    pub failures: u32,
+    pub window: Duration,
+    pub cooldown: Duration,
+}
+
+/// A path pattern of a route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathPattern {
+    /// `"/api/"`: paths starting with it.
+    Prefix(String),
+    /// `"/api/*"`: `/api/...` and `/api` itself; holds `/api/`.
+    Dir(String),
+    /// Any other pattern with `*` (matching any run of characters).
+    Glob(String),
+}
+
+impl PathPattern {
+    pub fn parse(p: &str) -> Result<PathPattern, String> {
+        if !p.starts_with('/') && !p.starts_with('*') {
+            return Err(format!("`{p}` must start with `/` (or `*`)"));
+        }
+        match p.find('*') {
+            None => Ok(PathPattern::Prefix(p.to_string())),
+            Some(i) if i == p.len() - 1 && p.ends_with("/*") => {
+                Ok(PathPattern::Dir(p[..p.len() - 1].to_string()))
+            }
+            Some(_) => Ok(PathPattern::Glob(p.to_string())),
+        }
+    }
+
+    pub fn matches(&self, path: &str) -> bool {
+        match self {
+            PathPattern::Prefix(p) => path.starts_with(p.as_str()),
+            PathPattern::Dir(d) => {
+                path.starts_with(d.as_str())
+                    || path == &d[..d.len() - 1] && !d[..d.len() - 1].is_empty()
+            }
+            PathPattern::Glob(g) => glob_match(g.as_bytes(), path.as_bytes()),
+        }
+    }
+
+    /// The literal part before the first `*`.
+    pub fn literal(&self) -> &str {
+        match self {
+            PathPattern::Prefix(p) | PathPattern::Dir(p) => p,
+            PathPattern::Glob(g) => &g[..g.find('*').unwrap_or(g.len())],
+        }
+    }
+}
+
+/// `*` matches any run of bytes; everything else matches itself.
+fn glob_match(pat: &[u8], s: &[u8]) -> bool {
+    let (mut p, mut i) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while i < s.len() {
+        if p < pat.len() && pat[p] == b'*' {
+            star = Some((p, i));
+            p += 1;
+        } else if p < pat.len() && pat[p] == s[i] {
+            p += 1;
+            i += 1;
+        } else if let Some((sp, si)) = star {
+            p = sp + 1;
+            i = si + 1;
+            star = Some((sp, si + 1));
+        } else {
+            return false;
+        }
+    }
+    pat[p..].iter().all(|&b| b == b'*')
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathRewrite {
+    None,
+    /// Replace the pattern's literal prefix with this (`""` strips it).
+    Replace(String),
+}
+
+impl PathRewrite {
+    /// The path sent upstream for `path` matched by `pattern`.
+    pub fn apply<'a>(&self, pattern: &PathPattern, path: &'a str) -> std::borrow::Cow<'a, str> {
+        use std::borrow::Cow;
+        let PathRewrite::Replace(with) = self else {
+            return Cow::Borrowed(path);
+        };
+        let lit = pattern.literal();
+        let rest = if let Some(r) = path.strip_prefix(lit) {
+            r
+        } else if let PathPattern::Dir(d) = pattern
+            && path == &d[..d.len() - 1]
+        {
+            ""
+        } else {
+            return Cow::Borrowed(path);
+        };
+        let mut out = String::with_capacity(with.len() + rest.len() + 1);
+        out.push_str(with);
+        if !out.ends_with('/') && !rest.is_empty() && !rest.starts_with('/') {
+            out.push('/');
+        }
+        out.push_str(rest);
+        if !out.starts_with('/') {
+            out.insert(0, '/');
+        }
+        Cow::Owned(out)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RouteConfig {
+    pub pattern: PathPattern,
+    pub rewrite: PathRewrite,
+    pub handler: HandlerConfig,
+}
+
+/// PROXY protocol accepted on a listener.
+#[derive(Debug, Clone, Default)]
+pub struct AcceptProxyProtocol {
+    pub trusted_sources: Vec<IpNet>,
+}
+
+impl AcceptProxyProtocol {
+    pub fn trusts(&self, ip: IpAddr) -> bool {
+        self.trusted_sources.iter().any(|n| n.contains(&ip))
+    }
+}
+
+/// Whether the site uses any proxy key, so `root` is not required.
+pub fn has_proxy(s: &RawSite) -> bool {
+    s.proxy.is_some() || s.route.is_some()
+}
+
+/// The site's handler once `proxy` and `route` are taken into account;
+/// `own` is the handler from `root` (or `None` without one).
+pub fn site_handler(
+    c: &mut Collector<'_>,
+    site: &str,
+    s: &RawSite,
+    own: Option<HandlerConfig>,
+) -> Option<HandlerConfig> {
+    let own = match (&s.proxy, own) {
+        (Some(p), Some(h)) => {
+            c.at(
+                p.span(),
+                format!(
+                    "site \"{site}\": has both `root` and `proxy`; proxy some paths with [[site.\"{site}\".route]] instead"
+                ),
+            );
+            Some(h)
+        }
+        (Some(p), None) => Some(HandlerConfig::Proxy(Arc::new(proxy_config(
+            c,
+            &format!("site \"{site}\": proxy"),
+            p,
+        )))),
+        (None, h) => h,
+    };
+    let Some(routes) = &s.route else {
+        return own;
+    };
+    let routes = routes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| route_config(c, &format!("site \"{site}\": route {}", i + 1), r))
+        .collect();
+    Some(HandlerConfig::Routes {
+        routes,
+        fallback: own.map(Box::new),
+    })
+}
+
+fn route_config(c: &mut Collector<'_>, key: &str, r: &Spanned<RawRoute>) -> Option<RouteConfig> {
+    let raw = r.get_ref();
+    let pattern = match PathPattern::parse(raw.path.get_ref()) {
+        Ok(p) => p,
+        Err(m) => {
+            c.at(raw.path.span(), format!("{key}: path: {m}"));
+            return None;
+        }
+    };
+    let rewrite = match (&raw.rewrite, raw.strip_prefix) {
+        (Some(w), Some(true)) => {
+            c.at(
+                w.span(),
+                format!("{key}: `rewrite` and `strip_prefix` exclude each other; keep one"),
+            );
+            PathRewrite::None
+        }
+        (Some(w), _) => PathRewrite::Replace(w.get_ref().clone()),
+        (None, Some(true)) => PathRewrite::Replace(String::new()),
+        (None, _) => PathRewrite::None,
+    };
+    let Some(p) = &raw.proxy else {
+        c.at(
+            r.span(),
+            format!("{key}: has nothing to do: add `proxy = {{ to = [\"127.0.0.1:9000\"] }}`"),
+        );
+        return None;
+    };
+    let handler = HandlerConfig::Proxy(Arc::new(proxy_config(c, &format!("{key}: proxy"), p)));
+    Some(RouteConfig {
+        pattern,
+        rewrite,
+        handler,
+    })
+}
+
+/// Parses one upstream as written.
+pub fn parse_upstream(s: &str) -> Result<(UpstreamScheme, UpstreamTarget), String> {
+    let s = s.trim();
+    if let Some(path) = s.strip_prefix("unix:") {
+        let path = path.trim_start_matches("//");
+        if path.is_empty() {
+            return Err("`unix:` needs a socket path, like \"unix:/run/app.sock\"".into());
+        }
+        return Ok((
+            UpstreamScheme::Http,
+            UpstreamTarget::Unix(PathBuf::from(path)),
+        ));
+    }
+    let (scheme, rest, default_port) = if let Some(r) = s.strip_prefix("http://") {
+        (UpstreamScheme::Http, r, Some(80))
+    } else if let Some(r) = s.strip_prefix("https://") {
+        (UpstreamScheme::Https, r, Some(443))
+    } else if let Some(r) = s.strip_prefix("h2c://") {
+        (UpstreamScheme::H2c, r, None)
+    } else if let Some(r) = s.strip_prefix("h2://") {
+        (UpstreamScheme::H2, r, Some(443))
+    } else if s.contains("://") {
+        return Err(format!(
+            "`{s}`: unknown scheme; use http://, https://, h2c://, h2:// or unix:"
+        ));
+    } else {
+        (UpstreamScheme::Http, s, None)
+    };
+    let rest = rest.trim_end_matches('/');
+    if rest.contains('/') {
+        return Err(format!(
+            "`{s}`: an upstream has no path; rewrite paths in a route"
+        ));
+    }
+    if let Ok(sa) = rest.parse::<std::net::SocketAddr>() {
+        return Ok((
+            scheme,
+            UpstreamTarget::Tcp {
+                host: sa.ip().to_string(),
+                port: sa.port(),
+            },
+        ));
+    }
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
+            let port = p
+                .parse::<u16>()
+                .map_err(|_| format!("`{s}`: `{p}` is not a port number"))?;
+            (h.trim_start_matches('[').trim_end_matches(']'), port)
+        }
+        _ => match default_port {
+            Some(p) => (rest.trim_start_matches('[').trim_end_matches(']'), p),
+            None => {
+                return Err(format!(
+                    "`{s}` needs a port, like \"127.0.0.1:9000\" or \"http://app:8080\""
+                ));
+            }
+        },
+    };
+    let valid_name = host
+        .split('.')
+        .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+    if host.parse::<IpAddr>().is_err() && !valid_name {
+        return Err(format!("`{s}`: `{host}` is not a host name or IP address"));
+    }
+    Ok((
+        scheme,
+        UpstreamTarget::Tcp {
+            host: host.to_ascii_lowercase(),
+            port,
+        },
+    ))
+}
+
+pub fn parse_cidrs(list: &[String]) -> Result<Vec<IpNet>, String> {
+    list.iter()
+        .map(|s| {
+            s.parse::<IpNet>()
+                .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| format!("`{s}` is not an address or CIDR like \"10.0.0.0/8\""))
+        })
+        .collect()
+}
+
+fn proxy_config(c: &mut Collector<'_>, key: &str, p: &Spanned<RawProxy>) -> ProxyConfig {
+    let raw = p.get_ref();
+    let mut out = ProxyConfig {
+        upstreams: Vec::new(),
+        balance: Balance::RoundRobin,
+        sticky_cookie: None,
+        host: HostHeader::Pass,
+        connect_timeout: Duration::from_secs(5),
+        response_timeout: Duration::from_secs(60),
+        idle_timeout: Duration::from_secs(60),
+        max_idle: 64,
+        max_conns: 0,
+        queue: 0,
+        queue_timeout: Duration::from_secs(5),
+        retries: 2,
+        retry_body_size: 64 * 1024,
+        health: None,
+        passive: PassiveConfig {
+            failures: 5,
+            window: Duration::from_secs(10),
+            cooldown: Duration::from_secs(30),
+        },
+        x_forwarded: raw.x_forwarded.unwrap_or(true),
+        forwarded: raw.forwarded.unwrap_or(true),
+        via: raw.via.unwrap_or(true),
+        trusted_proxies: Vec::new(),
+        send_proxy_protocol: None,
+        tls_verify: raw.tls_verify.unwrap_or(true),
+        sni: raw.sni.clone(),
+        dns_ttl: Duration::from_secs(30),
+    };
+
+    let list: Vec<RawUpstream> = match raw.to.get_ref() {
+        RawUpstreams::One(s) => vec![RawUpstream::Addr(s.clone())],
+        RawUpstreams::Many(v) => v.clone(),
+    };
+    if list.is_empty() {
+        c.at(
+            raw.to.span(),
+            format!("{key}.to: needs at least one upstream"),
+        );
+    }
+    for u in list {
+        let (addr, weight) = match u {
+            RawUpstream::Addr(a) => (a, 1),
+            RawUpstream::Full { addr, weight } => (addr, weight.unwrap_or(1)),
+        };
+        if !(1..=1000).contains(&weight) {
+            c.at(
+                raw.to.span(),
+                format!("{key}.to: weight {weight} of `{addr}` is out of range (1 to 1000)"),
+            );
+            continue;
+        }
+        match parse_upstream(&addr) {
+            Ok((scheme, target)) => out.upstreams.push(UpstreamConfig {
+                name: addr,
+                scheme,
+                target,
+                weight: weight as u32,
+            }),
+            Err(m) => c.at(raw.to.span(), format!("{key}.to: {m}")),
+        }
+    }
+
+    if let Some(b) = &raw.balance {
+        out.balance = match b.get_ref().as_str() {
+            "round_robin" | "roundrobin" | "weighted_round_robin" => Balance::RoundRobin,
+            "least_conn" | "leastconn" => Balance::LeastConn,
+            "random" => Balance::Random,
+            "p2c" | "power_of_two" => Balance::PowerOfTwo,
+            "first" => Balance::First,
+            "ip_hash" => Balance::IpHash,
+            "hash" => Balance::Hash(HashKey::Uri),
+            o => {
+                c.at(
+                    b.span(),
+                    format!(
+                        "{key}.balance: `{o}` is unknown; use round_robin, least_conn, random, p2c, first, ip_hash or hash"
+                    ),
+                );
+                Balance::RoundRobin
+            }
+        };
+    }
+    if let Some(k) = &raw.hash_key {
+        let v = k.get_ref();
+        let parsed = if v == "uri" {
+            Some(HashKey::Uri)
+        } else if let Some(h) = v.strip_prefix("header:") {
+            http::HeaderName::from_bytes(h.trim().as_bytes())
+                .ok()
+                .map(|n| HashKey::Header(n.as_str().to_string()))
+        } else {
+            v.strip_prefix("cookie:")
+                .filter(|c| !c.trim().is_empty())
+                .map(|c| HashKey::Cookie(c.trim().to_string()))
+        };
+        match (parsed, &out.balance) {
+            (Some(h), Balance::Hash(_)) => out.balance = Balance::Hash(h),
+            (Some(_), _) => c.at(
+                k.span(),
+                format!("{key}.hash_key: only used with balance = \"hash\""),
+            ),
+            (None, _) => c.at(
+                k.span(),
+                format!(
+                    "{key}.hash_key: `{v}` is unknown; use \"uri\", \"header:NAME\" or \"cookie:NAME\""
+                ),
+            ),
+        }
+    }
+    if let Some(s) = &raw.sticky_cookie {
+        let v = s.get_ref();
+        if v.is_empty()
+            || !v
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            c.at(
+                s.span(),
+                format!(
+                    "{key}.sticky_cookie: `{v}` is not a cookie name (letters, digits, - and _)"
+                ),
+            );
+        } else {
+            out.sticky_cookie = Some(v.clone());
+        }
+    }
+    if let Some(h) = &raw.host {
+        out.host = match h.get_ref().as_str() {
+            "pass" => HostHeader::Pass,
+            "upstream" => HostHeader::Upstream,
+            v if http::HeaderValue::from_str(v).is_ok() && !v.is_empty() => {
+                HostHeader::Fixed(v.to_string())
+            }
+            v => {
+                c.at(
+                    h.span(),
+                    format!("{key}.host: `{v}` is not \"pass\", \"upstream\" or a host name"),
+                );
+                HostHeader::Pass
+            }
+        };
+    }
+
+    let dur =
+        |c: &mut Collector<'_>, name: &str, v: &Option<Spanned<Value>>, slot: &mut Duration| {
+            if let Some(v) = v {
+                match units::parse_duration(v.get_ref()) {
+                    Ok(d) if d.is_zero() => {
+                        c.at(v.span(), format!("{key}.{name}: must be more than zero"))
+                    }
+                    Ok(d) => *slot = d,
+                    Err(m) => c.at(v.span(), format!("{key}.{name}: {m}")),
+                }
+            }
+        };
+    dur(
+        c,
+        "connect_timeout",
+        &raw.connect_timeout,
+        &mut out.connect_timeout,
+    );
+    dur(
+        c,
+        "response_timeout",
+        &raw.response_timeout,
+        &mut out.response_timeout,
+    );
+    dur(c, "idle_timeout", &raw.idle_timeout, &mut out.idle_timeout);
+    dur(
+        c,
+        "queue_timeout",
+        &raw.queue_timeout,
+        &mut out.queue_timeout,
+    );
+    dur(c, "dns_ttl", &raw.dns_ttl, &mut out.dns_ttl);
+
+    let count = |c: &mut Collector<'_>, name: &str, v: &Option<Spanned<i64>>, max: i64| {
+        let v = v.as_ref()?;
+        let n = *v.get_ref();
+        if (0..=max).contains(&n) {
+            Some(n)
+        } else {
+            c.at(
+                v.span(),
+                format!("{key}.{name}: {n} is out of range (0 to {max})"),
+            );
+            None
+        }
+    };
+    if let Some(n) = count(c, "max_idle", &raw.max_idle, 100_000) {
+        out.max_idle = n as usize;
+    }
+    if let Some(n) = count(c, "max_conns", &raw.max_conns, 1_000_000) {
+        out.max_conns = n as usize;
+    }
+    if let Some(n) = count(c, "queue", &raw.queue, 1_000_000) {
+        out.queue = n as usize;
+    }
+    if let Some(n) = count(c, "retries", &raw.retries, 10) {
+        out.retries = n as u32;
+    }
+    if let Some(v) = &raw.retry_body_size {
+        match units::parse_size(v.get_ref()) {
+            Ok(n) => out.retry_body_size = n,
+            Err(m) => c.at(v.span(), format!("{key}.retry_body_size: {m}")),
+        }
+    }
+
+    if let Some(h) = &raw.health {
+        let mut hc = HealthConfig {
+            path: if h.tcp == Some(true) {
+                None
+            } else {
+                Some(h.path.clone().unwrap_or_else(|| "/".into()))
+            },
+            status: None,
+            body: h.body.clone(),
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(1),
+            rise: 2,
+            fall: 3,
+        };
+        if let Some(p) = &hc.path
+            && !p.starts_with('/')
+        {
+            c.at(
+                p_span(p, &raw.to),
+                format!("{key}.health.path: `{p}` must start with `/`"),
+            );
+        }
+        if let Some(s) = &h.status {
+            match *s.get_ref() {
+                n @ 100..=599 => hc.status = Some(n as u16),
+                n => c.at(
+                    s.span(),
+                    format!("{key}.health.status: {n} is not an HTTP status"),
+                ),
+            }
+        }
+        dur(c, "health.interval", &h.interval, &mut hc.interval);
+        dur(c, "health.timeout", &h.timeout, &mut hc.timeout);
+        if let Some(n) = count(c, "health.rise", &h.rise, 100) {
+            hc.rise = (n as u32).max(1);
+        }
+        if let Some(n) = count(c, "health.fall", &h.fall, 100) {
+            hc.fall = (n as u32).max(1);
+        }
+        out.health = Some(hc);
+    }
+    if let Some(p) = &raw.passive {
+        if let Some(n) = count(c, "passive.failures", &p.failures, 10_000) {
+            out.passive.failures = n as u32;
+        }
+        dur(c, "passive.window", &p.window, &mut out.passive.window);
+        dur(
+            c,
+            "passive.cooldown",
+            &p.cooldown,
+            &mut out.passive.cooldown,
+        );
+    }
+    if let Some(t) = &raw.trusted_proxies {
+        match parse_cidrs(t.get_ref()) {
+            Ok(v) => out.trusted_proxies = v,
+            Err(m) => c.at(t.span(), format!("{key}.trusted_proxies: {m}")),
+        }
+    }
+    if let Some(v) = &raw.send_proxy_protocol {
+        out.send_proxy_protocol = match v.get_ref().as_str() {
+            "v1" | "1" => Some(ProxyProtocolVersion::V1),
+            "v2" | "2" => Some(ProxyProtocolVersion::V2),
+            o => {
+                c.at(
+                    v.span(),
+                    format!("{key}.send_proxy_protocol: `{o}` is unknown; use \"v1\" or \"v2\""),
+                );
+                None
+            }
+        };
+    }
+    out
+}
+
+/// Health paths are plain strings (no span): point at the proxy's `to`.
+fn p_span(_p: &str, to: &Spanned<RawUpstreams>) -> std::ops::Range<usize> {
+    to.span()
+}
+
+/// Validates the listener's `proxy_protocol` and `trusted_sources`.
+pub fn accept_proxy_protocol(
+    c: &mut Collector<'_>,
+    site: &str,
+    s: &RawSite,
+) -> Option<AcceptProxyProtocol> {
+    let on = s.proxy_protocol.as_ref().is_some_and(|p| *p.get_ref());
+    let sources = match &s.trusted_sources {
+        Some(t) => match parse_cidrs(t.get_ref()) {
+            Ok(v) => v,
+            Err(m) => {
+                c.at(t.span(), format!("site \"{site}\": trusted_sources: {m}"));
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    };
+    if on
+        && sources.is_empty()
+        && let Some(p) = &s.proxy_protocol
+    {
+        c.at(
+            p.span(),
+            format!(
+                "site \"{site}\": proxy_protocol = true needs `trusted_sources = [\"10.0.0.0/8\", ...]` (who may send it)"
+            ),
+        );
+    }
+    on.then_some(AcceptProxyProtocol {
+        trusted_sources: sources,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_patterns() {
+        let d = PathPattern::parse("/api/*").unwrap();
+        assert!(d.matches("/api/users"));
+        assert!(d.matches("/api"));
+        assert!(!d.matches("/apix"));
+        let p = PathPattern::parse("/static/").unwrap();
+        assert!(p.matches("/static/a.css"));
+        assert!(!p.matches("/static"));
+        let g = PathPattern::parse("/*.php").unwrap();
+        assert!(g.matches("/index.php"));
+        assert!(g.matches("/a/b.php"));
+        assert!(!g.matches("/a/b.phpx"));
+    }
+
+    #[test]
+    fn rewrites_and_strips() {
+        let d = PathPattern::parse("/api/*").unwrap();
+        let strip = PathRewrite::Replace(String::new());
+        assert_eq!(strip.apply(&d, "/api/users"), "/users");
+        assert_eq!(strip.apply(&d, "/api"), "/");
+        let v2 = PathRewrite::Replace("/v2/".into());
+        assert_eq!(v2.apply(&d, "/api/users"), "/v2/users");
+        assert_eq!(PathRewrite::None.apply(&d, "/api/x"), "/api/x");
+    }
+
+    #[test]
+    fn upstream_forms() {
+        let t = |h: &str, p| UpstreamTarget::Tcp {
+            host: h.into(),
+            port: p,
+        };
+        assert_eq!(
+            parse_upstream("127.0.0.1:9001").unwrap(),
+            (UpstreamScheme::Http, t("127.0.0.1", 9001))
+        );
+        assert_eq!(
+            parse_upstream("https://API.example.com").unwrap(),
+            (UpstreamScheme::Https, t("api.example.com", 443))
+        );
+        assert_eq!(
+            parse_upstream("h2c://[::1]:9002").unwrap(),
+            (UpstreamScheme::H2c, t("::1", 9002))
+        );
+        assert_eq!(
+            parse_upstream("unix:/run/app.sock").unwrap().1,
+            UpstreamTarget::Unix("/run/app.sock".into())
+        );
+        assert!(parse_upstream("app").is_err());
+        assert!(parse_upstream("ftp://x:1").is_err());
+        assert!(parse_upstream("http://x:1/path").is_err());
+    }
+}

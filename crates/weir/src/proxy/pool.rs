@@ -1,0 +1,309 @@
+//! Upstream connections: opening them (TCP or Unix socket, PROXY protocol
+//! header, TLS with SNI, HTTP/1.1 or HTTP/2 handshake) and keeping idle
+//! HTTP/1.1 ones for reuse.
+//!
+//! The pool is per worker thread (`thread_local!`), so the request path takes
+//! no lock: with the per-core runtime a connection never leaves the thread
+//! that opened it. Idle connections are kept most-recent first, at most
+//! `max_idle` per upstream, and dropped once idle longer than `idle_timeout`
+//! (checked when the pool is touched; a connection the upstream closed is
+//! noticed by hyper and skipped). Never decides which upstream to use.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use super::ProxyError;
+use super::proxy_protocol;
+use crate::body::Body;
+use crate::config::proxy::{ProxyProtocolVersion, UpstreamConfig, UpstreamTarget};
+
+/// A ready-to-use request sender on one upstream connection.
+pub enum Sender {
+    H1(http1::SendRequest<Body>),
+    H2(http2::SendRequest<Body>),
+}
+
+/// Identifies one upstream of one proxy in the per-thread pools.
+pub type Key = (usize, usize);
+
+struct Idle {
+    since: Instant,
+    tx: http1::SendRequest<Body>,
+}
+
+#[derive(Default)]
+struct Pools {
+    h1: HashMap<Key, VecDeque<Idle>>,
+    h2: HashMap<Key, http2::SendRequest<Body>>,
+}
+
+thread_local! {
+    static POOLS: RefCell<Pools> = RefCell::new(Pools::default());
+}
+
+/// A pooled connection to reuse, if one is alive.
+pub fn checkout(key: Key, idle_timeout: Duration) -> Option<Sender> {
+    POOLS
+        .try_with(|p| {
+            let mut p = p.borrow_mut();
+            if let Some(tx) = p.h2.get(&key) {
+                if !tx.is_closed() {
+                    return Some(Sender::H2(tx.clone()));
+                }
+                p.h2.remove(&key);
+            }
+            let q = p.h1.get_mut(&key)?;
+            let now = Instant::now();
+            // Oldest at the front: drop the expired ones.
+            while q
+                .front()
+                .is_some_and(|i| now.duration_since(i.since) >= idle_timeout)
+            {
+                q.pop_front();
+            }
+            while let Some(i) = q.pop_back() {
+                if !i.tx.is_closed() {
+                    return Some(Sender::H1(i.tx));
+                }
+            }
+            None
+        })
+        .ok()
+        .flatten()
+}
+
+/// Returns an HTTP/1.1 connection whose response is complete.
+pub fn checkin(key: Key, tx: http1::SendRequest<Body>, max_idle: usize) {
+    if max_idle == 0 || tx.is_closed() {
+        return;
+    }
+    let _ = POOLS.try_with(|p| {
+        let mut p = p.borrow_mut();
+        let q = p.h1.entry(key).or_default();
+        q.push_back(Idle {
+            since: Instant::now(),
+            tx,
+        });
+        while q.len() > max_idle {
+            q.pop_front();
+        }
+    });
+}
+
+/// Shares an HTTP/2 connection with later requests on this thread.
+pub fn share_h2(key: Key, tx: &http2::SendRequest<Body>) {
+    let _ = POOLS.try_with(|p| {
+        p.borrow_mut().h2.insert(key, tx.clone());
+    });
+}
+
+/// Idle HTTP/1.1 connections held for `key` on this thread (for tests and metrics).
+pub fn idle_count(key: Key) -> usize {
+    POOLS
+        .try_with(|p| p.borrow().h1.get(&key).map_or(0, VecDeque::len))
+        .unwrap_or(0)
+}
+
+/// What opening a connection needs besides the upstream.
+pub struct ConnectOpts<'a> {
+    pub timeout: Duration,
+    pub dns_ttl: Duration,
+    pub proxy_protocol: Option<ProxyProtocolVersion>,
+    /// The client connection's addresses, for the PROXY header.
+    pub client: (SocketAddr, SocketAddr),
+    pub tls: Option<&'a tokio_rustls::TlsConnector>,
+    pub sni: Option<&'a str>,
+    /// Let the connection carry upgrades (WebSocket).
+    pub upgrades: bool,
+}
+
+/// Opens a new connection to `up` and hands back its sender; the connection
+/// itself is driven by a task on the current runtime.
+pub async fn connect(up: &UpstreamConfig, o: &ConnectOpts<'_>) -> Result<Sender, ProxyError> {
+    match tokio::time::timeout(o.timeout, connect_inner(up, o)).await {
+        Ok(r) => r,
+        Err(_) => Err(ProxyError::ConnectTimeout(o.timeout)),
+    }
+}
+
+async fn connect_inner(up: &UpstreamConfig, o: &ConnectOpts<'_>) -> Result<Sender, ProxyError> {
+    match &up.target {
+        UpstreamTarget::Tcp { host, port } => {
+            let addrs = super::dns::resolve(host, *port, o.dns_ttl)
+                .await
+                .map_err(ProxyError::Resolve)?;
+            let mut last = None;
+            for a in addrs {
+                match tokio::net::TcpStream::connect(a).await {
+                    Ok(s) => {
+                        let _ = s.set_nodelay(true);
+                        return finish(s, up, o, host).await;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(ProxyError::Connect(last.unwrap_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no addresses")
+            })))
+        }
+        UpstreamTarget::Unix(path) => {
+            let s = tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(ProxyError::Connect)?;
+            finish(s, up, o, "localhost").await
+        }
+    }
+}
+
+async fn finish<S>(
+    mut s: S,
+    up: &UpstreamConfig,
+    o: &ConnectOpts<'_>,
+    host: &str,
+) -> Result<Sender, ProxyError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    if let Some(v) = o.proxy_protocol {
+        let (src, dst) = o.client;
+        let hdr = match v {
+            ProxyProtocolVersion::V1 => proxy_protocol::write_v1(src, dst),
+            ProxyProtocolVersion::V2 => proxy_protocol::write_v2(src, dst),
+        };
+        s.write_all(&hdr).await.map_err(ProxyError::Connect)?;
+    }
+    if up.scheme.is_tls() {
+        let Some(tls) = o.tls else {
+            return Err(ProxyError::Tls(std::io::Error::other(
+                "no TLS client config",
+            )));
+        };
+        let name = o.sni.unwrap_or(host).to_string();
+        let server_name = rustls_pki_types::ServerName::try_from(name)
+            .map_err(|e| ProxyError::Tls(std::io::Error::other(e)))?;
+        let t = tls.connect(server_name, s).await.map_err(ProxyError::Tls)?;
+        return handshake(t, up.scheme.is_h2(), o.upgrades).await;
+    }
+    handshake(s, up.scheme.is_h2(), o.upgrades).await
+}
+
+async fn handshake<S>(s: S, h2: bool, upgrades: bool) -> Result<Sender, ProxyError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(s);
+    if h2 {
+        let (tx, conn) = http2::Builder::new(TokioExecutor::new())
+            .handshake(io)
+            .await
+            .map_err(ProxyError::Handshake)?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("upstream h2 connection: {e}");
+            }
+        });
+        return Ok(Sender::H2(tx));
+    }
+    let (tx, conn) = http1::Builder::new()
+        .handshake(io)
+        .await
+        .map_err(ProxyError::Handshake)?;
+    if upgrades {
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!("upstream connection: {e}");
+            }
+        });
+    } else {
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("upstream connection: {e}");
+            }
+        });
+    }
+    Ok(Sender::H1(tx))
+}
+
+/// The TLS client config for upstreams: system roots, or no verification
+/// when the user opted out.
+pub fn tls_connector(verify: bool, h2: bool) -> tokio_rustls::TlsConnector {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("aws-lc-rs supports the default protocol versions");
+    let mut cfg = if verify {
+        let mut roots = rustls::RootCertStore::empty();
+        let native = rustls_native_certs::load_native_certs();
+        for c in native.certs {
+            let _ = roots.add(c);
+        }
+        builder.with_root_certificates(roots).with_no_client_auth()
+    } else {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+            .with_no_client_auth()
+    };
+    cfg.alpn_protocols = if h2 {
+        vec![b"h2".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+}
+
+/// `tls_verify = false`: accepts any certificate, still checks handshake signatures.
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls_pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls_pki_types::CertificateDer<'_>],
+        _server_name: &rustls_pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}

@@ -1,0 +1,609 @@
+//! Request-smuggling defence on the raw HTTP/1.1 byte stream, in front of
+//! hyper: every request head (and every chunk-size line and trailer) is held
+//! back until it is complete and checked; only then does hyper see it.
+//!
+//! Refused, with a 400 and the connection closed: both Content-Length and
+//! Transfer-Encoding, a Transfer-Encoding other than one exact `chunked`
+//! (spaces, tabs, case, lists, duplicates), several or malformed
+//! Content-Length values, Transfer-Encoding on HTTP/1.0, bad chunk sizes or
+//! extensions, bare LF or CR line endings, obsolete line folding, invalid
+//! header names. hyper tolerates several of these (it silently drops
+//! Content-Length next to Transfer-Encoding, accepts `Chunked`, equal
+//! duplicate lengths and bare LF); a proxy must not, since the server behind
+//! it may read them differently.
+//!
+//! [`Framing`] is a pure state machine over bytes (fuzzed with the PROXY
+//! protocol parser); [`Guard`] is the I/O wrapper. Body bytes pass through
+//! without a copy, bounded by the framing so the next head is always seen
+//! here first. After an Upgrade, CONNECT or the HTTP/2 preface the stream is
+//! passed through untouched. Never allocates per body byte; never buffers
+//! more than one head.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    #[error("bare LF or CR line ending")]
+    BareLineEnding,
+    #[error("obsolete header line folding")]
+    ObsFold,
+    #[error("invalid header name")]
+    BadHeaderName,
+    #[error("both Content-Length and Transfer-Encoding")]
+    BothLengths,
+    #[error("Transfer-Encoding other than one exact `chunked`")]
+    BadTransferEncoding,
+    #[error("several or malformed Content-Length values")]
+    BadContentLength,
+    #[error("Transfer-Encoding on HTTP/1.0")]
+    TransferEncodingOnHttp10,
+    #[error("bad chunk size or extension")]
+    BadChunk,
+    #[error("line too long")]
+    TooLong,
+}
+
+const MAX_CHUNK_LINE: usize = 4096;
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Head,
+    Body(u64),
+    ChunkLine,
+    ChunkData(u64),
+    ChunkCrlf,
+    Trailers,
+    Passthrough,
+}
+
+/// What [`Framing::advance`] allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// This many bytes from the front are checked and may go to hyper.
+    Release(usize),
+    /// Nothing can be released until more bytes arrive.
+    NeedMore,
+}
+
+/// The HTTP/1.1 request framing as this side reads it.
+#[derive(Debug, Clone)]
+pub struct Framing {
+    state: State,
+    /// Heads longer than this are handed to hyper unchecked-by-us (it answers 431).
+    max_head: usize,
+}
+
+impl Framing {
+    pub fn new(max_head: usize) -> Self {
+        Framing {
+            state: State::Head,
+            max_head,
+        }
+    }
+
+    /// Whether body bytes can be read straight through, and how many.
+    pub fn passthrough_limit(&self) -> Option<u64> {
+        match self.state {
+            State::Body(n) | State::ChunkData(n) => Some(n),
+            State::Passthrough => Some(u64::MAX),
+            _ => None,
+        }
+    }
+
+    /// Records `n` body bytes read straight through.
+    pub fn consumed(&mut self, n: usize) {
+        match &mut self.state {
+            State::Body(left) => {
+                *left -= n as u64;
+                if *left == 0 {
+                    self.state = State::Head;
+                }
+            }
+            State::ChunkData(left) => {
+                *left -= n as u64;
+                if *left == 0 {
+                    self.state = State::ChunkCrlf;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Looks at unreleased bytes `buf` (starting where the last release ended).
+    pub fn advance(&mut self, buf: &[u8]) -> Result<Step, Violation> {
+        match self.state {
+            State::Passthrough => Ok(if buf.is_empty() {
+                Step::NeedMore
+            } else {
+                Step::Release(buf.len())
+            }),
+            State::Body(n) | State::ChunkData(n) => {
+                if buf.is_empty() {
+                    return Ok(Step::NeedMore);
+                }
+                let k = (buf.len() as u64).min(n) as usize;
+                self.consumed(k);
+                Ok(Step::Release(k))
+            }
+            State::ChunkCrlf => {
+                if buf.len() < 2 {
+                    return Ok(Step::NeedMore);
+                }
+                if &buf[..2] != b"\r\n" {
+                    return Err(Violation::BadChunk);
+                }
+                self.state = State::ChunkLine;
+                Ok(Step::Release(2))
+            }
+            State::ChunkLine => {
+                let Some(end) = line_end(buf, MAX_CHUNK_LINE)? else {
+                    return Ok(Step::NeedMore);
+                };
+                let size = chunk_size(&buf[..end])?;
+                self.state = if size == 0 {
+                    State::Trailers
+                } else {
+                    State::ChunkData(size)
+                };
+                Ok(Step::Release(end + 2))
+            }
+            State::Trailers => {
+                let Some(end) = line_end(buf, self.max_head)? else {
+                    return Ok(Step::NeedMore);
+                };
+                if end == 0 {
+                    self.state = State::Head;
+                } else {
+                    check_field_line(&buf[..end])?;
+                }
+                Ok(Step::Release(end + 2))
+            }
+            State::Head => self.head(buf),
+        }
+    }
+
+    fn head(&mut self, buf: &[u8]) -> Result<Step, Violation> {
+        // Empty lines before a request line are allowed (RFC 9112 2.2).
+        if buf.starts_with(b"\r\n") {
+            return Ok(Step::Release(2));
+        }
+        if buf.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(buf) && !buf.is_empty() {
+            return Ok(Step::NeedMore);
+        }
+        if buf.starts_with(H2_PREFACE) {
+            self.state = State::Passthrough;
+            return Ok(Step::Release(buf.len()));
+        }
+        let Some(end) = find(buf, b"\r\n\r\n") else {
+            // A bare LF anywhere in what we have is already fatal.
+            let scan = &buf[..buf.len().min(self.max_head)];
+            bare_lf(scan)?;
+            if buf.len() > self.max_head {
+                // Too large: hyper answers 431; nothing after it is read.
+                self.state = State::Passthrough;
+                return Ok(Step::Release(buf.len()));
+            }
+            return Ok(Step::NeedMore);
+        };
+        let head = &buf[..end + 2];
+        bare_lf(head)?;
+        let mut lines = head
+            .split(|&b| b == b'\n')
+            .map(|l| &l[..l.len().saturating_sub(1)]);
+        let request_line = lines.next().unwrap_or_default();
+        let http10 = request_line.ends_with(b"HTTP/1.0");
+        let connect = request_line.starts_with(b"CONNECT ");
+        let mut te = 0usize;
+        let mut te_ok = true;
+        let mut cl: Option<u64> = None;
+        let mut cl_count = 0usize;
+        let mut upgrade = false;
+        for line in lines {
+            if line.is_empty() {
+                continue;
+            }
+            let (name, value) = check_field_line(line)?;
+            if name.eq_ignore_ascii_case(b"transfer-encoding") {
+                te += 1;
+                te_ok &= value == b"chunked";
+            } else if name.eq_ignore_ascii_case(b"content-length") {
+                cl_count += 1;
+                if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+                    return Err(Violation::BadContentLength);
+                }
+                cl = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok());
+            } else if name.eq_ignore_ascii_case(b"upgrade") {
+                upgrade = true;
+            }
+        }
+        if te > 0 && cl_count > 0 {
+            return Err(Violation::BothLengths);
+        }
+        if te > 1 || !te_ok {
+            return Err(Violation::BadTransferEncoding);
+        }
+        if te > 0 && http10 {
+            return Err(Violation::TransferEncodingOnHttp10);
+        }
+        if cl_count > 1 {
+            return Err(Violation::BadContentLength);
+        }
+        self.state = if upgrade || connect {
+            State::Passthrough
+        } else if te == 1 {
+            State::ChunkLine
+        } else {
+            match cl {
+                Some(n) if n > 0 => State::Body(n),
+                _ => State::Head,
+            }
+        };
+        Ok(Step::Release(end + 4))
+    }
+}
+
+fn find(h: &[u8], n: &[u8]) -> Option<usize> {
+    h.windows(n.len()).position(|w| w == n)
+}
+
+/// A LF not preceded by CR, or a CR not followed by LF.
+fn bare_lf(b: &[u8]) -> Result<(), Violation> {
+    for (i, &c) in b.iter().enumerate() {
+        let bad = match c {
+            b'\n' => i == 0 || b[i - 1] != b'\r',
+            b'\r' => i + 1 < b.len() && b[i + 1] != b'\n',
+            _ => false,
+        };
+        if bad {
+            return Err(Violation::BareLineEnding);
+        }
+    }
+    Ok(())
+}
+
+/// The end of the line (index of its CR) once a CRLF has arrived.
+fn line_end(buf: &[u8], max: usize) -> Result<Option<usize>, Violation> {
+    let scan = &buf[..buf.len().min(max + 2)];
+    match scan.iter().position(|&b| b == b'\n' || b == b'\r') {
+        Some(i) if scan[i] == b'\n' => Err(Violation::BareLineEnding),
+        Some(i) if i + 1 < scan.len() => {
+            if scan[i + 1] == b'\n' {
+                Ok(Some(i))
+            } else {
+                Err(Violation::BareLineEnding)
+            }
+        }
+        Some(_) => Ok(None),
+        None if buf.len() > max => Err(Violation::TooLong),
+        None => Ok(None),
+    }
+}
+
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// One `name: value` line: returns the name and the trimmed value.
+fn check_field_line(line: &[u8]) -> Result<(&[u8], &[u8]), Violation> {
+    if line.first().is_some_and(|&b| b == b' ' || b == b'\t') {
+        return Err(Violation::ObsFold);
+    }
+    let colon = line
+        .iter()
+        .position(|&b| b == b':')
+        .ok_or(Violation::BadHeaderName)?;
+    let name = &line[..colon];
+    if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
+        return Err(Violation::BadHeaderName);
+    }
+    let value = trim_ows(&line[colon + 1..]);
+    if value.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n') {
+        return Err(Violation::BadHeaderName);
+    }
+    Ok((name, value))
+}
+
+fn trim_ows(mut v: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = v {
+        v = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = v {
+        v = rest;
+    }
+    v
+}
+
+/// `1a` or `1a;name=value`: hex digits, then optional extensions.
+fn chunk_size(line: &[u8]) -> Result<u64, Violation> {
+    let hex_end = line
+        .iter()
+        .position(|b| !b.is_ascii_hexdigit())
+        .unwrap_or(line.len());
+    if hex_end == 0 || hex_end > 16 {
+        return Err(Violation::BadChunk);
+    }
+    let ext = &line[hex_end..];
+    if !ext.is_empty() {
+        // `;token[=token|"quoted"]` repeated, no whitespace games.
+        if ext[0] != b';'
+            || !ext[1..]
+                .iter()
+                .all(|&b| is_tchar(b) || b == b';' || b == b'=' || b == b'"')
+        {
+            return Err(Violation::BadChunk);
+        }
+    }
+    let s = std::str::from_utf8(&line[..hex_end]).map_err(|_| Violation::BadChunk)?;
+    u64::from_str_radix(s, 16).map_err(|_| Violation::BadChunk)
+}
+
+/// What hyper is fed instead of a refused request: a request line it cannot
+/// parse, so it ends the connection once any earlier pipelined response is
+/// written (it reads heads one at a time); the 400 then goes out from
+/// `Drop`, after everything hyper wrote.
+const POISON: &[u8] = b"\x00 / HTTP/1.1\r\n\r\n";
+
+const RESPONSE_400: &[u8] = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-type: text/plain\r\ncontent-length: 16\r\n\r\n400 Bad Request\n";
+
+/// The byte stream of one HTTP/1.1 client connection, checked by [`Framing`].
+pub struct Guard<T> {
+    inner: T,
+    framing: Framing,
+    /// Read but not yet handed to hyper; the first `ready` bytes are checked.
+    buf: BytesMut,
+    ready: usize,
+    /// After a violation: only the poison, then nothing.
+    poisoned: bool,
+    on_drop: Option<fn(&mut T)>,
+    /// Bytes of the 400 written from `poll_shutdown`.
+    sent: usize,
+    peer: std::net::SocketAddr,
+}
+
+/// Writes the 400 with a no-op waker: it either fits the send buffer now or
+/// is lost, and the connection is closed either way.
+fn write_400<T: AsyncWrite + Unpin>(io: &mut T) {
+    let waker = futures_util::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut pin = Pin::new(io);
+    let _ = pin.as_mut().poll_write(&mut cx, RESPONSE_400);
+    let _ = pin.as_mut().poll_flush(&mut cx);
+    let _ = pin.as_mut().poll_shutdown(&mut cx);
+}
+
+impl<T: AsyncWrite + Unpin> Guard<T> {
+    pub fn new(inner: T, max_head: usize, peer: std::net::SocketAddr) -> Self {
+        Guard {
+            inner,
+            framing: Framing::new(max_head),
+            buf: BytesMut::new(),
+            ready: 0,
+            poisoned: false,
+            on_drop: Some(write_400::<T>),
+            sent: 0,
+            peer,
+        }
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guard<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if this.ready > 0 {
+                let n = this.ready.min(out.remaining());
+                out.put_slice(&this.buf[..n]);
+                this.buf.advance(n);
+                this.ready -= n;
+                return Poll::Ready(Ok(()));
+            }
+            if this.poisoned {
+                // Nothing more is read: hyper answers the poison with 400 and
+                // closes. (End of stream here would make it drop that answer.)
+                return Poll::Pending;
+            }
+            if !this.buf.is_empty() {
+                match this.framing.advance(&this.buf) {
+                    Ok(Step::Release(n)) => {
+                        this.ready = n;
+                        continue;
+                    }
+                    Ok(Step::NeedMore) => {}
+                    Err(v) => {
+                        tracing::warn!("request from {} refused: {v}", this.peer);
+                        this.buf.clear();
+                        this.buf.extend_from_slice(POISON);
+                        this.ready = POISON.len();
+                        this.poisoned = true;
+                        continue;
+                    }
+                }
+            } else if let Some(limit) = this.framing.passthrough_limit() {
+                // Body bytes straight into hyper's buffer, never past the body's end.
+                let want = (out.remaining() as u64).min(limit) as usize;
+                let mut sub = ReadBuf::new(out.initialize_unfilled_to(want));
+                ready!(Pin::new(&mut this.inner).poll_read(cx, &mut sub))?;
+                let n = sub.filled().len();
+                out.advance(n);
+                this.framing.consumed(n);
+                return Poll::Ready(Ok(()));
+            }
+            // Need more bytes for a head or a chunk line.
+            let before = this.buf.len();
+            this.buf.resize(before + 8192, 0);
+            let mut rb = ReadBuf::new(&mut this.buf[before..]);
+            let r = Pin::new(&mut this.inner).poll_read(cx, &mut rb);
+            let n = rb.filled().len();
+            this.buf.truncate(before + n);
+            ready!(r)?;
+            if n == 0 {
+                // EOF: whatever is left goes to hyper, which reports it incomplete.
+                this.ready = this.buf.len();
+                if this.ready == 0 {
+                    return Poll::Ready(Ok(()));
+                }
+                continue;
+            }
+        }
+    }
+}
+
+impl<T> Drop for Guard<T> {
+    fn drop(&mut self) {
+        if !self.poisoned {
+            return;
+        }
+        // One non-blocking attempt: a 16-byte body fits any socket buffer.
+        // `Drop` cannot be generic over `AsyncWrite`, so the write goes
+        // through the hook set by `Guard::new`.
+        if let Some(write) = self.on_drop.take() {
+            write(&mut self.inner);
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Guard<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        // hyper closes after failing on the poison: the 400 goes out first.
+        if this.poisoned && this.on_drop.is_some() {
+            while this.sent < RESPONSE_400.len() {
+                match ready!(Pin::new(&mut this.inner).poll_write(cx, &RESPONSE_400[this.sent..])) {
+                    Ok(n) if n > 0 => this.sent += n,
+                    _ => break,
+                }
+            }
+            this.on_drop = None;
+            let _ = ready!(Pin::new(&mut this.inner).poll_flush(cx));
+        }
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs a whole byte string through the framing, one byte at a time
+    /// when `trickle`, and returns what was released or the violation.
+    fn run(input: &[u8], trickle: bool) -> Result<Vec<u8>, Violation> {
+        let mut f = Framing::new(8192);
+        let mut pending: Vec<u8> = Vec::new();
+        let mut out = Vec::new();
+        let step = if trickle { 1 } else { input.len().max(1) };
+        for piece in input.chunks(step) {
+            pending.extend_from_slice(piece);
+            while let Step::Release(n) = f.advance(&pending)? {
+                out.extend_from_slice(&pending[..n]);
+                pending.drain(..n);
+            }
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn clean_requests_pass_whole_and_in_pieces() {
+        let reqs: &[&[u8]] = &[
+            b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhelloGET / HTTP/1.1\r\n\r\n",
+            b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;a=b\r\nhello\r\n0\r\nX-T: 1\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+            b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n\x81\x05hello\n\n",
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x12\x04",
+        ];
+        for r in reqs {
+            assert_eq!(
+                run(r, false).as_deref(),
+                Ok(*r),
+                "{}",
+                String::from_utf8_lossy(r)
+            );
+            assert_eq!(
+                run(r, true).as_deref(),
+                Ok(*r),
+                "{}",
+                String::from_utf8_lossy(r)
+            );
+        }
+    }
+
+    #[test]
+    fn smuggling_shapes_are_refused() {
+        use Violation as V;
+        let cases: &[(&[u8], Violation)] = &[
+            (b"POST / HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n", V::BothLengths),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n", V::BothLengths),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", V::BadTransferEncoding),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n", V::BadTransferEncoding),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", V::BadTransferEncoding),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: \tchunked, identity\r\n\r\n", V::BadTransferEncoding),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n", V::BadHeaderName),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding:\x0bchunked\r\n\r\n", V::BadTransferEncoding),
+            (b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", V::BadContentLength),
+            (b"POST / HTTP/1.1\r\nContent-Length: +5\r\n\r\n", V::BadContentLength),
+            (b"POST / HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n", V::BadContentLength),
+            (b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", V::TransferEncodingOnHttp10),
+            (b"GET / HTTP/1.1\nHost: a\n\n", V::BareLineEnding),
+            (b"GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n", V::BareLineEnding),
+            (b"GET / HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n", V::ObsFold),
+            (b"GET / HTTP/1.1\r\nX A: a\r\n\r\n", V::BadHeaderName),
+            (b"GET / HTTP/1.1\r\n: a\r\n\r\n", V::BadHeaderName),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", V::BadChunk),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5 ;x\r\n", V::BadChunk),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\n", V::BadChunk),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n11111111111111111\r\n", V::BadChunk),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n", V::BadChunk),
+            (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello", V::BareLineEnding),
+        ];
+        for (req, want) in cases {
+            for trickle in [false, true] {
+                assert_eq!(
+                    run(req, trickle).map(|_| ()),
+                    Err(*want),
+                    "{} (trickle {trickle})",
+                    String::from_utf8_lossy(req)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_smuggled_request_after_a_good_body_is_checked_as_a_head() {
+        let r = b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\nokGET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n";
+        assert_eq!(run(r, false), Err(Violation::BadContentLength));
+    }
+}

@@ -1,0 +1,292 @@
+//! The reverse proxy end to end: the real `weir` binary in front of small
+//! hyper upstreams started by the test.
+
+mod proxy_support;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use proxy_support::{Upstream, Weir, client, free_port};
+
+fn two(a: &Upstream, b: &Upstream) -> String {
+    format!("[\"{}\", \"{}\"]", a.addr, b.addr)
+}
+
+#[tokio::test]
+async fn smallest_config_balances_round_robin() {
+    let (a, b) = (Upstream::start("a").await, Upstream::start("b").await);
+    // The smallest proxy config: one site, two upstreams, two lines.
+    let cfg = format!(
+        "[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = {} }}\n",
+        two(&a, &b)
+    );
+    assert!(cfg.lines().count() <= 3);
+    let w = Weir::start(&format!("[server]\nworkers = 1\n{cfg}"));
+    let c = client();
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(
+            c.get(w.url("/"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(got, ["a", "b", "a", "b"]);
+}
+
+#[tokio::test]
+async fn forwarding_headers_and_hop_by_hop_both_ways() {
+    let a = Upstream::start("a").await;
+    let w = Weir::start(&format!(
+        "[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"] }}\n",
+        a.addr
+    ));
+    let r = client()
+        .get(w.url("/hop?x=1"))
+        .header("connection", "x-private")
+        .header("x-private", "hidden")
+        .header("x-forwarded-for", "6.6.6.6")
+        .header("keep-alive", "timeout=1")
+        .header("proxy-connection", "keep-alive")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    // Response: hop-by-hop from the upstream removed, Via added.
+    assert!(r.headers().get("x-hop").is_none(), "{:?}", r.headers());
+    assert!(r.headers().get("keep-alive").is_none());
+    assert_eq!(r.headers()["via"], "1.1 weir");
+    let seen = a.seen().pop().unwrap();
+    let h = &seen.headers;
+    assert_eq!(seen.uri, "/hop?x=1");
+    assert!(h.get("x-private").is_none(), "{h:?}");
+    assert!(h.get("keep-alive").is_none());
+    assert!(h.get("proxy-connection").is_none());
+    // Direct mode: the client's own X-Forwarded-For is not believed.
+    assert_eq!(h["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"], "http");
+    let host = format!("{}", w.addr);
+    assert_eq!(h["x-forwarded-host"], host.as_str());
+    assert_eq!(h["host"], host.as_str());
+    assert_eq!(
+        h["forwarded"].to_str().unwrap(),
+        format!("for=127.0.0.1;host=\"{host}\";proto=http")
+    );
+    assert_eq!(h["via"], "1.1 weir");
+}
+
+#[tokio::test]
+async fn trusted_proxies_keep_the_chain_and_host_is_rewritten() {
+    let a = Upstream::start("a").await;
+    let w = Weir::start(&format!(
+        "[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"], trusted_proxies = [\"127.0.0.0/8\"], host = \"upstream\" }}\n",
+        a.addr
+    ));
+    client()
+        .get(w.url("/"))
+        .header("x-forwarded-for", "203.0.113.9")
+        .header("forwarded", "for=203.0.113.9")
+        .send()
+        .await
+        .unwrap();
+    let h = a.seen().pop().unwrap().headers;
+    assert_eq!(h["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
+    assert!(
+        h["forwarded"]
+            .to_str()
+            .unwrap()
+            .starts_with("for=203.0.113.9, for=127.0.0.1")
+    );
+    assert_eq!(h["host"].to_str().unwrap(), a.addr.to_string());
+}
+
+#[tokio::test]
+async fn routes_proxy_a_prefix_and_serve_the_rest_from_root() {
+    let a = Upstream::start("api").await;
+    let w = Weir::start(&format!(
+        "[site.\"127.0.0.1:{{PORT}}\"]\nroot = \"{{DIR}}\"\n\
+         [[site.\"127.0.0.1:{{PORT}}\".route]]\npath = \"/api/*\"\nstrip_prefix = true\nproxy = {{ to = [\"{}\"] }}\n\
+         [[site.\"127.0.0.1:{{PORT}}\".route]]\npath = \"/old/*\"\nrewrite = \"/new/\"\nproxy = {{ to = [\"{}\"] }}\n",
+        a.addr, a.addr
+    ));
+    std::fs::write(w.dir.path().join("index.html"), "static page").unwrap();
+    let c = client();
+    assert_eq!(
+        c.get(w.url("/"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        "static page"
+    );
+    assert_eq!(
+        c.get(w.url("/api/users?id=3"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
+        "api"
+    );
+    assert_eq!(a.seen().pop().unwrap().uri, "/users?id=3");
+    c.get(w.url("/api")).send().await.unwrap();
+    assert_eq!(a.seen().pop().unwrap().uri, "/");
+    c.get(w.url("/old/x")).send().await.unwrap();
+    assert_eq!(a.seen().pop().unwrap().uri, "/new/x");
+    assert_eq!(c.get(w.url("/apix")).send().await.unwrap().status(), 404);
+}
+
+#[tokio::test]
+async fn bodies_stream_both_ways() {
+    let a = Upstream::start("a").await;
+    let w = Weir::start(&format!(
+        "[server.limits]\nbody = \"64MiB\"\n[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"] }}\n",
+        a.addr
+    ));
+    let c = client();
+    // Content-Length body, echoed.
+    let data = vec![7u8; 3 * 1024 * 1024 + 17];
+    let r = c
+        .post(w.url("/echo"))
+        .body(data.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.bytes().await.unwrap().as_ref(), &data[..]);
+    // Chunked body (a stream of unknown length).
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..64).map(|i| Ok(vec![i as u8; 10_000])).collect();
+    let r = c
+        .post(w.url("/count"))
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            chunks,
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "640000");
+    // Small body, buffered for retries, arrives intact with its length.
+    let r = c.put(w.url("/count")).body("hello").send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "5");
+    assert_eq!(a.seen().pop().unwrap().headers["content-length"], "5");
+}
+
+#[tokio::test]
+async fn upstream_connections_are_kept_alive() {
+    let a = Upstream::start("a").await;
+    let w = Weir::start(&format!(
+        "[server]\nworkers = 1\n[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"] }}\n",
+        a.addr
+    ));
+    let c = client();
+    for _ in 0..20 {
+        assert_eq!(c.get(w.url("/")).send().await.unwrap().status(), 200);
+    }
+    assert_eq!(a.conns.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn idle_upstream_connections_expire() {
+    let a = Upstream::start("a").await;
+    let w = Weir::start(&format!(
+        "[server]\nworkers = 1\n[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"], idle_timeout = \"100ms\" }}\n",
+        a.addr
+    ));
+    let c = client();
+    c.get(w.url("/")).send().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    c.get(w.url("/")).send().await.unwrap();
+    assert_eq!(a.conns.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn errors_map_to_502_503_504() {
+    let dead = free_port();
+    let slow = Upstream::start("slow").await;
+    let w = Weir::start(&format!(
+        "[site.\"127.0.0.1:{{PORT}}\"]\ndefault = true\nproxy = {{ to = [\"127.0.0.1:{dead}\"], retries = 0, passive = {{ failures = 0 }} }}\n\
+         [site.\"slow.test\"]\nlisten = \"127.0.0.1:{{PORT}}\"\nproxy = {{ to = [\"{}\"], response_timeout = \"200ms\" }}\n\
+         [site.\"busy.test\"]\nlisten = \"127.0.0.1:{{PORT}}\"\nproxy = {{ to = [\"{}\"], max_conns = 1, queue = 0 }}\n",
+        slow.addr, slow.addr
+    ));
+    let c = client();
+    let r = c.get(w.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), 502);
+    let r = c
+        .get(w.url("/slow/2000"))
+        .header("host", "slow.test")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 504);
+    // max_conns = 1 with no queue: a second concurrent request gets 503.
+    let first = c.get(w.url("/slow/500")).header("host", "busy.test").send();
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        c.get(w.url("/"))
+            .header("host", "busy.test")
+            .send()
+            .await
+            .unwrap()
+    };
+    let (r1, r2) = tokio::join!(first, second);
+    assert_eq!(r1.unwrap().status(), 200);
+    assert_eq!(r2.status(), 503);
+    assert!(r2.text().await.unwrap().contains("busy"));
+}
+
+#[tokio::test]
+async fn queue_waits_for_a_free_slot() {
+    let a = Upstream::start("a").await;
+    let w = Weir::start(&format!(
+        "[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"], max_conns = 1, queue = 4, queue_timeout = \"2s\" }}\n",
+        a.addr
+    ));
+    let c = client();
+    let reqs = (0..4).map(|_| c.get(w.url("/slow/100")).send());
+    for r in futures_util::future::join_all(reqs).await {
+        assert_eq!(r.unwrap().status(), 200);
+    }
+}
+
+#[tokio::test]
+async fn reverse_proxy_command() {
+    let a = Upstream::start("a").await;
+    let port = free_port();
+    let from = format!("127.0.0.1:{port}");
+    let to = a.addr.to_string();
+    let w = Weir::start_args(&["reverse-proxy", "--from", &from, "--to", &to], port);
+    let r = client().get(w.url("/x")).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "a");
+}
+
+#[tokio::test]
+async fn server_sent_events_are_not_buffered() {
+    let a = Upstream::start("a").await;
+    let w = Weir::start(&format!(
+        "[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"] }}\n",
+        a.addr
+    ));
+    let mut r = client().get(w.url("/sse")).send().await.unwrap();
+    let start = std::time::Instant::now();
+    let first = r.chunk().await.unwrap().unwrap();
+    // The first event arrives long before the stream (600 ms) ends.
+    assert_eq!(&first[..], b"data: 0\n\n");
+    assert!(
+        start.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        start.elapsed()
+    );
+    let mut rest = Vec::new();
+    while let Some(c) = r.chunk().await.unwrap() {
+        rest.extend_from_slice(&c);
+    }
+    assert_eq!(rest, b"data: 1\n\ndata: 2\n\n");
+}

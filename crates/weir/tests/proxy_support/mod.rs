@@ -1,0 +1,303 @@
+//! Shared by the `proxy_*` tests: small hyper upstream servers that record
+//! what they see, and the real `weir` binary started from a config.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+pub type RespBody = BoxBody<Bytes, std::io::Error>;
+
+/// One request as an upstream saw it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub method: String,
+    pub uri: String,
+    pub headers: http::HeaderMap,
+    pub body_len: usize,
+}
+
+/// A test upstream: answers with its name, records requests, counts connections.
+pub struct Upstream {
+    pub name: String,
+    pub addr: SocketAddr,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+    pub conns: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+    conn_tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Upstream {
+    pub async fn start(name: &str) -> Upstream {
+        Self::start_on(name, "127.0.0.1:0").await
+    }
+
+    pub async fn start_on(name: &str, addr: &str) -> Upstream {
+        let listener = TcpListener::bind(addr).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let conns = Arc::new(AtomicUsize::new(0));
+        let (s2, c2, n2) = (seen.clone(), conns.clone(), name.to_string());
+        let conn_tasks: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let t2 = conn_tasks.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                c2.fetch_add(1, Ordering::SeqCst);
+                let (seen, name) = (s2.clone(), n2.clone());
+                let h = tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| {
+                        let (seen, name) = (seen.clone(), name.clone());
+                        async move { Ok::<_, Infallible>(answer(req, &name, &seen).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .with_upgrades()
+                        .await;
+                });
+                t2.lock().unwrap().push(h.abort_handle());
+            }
+        });
+        Upstream {
+            name: name.into(),
+            addr,
+            seen,
+            conns,
+            task,
+            conn_tasks,
+        }
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    pub fn count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+
+    /// Stops accepting and closes everything (a crashed upstream).
+    pub fn kill(&self) {
+        self.task.abort();
+        for t in self.conn_tasks.lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+}
+
+fn full(b: impl Into<Bytes>) -> RespBody {
+    Full::new(b.into()).map_err(|e| match e {}).boxed()
+}
+
+pub async fn answer(
+    req: Request<Incoming>,
+    name: &str,
+    seen: &Mutex<Vec<Seen>>,
+) -> Response<RespBody> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    // Echo and count bodies without holding them.
+    if path == "/echo" {
+        seen.lock().unwrap().push(Seen {
+            method: parts.method.to_string(),
+            uri: parts.uri.to_string(),
+            headers: parts.headers.clone(),
+            body_len: 0,
+        });
+        let body = body.map_err(std::io::Error::other).boxed();
+        return Response::new(body);
+    }
+    if path == "/count" {
+        let mut n = 0usize;
+        let mut body = body;
+        while let Some(f) = body.frame().await {
+            match f {
+                Ok(f) => n += f.data_ref().map_or(0, |d| d.len()),
+                Err(_) => break,
+            }
+        }
+        seen.lock().unwrap().push(Seen {
+            method: parts.method.to_string(),
+            uri: parts.uri.to_string(),
+            headers: parts.headers.clone(),
+            body_len: n,
+        });
+        return Response::new(full(n.to_string()));
+    }
+    let body_len = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes().len())
+        .unwrap_or(0);
+    seen.lock().unwrap().push(Seen {
+        method: parts.method.to_string(),
+        uri: parts.uri.to_string(),
+        headers: parts.headers.clone(),
+        body_len,
+    });
+    if let Some(ms) = path.strip_prefix("/slow/") {
+        tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(1000))).await;
+    }
+    if let Some(n) = path.strip_prefix("/download/") {
+        // A generated body of n MiB in 64 KiB chunks.
+        let mib: usize = n.parse().unwrap_or(1);
+        let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
+        let stream = futures_util::stream::iter(
+            (0..mib * 16).map(move |_| Ok::<_, std::io::Error>(Frame::data(chunk.clone()))),
+        );
+        let mut r = Response::new(StreamBody::new(stream).boxed());
+        r.headers_mut()
+            .insert("content-length", (mib * 1024 * 1024).into());
+        return r;
+    }
+    if path == "/sse" {
+        let stream = futures_util::stream::unfold(0u32, |i| async move {
+            if i >= 3 {
+                return None;
+            }
+            if i > 0 {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+            Some((
+                Ok::<_, std::io::Error>(Frame::data(Bytes::from(format!("data: {i}\n\n")))),
+                i + 1,
+            ))
+        });
+        let mut r = Response::new(StreamBody::new(stream).boxed());
+        r.headers_mut()
+            .insert("content-type", "text/event-stream".parse().unwrap());
+        return r;
+    }
+    if path == "/hop" {
+        let mut r = Response::new(full(name.to_string()));
+        r.headers_mut()
+            .insert("connection", "x-hop".parse().unwrap());
+        r.headers_mut().insert("x-hop", "secret".parse().unwrap());
+        r.headers_mut()
+            .insert("keep-alive", "timeout=5".parse().unwrap());
+        return r;
+    }
+    if path == "/health" && name.contains("sick") {
+        let mut r = Response::new(full("sick"));
+        *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
+        return r;
+    }
+    let mut r = Response::new(full(name.to_string()));
+    r.headers_mut().insert("x-upstream", name.parse().unwrap());
+    r
+}
+
+/// The weir binary running a config; killed on drop.
+pub struct Weir {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub dir: tempfile::TempDir,
+}
+
+impl Drop for Weir {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Weir {
+    /// Starts weir with `config`, where `{PORT}` is replaced by a free port
+    /// and `{DIR}` by a temporary directory.
+    pub fn start(config: &str) -> Weir {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let text = config
+            .replace("{PORT}", &port.to_string())
+            .replace("{DIR}", &dir.path().display().to_string());
+        let path = dir.path().join("weir.toml");
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["run", "-c"])
+            .arg(&path)
+            .env("WEIR_LOG", "weir=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        Self::wait(child, port, dir)
+    }
+
+    /// Starts `weir` with arguments; it must listen on `port`.
+    pub fn start_args(args: &[&str], port: u16) -> Weir {
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        Self::wait(child, port, dir)
+    }
+
+    fn wait(mut child: Child, port: u16, dir: tempfile::TempDir) -> Weir {
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let start = Instant::now();
+        while std::net::TcpStream::connect(addr).is_err() {
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!("weir exited early: {st}");
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "weir did not start"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Weir { child, addr, dir }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// VmRSS of the weir process in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
