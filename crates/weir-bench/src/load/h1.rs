@@ -316,6 +316,12 @@ async fn skip_chunked<S: AsyncRead + Unpin>(s: &mut S, rb: &mut RecvBuf) -> Resu
     }
 }
 
+/// Writes a whole request and flushes it (see the note in `requests`).
+pub async fn send_request<S: AsyncWrite + Unpin>(s: &mut S, request: &[u8]) -> std::io::Result<()> {
+    s.write_all(request).await?;
+    s.flush().await
+}
+
 /// One closed- or open-loop HTTP/1.1 connection, reconnecting as needed,
 /// until the run ends.
 pub async fn connection(ctx: &ThreadCtx, index: usize, total: usize) {
@@ -358,7 +364,13 @@ async fn requests<S: AsyncRead + AsyncWrite + Unpin>(
             return;
         }
         let sent = Instant::now();
-        if let Err(e) = s.write_all(&plan.h1_request).await {
+        // The flush matters over TLS: when the socket refuses part of a write
+        // (WouldBlock, or tokio's cooperative budget running out, which many
+        // connections on one thread hit all the time), tokio-rustls reports
+        // the plaintext as written but keeps the encrypted records queued, and
+        // only a flush (not a read) sends them. Without it the request never
+        // reaches the server and the connection stalls until its timeout.
+        if let Err(e) = send_request(s, &plan.h1_request).await {
             ctx.error(classify_io(&e, ErrorKind::Reset), intended);
             return;
         }
