@@ -364,6 +364,9 @@ pub struct Guard<T> {
     on_drop: Option<fn(&mut T)>,
     /// Bytes of the 400 written from `poll_shutdown`.
     sent: usize,
+    /// hyper wrote its own answer after the poison: ours must not follow it
+    /// (the client would see two responses).
+    answered: bool,
     peer: std::net::SocketAddr,
 }
 
@@ -388,6 +391,7 @@ impl<T: AsyncWrite + Unpin> Guard<T> {
             poisoned: false,
             on_drop: Some(write_400::<T>),
             sent: 0,
+            answered: false,
             peer,
         }
     }
@@ -461,7 +465,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guard<T> {
 
 impl<T> Drop for Guard<T> {
     fn drop(&mut self) {
-        if !self.poisoned {
+        if !self.poisoned || self.answered {
             return;
         }
         // One non-blocking attempt: a 16-byte body fits any socket buffer.
@@ -479,7 +483,12 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guard<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if this.poisoned && matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            this.answered = true;
+        }
+        r
     }
 
     fn poll_write_vectored(
@@ -487,7 +496,12 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guard<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if this.poisoned && matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            this.answered = true;
+        }
+        r
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -501,7 +515,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guard<T> {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         // hyper closes after failing on the poison: the 400 goes out first.
-        if this.poisoned && this.on_drop.is_some() {
+        if this.poisoned && !this.answered && this.on_drop.is_some() {
             while this.sent < RESPONSE_400.len() {
                 match ready!(Pin::new(&mut this.inner).poll_write(cx, &RESPONSE_400[this.sent..])) {
                     Ok(n) if n > 0 => this.sent += n,
