@@ -81,10 +81,10 @@ struct LoadArgs {
     /// Use HTTP/2 (ALPN over TLS, prior knowledge over cleartext).
     #[arg(long)]
     h2: bool,
-    /// Use HTTP/3.
-    #[arg(long)]
+    /// Use HTTP/3 over QUIC (https:// URLs; ALPN h3; TLS via -k/--cacert/--sni).
+    #[arg(long, conflicts_with = "h2")]
     http3: bool,
-    /// Concurrent streams per HTTP/2 connection.
+    /// Concurrent streams (requests in flight) per HTTP/2 or HTTP/3 connection.
     #[arg(long, default_value_t = 1)]
     streams: usize,
     /// Accept any TLS certificate.
@@ -148,9 +148,6 @@ fn main() -> Result<()> {
 }
 
 fn run_load(a: LoadArgs) -> Result<()> {
-    if a.http3 {
-        bail!("HTTP/3 not supported yet");
-    }
     let mut cfg = load::LoadConfig::new(&a.url).progress_if_tty();
     cfg.connections = a.connections;
     cfg.threads = a.threads;
@@ -169,6 +166,7 @@ fn run_load(a: LoadArgs) -> Result<()> {
             std::fs::read(p).with_context(|| format!("reading body file {}", p.display()))?;
     }
     cfg.h2 = a.h2;
+    cfg.http3 = a.http3;
     cfg.streams = a.streams;
     cfg.insecure = a.insecure;
     cfg.cacert = a.cacert;

@@ -214,9 +214,12 @@ fn connect_errors_are_counted() {
 }
 
 #[test]
-fn http3_is_refused_clearly() {
-    let mut c = cfg("https://127.0.0.1:1/");
+fn http3_needs_https() {
+    let mut c = cfg("http://127.0.0.1:1/");
     c.http3 = true;
     let e = run(&c).unwrap_err();
-    assert_eq!(e.to_string(), "HTTP/3 not supported yet");
+    assert_eq!(
+        e.to_string(),
+        "invalid options: --http3 needs an https:// URL"
+    );
 }

@@ -38,7 +38,7 @@ fn h2_kind(e: &h2::Error) -> ErrorKind {
     ErrorKind::Protocol
 }
 
-fn build_request(ctx: &ThreadCtx) -> Option<http::Request<()>> {
+pub(crate) fn build_request(ctx: &ThreadCtx) -> Option<http::Request<()>> {
     let plan = &ctx.plan;
     let authority = plan
         .cfg

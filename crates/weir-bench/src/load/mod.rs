@@ -18,6 +18,7 @@
 
 pub mod h1;
 pub mod h2;
+pub mod h3;
 pub mod report;
 pub mod stats;
 pub mod tls;
@@ -60,9 +61,6 @@ pub enum LoadError {
     /// The SNI name is not a valid DNS name or IP address.
     #[error("invalid TLS server name `{0}`")]
     BadServerName(String),
-    /// `--http3` was asked for.
-    #[error("HTTP/3 not supported yet")]
-    Http3Unsupported,
     /// The body file could not be read.
     #[error("cannot read body file {0}: {1}")]
     BodyFile(String, String),
@@ -96,9 +94,9 @@ pub struct LoadConfig {
     pub body: Vec<u8>,
     /// Use HTTP/2 (ALPN over TLS, prior knowledge over cleartext).
     pub h2: bool,
-    /// Use HTTP/3 (not supported yet).
+    /// Use HTTP/3 (QUIC, https:// only; `streams` requests per connection).
     pub http3: bool,
-    /// Concurrent streams per HTTP/2 connection.
+    /// Concurrent streams per HTTP/2 or HTTP/3 connection.
     pub streams: usize,
     /// Accept any server certificate.
     pub insecure: bool,
@@ -232,6 +230,8 @@ pub struct Plan {
         Arc<rustls::ClientConfig>,
         rustls::pki_types::ServerName<'static>,
     )>,
+    /// QUIC client config and server name, for `--http3`.
+    pub quic: Option<(quinn::ClientConfig, String)>,
     /// Pre-serialised HTTP/1.1 request.
     pub h1_request: Vec<u8>,
     /// The request is HEAD (responses have no body).
@@ -480,8 +480,10 @@ pub fn self_cpu_time() -> Option<Duration> {
 
 /// Runs a load test and returns its report.
 pub fn run(cfg: &LoadConfig) -> Result<LoadReport, LoadError> {
-    if cfg.http3 {
-        return Err(LoadError::Http3Unsupported);
+    if cfg.http3 && cfg.h2 {
+        return Err(LoadError::Options(
+            "--h2 and --http3 are mutually exclusive".into(),
+        ));
     }
     if cfg.connections == 0 || cfg.threads == 0 || cfg.streams == 0 {
         return Err(LoadError::Options(
@@ -494,9 +496,18 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, LoadError> {
         return Err(LoadError::Options("--rate must be positive".into()));
     }
     let target = Target::parse(&cfg.url)?;
+    if cfg.http3 && !target.tls {
+        return Err(LoadError::Options("--http3 needs an https:// URL".into()));
+    }
     let sni = cfg.sni.clone().unwrap_or_else(|| target.host.clone());
     let tls = if target.tls {
-        let alpn: &[&[u8]] = if cfg.h2 { &[b"h2"] } else { &[b"http/1.1"] };
+        let alpn: &[&[u8]] = if cfg.http3 {
+            &[b"h3"]
+        } else if cfg.h2 {
+            &[b"h2"]
+        } else {
+            &[b"http/1.1"]
+        };
         Some((
             tls::client_config(cfg.insecure, cfg.cacert.as_deref(), alpn)?,
             tls::server_name(&sni)?,
@@ -504,13 +515,27 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, LoadError> {
     } else {
         None
     };
+    let quic = match (&tls, cfg.http3) {
+        (Some((config, _)), true) => {
+            let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(config.clone())
+                .map_err(|e| LoadError::Options(format!("TLS config unusable for QUIC: {e}")))?;
+            let mut transport = quinn::TransportConfig::default();
+            transport
+                .stream_receive_window((1u32 << 20).into())
+                .receive_window((1u32 << 24).into());
+            let mut client = quinn::ClientConfig::new(Arc::new(crypto));
+            client.transport_config(Arc::new(transport));
+            Some((client, sni.clone()))
+        }
+        _ => None,
+    };
     let threads = cfg.threads.min(cfg.connections);
     let duration = match (cfg.duration, cfg.requests) {
         (Some(d), _) => Some(d),
         (None, Some(_)) => None,
         (None, None) => Some(Duration::from_secs(10)),
     };
-    let lanes = cfg.connections * if cfg.h2 { cfg.streams } else { 1 };
+    let lanes = cfg.connections * if cfg.h2 || cfg.http3 { cfg.streams } else { 1 };
     let interval = cfg.rate.map(|r| Duration::from_secs_f64(lanes as f64 / r));
     let start = Instant::now();
     let measure_start = start + cfg.warmup;
@@ -520,6 +545,7 @@ pub fn run(cfg: &LoadConfig) -> Result<LoadReport, LoadError> {
         cfg: cfg.clone(),
         target,
         tls,
+        quic,
         start,
         measure_start,
         end: duration.map(|d| measure_start + d),
@@ -630,12 +656,14 @@ fn thread_main(
         done: Cell::new(0),
         failed: Cell::new(0),
     });
-    let h2 = ctx.plan.cfg.h2;
+    let (h2, http3) = (ctx.plan.cfg.h2, ctx.plan.cfg.http3);
     rt.block_on(async {
         let work = futures_util::future::join_all(conns.into_iter().map(|i| {
             let ctx = ctx.clone();
             async move {
-                if h2 {
+                if http3 {
+                    h3::connection(&ctx, i, total).await
+                } else if h2 {
                     h2::connection(&ctx, i, total).await
                 } else {
                     h1::connection(&ctx, i, total).await

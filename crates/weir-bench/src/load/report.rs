@@ -146,12 +146,23 @@ impl LoadReport {
         }
         LoadReport {
             url: plan.cfg.url.clone(),
-            protocol: if plan.cfg.h2 { "HTTP/2" } else { "HTTP/1.1" }.into(),
+            protocol: if plan.cfg.http3 {
+                "HTTP/3"
+            } else if plan.cfg.h2 {
+                "HTTP/2"
+            } else {
+                "HTTP/1.1"
+            }
+            .into(),
             keepalive: plan.cfg.keepalive,
             mode: if open { "open" } else { "closed" }.into(),
             rate: plan.cfg.rate,
             connections: plan.cfg.connections,
-            streams: if plan.cfg.h2 { plan.cfg.streams } else { 1 },
+            streams: if plan.cfg.h2 || plan.cfg.http3 {
+                plan.cfg.streams
+            } else {
+                1
+            },
             threads,
             warmup_s: plan.cfg.warmup.as_secs_f64(),
             duration_s: secs,
