@@ -163,7 +163,10 @@ where
         Handler::Static(files) => files.serve(parts, parts.uri.path()).await,
         Handler::Welcome => welcome(parts),
         Handler::RedirectHttps { port } => redirect_https(parts, request_host(parts), *port),
-        Handler::Proxy(p) => p.serve(parts, upstream_body(body), conn, path).await,
+        // Boxed: the proxy's future is large, and hyper moves the request
+        // future into place on every request; static requests must not pay
+        // for copying it.
+        Handler::Proxy(p) => Box::pin(p.serve(parts, upstream_body(body), conn, path)).await,
         Handler::Routes { .. } => error(StatusCode::NOT_FOUND),
     }
 }
@@ -252,9 +255,13 @@ impl Listener {
                             std::borrow::Cow::Owned(p) => Some(p),
                             std::borrow::Cow::Borrowed(_) => None,
                         };
-                        r.proxy
-                            .serve(&mut parts, upstream_body(body), conn, rewritten.as_deref())
-                            .await
+                        Box::pin(r.proxy.serve(
+                            &mut parts,
+                            upstream_body(body),
+                            conn,
+                            rewritten.as_deref(),
+                        ))
+                        .await
                     }
                     None => match fallback {
                         Some(h) => leaf(h, &mut parts, body, conn, None).await,
@@ -464,5 +471,24 @@ mod tests {
         assert_eq!(strip_port("example.com"), "example.com");
         assert_eq!(strip_port("[::1]:8080"), "[::1]");
         assert_eq!(strip_port("[::1]"), "[::1]");
+    }
+
+    /// hyper moves each request's future into place, so its size is copied
+    /// per request: large branches (the proxy) are boxed to keep it small.
+    #[test]
+    fn request_future_stays_small() {
+        let cfg = crate::config::Config::builtin_welcome();
+        let sites = build_sites(&cfg).unwrap();
+        let l = Listener::new(&sites, &[0], 0, cfg.server.limits.clone());
+        let conn = ConnInfo {
+            peer: ([127, 0, 0, 1], 1).into(),
+            local: ([127, 0, 0, 1], 2).into(),
+            tls: false,
+        };
+        let req = Request::new(http_body_util::Empty::<Bytes>::new());
+        let fut = l.handle(req, &conn);
+        let size = std::mem::size_of_val(&fut);
+        eprintln!("request future: {size} bytes");
+        assert!(size <= 1536, "request future is {size} bytes");
     }
 }

@@ -362,3 +362,29 @@ fn garbage_gets_400_and_the_server_keeps_serving() {
     );
     assert_eq!(status_of(&resp), 200);
 }
+
+/// With the default limit (100 fields) hyper's own parser is the one that
+/// trips (weir leaves its header array on the stack, see server/conn.rs):
+/// the client must still get a 431, and 100 fields must still pass.
+#[test]
+fn default_header_count_limit_answers_431() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("index.html"), PAGE_164).unwrap();
+    let cfg = format!(
+        "[site.\"127.0.0.1:{port}\"]\nroot = \"{}\"\n",
+        dir.path().display()
+    );
+    let _w = Weir::start(&cfg, &[port]);
+    let with_fields = |n: usize| {
+        let mut req = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
+        for i in 1..n {
+            req.push_str(&format!("X-H{i}: v\r\n"));
+        }
+        req.push_str("\r\n");
+        status_of(&raw(port, req.as_bytes(), Duration::from_secs(3)))
+    };
+    assert_eq!(with_fields(100), 200);
+    assert_eq!(with_fields(101), 431);
+    assert_eq!(with_fields(150), 431);
+}

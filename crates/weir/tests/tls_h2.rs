@@ -242,3 +242,67 @@ async fn h2_rapid_reset_flood_is_shed_and_others_are_served() {
         .unwrap();
     assert_eq!(r.status(), 200);
 }
+
+/// `server.limits.tls_handshakes` makes handshakes take turns; clients that
+/// connect and send nothing never take one, and a client that sends its
+/// ClientHello and then stalls gives its turn back within half a second, so
+/// neither kind can keep a real client from being served.
+#[tokio::test]
+async fn stalled_handshakes_do_not_hold_the_turns() {
+    use tokio::io::AsyncWriteExt;
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("index.html"), "turns\n").unwrap();
+    let (c, k, ca) = make_cert(dir.path(), "a", &["a.test"]);
+    let cfg = format!(
+        "[server.limits]\ntls_handshakes = 1\n[site.\"a.test\"]\nlisten = \"127.0.0.1:{port}\"\n\
+         root = \"{}\"\ntls = {{ cert = \"{}\", key = \"{}\" }}\n",
+        dir.path().display(),
+        c.display(),
+        k.display()
+    );
+    let _w = Weir::start(&cfg, &[port]);
+
+    // Silent connections, and connections stalled after a ClientHello.
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(tokio::net::TcpStream::connect(addr(port)).await.unwrap());
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let client_cfg = Arc::new(
+        rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth(),
+    );
+    for _ in 0..3 {
+        let mut conn = rustls::ClientConnection::new(
+            client_cfg.clone(),
+            ServerName::try_from("a.test").unwrap(),
+        )
+        .unwrap();
+        let mut hello = Vec::new();
+        conn.write_tls(&mut hello).unwrap();
+        let mut s = tokio::net::TcpStream::connect(addr(port)).await.unwrap();
+        s.write_all(&hello).await.unwrap();
+        held.push(s);
+    }
+
+    let started = std::time::Instant::now();
+    let (version, _) = tokio::time::timeout(
+        Duration::from_secs(10),
+        handshake(port, &ca, &rustls::version::TLS13),
+    )
+    .await
+    .expect("a real client must get its handshake while others stall");
+    assert_eq!(version, rustls::ProtocolVersion::TLSv1_3);
+    // Three stalled turns of at most 500 ms each, one after the other (the
+    // header timeout, 60 s, is what they would hold without the cap).
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "waited {:?}",
+        started.elapsed()
+    );
+    drop(held);
+}

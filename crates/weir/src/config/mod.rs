@@ -77,6 +77,8 @@ pub struct Limits {
     pub body: u64,
     pub connections: usize,
     pub h2_streams: u32,
+    /// TLS handshakes in progress at once (the rest wait for a turn).
+    pub tls_handshakes: usize,
 }
 
 /// One socket address weir listens on, and the sites it serves.
@@ -191,6 +193,7 @@ impl Default for Limits {
             body: 1024 * 1024,
             connections: 16384,
             h2_streams: 128,
+            tls_handshakes: 128,
         }
     }
 }
@@ -717,6 +720,14 @@ fn validate_server(c: &mut Collector<'_>, s: &RawServer) -> ServerConfig {
     }
     if let Some(n) = count(c, "server.limits.h2_streams", &l.h2_streams, 100_000) {
         out.limits.h2_streams = n as u32;
+    }
+    if let Some(n) = count(
+        c,
+        "server.limits.tls_handshakes",
+        &l.tls_handshakes,
+        1_000_000,
+    ) {
+        out.limits.tls_handshakes = n as usize;
     }
     if out.limits.uri > out.limits.header_size {
         out.limits.header_size = out.limits.uri;

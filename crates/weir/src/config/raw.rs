@@ -77,6 +77,10 @@ pub struct RawLimits {
     pub connections: Option<Spanned<i64>>,
     /// Most concurrent HTTP/2 streams per connection; default 128.
     pub h2_streams: Option<Spanned<i64>>,
+    /// TLS handshakes in progress at once, across the process; default 128.
+    /// More wait their turn, so established connections keep being served
+    /// during a storm of new ones.
+    pub tls_handshakes: Option<Spanned<i64>>,
 }
 
 /// `[site."name"]`.

@@ -59,6 +59,9 @@ struct Endpoint {
 pub fn run(cfg: Config) -> Result<(), ServerError> {
     let sites = site::build_sites(&cfg)?;
     let connections = Arc::new(AtomicUsize::new(0));
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(
+        cfg.server.limits.tls_handshakes,
+    ));
     let timeouts = io::Limits {
         header: cfg.server.timeouts.header,
         keepalive: cfg.server.timeouts.keepalive,
@@ -102,6 +105,7 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                     cfg.server.limits.clone(),
                     timeouts,
                     connections.clone(),
+                    handshakes.clone(),
                 )
                 .accept_proxy_protocol(l.proxy_protocol.clone()),
             ),
