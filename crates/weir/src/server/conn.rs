@@ -123,8 +123,14 @@ impl Drop for InFlight {
     }
 }
 
-/// Takes over an accepted connection.
-pub fn spawn(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, graceful: &GracefulShutdown) {
+/// Takes over an accepted connection on the listening address `bound`.
+pub fn spawn(
+    stream: TcpStream,
+    peer: SocketAddr,
+    bound: SocketAddr,
+    ctx: Arc<ConnCtx>,
+    graceful: &GracefulShutdown,
+) {
     if ctx.open.fetch_add(1, Ordering::Relaxed) >= ctx.limits.connections {
         ctx.open.fetch_sub(1, Ordering::Relaxed);
         tracing::warn!(
@@ -134,19 +140,32 @@ pub fn spawn(stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, graceful: &
         return;
     }
     let guard = OpenGuard(ctx.open.clone());
-    let _ = stream.set_nodelay(true);
+    // TCP_NODELAY is inherited from the listening socket (listen.rs).
+    // The local address is the bound one unless that is a wildcard: no
+    // getsockname per connection.
+    let local = if bound.ip().is_unspecified() || bound.port() == 0 {
+        stream.local_addr().unwrap_or(bound)
+    } else {
+        bound
+    };
     let watcher = graceful.watcher();
     tokio::spawn(async move {
-        serve(stream, peer, ctx, watcher).await;
+        serve(stream, peer, local, ctx, watcher).await;
         drop(guard);
     });
 }
 
-async fn serve(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<ConnCtx>, watcher: Watcher) {
+async fn serve(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    ctx: Arc<ConnCtx>,
+    watcher: Watcher,
+) {
     let state = Arc::new(ConnState::default());
     let mut info = ConnInfo {
         peer,
-        local: stream.local_addr().unwrap_or(peer),
+        local,
         tls: ctx.tls.is_some(),
     };
     if let Some(pp) = &ctx.accept_pp {
