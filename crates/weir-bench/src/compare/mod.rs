@@ -650,7 +650,6 @@ fn run_startup(
         .into_iter()
         .next()
         .ok_or_else(|| CompareError::NotApplicable("startup has no case".into()))?;
-    let page = expected_file(case.body_size);
     let sites_dir = cfg.out.join("sites");
     let mut sites = Vec::new();
     for i in 1..=scenarios::STARTUP_SITES {
@@ -659,11 +658,13 @@ fn run_startup(
         open_perms(&sites_dir, true);
         open_perms(&root, true);
         let file = root.join(case.path.trim_start_matches('/'));
+        let page = startup::site_page(i, case.body_size);
         std::fs::write(&file, &page).map_err(|e| CompareError::io(&file, e))?;
         open_perms(&file, false);
         sites.push((startup::site_name(i), root));
     }
     let host = startup::probe_host(scenarios::STARTUP_SITES);
+    let page = startup::site_page(scenarios::STARTUP_SITES, case.body_size);
     let raw_dir = cfg.out.join("raw/startup").join(slug(&case.label));
     std::fs::create_dir_all(&raw_dir).map_err(|e| CompareError::io(&raw_dir, e))?;
     let mut rows = Vec::new();

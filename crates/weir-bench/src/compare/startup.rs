@@ -29,6 +29,19 @@ pub fn site_name(i: usize) -> String {
     format!("site{i}.test")
 }
 
+/// Site `i`'s page: the scenario's page of `size` bytes with `site{i}` written
+/// over the start of its text, so every site's answer is distinct and a
+/// Host routed to the wrong root fails the body check.
+pub fn site_page(i: usize, size: usize) -> Vec<u8> {
+    let mut page = super::expected_file(size);
+    let tag = format!("site{i:02}-");
+    let at = page.iter().position(|&b| b == b'a').unwrap_or(0);
+    if page.len() >= at + tag.len() {
+        page[at..at + tag.len()].copy_from_slice(tag.as_bytes());
+    }
+    page
+}
+
 /// One server's start-up times, aggregated over repeats.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct StartupRow {
