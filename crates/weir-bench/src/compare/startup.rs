@@ -7,7 +7,7 @@
 //! fresh process and stops it by PID.
 
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -115,7 +115,7 @@ fn wait_port_free(port: u16) -> Result<(), String> {
 
 fn once(
     launch: &Launch,
-    log: &PathBuf,
+    log: &Path,
     port: u16,
     host: &str,
     path: &str,
