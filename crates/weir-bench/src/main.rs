@@ -373,7 +373,7 @@ fn run_compare(a: CompareArgs) -> Result<()> {
     eprintln!(
         "run folder: {} ({} rows)",
         cfg.out.display(),
-        summary.rows.len()
+        summary.rows.len() + summary.startup.len() + summary.idle.len()
     );
     Ok(())
 }
