@@ -1,10 +1,12 @@
 //! weir-bench: an honest load generator ([`load`]), a fast test upstream
 //! ([`backend`]) and a side-by-side harness that runs weir against nginx,
-//! Apache, Caddy, HAProxy, Varnish and lighttpd ([`compare`]).
+//! Apache, Caddy, HAProxy, Varnish and lighttpd ([`compare`]), and a holder of
+//! idle connections ([`hold`]).
 //!
 //! The generator must never be the bottleneck it measures: see [`load`] for
 //! how it stays lock-free per request, and how it reports when it is CPU-bound.
 
 pub mod backend;
 pub mod compare;
+pub mod hold;
 pub mod load;

@@ -1,4 +1,4 @@
-//! The `weir-bench` command line: `load`, `backend` and `compare`.
+//! The `weir-bench` command line: `load`, `backend`, `hold` and `compare`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
-use weir_bench::{backend, compare, load};
+use weir_bench::{backend, compare, hold, load};
 
 #[derive(Parser)]
 #[command(
@@ -27,6 +27,41 @@ enum Cmd {
     Backend(BackendArgs),
     /// Run scenarios against weir and its competitors, side by side.
     Compare(CompareArgs),
+    /// Open N connections (one GET each, keep-alive) and hold them idle.
+    Hold(HoldArgs),
+}
+
+#[derive(Args)]
+struct HoldArgs {
+    /// Target URL (http:// or https://); its path is requested once per connection.
+    url: String,
+    /// Connections to open and hold.
+    #[arg(short = 'c', long, default_value_t = 100)]
+    connections: usize,
+    /// How long to hold them idle once all are open.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    hold: Duration,
+    /// Connections opened at once.
+    #[arg(long, default_value_t = 200)]
+    parallel: usize,
+    /// Limit for connect + handshake + answer of one connection.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    timeout: Duration,
+    /// `Host` header (default: the URL's host and port).
+    #[arg(long)]
+    host: Option<String>,
+    /// Accept any TLS certificate.
+    #[arg(short = 'k', long)]
+    insecure: bool,
+    /// Trust this CA certificate file (PEM).
+    #[arg(long)]
+    cacert: Option<PathBuf>,
+    /// TLS server name (default: the URL's host).
+    #[arg(long)]
+    sni: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Parses "10s", "500ms", "2m", "1h" or plain seconds.
@@ -144,7 +179,51 @@ fn main() -> Result<()> {
             }
         }
         Cmd::Compare(a) => run_compare(a),
+        Cmd::Hold(a) => run_hold(a),
     }
+}
+
+fn run_hold(a: HoldArgs) -> Result<()> {
+    let mut cfg = hold::HoldConfig::new(&a.url);
+    cfg.connections = a.connections;
+    cfg.hold = a.hold;
+    cfg.parallel = a.parallel;
+    cfg.timeout = a.timeout;
+    cfg.host = a.host;
+    cfg.insecure = a.insecure;
+    cfg.cacert = a.cacert;
+    cfg.sni = a.sni;
+    let (r, ()) = hold::run(&cfg, |r| {
+        eprintln!(
+            "holding {} of {} connections idle ({} established)",
+            r.served.saturating_sub(r.closed_by_server),
+            r.requested,
+            r.established
+        );
+    })?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "{}: {} requested, {} established, {} served, {} closed by the server while held, {} open at the end\n\
+             opened in {:.2} s, held {:.2} s; errors: {} connect, {} TLS, {} timeout, {} closed, {} bad answer, {} not attempted",
+            r.url,
+            r.requested,
+            r.established,
+            r.served,
+            r.closed_by_server,
+            r.open_at_end,
+            r.open_secs,
+            r.held_secs,
+            r.errors.connect,
+            r.errors.tls,
+            r.errors.timeout,
+            r.errors.closed,
+            r.errors.bad_answer,
+            r.errors.not_attempted
+        );
+    }
+    Ok(())
 }
 
 fn run_load(a: LoadArgs) -> Result<()> {
@@ -184,11 +263,11 @@ fn run_load(a: LoadArgs) -> Result<()> {
 
 #[derive(Args)]
 struct CompareArgs {
-    /// Scenarios: static, proxy, sizes, concurrency, ab (comma-separated).
+    /// Scenarios: static, proxy, sizes, concurrency, ab, startup, idle (comma-separated).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "static,proxy,sizes,concurrency,ab"
+        default_value = "static,proxy,sizes,concurrency,ab,startup,idle"
     )]
     scenarios: Vec<String>,
     /// Servers: weir, nginx, apache, caddy, haproxy, varnish, lighttpd (comma-separated).
@@ -251,7 +330,13 @@ fn run_compare(a: CompareArgs) -> Result<()> {
     let explicit_scen =
         std::env::args().any(|x| x == "--scenarios" || x.starts_with("--scenarios="));
     let scenarios = if a.quick && !explicit_scen {
-        vec![Scenario::Static, Scenario::Proxy, Scenario::Ab]
+        vec![
+            Scenario::Static,
+            Scenario::Proxy,
+            Scenario::Ab,
+            Scenario::Startup,
+            Scenario::Idle,
+        ]
     } else {
         scenarios
     };
@@ -288,7 +373,7 @@ fn run_compare(a: CompareArgs) -> Result<()> {
     eprintln!(
         "run folder: {} ({} rows)",
         cfg.out.display(),
-        summary.rows.len()
+        summary.rows.len() + summary.startup.len() + summary.idle.len()
     );
     Ok(())
 }

@@ -114,3 +114,134 @@ fn quick_compare_writes_the_expected_shape() {
     let svg = std::fs::read_to_string(out.join("static.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("nginx"));
 }
+
+/// The weir binary of this workspace, built if it is not there yet.
+fn weir_binary() -> std::path::PathBuf {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    let bin = tmp.join("..").join(profile).join("weir");
+    if !bin.is_file() {
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-p", "weir"]);
+        if profile == "release" {
+            cmd.arg("--release");
+        }
+        let ok = cmd.status().is_ok_and(|s| s.success());
+        assert!(ok && bin.is_file(), "cannot build weir ({})", bin.display());
+    }
+    bin
+}
+
+#[test]
+fn quick_startup_and_idle_write_one_row_per_server() {
+    ensure_nginx();
+    let weir = weir_binary();
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("compare-startup-idle-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    // Apart from the other test's port (and its backend's port + 1).
+    let port = 30000 + ((std::process::id() + 7) % 20000) as u16;
+    let status = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
+        .args([
+            "compare",
+            "--quick",
+            "--servers",
+            "weir,nginx",
+            "--scenarios",
+            "startup,idle",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .args(["--port", &port.to_string()])
+        .arg("--weir")
+        .arg(&weir)
+        .status()
+        .expect("run weir-bench");
+    assert!(status.success());
+    for f in [
+        "startup.md",
+        "startup.svg",
+        "idle.md",
+        "idle.svg",
+        "summary.json",
+    ] {
+        assert!(out.join(f).is_file(), "missing {f}");
+    }
+    for server in ["weir", "nginx"] {
+        assert!(out.join("configs/startup/10-sites").join(server).is_dir());
+        assert!(
+            out.join(format!("raw/startup/10-sites/{server}.json"))
+                .is_file()
+        );
+        assert!(out.join(format!("raw/idle/c200/{server}-3.json")).is_file());
+    }
+    let nginx_conf =
+        std::fs::read_to_string(out.join("configs/startup/10-sites/nginx/nginx.conf")).unwrap();
+    assert_eq!(nginx_conf.matches("server_name site").count(), 10);
+
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let startup = summary["startup"].as_array().unwrap();
+    assert_eq!(startup.len(), 2, "{startup:#?}");
+    for r in startup {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["repeats"], 3);
+        assert_eq!(r["samples_ms"].as_array().unwrap().len(), 3);
+        let (min, med, max) = (
+            r["min_ms"].as_f64().unwrap(),
+            r["median_ms"].as_f64().unwrap(),
+            r["max_ms"].as_f64().unwrap(),
+        );
+        assert!(
+            min > 0.0 && min <= med && med <= max && max < 10_000.0,
+            "{r}"
+        );
+    }
+    let idle = summary["idle"].as_array().unwrap();
+    assert_eq!(idle.len(), 2, "{idle:#?}");
+    for r in idle {
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["connections"], 200);
+        assert!(r["rss_idle_mib"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["rss_held_mib"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["kib_per_conn"].as_f64().unwrap() >= 0.0, "{r}");
+        if r["server"] == "weir" {
+            assert_eq!(r["established"], 200, "{r}");
+            assert_eq!(r["served"], 200, "{r}");
+            assert_eq!(r["held"], 200, "{r}");
+            assert_eq!(r["errors"], 0, "{r}");
+        }
+    }
+    let raw: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("raw/idle/c200/weir-1.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(raw["hold"]["requested"], 200);
+    assert!(raw["rss_held_bytes"].as_u64().unwrap() > 0);
+
+    for (file, cols) in [
+        (
+            "startup.md",
+            &weir_bench::compare::report::STARTUP_COLUMNS[..],
+        ),
+        ("idle.md", &weir_bench::compare::report::IDLE_COLUMNS[..]),
+    ] {
+        let md = std::fs::read_to_string(out.join(file)).unwrap();
+        let header = md.lines().find(|l| l.starts_with("| case |")).unwrap();
+        assert_eq!(header, format!("| {} |", cols.join(" | ")));
+        let body: Vec<&str> = md
+            .lines()
+            .filter(|l| l.starts_with("| 10 sites |") || l.starts_with("| c200 |"))
+            .collect();
+        assert_eq!(body.len(), 2, "{md}");
+        for line in body {
+            assert_eq!(line.matches('|').count(), cols.len() + 1, "{line}");
+        }
+    }
+    let svg = std::fs::read_to_string(out.join("idle.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("nginx") && svg.contains("weir"));
+}

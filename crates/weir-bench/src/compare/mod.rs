@@ -10,12 +10,14 @@
 //! generator's own CPU. A server whose binary is missing is reported as
 //! "not installed", loudly, never silently dropped.
 
+pub mod idle;
 pub mod limits;
 pub mod process;
 pub mod procstat;
 pub mod report;
 pub mod scenarios;
 pub mod servers;
+pub mod startup;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,9 +27,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::load::{self, LoadConfig, LoadReport};
+use idle::{IdleCase, IdleRow};
 use process::Running;
 use scenarios::{Amount, Case, Scenario};
 use servers::{Role, ServerKind, ServerSetup};
+use startup::StartupRow;
 
 /// Errors that stop a comparison.
 #[derive(Debug, thiserror::Error)]
@@ -172,8 +176,12 @@ pub struct Summary {
     pub duration_s: f64,
     /// Seconds of warm-up per repeat.
     pub warmup_s: f64,
-    /// All rows.
+    /// All rows of the load scenarios.
     pub rows: Vec<Row>,
+    /// Rows of the `startup` scenario.
+    pub startup: Vec<StartupRow>,
+    /// Rows of the `idle` scenario.
+    pub idle: Vec<IdleRow>,
 }
 
 /// `YYYY-MM-DD-hostname`, the default run folder name.
@@ -331,14 +339,46 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
     let server_cpu = cfg.pin.then_some(1);
     let backend_port = cfg.port + 1;
     let mut rows = Vec::new();
+    let (mut startup_rows, mut idle_rows) = (Vec::new(), Vec::new());
     for &scenario in &cfg.scenarios {
         eprintln!("== scenario {}: {}", scenario.name(), scenario.describe());
         // The backend runs as its own process so its CPU is not the generator's.
-        let backend = if scenario == Scenario::Proxy {
+        let needs_backend = cfg
+            .servers
+            .iter()
+            .any(|&s| scenario.applies_to(s) && scenario.proxied(s) && !missing.contains(&s));
+        let backend = if needs_backend {
             Some(start_backend(cfg, backend_port, server_cpu)?)
         } else {
             None
         };
+        if scenario == Scenario::Startup {
+            let r = run_startup(cfg, &missing, server_cpu)?;
+            write(
+                &cfg.out.join("startup.md"),
+                &report::startup_markdown(&r, cfg),
+            )?;
+            write(&cfg.out.join("startup.svg"), &report::startup_svg(&r))?;
+            startup_rows.extend(r);
+        }
+        if scenario == Scenario::Idle {
+            let assets = Assets {
+                docroot: docroot.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+                combined: combined.clone(),
+            };
+            let r = run_idle(cfg, &missing, server_cpu, &assets, backend_port);
+            write(&cfg.out.join("idle.md"), &report::idle_markdown(&r, cfg))?;
+            write(&cfg.out.join("idle.svg"), &report::idle_svg(&r))?;
+            idle_rows.extend(r);
+        }
+        if matches!(scenario, Scenario::Startup | Scenario::Idle) {
+            if let Some(b) = backend {
+                b.stop();
+            }
+            continue;
+        }
         for case in scenarios::cases(scenario, cfg.quick) {
             for &server in &cfg.servers {
                 if !scenario.applies_to(server) {
@@ -447,6 +487,8 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
         duration_s: cfg.duration.as_secs_f64(),
         warmup_s: cfg.warmup.as_secs_f64(),
         rows,
+        startup: startup_rows,
+        idle: idle_rows,
     };
     let json = serde_json::to_string_pretty(&summary).unwrap_or_default();
     write(&cfg.out.join("summary.json"), &json)?;
@@ -511,26 +553,7 @@ fn run_server_case(
     cpu: Option<usize>,
     backend_pid: Option<u32>,
 ) -> Result<Row, String> {
-    let launch = server
-        .prepare(setup, &cfg.weir)
-        .map_err(|e| e.to_string())?;
-    if let Some(v) = &launch.validate {
-        let out = std::process::Command::new(&v[0])
-            .args(&v[1..])
-            .output()
-            .map_err(|e| format!("failed: {e}"))?;
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            let first: String = err
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("")
-                .chars()
-                .take(200)
-                .collect();
-            return Err(format!("config rejected: {first}"));
-        }
-    }
+    let launch = prepare_validated(server, setup, &cfg.weir)?;
     if !process::port_free(setup.port) {
         return Err(format!("failed: port {} in use", setup.port));
     }
@@ -555,6 +578,253 @@ fn run_server_case(
     })();
     running.stop();
     result
+}
+
+/// Writes `server`'s config for `setup` and runs its own config check;
+/// `Err` is the row's status text.
+fn prepare_validated(
+    server: ServerKind,
+    setup: &ServerSetup,
+    weir: &Path,
+) -> Result<servers::Launch, String> {
+    let launch = server.prepare(setup, weir).map_err(|e| e.to_string())?;
+    if let Some(v) = &launch.validate {
+        let out = std::process::Command::new(&v[0])
+            .args(&v[1..])
+            .output()
+            .map_err(|e| format!("failed: {e}"))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let first: String = err
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .chars()
+                .take(200)
+                .collect();
+            return Err(format!("config rejected: {first}"));
+        }
+    }
+    Ok(launch)
+}
+
+/// The run's certificate and docroot paths.
+struct Assets {
+    docroot: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    combined: PathBuf,
+}
+
+/// The servers a scenario applies to, each with `Err(status)` when it
+/// cannot be measured at all (missing binary, no TLS).
+fn participants(
+    cfg: &CompareConfig,
+    scenario: Scenario,
+    tls: bool,
+    missing: &[ServerKind],
+) -> Vec<(ServerKind, Result<(), String>)> {
+    cfg.servers
+        .iter()
+        .filter(|&&s| scenario.applies_to(s))
+        .map(|&s| {
+            let ok = if missing.contains(&s) {
+                Err("not installed".to_string())
+            } else if tls && !s.tls() {
+                Err("not applicable (no TLS)".to_string())
+            } else {
+                Ok(())
+            };
+            (s, ok)
+        })
+        .collect()
+}
+
+/// The `startup` scenario: writes the sites, then times each server's starts.
+fn run_startup(
+    cfg: &CompareConfig,
+    missing: &[ServerKind],
+    cpu: Option<usize>,
+) -> Result<Vec<StartupRow>, CompareError> {
+    let case = scenarios::cases(Scenario::Startup, cfg.quick)
+        .into_iter()
+        .next()
+        .ok_or_else(|| CompareError::NotApplicable("startup has no case".into()))?;
+    let sites_dir = cfg.out.join("sites");
+    let mut sites = Vec::new();
+    for i in 1..=scenarios::STARTUP_SITES {
+        let root = sites_dir.join(format!("site{i}"));
+        std::fs::create_dir_all(&root).map_err(|e| CompareError::io(&root, e))?;
+        open_perms(&sites_dir, true);
+        open_perms(&root, true);
+        let file = root.join(case.path.trim_start_matches('/'));
+        let page = startup::site_page(i, case.body_size);
+        std::fs::write(&file, &page).map_err(|e| CompareError::io(&file, e))?;
+        open_perms(&file, false);
+        sites.push((startup::site_name(i), root));
+    }
+    let host = startup::probe_host(scenarios::STARTUP_SITES);
+    let page = startup::site_page(scenarios::STARTUP_SITES, case.body_size);
+    let raw_dir = cfg.out.join("raw/startup").join(slug(&case.label));
+    std::fs::create_dir_all(&raw_dir).map_err(|e| CompareError::io(&raw_dir, e))?;
+    let mut rows = Vec::new();
+    for (server, usable) in participants(cfg, Scenario::Startup, false, missing) {
+        let mut row = StartupRow {
+            case: case.label.clone(),
+            server: server.name().into(),
+            ..StartupRow::default()
+        };
+        eprintln!("-- startup / {} / {}", case.label, server.name());
+        let setup = ServerSetup {
+            dir: cfg
+                .out
+                .join("configs/startup")
+                .join(slug(&case.label))
+                .join(server.name()),
+            port: cfg.port,
+            tls: false,
+            role: Role::Sites(sites.clone()),
+            cert: PathBuf::new(),
+            key: PathBuf::new(),
+            combined: PathBuf::new(),
+            workers: cfg.workers,
+        };
+        let measured = usable.and_then(|()| {
+            let launch = prepare_validated(server, &setup, &cfg.weir)?;
+            startup::measure(
+                &launch,
+                &setup.dir,
+                setup.port,
+                &host,
+                &case.path,
+                &page,
+                cfg.repeats,
+                cpu,
+            )
+        });
+        match measured {
+            Ok((samples, probes)) => {
+                row.status = "ok".into();
+                row.repeats = samples.len();
+                row.median_ms = median(samples.clone());
+                row.min_ms = samples.iter().copied().fold(f64::INFINITY, f64::min);
+                row.max_ms = samples.iter().copied().fold(0.0, f64::max);
+                row.samples_ms = samples;
+                row.probes = probes;
+            }
+            Err(status) => {
+                if status != "not installed" {
+                    eprintln!(
+                        "weir-bench compare: *** {} startup: {status} ***",
+                        server.name()
+                    );
+                }
+                row.status = status;
+            }
+        }
+        let path = raw_dir.join(format!("{}.json", server.name()));
+        write(
+            &path,
+            &serde_json::to_string_pretty(&row).unwrap_or_default(),
+        )?;
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// The `idle` scenario: memory per held HTTPS keep-alive connection.
+fn run_idle(
+    cfg: &CompareConfig,
+    missing: &[ServerKind],
+    cpu: Option<usize>,
+    assets: &Assets,
+    backend_port: u16,
+) -> Vec<IdleRow> {
+    let mut rows = Vec::new();
+    for case in scenarios::cases(Scenario::Idle, cfg.quick) {
+        let raw_dir = cfg.out.join("raw/idle").join(slug(&case.label));
+        for (server, usable) in participants(cfg, Scenario::Idle, case.tls, missing) {
+            eprintln!("-- idle / {} / {}", case.label, server.name());
+            let proxied = Scenario::Idle.proxied(server);
+            let setup = ServerSetup {
+                dir: cfg
+                    .out
+                    .join("configs/idle")
+                    .join(slug(&case.label))
+                    .join(server.name()),
+                port: cfg.port,
+                tls: true,
+                role: if proxied {
+                    Role::Proxy(([127, 0, 0, 1], backend_port).into())
+                } else {
+                    Role::Static(assets.docroot.clone())
+                },
+                cert: assets.cert.clone(),
+                key: assets.key.clone(),
+                combined: assets.combined.clone(),
+                workers: cfg.workers,
+            };
+            let icase = IdleCase {
+                connections: case.connections,
+                path: if proxied {
+                    "/".into()
+                } else {
+                    case.path.clone()
+                },
+                expected: if proxied {
+                    expected_backend(case.body_size)
+                } else {
+                    expected_file(case.body_size)
+                },
+                open_limit: if cfg.quick {
+                    Duration::from_secs(30)
+                } else {
+                    Duration::from_secs(180)
+                },
+            };
+            let measured = usable.and_then(|()| {
+                let launch = prepare_validated(server, &setup, &cfg.weir)?;
+                std::fs::create_dir_all(&raw_dir).map_err(|e| format!("failed: {e}"))?;
+                let mut recs = Vec::new();
+                for r in 1..=cfg.repeats.max(1) {
+                    if !process::port_free(setup.port) {
+                        std::thread::sleep(Duration::from_millis(500));
+                    }
+                    let log = setup.dir.join(format!("server-{r}.log"));
+                    let rec =
+                        idle::repeat(&launch, &log, setup.port, &icase, cpu, r, server.name())?;
+                    let path = raw_dir.join(format!("{}-{r}.json", server.name()));
+                    std::fs::write(
+                        &path,
+                        serde_json::to_string_pretty(&rec).unwrap_or_default(),
+                    )
+                    .map_err(|e| format!("failed: {e}"))?;
+                    recs.push(rec);
+                }
+                Ok(recs)
+            });
+            let row = match measured {
+                Ok(recs) => idle::aggregate(&case.label, server.name(), case.connections, &recs),
+                Err(status) => {
+                    if status != "not installed" {
+                        eprintln!(
+                            "weir-bench compare: *** {} idle: {status} ***",
+                            server.name()
+                        );
+                    }
+                    IdleRow {
+                        case: case.label.clone(),
+                        server: server.name().into(),
+                        status,
+                        connections: case.connections as u64,
+                        ..IdleRow::default()
+                    }
+                }
+            };
+            rows.push(row);
+        }
+    }
+    rows
 }
 
 /// Samples a process tree every 200 ms on a thread until stopped.

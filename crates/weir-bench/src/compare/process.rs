@@ -70,6 +70,14 @@ impl Running {
         }
     }
 
+    /// `Some(reason)` once the process has exited.
+    pub fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(format!("exited ({status})")),
+            _ => None,
+        }
+    }
+
     /// Stops the server: SIGTERM to its PID, then SIGKILL to what remains of
     /// the tree it had, after 5 s.
     pub fn stop(mut self) {
@@ -101,8 +109,18 @@ pub fn port_free(port: u16) -> bool {
 /// Fetches `path` once (Host: localhost, Connection: close) and returns the
 /// status and body. TLS accepts any certificate.
 pub fn fetch(port: u16, tls: bool, path: &str) -> Result<(u16, Vec<u8>), String> {
-    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    let mut tcp = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    let tcp = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    fetch_on(tcp, tls, "localhost", path)
+}
+
+/// Fetches `path` once with `Host: host` on an already connected stream.
+pub fn fetch_on(
+    mut tcp: TcpStream,
+    tls: bool,
+    host: &str,
+    path: &str,
+) -> Result<(u16, Vec<u8>), String> {
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     tcp.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
     let mut raw = Vec::new();

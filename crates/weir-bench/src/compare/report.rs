@@ -1,10 +1,13 @@
 //! The run folder's human outputs: a Markdown table per scenario (the seed
-//! tables' columns plus weir's ratio to each competitor), an SVG chart of
-//! req/s and p99 per server, and a README tying them together.
+//! tables' columns plus weir's ratio to each competitor; `startup` and `idle`
+//! have their own columns), an SVG chart per scenario, and a README tying
+//! them together.
 
 use std::fmt::Write as _;
 
+use super::idle::IdleRow;
 use super::scenarios::Scenario;
+use super::startup::StartupRow;
 use super::{CompareConfig, Row, Summary};
 
 /// Columns of every scenario table, in order (tests check them).
@@ -211,4 +214,216 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
         let _ = writeln!(o, "- [{0}]({0}.md) · ![{0}]({0}.svg)", sc.name());
     }
     o
+}
+
+/// Columns of the `startup` table, in order (tests check them).
+pub const STARTUP_COLUMNS: [&str; 7] = [
+    "case",
+    "server",
+    "first 200 ms (median)",
+    "min–max ms",
+    "repeats",
+    "probes (median)",
+    "this ÷ weir",
+];
+
+/// Columns of the `idle` table, in order (tests check them).
+pub const IDLE_COLUMNS: [&str; 11] = [
+    "case",
+    "server",
+    "connections",
+    "established",
+    "served",
+    "held",
+    "errors",
+    "idle RSS MiB",
+    "held RSS MiB",
+    "KiB per connection (median)",
+    "min–max KiB",
+];
+
+fn header(o: &mut String, cols: &[&str]) {
+    let _ = writeln!(o, "| {} |", cols.join(" | "));
+    let _ = writeln!(o, "|{}", "---|".repeat(cols.len()));
+}
+
+fn status_line(o: &mut String, case: &str, server: &str, status: &str, cols: usize) {
+    let _ = writeln!(
+        o,
+        "| {case} | {server} | {} |{}",
+        status.replace('|', "/"),
+        " |".repeat(cols - 3)
+    );
+}
+
+/// The Markdown table of the `startup` scenario.
+pub fn startup_markdown(rows: &[StartupRow], cfg: &CompareConfig) -> String {
+    let s = Scenario::Startup;
+    let mut o = format!("## Scenario `{}`\n\n{}\n\n", s.name(), s.describe());
+    let _ = writeln!(
+        o,
+        "Median of {} starts; spread is min–max. \"probes\" counts the connect/GET attempts before the first good answer.\n",
+        cfg.repeats
+    );
+    header(&mut o, &STARTUP_COLUMNS);
+    let weir = rows
+        .iter()
+        .find(|r| r.server == "weir" && r.status == "ok" && r.median_ms > 0.0);
+    for r in rows {
+        if r.status != "ok" {
+            status_line(&mut o, &r.case, &r.server, &r.status, STARTUP_COLUMNS.len());
+            continue;
+        }
+        let ratio = weir.map_or("n/a".into(), |w| {
+            format!("{:.2}", r.median_ms / w.median_ms)
+        });
+        let _ = writeln!(
+            o,
+            "| {} | {} | {:.1} | {:.1}–{:.1} | {} | {} | {} |",
+            r.case, r.server, r.median_ms, r.min_ms, r.max_ms, r.repeats, r.probes, ratio
+        );
+    }
+    o.push('\n');
+    o
+}
+
+/// The Markdown table of the `idle` scenario.
+pub fn idle_markdown(rows: &[IdleRow], cfg: &CompareConfig) -> String {
+    let s = Scenario::Idle;
+    let mut o = format!("## Scenario `{}`\n\n{}\n\n", s.name(), s.describe());
+    let _ = writeln!(
+        o,
+        "Median of {} repeats, each on a freshly started server; spread is min–max. \
+         KiB per connection = (held RSS − idle RSS) / connections still open at the sample. \
+         established/served/held are the worst repeat's, errors the worst repeat's failed connections.\n",
+        cfg.repeats
+    );
+    header(&mut o, &IDLE_COLUMNS);
+    for r in rows {
+        if r.status != "ok" {
+            status_line(&mut o, &r.case, &r.server, &r.status, IDLE_COLUMNS.len());
+            continue;
+        }
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1}–{:.1} |",
+            r.case,
+            r.server,
+            r.connections,
+            r.established,
+            r.served,
+            r.held,
+            r.errors,
+            r.rss_idle_mib,
+            r.rss_held_mib,
+            r.kib_per_conn,
+            r.kib_min,
+            r.kib_max
+        );
+    }
+    o.push('\n');
+    o
+}
+
+/// One bar of a single-panel chart: label, median, min, max, is weir.
+struct Bar {
+    label: String,
+    median: f64,
+    min: f64,
+    max: f64,
+    weir: bool,
+}
+
+/// A single-panel horizontal bar chart with min–max whiskers.
+fn bar_svg(title: &str, axis: &str, bars: &[Bar]) -> String {
+    let bar_h = 16.0;
+    let label_w = 230.0;
+    let panel_w = 480.0;
+    let top = 50.0;
+    let height = top + (bars.len().max(1) as f64) * (bar_h + 4.0) + 40.0;
+    let width = label_w + panel_w + 80.0;
+    let max = bars
+        .iter()
+        .map(|b| b.max.max(b.median))
+        .fold(0.001, f64::max);
+    let mut o = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
+         <text x=\"10\" y=\"20\" font-size=\"15\" font-weight=\"bold\">{} (median; whiskers = min–max)</text>\n\
+         <text x=\"{label_w}\" y=\"42\" font-weight=\"bold\">{}</text>\n",
+        esc(title),
+        esc(axis)
+    );
+    let scale = (panel_w - 70.0) / max;
+    for (i, b) in bars.iter().enumerate() {
+        let y = top + i as f64 * (bar_h + 4.0);
+        let color = if b.weir { "#d9480f" } else { "#1c7ed6" };
+        let (w, lo, hi) = (b.median * scale, b.min * scale, b.max * scale);
+        let _ = writeln!(
+            o,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n\
+             <rect x=\"{label_w}\" y=\"{y}\" width=\"{w:.1}\" height=\"{bar_h}\" fill=\"{color}\"/>\n\
+             <line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"black\"/>\n\
+             <text x=\"{:.1}\" y=\"{}\">{:.1}</text>",
+            label_w - 6.0,
+            y + 12.0,
+            esc(&b.label),
+            label_w + lo,
+            label_w + hi,
+            y + bar_h / 2.0,
+            y + bar_h / 2.0,
+            label_w + w.max(hi) + 4.0,
+            y + 12.0,
+            b.median
+        );
+    }
+    if bars.is_empty() {
+        let _ = writeln!(
+            o,
+            "<text x=\"10\" y=\"{}\">no server was measured in this scenario</text>",
+            top + 12.0
+        );
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
+/// The `startup` chart: ms to the first 200 per server.
+pub fn startup_svg(rows: &[StartupRow]) -> String {
+    let bars: Vec<Bar> = rows
+        .iter()
+        .filter(|r| r.status == "ok")
+        .map(|r| Bar {
+            label: format!("{} · {}", r.case, r.server),
+            median: r.median_ms,
+            min: r.min_ms,
+            max: r.max_ms,
+            weir: r.server == "weir",
+        })
+        .collect();
+    bar_svg(
+        "weir-bench compare: startup",
+        "ms from spawn to first 200 (lower is better)",
+        &bars,
+    )
+}
+
+/// The `idle` chart: KiB per held connection per server.
+pub fn idle_svg(rows: &[IdleRow]) -> String {
+    let bars: Vec<Bar> = rows
+        .iter()
+        .filter(|r| r.status == "ok")
+        .map(|r| Bar {
+            label: format!("{} · {}", r.case, r.server),
+            median: r.kib_per_conn,
+            min: r.kib_min,
+            max: r.kib_max,
+            weir: r.server == "weir",
+        })
+        .collect();
+    bar_svg(
+        "weir-bench compare: idle",
+        "server KiB per idle HTTPS connection (lower is better)",
+        &bars,
+    )
 }

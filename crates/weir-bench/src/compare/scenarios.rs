@@ -19,16 +19,22 @@ pub enum Scenario {
     Concurrency,
     /// 1000, 5000, 10000 requests at c50, c100, c200 without keep-alive, like ab (seed 004).
     Ab,
+    /// Time from spawning the server to its first 200, with 10 name-based sites.
+    Startup,
+    /// Server memory per idle HTTPS keep-alive connection (10,000 held open).
+    Idle,
 }
 
 impl Scenario {
     /// All scenarios, in report order.
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Static,
         Scenario::Proxy,
         Scenario::Sizes,
         Scenario::Concurrency,
         Scenario::Ab,
+        Scenario::Startup,
+        Scenario::Idle,
     ];
 
     /// Name on the command line.
@@ -39,6 +45,8 @@ impl Scenario {
             Scenario::Sizes => "sizes",
             Scenario::Concurrency => "concurrency",
             Scenario::Ab => "ab",
+            Scenario::Startup => "startup",
+            Scenario::Idle => "idle",
         }
     }
 
@@ -67,6 +75,18 @@ impl Scenario {
                 "Fixed request counts (1000, 5000, 10000) at 50, 100 and 200 connections, a new connection per request, \
                  as `ab` does without -k (seed 004)."
             }
+            Scenario::Startup => {
+                "Start-up time: from just before spawning the server (config of 10 name-based virtual hosts on one port, \
+                 each with its own root holding the 164-byte page) to the first complete 200 with the right body for \
+                 one of the sites, polling a connect every ~1 ms, then a GET with that site's Host. Monotonic clock; \
+                 the server is stopped by PID between repeats."
+            }
+            Scenario::Idle => {
+                "Memory per idle connection: HTTPS keep-alive connections, each completing a TLS handshake and one GET \
+                 for the 164-byte page, then held open and idle (`weir-bench hold`, 200 opened at a time). RSS of all \
+                 the server's processes is sampled before, and 2 s after every connection is up. HAProxy terminates \
+                 TLS and proxies to `weir-bench backend` (its RSS alone is counted); Varnish has no TLS."
+            }
         }
     }
 
@@ -74,7 +94,17 @@ impl Scenario {
     pub fn applies_to(self, server: ServerKind) -> bool {
         match self {
             Scenario::Proxy => server.proxies(),
+            Scenario::Idle => server.serves_static() || server == ServerKind::Haproxy,
             _ => server.serves_static(),
+        }
+    }
+
+    /// Does `server` take part as a proxy in front of `weir-bench backend`?
+    pub fn proxied(self, server: ServerKind) -> bool {
+        match self {
+            Scenario::Proxy => true,
+            Scenario::Idle => !server.serves_static(),
+            _ => false,
         }
     }
 }
@@ -183,8 +213,22 @@ pub fn cases(s: Scenario, quick: bool) -> Vec<Case> {
             }
             v
         }
+        Scenario::Startup => vec![case(
+            &format!("{STARTUP_SITES} sites"),
+            false,
+            "/index.html",
+            164,
+            1,
+        )],
+        Scenario::Idle => {
+            let n = if quick { 200 } else { 10_000 };
+            vec![case(&format!("c{n}"), true, "/index.html", 164, n)]
+        }
     }
 }
+
+/// Name-based virtual hosts in the `startup` scenario's config.
+pub const STARTUP_SITES: usize = 10;
 
 /// "164 B", "4 KiB", "256 KiB", "1 MiB".
 pub fn human_size(n: usize) -> String {

@@ -37,6 +37,8 @@ pub enum Role {
     Static(PathBuf),
     /// Proxy to this upstream address.
     Proxy(std::net::SocketAddr),
+    /// Name-based virtual hosts on the one port: (host name, its root).
+    Sites(Vec<(String, PathBuf)>),
 }
 
 /// Everything a config writer needs.
@@ -343,25 +345,38 @@ pub fn installed(bin: &Path) -> bool {
 }
 
 fn weir_config(s: &ServerSetup) -> String {
-    let mut o = format!(
-        "[server]\nworkers = {}\n\n[site.\"localhost\"]\nlisten = [\"127.0.0.1:{}\"]\n",
-        s.workers, s.port
-    );
-    match &s.role {
-        Role::Static(root) => {
-            let _ = writeln!(o, "root = \"{}\"", root.display());
-        }
-        Role::Proxy(up) => {
-            let _ = writeln!(o, "proxy = {{ to = [\"{up}\"] }}");
-        }
-    }
-    if s.tls {
-        let _ = writeln!(
+    let mut o = format!("[server]\nworkers = {}\n", s.workers);
+    let site = |o: &mut String, name: &str, what: String| {
+        let _ = write!(
             o,
-            "tls = {{ cert = \"{}\", key = \"{}\" }}",
-            s.cert.display(),
-            s.key.display()
+            "\n[site.\"{name}\"]\nlisten = [\"127.0.0.1:{}\"]\n{what}\n",
+            s.port
         );
+        if s.tls {
+            let _ = writeln!(
+                o,
+                "tls = {{ cert = \"{}\", key = \"{}\" }}",
+                s.cert.display(),
+                s.key.display()
+            );
+        }
+    };
+    match &s.role {
+        Role::Static(root) => site(
+            &mut o,
+            "localhost",
+            format!("root = \"{}\"", root.display()),
+        ),
+        Role::Proxy(up) => site(
+            &mut o,
+            "localhost",
+            format!("proxy = {{ to = [\"{up}\"] }}"),
+        ),
+        Role::Sites(sites) => {
+            for (name, root) in sites {
+                site(&mut o, name, format!("root = \"{}\"", root.display()));
+            }
+        }
     }
     o
 }
@@ -380,27 +395,35 @@ fn nginx_config(s: &ServerSetup) -> String {
     if let Role::Proxy(up) = &s.role {
         let _ = writeln!(o, "  upstream backend {{ server {up}; keepalive 64; }}");
     }
-    let _ = writeln!(o, "  server {{\n    listen 127.0.0.1:{}{ssl};", s.port);
-    if s.tls {
-        let _ = writeln!(
-            o,
-            "    ssl_certificate {};\n    ssl_certificate_key {};\n    ssl_protocols TLSv1.2 TLSv1.3;\n    ssl_session_cache shared:SSL:10m;",
-            s.cert.display(),
-            s.key.display()
-        );
-    }
-    match &s.role {
-        Role::Static(root) => {
-            let _ = writeln!(o, "    root {};", root.display());
+    let server = |o: &mut String, name: Option<&str>, body: String| {
+        let _ = writeln!(o, "  server {{\n    listen 127.0.0.1:{}{ssl};", s.port);
+        if let Some(name) = name {
+            let _ = writeln!(o, "    server_name {name};");
         }
-        Role::Proxy(_) => {
+        if s.tls {
             let _ = writeln!(
                 o,
-                "    location / {{\n      proxy_pass http://backend;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }}"
+                "    ssl_certificate {};\n    ssl_certificate_key {};\n    ssl_protocols TLSv1.2 TLSv1.3;\n    ssl_session_cache shared:SSL:10m;",
+                s.cert.display(),
+                s.key.display()
             );
         }
+        let _ = writeln!(o, "{body}\n  }}");
+    };
+    match &s.role {
+        Role::Static(root) => server(&mut o, None, format!("    root {};", root.display())),
+        Role::Proxy(_) => server(
+            &mut o,
+            None,
+            "    location / {\n      proxy_pass http://backend;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }".into(),
+        ),
+        Role::Sites(sites) => {
+            for (name, root) in sites {
+                server(&mut o, Some(name), format!("    root {};", root.display()));
+            }
+        }
     }
-    o.push_str("  }\n}\n");
+    o.push_str("}\n");
     o
 }
 
@@ -431,12 +454,26 @@ fn apache_config(s: &ServerSetup) -> String {
             s.key.display()
         );
     }
-    if let Role::Static(root) = &s.role {
-        let _ = write!(
-            o,
-            "DocumentRoot \"{r}\"\n<Directory \"{r}\">\n  Require all granted\n</Directory>\n",
-            r = root.display()
-        );
+    match &s.role {
+        Role::Static(root) => {
+            let _ = write!(
+                o,
+                "DocumentRoot \"{r}\"\n<Directory \"{r}\">\n  Require all granted\n</Directory>\n",
+                r = root.display()
+            );
+        }
+        Role::Sites(sites) => {
+            for (name, root) in sites {
+                let _ = write!(
+                    o,
+                    "<VirtualHost 127.0.0.1:{p}>\n  ServerName {name}\n  DocumentRoot \"{r}\"\n</VirtualHost>\n\
+                     <Directory \"{r}\">\n  Require all granted\n</Directory>\n",
+                    p = s.port,
+                    r = root.display()
+                );
+            }
+        }
+        Role::Proxy(_) => {}
     }
     o
 }
@@ -444,28 +481,43 @@ fn apache_config(s: &ServerSetup) -> String {
 fn caddy_config(s: &ServerSetup) -> String {
     let mut o = format!(
         "# weir-bench: Caddy with GOMAXPROCS={}, no access log (Caddy logs none unless asked).\n\
-         {{\n  admin off\n  auto_https off\n}}\n\n{}:{} {{\n  bind 127.0.0.1\n",
-        s.workers,
-        if s.tls { "https://" } else { "http://" },
-        s.port
+         {{\n  admin off\n  auto_https off\n}}\n",
+        s.workers
     );
-    if s.tls {
+    let site = |o: &mut String, name: &str, body: String| {
         let _ = writeln!(
             o,
-            "  tls {} {} {{\n    protocols tls1.2 tls1.3\n  }}",
-            s.cert.display(),
-            s.key.display()
+            "\n{}{name}:{} {{\n  bind 127.0.0.1",
+            if s.tls { "https://" } else { "http://" },
+            s.port
         );
-    }
+        if s.tls {
+            let _ = writeln!(
+                o,
+                "  tls {} {} {{\n    protocols tls1.2 tls1.3\n  }}",
+                s.cert.display(),
+                s.key.display()
+            );
+        }
+        let _ = writeln!(o, "{body}\n}}");
+    };
     match &s.role {
-        Role::Static(root) => {
-            let _ = writeln!(o, "  root * {}\n  file_server", root.display());
-        }
-        Role::Proxy(up) => {
-            let _ = writeln!(o, "  reverse_proxy {up}");
+        Role::Static(root) => site(
+            &mut o,
+            "",
+            format!("  root * {}\n  file_server", root.display()),
+        ),
+        Role::Proxy(up) => site(&mut o, "", format!("  reverse_proxy {up}")),
+        Role::Sites(sites) => {
+            for (name, root) in sites {
+                site(
+                    &mut o,
+                    name,
+                    format!("  root * {}\n  file_server", root.display()),
+                );
+            }
         }
     }
-    o.push_str("}\n");
     o
 }
 
@@ -503,10 +555,14 @@ fn varnish_config(s: &ServerSetup) -> Result<String, CompareError> {
 }
 
 fn lighttpd_config(s: &ServerSetup) -> Result<String, CompareError> {
-    let Role::Static(root) = &s.role else {
-        return Err(CompareError::NotApplicable(
-            "lighttpd is not in the proxy scenario".into(),
-        ));
+    let (root, sites) = match &s.role {
+        Role::Static(root) => (root, &[][..]),
+        Role::Sites(sites) if !sites.is_empty() => (&sites[0].1, &sites[..]),
+        _ => {
+            return Err(CompareError::NotApplicable(
+                "lighttpd is not in the proxy scenario".into(),
+            ));
+        }
     };
     let mut o = format!(
         "# weir-bench: lighttpd, {w} workers, keep-alive with a high request cap, no access log.\n\
@@ -526,6 +582,13 @@ fn lighttpd_config(s: &ServerSetup) -> Result<String, CompareError> {
              ssl.openssl.ssl-conf-cmd = (\"MinProtocol\" => \"TLSv1.2\")\n",
             s.cert.display(),
             s.key.display()
+        );
+    }
+    for (name, root) in sites {
+        let _ = writeln!(
+            o,
+            "$HTTP[\"host\"] == \"{name}\" {{\n  server.document-root = \"{}\"\n}}",
+            root.display()
         );
     }
     Ok(o)

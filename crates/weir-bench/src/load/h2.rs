@@ -9,14 +9,14 @@ use std::time::Instant;
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::{Conn, ErrorKind, Schedule, ThreadCtx, classify_io, connect};
+use super::{
+    Conn, ErrorKind, Schedule, ThreadCtx, classify_io, clone_request, connect, stream_requests,
+    stream_schedules,
+};
 
 /// One HTTP/2 connection with its streams, reconnecting until the run ends.
 pub async fn connection(ctx: &ThreadCtx, index: usize, total: usize) {
-    let streams = ctx.plan.cfg.streams;
-    let mut scheds: Vec<Schedule> = (0..streams)
-        .map(|s| Schedule::new(&ctx.plan, index * streams + s, total * streams))
-        .collect();
+    let mut scheds = stream_schedules(ctx, index, total);
     while !ctx.stopped(Instant::now()) {
         let Some(conn) = connect(ctx).await else {
             continue;
@@ -96,30 +96,20 @@ where
     }
 }
 
-/// Sends requests on one stream slot until the run ends or the connection fails.
+/// Sends requests on one stream slot until the run ends or the connection
+/// fails (every h2 error and timeout ends the connection).
 async fn stream_loop(
     ctx: &ThreadCtx,
-    mut client: h2::client::SendRequest<Bytes>,
+    client: h2::client::SendRequest<Bytes>,
     request: &http::Request<()>,
     body: &Bytes,
     sched: &mut Schedule,
 ) {
-    let plan = &*ctx.plan;
-    loop {
-        let intended = sched.next().await;
-        if !ctx.take(intended) {
-            return;
-        }
-        let sent = Instant::now();
-        let deadline = sent + plan.cfg.timeout;
-        let cutoff = plan.end.map_or(deadline, |e| e.max(intended).min(deadline));
-        let exchange = async {
-            client = client.clone().ready().await?;
-            let mut req = http::Request::new(());
-            *req.method_mut() = request.method().clone();
-            *req.uri_mut() = request.uri().clone();
-            *req.headers_mut() = request.headers().clone();
-            let (resp, mut send) = client.send_request(req, body.is_empty())?;
+    let exchange = || {
+        let client = client.clone();
+        async move {
+            let mut client = client.ready().await?;
+            let (resp, mut send) = client.send_request(clone_request(request), body.is_empty())?;
             if !body.is_empty() {
                 send.send_data(body.clone(), true)?;
             }
@@ -133,19 +123,7 @@ async fn stream_loop(
                 let _ = recv.flow_control().release_capacity(chunk.len());
             }
             Ok::<_, h2::Error>((status, bytes))
-        };
-        match tokio::time::timeout_at(cutoff.into(), exchange).await {
-            Err(_) => {
-                if cutoff == deadline {
-                    ctx.error(ErrorKind::Timeout, intended);
-                }
-                return;
-            }
-            Ok(Err(e)) => {
-                ctx.error(h2_kind(&e), intended);
-                return;
-            }
-            Ok(Ok((status, bytes))) => ctx.response(status, bytes, intended, sent, Instant::now()),
         }
-    }
+    };
+    stream_requests(ctx, sched, exchange, |e| (h2_kind(e), true), true).await;
 }

@@ -14,16 +14,13 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
 
-use super::{ErrorKind, Schedule, ThreadCtx};
+use super::{ErrorKind, Schedule, ThreadCtx, clone_request, stream_requests, stream_schedules};
 
 type SendRequest = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 
 /// One QUIC connection with its streams, reconnecting until the run ends.
 pub async fn connection(ctx: &ThreadCtx, index: usize, total: usize) {
-    let streams = ctx.plan.cfg.streams;
-    let mut scheds: Vec<Schedule> = (0..streams)
-        .map(|s| Schedule::new(&ctx.plan, index * streams + s, total * streams))
-        .collect();
+    let mut scheds = stream_schedules(ctx, index, total);
     let bind: SocketAddr = if ctx.plan.target.addr.is_ipv4() {
         (Ipv4Addr::UNSPECIFIED, 0).into()
     } else {
@@ -183,29 +180,19 @@ async fn run_conn(ctx: &ThreadCtx, conn: quinn::Connection, scheds: &mut [Schedu
     }
 }
 
-/// Sends requests on one stream slot until the run ends or the connection fails.
+/// Sends requests on one stream slot until the run ends or the connection
+/// fails. A timed-out stream is abandoned; the connection may still be fine.
 async fn stream_loop(
     ctx: &ThreadCtx,
-    mut send: SendRequest,
+    send: SendRequest,
     request: &http::Request<()>,
     body: &Bytes,
     sched: &mut Schedule,
 ) {
-    let plan = &*ctx.plan;
-    loop {
-        let intended = sched.next().await;
-        if !ctx.take(intended) {
-            return;
-        }
-        let sent = Instant::now();
-        let deadline = sent + plan.cfg.timeout;
-        let cutoff = plan.end.map_or(deadline, |e| e.max(intended).min(deadline));
-        let exchange = async {
-            let mut req = http::Request::new(());
-            *req.method_mut() = request.method().clone();
-            *req.uri_mut() = request.uri().clone();
-            *req.headers_mut() = request.headers().clone();
-            let mut stream = send.send_request(req).await?;
+    let exchange = || {
+        let mut send = send.clone();
+        async move {
+            let mut stream = send.send_request(clone_request(request)).await?;
             if !body.is_empty() {
                 stream.send_data(body.clone()).await?;
             }
@@ -217,23 +204,7 @@ async fn stream_loop(
                 bytes += chunk.remaining() as u64;
             }
             Ok::<_, h3::error::StreamError>((status, bytes))
-        };
-        match tokio::time::timeout_at(cutoff.into(), exchange).await {
-            Err(_) => {
-                if cutoff != deadline {
-                    return;
-                }
-                // The stream is abandoned; the connection may still be fine.
-                ctx.error(ErrorKind::Timeout, intended);
-            }
-            Ok(Err(e)) => {
-                let (kind, fatal) = stream_kind(&e);
-                ctx.error(kind, intended);
-                if fatal {
-                    return;
-                }
-            }
-            Ok(Ok((status, bytes))) => ctx.response(status, bytes, intended, sent, Instant::now()),
         }
-    }
+    };
+    stream_requests(ctx, sched, exchange, stream_kind, false).await;
 }

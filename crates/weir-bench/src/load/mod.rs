@@ -403,6 +403,73 @@ impl Schedule {
     }
 }
 
+/// The schedules of a multiplexed connection's stream slots: slot `s` of
+/// connection `index` is lane `index * streams + s` of `total * streams`.
+pub(crate) fn stream_schedules(ctx: &ThreadCtx, index: usize, total: usize) -> Vec<Schedule> {
+    let streams = ctx.plan.cfg.streams;
+    (0..streams)
+        .map(|s| Schedule::new(&ctx.plan, index * streams + s, total * streams))
+        .collect()
+}
+
+/// A fresh copy of the request template (method, URI, headers) for one stream.
+pub(crate) fn clone_request(template: &http::Request<()>) -> http::Request<()> {
+    let mut req = http::Request::new(());
+    *req.method_mut() = template.method().clone();
+    *req.uri_mut() = template.uri().clone();
+    *req.headers_mut() = template.headers().clone();
+    req
+}
+
+/// The request loop of one stream slot of a multiplexed connection (HTTP/2,
+/// HTTP/3): waits for the schedule, takes a request from the budget, runs
+/// `exchange` (which returns the status and body bytes) against the request
+/// timeout and the end of the run, and records the outcome. Returns when the
+/// run ends or the connection must be dropped: `classify` maps an error to
+/// its kind and whether it is fatal to the connection; `timeout_fatal` says
+/// whether a timed-out request abandons the connection too.
+pub(crate) async fn stream_requests<F, Fut, E>(
+    ctx: &ThreadCtx,
+    sched: &mut Schedule,
+    mut exchange: F,
+    classify: impl Fn(&E) -> (ErrorKind, bool),
+    timeout_fatal: bool,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(u16, u64), E>>,
+{
+    let plan = &*ctx.plan;
+    loop {
+        let intended = sched.next().await;
+        if !ctx.take(intended) {
+            return;
+        }
+        let sent = Instant::now();
+        let deadline = sent + plan.cfg.timeout;
+        let cutoff = plan.end.map_or(deadline, |e| e.max(intended).min(deadline));
+        match tokio::time::timeout_at(cutoff.into(), exchange()).await {
+            Err(_) => {
+                // Cut by the end of the run: not an error, but nothing more to send.
+                if cutoff != deadline {
+                    return;
+                }
+                ctx.error(ErrorKind::Timeout, intended);
+                if timeout_fatal {
+                    return;
+                }
+            }
+            Ok(Err(e)) => {
+                let (kind, fatal) = classify(&e);
+                ctx.error(kind, intended);
+                if fatal {
+                    return;
+                }
+            }
+            Ok(Ok((status, bytes))) => ctx.response(status, bytes, intended, sent, Instant::now()),
+        }
+    }
+}
+
 /// A connected stream, plain or TLS.
 pub enum Conn {
     /// Cleartext.
