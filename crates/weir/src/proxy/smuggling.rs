@@ -410,6 +410,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guard<T> {
                 out.put_slice(&this.buf[..n]);
                 this.buf.advance(n);
                 this.ready -= n;
+                if this.buf.is_empty() {
+                    // Give the memory back: an idle keep-alive connection
+                    // must not keep 8 KiB here (see BENCHMARKS.md, idle).
+                    this.buf = BytesMut::new();
+                }
                 return Poll::Ready(Ok(()));
             }
             if this.poisoned {
