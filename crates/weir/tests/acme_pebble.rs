@@ -106,17 +106,11 @@ impl Pebble {
 
     fn start_bin(bin: &Path, dir: &Path, http_port: u16, tls_port: u16, validity: u64) -> Pebble {
         // pebble ships no certificate for its own HTTPS: make one.
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
-        let key = rcgen::KeyPair::generate().unwrap();
-        let params =
-            rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
-        let cert = params.signed_by(&key, &ca).unwrap();
+        let ca = TestCa::new();
+        let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]);
         std::fs::write(dir.join("pebble-ca.pem"), ca.pem()).unwrap();
-        std::fs::write(dir.join("pebble-cert.pem"), cert.pem()).unwrap();
-        std::fs::write(dir.join("pebble-key.pem"), key.serialize_pem()).unwrap();
+        std::fs::write(dir.join("pebble-cert.pem"), cert).unwrap();
+        std::fs::write(dir.join("pebble-key.pem"), key).unwrap();
 
         let acme_port = free_port();
         let mgmt = free_port();

@@ -3,6 +3,10 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
+#[allow(unused_imports)]
+pub use certs::{TestCa, make_cert};
+
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
