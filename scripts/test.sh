@@ -2,7 +2,8 @@
 # The whole test suite, exactly as CI runs it (.ci/run calls this script).
 #
 # 1. installs what the end-to-end tests talk to (curl, nginx for the harness
-#    smoke test, h2load, pebble for ACME) from Debian's packages when missing;
+#    smoke test, h2load, pebble for ACME) from Debian's packages when missing,
+#    and pebble v2.10.1 (ACME Renewal Information) with `go install`;
 # 2. checks formatting and lints;
 # 3. builds the release binaries once and runs every test against them.
 #
@@ -25,6 +26,18 @@ if [ "${#need[@]}" -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     $sudo apt-get update -q || true
     $sudo apt-get install -y -q --no-install-recommends "${need[@]}"
+fi
+
+# Debian's pebble (2.4) has no ACME Renewal Information; the ARI test needs
+# pebble v2.10.1, built from the Go module proxy into $(go env GOPATH)/pebble-ari
+# (out of PATH, so it does not shadow Debian's pebble the other tests use).
+pebble_ari_dir="$(go env GOPATH 2>/dev/null)/pebble-ari"
+pebble_ari="$pebble_ari_dir/pebble"
+if ! "$pebble_ari" -version >/dev/null 2>&1; then
+    command -v go >/dev/null 2>&1 || { echo "Go is needed to build pebble with ARI (apt-get install golang)" >&2; exit 1; }
+    echo "== installing pebble v2.10.1 (ARI) with go install"
+    GOFLAGS=-mod=mod GOBIN="$pebble_ari_dir" go install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.1
+    "$pebble_ari" -version >/dev/null 2>&1 || { echo "pebble with ARI could not be installed" >&2; exit 1; }
 fi
 
 echo "== cargo fmt --check"

@@ -8,6 +8,12 @@
 //! for safe methods (GET, HEAD, OPTIONS); others get 425 Too Early, because
 //! early data can be replayed. Never sends connection-specific headers
 //! (RFC 9114 §4.2).
+//!
+//! Shutdown (`stop` turns true): the endpoint stops taking connections,
+//! every connection sends GOAWAY, answers the requests it already accepted
+//! and closes with H3_NO_ERROR, then the endpoint closes. An idle client
+//! therefore does not hold the process; only requests in flight do, and
+//! never longer than the grace period.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -137,16 +143,20 @@ async fn serve_endpoint(
         }
     };
     tracing::info!("listening on https://{} (HTTP/3, udp)", ep.addr);
+    let mut conns = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             biased;
-            _ = stop.changed() => break,
+            _ = stopped(&mut stop) => break,
+            // Reap finished connections so the set does not grow.
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
             inc = endpoint.accept() => match inc {
                 Some(inc) => {
                     let listener = ep.listener.clone();
                     let local = ep.addr;
-                    tokio::spawn(async move {
-                        if let Err(e) = serve_conn(inc, listener, local, early).await {
+                    let stop = stop.clone();
+                    conns.spawn(async move {
+                        if let Err(e) = serve_conn(inc, listener, local, early, stop).await {
                             tracing::debug!("HTTP/3 connection: {e}");
                         }
                     });
@@ -155,26 +165,53 @@ async fn serve_endpoint(
             }
         }
     }
-    // Graceful: stop taking connections, let open ones finish for the grace period.
+    // Graceful: refuse new connections (quinn answers them with a refusal),
+    // let every open one send GOAWAY and finish its requests (they watch
+    // `stop` too), then close whatever is left when the grace period is over.
+    let deadline = tokio::time::Instant::now() + grace;
     endpoint.set_server_config(None);
-    if tokio::time::timeout(grace, async {
-        while endpoint.open_connections() > 0 {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    let drained = tokio::time::timeout_at(deadline, async {
+        while conns.join_next().await.is_some() {}
     })
     .await
-    .is_err()
-    {
-        endpoint.close(0u32.into(), b"shutting down");
+    .is_ok();
+    if !drained {
+        tracing::warn!(
+            "HTTP/3 on {}: grace period over, closing {} connections still open",
+            ep.addr,
+            endpoint.open_connections()
+        );
     }
-    endpoint.wait_idle().await;
+    conns.abort_all();
+    endpoint.close(H3_NO_ERROR, b"shutting down");
+    // Lets the CONNECTION_CLOSE frames go out; never beyond the grace period
+    // (plus a moment, for a peer that sends nothing back).
+    let _ = tokio::time::timeout_at(
+        deadline.max(tokio::time::Instant::now() + Duration::from_millis(100)),
+        endpoint.wait_idle(),
+    )
+    .await;
 }
 
+/// Resolves once `stop` is true (at once if it already is); holds no borrow
+/// of the channel afterwards.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// H3_NO_ERROR (RFC 9114 §8.1): a graceful close.
+const H3_NO_ERROR: quinn::VarInt = quinn::VarInt::from_u32(0x100);
+
+/// Serves one QUIC connection until the peer closes it or, once `stop` turns
+/// true, until the requests it had already accepted are answered: then it
+/// sends GOAWAY (so the client opens no more requests here), waits for those
+/// requests and closes the connection.
 async fn serve_conn(
     inc: quinn::Incoming,
     listener: Arc<Listener>,
     local: SocketAddr,
     early: bool,
+    mut stop: watch::Receiver<bool>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let connecting = inc.accept()?;
     // `in_early` is true while requests may still be 0-RTT data.
@@ -195,6 +232,7 @@ async fn serve_conn(
     } else {
         connecting.await?
     };
+    let quic = conn.clone();
     let info = ConnInfo {
         peer: conn.remote_address(),
         local,
@@ -202,31 +240,65 @@ async fn serve_conn(
     };
     let mut h3: h3::server::Connection<h3_quinn::Connection, Bytes> =
         h3::server::Connection::new(h3_quinn::Connection::new(conn)).await?;
+    let mut requests = tokio::task::JoinSet::new();
+    let mut stopping = false;
     loop {
-        match h3.accept().await {
-            Ok(Some(resolver)) => {
-                let listener = listener.clone();
-                let is_early = in_early.load(Ordering::Acquire);
-                tokio::spawn(async move {
-                    match resolver.resolve_request().await {
-                        Ok((req, stream)) => {
-                            if let Err(e) =
-                                serve_request(req, stream, &listener, &info, is_early).await
-                            {
-                                tracing::debug!("HTTP/3 request from {}: {e}", info.peer);
-                            }
-                        }
-                        Err(e) => tracing::debug!("HTTP/3 request from {}: {e}", info.peer),
-                    }
-                });
+        tokio::select! {
+            biased;
+            _ = stopped(&mut stop), if !stopping => {
+                stopping = true;
+                // GOAWAY naming the last request accepted: later ones are
+                // refused with H3_REQUEST_REJECTED, safe for the client to retry.
+                if let Err(e) = h3.shutdown(0).await {
+                    tracing::debug!("HTTP/3 GOAWAY to {}: {e}", info.peer);
+                    break;
+                }
+                if requests.is_empty() {
+                    break;
+                }
             }
-            Ok(None) => break,
-            Err(e) => {
-                tracing::debug!("HTTP/3 connection from {}: {e}", info.peer);
-                break;
+            Some(_) = requests.join_next(), if !requests.is_empty() => {
+                if stopping && requests.is_empty() {
+                    break;
+                }
+            }
+            r = h3.accept() => match r {
+                Ok(Some(resolver)) => {
+                    let listener = listener.clone();
+                    let is_early = in_early.load(Ordering::Acquire);
+                    requests.spawn(async move {
+                        match resolver.resolve_request().await {
+                            Ok((req, stream)) => {
+                                if let Err(e) =
+                                    serve_request(req, stream, &listener, &info, is_early).await
+                                {
+                                    tracing::debug!("HTTP/3 request from {}: {e}", info.peer);
+                                }
+                            }
+                            Err(e) => tracing::debug!("HTTP/3 request from {}: {e}", info.peer),
+                        }
+                    });
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!("HTTP/3 connection from {}: {e}", info.peer);
+                    break;
+                }
             }
         }
     }
+    // Requests still running (the peer may have sent GOAWAY first) finish
+    // before the connection goes.
+    while requests.join_next().await.is_some() {}
+    if stopping {
+        // The last response may still be unacknowledged: closing now could
+        // make the peer drop it. Give it a few round trips, or until the
+        // peer closes first.
+        let linger = (quic.rtt() * 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let _ = tokio::time::timeout(linger, quic.closed()).await;
+        quic.close(H3_NO_ERROR, b"shutting down");
+    }
+    drop(h3);
     Ok(())
 }
 

@@ -4,9 +4,13 @@
 //! and TLS-ALPN-01. Also: the HTTP→HTTPS redirect that leaves the challenge
 //! path alone, a restart that reuses the stored certificate (no second
 //! order), renewal of short-lived certificates, and on-demand TLS refused
-//! for a name the `ask` endpoint rejects.
+//! for a name the `ask` endpoint rejects, two weir processes sharing one
+//! storage directory (one order, one certificate), and a renewal driven by
+//! the CA's ACME Renewal Information window.
 //!
-//! pebble is installed with apt-get when missing; a test never skips.
+//! pebble is installed with apt-get when missing; Debian's pebble 2.4 has no
+//! ARI, so the ARI test uses pebble v2.10.1 built with `go install` (done
+//! here when missing). A test never skips.
 
 mod tls_support;
 
@@ -18,10 +22,14 @@ use std::time::{Duration, Instant};
 
 use tls_support::*;
 
-fn ensure_pebble() {
+/// Debian's pebble, by its full path: a newer pebble elsewhere in PATH
+/// must not stand in for it.
+const PEBBLE_DEBIAN: &str = "/usr/bin/pebble";
+
+fn ensure_pebble() -> PathBuf {
     let have = |b: &str| Command::new(b).arg("-h").output().is_ok();
-    if have("pebble") && have("pebble-challtestsrv") {
-        return;
+    if have(PEBBLE_DEBIAN) && have("pebble-challtestsrv") {
+        return PathBuf::from(PEBBLE_DEBIAN);
     }
     let st = Command::new("apt-get")
         .args(["install", "-y", "pebble"])
@@ -29,7 +37,45 @@ fn ensure_pebble() {
         .status()
         .expect("pebble is missing and apt-get cannot run");
     assert!(st.success(), "apt-get install pebble failed");
-    assert!(have("pebble"), "pebble still missing after apt-get");
+    assert!(have(PEBBLE_DEBIAN), "pebble still missing after apt-get");
+    PathBuf::from(PEBBLE_DEBIAN)
+}
+
+/// The pebble version with ACME Renewal Information (RFC 9773).
+const PEBBLE_ARI: &str = "github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.1";
+
+/// pebble with ARI: `$(go env GOPATH)/pebble-ari/pebble`, built with
+/// `go install` when missing (scripts/test.sh does the same), kept out of
+/// PATH so it does not shadow Debian's; fails loudly without Go.
+fn ensure_pebble_ari() -> PathBuf {
+    ensure_pebble(); // pebble-challtestsrv for DNS
+    let gopath = Command::new("go")
+        .args(["env", "GOPATH"])
+        .output()
+        .expect("Go is needed to build pebble with ARI (install golang)");
+    let gobin = PathBuf::from(String::from_utf8(gopath.stdout).unwrap().trim()).join("pebble-ari");
+    let bin = gobin.join("pebble");
+    let is_ari = |b: &Path| {
+        Command::new(b)
+            .arg("-version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !is_ari(&bin) {
+        let st = Command::new("go")
+            .args(["install", PEBBLE_ARI])
+            .env("GOFLAGS", "-mod=mod")
+            .env("GOBIN", &gobin)
+            .status()
+            .expect("cannot run go install");
+        assert!(st.success(), "go install {PEBBLE_ARI} failed");
+    }
+    assert!(
+        is_ari(&bin),
+        "{} is not a pebble with -version",
+        bin.display()
+    );
+    bin
 }
 
 /// pebble and its DNS helper; both killed by PID on drop.
@@ -54,19 +100,17 @@ impl Pebble {
     /// pebble validating HTTP-01 on `http_port` and TLS-ALPN-01 on
     /// `tls_port`, issuing certificates valid for `validity` seconds.
     fn start(dir: &Path, http_port: u16, tls_port: u16, validity: u64) -> Pebble {
-        ensure_pebble();
+        let bin = ensure_pebble();
+        Self::start_bin(&bin, dir, http_port, tls_port, validity)
+    }
+
+    fn start_bin(bin: &Path, dir: &Path, http_port: u16, tls_port: u16, validity: u64) -> Pebble {
         // pebble ships no certificate for its own HTTPS: make one.
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
-        let key = rcgen::KeyPair::generate().unwrap();
-        let params =
-            rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
-        let cert = params.signed_by(&key, &ca).unwrap();
+        let ca = TestCa::new();
+        let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]);
         std::fs::write(dir.join("pebble-ca.pem"), ca.pem()).unwrap();
-        std::fs::write(dir.join("pebble-cert.pem"), cert.pem()).unwrap();
-        std::fs::write(dir.join("pebble-key.pem"), key.serialize_pem()).unwrap();
+        std::fs::write(dir.join("pebble-cert.pem"), cert).unwrap();
+        std::fs::write(dir.join("pebble-key.pem"), key).unwrap();
 
         let acme_port = free_port();
         let mgmt = free_port();
@@ -104,7 +148,7 @@ impl Pebble {
             .stderr(std::fs::File::create(dir.join("challtestsrv.log")).unwrap())
             .spawn()
             .unwrap();
-        let pebble = Command::new("pebble")
+        let pebble = Command::new(bin)
             .arg("-config")
             .arg(dir.join("pebble.json"))
             .arg("-dnsserver")
@@ -439,4 +483,207 @@ tls = {{ issuer = "acme", on_demand = true }}
         .await
         .unwrap();
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_sharing_storage_order_once_and_serve_the_same_certificate() {
+    install_crypto();
+    let dir = tempfile::tempdir().unwrap();
+    // pebble validates TLS-ALPN-01 on `port_a` only: process A answers it.
+    let (port_a, port_b) = (free_port(), free_port());
+    let pebble = Pebble::start(dir.path(), free_port(), port_a, 3600);
+    let storage = dir.path().join("storage");
+    let www = www(dir.path());
+    let name = "weir-shared.example.com";
+    let cfg = |port| {
+        acme_config(&pebble, &storage, &www, name, port, 0, "tls-alpn-01")
+            .replace("http_redirect = \"127.0.0.1:0\"\n", "")
+    };
+    let (dir_a, dir_b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&dir_a).unwrap();
+    std::fs::create_dir_all(&dir_b).unwrap();
+    let a = Weir::start(&dir_a, &cfg(port_a), port_a);
+    // B starts while A holds the name's lock for its order.
+    assert!(
+        a.wait_log("ordering a certificate", Duration::from_secs(20)),
+        "{}",
+        a.logs()
+    );
+    let b = Weir::start(&dir_b, &cfg(port_b), port_b);
+    let roots = pebble.issuing_root().await;
+    let leaf_a = wait_for_cert(
+        &a,
+        ([127, 0, 0, 1], port_a).into(),
+        name,
+        &roots,
+        Duration::from_secs(30),
+    )
+    .await;
+    let leaf_b = wait_for_cert(
+        &b,
+        ([127, 0, 0, 1], port_b).into(),
+        name,
+        &roots,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(
+        leaf_a, leaf_b,
+        "the two processes serve different certificates"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (logs_a, logs_b) = (a.stop(), b.stop());
+    // One order in all: A's. B waited for the lock and took the stored one.
+    assert_eq!(
+        logs_a.matches("ordering a certificate").count(),
+        1,
+        "{logs_a}"
+    );
+    assert_eq!(
+        logs_b.matches("ordering a certificate").count(),
+        0,
+        "{logs_b}"
+    );
+    assert!(
+        logs_b.contains(&format!(
+            "using the certificate for {name} found in storage"
+        )),
+        "B did not wait for A's order:\n{logs_b}"
+    );
+    // pebble agrees: one order in all.
+    let plog = std::fs::read_to_string(dir.path().join("pebble.log")).unwrap();
+    assert_eq!(plog.matches("Added order").count(), 1, "{plog}");
+}
+
+/// RFC 3339 (UTC, whole seconds) for pebble's ARI override.
+fn rfc3339(t: std::time::SystemTime) -> String {
+    let secs = t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ari_window_from_the_ca_drives_the_renewal() {
+    install_crypto();
+    let bin = ensure_pebble_ari();
+    let dir = tempfile::tempdir().unwrap();
+    let https_port = free_port();
+    // pebble's default validity (years): the two-thirds rule would wait long.
+    let pebble = Pebble::start_bin(&bin, dir.path(), free_port(), https_port, 0);
+    let storage = dir.path().join("storage");
+    let www = www(dir.path());
+    let name = "weir-ari.example.com";
+    let cfg = acme_config(&pebble, &storage, &www, name, https_port, 0, "tls-alpn-01")
+        .replace("http_redirect = \"127.0.0.1:0\"\n", "");
+    let addr: SocketAddr = ([127, 0, 0, 1], https_port).into();
+
+    // First run: a certificate, and the CA's default window, far away.
+    let weir = Weir::start(dir.path(), &cfg, https_port);
+    let roots = pebble.issuing_root().await;
+    let first = wait_for_cert(&weir, addr, name, &roots, Duration::from_secs(30)).await;
+    assert!(
+        weir.wait_log(
+            "renewal window for weir-ari.example.com",
+            Duration::from_secs(10)
+        ),
+        "no ARI window asked for:\n{}",
+        weir.logs()
+    );
+    let logs = weir.stop();
+    assert!(logs.contains("RecheckAt"), "{logs}");
+    assert_eq!(logs.matches("ordering a certificate").count(), 1, "{logs}");
+
+    // The CA now suggests renewing in a window starting in 3 s.
+    let start = std::time::SystemTime::now() + Duration::from_secs(3);
+    let end = start + Duration::from_secs(3);
+    let ari = serde_json::json!({
+        "suggestedWindow": { "start": rfc3339(start), "end": rfc3339(end) }
+    });
+    let first_pem = format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        base64_lines(&first)
+    );
+    let mgmt = reqwest::Client::builder()
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(&std::fs::read(&pebble.ca_root).unwrap()).unwrap(),
+        )
+        .build()
+        .unwrap();
+    let r = mgmt
+        .post(format!(
+            "https://127.0.0.1:{}/set-renewal-info/",
+            pebble.mgmt
+        ))
+        .header("content-type", "application/json")
+        .header("user-agent", "weir-test")
+        .body(
+            serde_json::json!({ "Certificate": first_pem, "ARIResponse": ari.to_string() })
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+
+    // Second run: loads the stored certificate, asks ARI, renews inside the
+    // window, and the order names the certificate it replaces.
+    let weir = Weir::start(dir.path(), &cfg, https_port);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let renewed = loop {
+        let now = wait_for_cert(&weir, addr, name, &roots, Duration::from_secs(5)).await;
+        if serial(&now) != serial(&first) {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "not renewed:\n{}", weir.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let seen_at = std::time::SystemTime::now();
+    assert!(seen_at >= start, "renewed before the window opened");
+    assert_ne!(serial(&renewed), serial(&first));
+    let logs = weir.stop();
+    assert!(logs.contains("using the stored certificate"), "{logs}");
+    assert_eq!(logs.matches("ordering a certificate").count(), 1, "{logs}");
+    assert!(logs.contains("(replaces "), "{logs}");
+    assert!(!logs.contains("refused an order replacing"), "{logs}");
+    // pebble linked the new order to the old certificate's.
+    let plog = std::fs::read_to_string(dir.path().join("pebble.log")).unwrap();
+    assert_eq!(plog.matches("Added order").count(), 2, "{plog}");
+    assert!(plog.contains("is a replacement of"), "{plog}");
+}
+
+fn base64_lines(der: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in der.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out.as_bytes()
+        .chunks(64)
+        .map(|l| std::str::from_utf8(l).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
 }

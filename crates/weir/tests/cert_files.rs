@@ -11,28 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use tls_support::*;
-
-struct Ca(CertifiedIssuer<'static, KeyPair>);
-
-impl Ca {
-    fn new() -> Ca {
-        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        Ca(CertifiedIssuer::self_signed(p, KeyPair::generate().unwrap()).unwrap())
-    }
-
-    /// (cert PEM, key PEM)
-    fn leaf(&self, name: &str) -> (String, String) {
-        let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(vec![name.to_string()])
-            .unwrap()
-            .signed_by(&key, &self.0)
-            .unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
 
 /// Replaces a file the way deploy tools do: write aside, rename over.
 fn replace(path: &Path, data: &str) {
@@ -49,10 +28,10 @@ async fn served_serial(addr: SocketAddr, sni: &str, cfg: Arc<rustls::ClientConfi
 async fn sni_default_reload_and_mismatched_key() {
     install_crypto();
     let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new();
+    let ca = TestCa::new();
     let d = dir.path();
-    let (a_cert, a_key) = ca.leaf("a.test");
-    let (b_cert, b_key) = ca.leaf("b.test");
+    let (a_cert, a_key) = ca.leaf(&["a.test"]);
+    let (b_cert, b_key) = ca.leaf(&["b.test"]);
     std::fs::write(d.join("a.pem"), &a_cert).unwrap();
     std::fs::write(d.join("a.key"), &a_key).unwrap();
     std::fs::write(d.join("b.pem"), &b_cert).unwrap();
@@ -65,7 +44,7 @@ async fn sni_default_reload_and_mismatched_key() {
     );
     let weir = Weir::start(d, &cfg, port);
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let roots = roots_from_pem(ca.0.pem().as_bytes());
+    let roots = roots_from_pem(ca.pem().as_bytes());
     let tls = Arc::new(client_config(roots.clone(), &[b"http/1.1"]));
     let parse = |pem: &str| {
         serial(&rustls::pki_types::pem::PemObject::from_pem_slice(pem.as_bytes()).unwrap())
@@ -117,7 +96,7 @@ async fn sni_default_reload_and_mismatched_key() {
     }
 
     // Replacing the files: picked up without a restart.
-    let (a2_cert, a2_key) = ca.leaf("a.test");
+    let (a2_cert, a2_key) = ca.leaf(&["a.test"]);
     replace(&d.join("a.key"), &a2_key);
     replace(&d.join("a.pem"), &a2_cert);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -132,7 +111,7 @@ async fn sni_default_reload_and_mismatched_key() {
     );
 
     // A certificate whose key is not in the key file: refused, named, old one kept.
-    let (a3_cert, _) = ca.leaf("a.test");
+    let (a3_cert, _) = ca.leaf(&["a.test"]);
     replace(&d.join("a.pem"), &a3_cert);
     assert!(
         weir.wait_log("does not match the certificate", Duration::from_secs(10)),

@@ -7,19 +7,24 @@
 //! a restart reuses what is stored. A renewal failure never replaces the
 //! certificate in use: the slot is only ever stored into with a new,
 //! complete certificate, and failures back off exponentially with jitter.
+//!
+//! When the directory offers ACME Renewal Information (RFC 9773), renewals
+//! follow the CA's suggested window (see [`renew::plan`]) and the new order
+//! names the certificate it `replaces`; otherwise they happen at two thirds
+//! of the lifetime.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use instant_acme::{
-    Account, AuthorizationStatus, ChallengeType, ExternalAccountKey, Identifier, NewAccount,
-    NewOrder, OrderStatus, RetryPolicy,
+    Account, AuthorizationStatus, CertificateIdentifier, ChallengeType, ExternalAccountKey,
+    Identifier, NewAccount, NewOrder, OrderStatus, RetryPolicy,
 };
 use rcgen::{CertificateParams, CustomExtension, DistinguishedName, KeyPair};
 use rustls::sign::CertifiedKey;
 
 use super::certs::{Challenges, Slot};
-use super::renew::{self, Backoff};
+use super::renew::{self, Ari, Backoff, Plan};
 use super::storage::{Storage, StorageError};
 use crate::config::{AcmeConfig, ChallengeKind, KeyType};
 
@@ -164,24 +169,72 @@ impl AcmeClient {
     }
 
     /// A certificate for `names`: the stored one if another process (or an
-    /// earlier run) already renewed it, else a new order.
+    /// earlier run) already has one that is not due, else a new order.
     pub async fn obtain(&self, names: &[String]) -> Result<CertifiedKey, AcmeError> {
+        self.renew(names, None, None).await
+    }
+
+    /// A certificate to replace `current` (`None`: there is none yet). Under
+    /// the name's lock: a stored certificate other than `current` that is
+    /// not due means another process renewed it first, and it is used;
+    /// otherwise a new order, marked as replacing `replaces` (ARI).
+    async fn renew(
+        &self,
+        names: &[String],
+        current: Option<&CertifiedKey>,
+        replaces: Option<CertificateIdentifier<'static>>,
+    ) -> Result<CertifiedKey, AcmeError> {
         let storage = self.storage.clone();
         let lock_name = format!("{}-{}", self.issuer_key, names[0]);
         let _lock = tokio::task::spawn_blocking(move || storage.lock(&lock_name))
             .await
             .map_err(|e| AcmeError::Stored(e.to_string()))??;
         if let Some(k) = self.load_stored(names)
+            && current.is_none_or(|c| c.cert.first() != k.cert.first())
             && let Some((nb, na)) = super::certs::key_validity(&k)
             && !renew::is_due(nb, na, SystemTime::now())
         {
+            tracing::info!(
+                "using the certificate for {} found in storage (stored by another weir process or an earlier run)",
+                names.join(", ")
+            );
             return Ok(k);
         }
-        let k = self.order(names).await?;
+        let k = self.order(names, replaces).await?;
         Ok(k)
     }
 
-    async fn order(&self, names: &[String]) -> Result<CertifiedKey, AcmeError> {
+    /// What the CA suggests for renewing `cert` (RFC 9773).
+    async fn renewal_info(&self, cert: &CertifiedKey) -> Ari {
+        let Some(id) = cert_id(cert) else {
+            return Ari::Unsupported;
+        };
+        let account = match self.account().await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!("ACME renewal information: {e}");
+                return Ari::Failed;
+            }
+        };
+        match account.renewal_info(&id).await {
+            Ok((info, retry_after)) => Ari::Window {
+                start: info.suggested_window.start.into(),
+                end: info.suggested_window.end.into(),
+                retry_after,
+            },
+            Err(instant_acme::Error::Unsupported(_)) => Ari::Unsupported,
+            Err(e) => {
+                tracing::warn!("ACME renewal information for {id}: {e}");
+                Ari::Failed
+            }
+        }
+    }
+
+    async fn order(
+        &self,
+        names: &[String],
+        replaces: Option<CertificateIdentifier<'static>>,
+    ) -> Result<CertifiedKey, AcmeError> {
         let account = self.account().await?;
         let idents: Vec<Identifier> = names
             .iter()
@@ -192,12 +245,37 @@ impl AcmeClient {
             .collect();
         self.orders
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tracing::info!(
-            "ordering a certificate for {} from {}",
-            names.join(", "),
-            self.cfg.directory
-        );
-        let mut order = account.new_order(&NewOrder::new(&idents)).await?;
+        let mut order = match replaces {
+            Some(id) => {
+                tracing::info!(
+                    "ordering a certificate for {} from {} (replaces {id})",
+                    names.join(", "),
+                    self.cfg.directory
+                );
+                match account
+                    .new_order(&NewOrder::new(&idents).replaces(id.clone()))
+                    .await
+                {
+                    Ok(o) => o,
+                    // e.g. alreadyReplaced: still renew, just without the link.
+                    Err(instant_acme::Error::Api(p)) => {
+                        tracing::warn!(
+                            "the CA refused an order replacing {id}: {p}; ordering without `replaces`"
+                        );
+                        account.new_order(&NewOrder::new(&idents)).await?
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            None => {
+                tracing::info!(
+                    "ordering a certificate for {} from {}",
+                    names.join(", "),
+                    self.cfg.directory
+                );
+                account.new_order(&NewOrder::new(&idents)).await?
+            }
+        };
         let mut http_tokens = Vec::new();
         let mut alpn_names = Vec::new();
         let result = async {
@@ -291,15 +369,42 @@ impl AcmeClient {
     }
 
     /// Keeps `slot` filled with a valid certificate for `names`: obtains one
-    /// at once when there is none, renews at two thirds of its lifetime,
-    /// backs off after failures. Runs until the runtime stops.
+    /// at once when there is none, renews when [`renew::plan`] says (ARI
+    /// window or two thirds of the lifetime), backs off after failures.
+    /// Runs until the runtime stops.
     pub async fn maintain(self: Arc<Self>, names: Vec<String>, slot: Slot) {
         let mut backoff = Backoff::new(self.cfg.retry_min, self.cfg.retry_max);
         loop {
-            let validity = slot.load().as_deref().and_then(super::certs::key_validity);
-            let wait = renew::wait_until_due(validity, SystemTime::now(), rand::random::<f64>());
-            tokio::time::sleep(wait).await;
-            match self.obtain(&names).await {
+            let current = slot.load_full();
+            let validity = current.as_deref().and_then(super::certs::key_validity);
+            let ari = match current.as_deref() {
+                Some(k) => self.renewal_info(k).await,
+                None => Ari::Unsupported,
+            };
+            let now = SystemTime::now();
+            let plan = renew::plan(validity, ari, now, rand::random::<f64>());
+            if let Ari::Window { start, end, .. } = ari {
+                tracing::info!(
+                    "renewal window for {} from the CA: {} to {}; next: {plan:?}",
+                    names.join(", "),
+                    httpdate::fmt_http_date(start),
+                    httpdate::fmt_http_date(end)
+                );
+            }
+            match plan {
+                Plan::RecheckAt(at) => {
+                    tokio::time::sleep(at.duration_since(now).unwrap_or_default()).await;
+                    continue;
+                }
+                Plan::RenewAt(at) => {
+                    tokio::time::sleep(at.duration_since(now).unwrap_or_default()).await
+                }
+            }
+            let replaces = match (ari, current.as_deref()) {
+                (Ari::Window { .. }, Some(k)) => cert_id(k),
+                _ => None,
+            };
+            match self.renew(&names, current.as_deref(), replaces).await {
                 Ok(k) => {
                     slot.store(Some(Arc::new(k)));
                     backoff.reset();
@@ -313,6 +418,18 @@ impl AcmeClient {
                     tokio::time::sleep(delay).await;
                 }
             }
+        }
+    }
+}
+
+/// The ARI identifier (authority key identifier and serial) of `cert`'s leaf.
+fn cert_id(cert: &CertifiedKey) -> Option<CertificateIdentifier<'static>> {
+    let leaf = cert.cert.first()?;
+    match CertificateIdentifier::try_from(leaf) {
+        Ok(id) => Some(id.into_owned()),
+        Err(e) => {
+            tracing::debug!("no ARI identifier for the certificate: {e}");
+            None
         }
     }
 }

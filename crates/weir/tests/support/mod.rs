@@ -8,6 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../tls_support/certs.rs"]
+mod certs;
+#[allow(unused_imports)]
+pub use certs::{TestCa, make_cert};
+
 pub const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
 /// A free TCP port on 127.0.0.1 (bound then released; the kernel does not
@@ -151,33 +156,6 @@ pub fn status_of(resp: &[u8]) -> u16 {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status line in {text:?}"))
-}
-
-/// A self-signed CA and a leaf for `names`, written as PEM files into `dir`:
-/// returns (cert path, key path, CA cert PEM).
-pub fn make_cert(dir: &Path, stem: &str, names: &[&str]) -> (PathBuf, PathBuf, String) {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, format!("weir test CA {stem}"));
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-
-    let key = KeyPair::generate().unwrap();
-    let mut params =
-        CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, names[0].to_string());
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    let cert_path = dir.join(format!("{stem}.crt"));
-    let key_path = dir.join(format!("{stem}.key"));
-    std::fs::write(&cert_path, cert.pem() + &ca.pem()).unwrap();
-    std::fs::write(&key_path, key.serialize_pem()).unwrap();
-    (cert_path, key_path, ca.pem())
 }
 
 pub fn addr(port: u16) -> SocketAddr {

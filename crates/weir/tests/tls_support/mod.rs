@@ -3,6 +3,10 @@
 
 #![allow(dead_code)]
 
+pub mod certs;
+#[allow(unused_imports)]
+pub use certs::{TestCa, make_cert};
+
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -82,6 +86,28 @@ impl Weir {
             std::thread::sleep(Duration::from_millis(100));
         }
         false
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -TERM failed");
+    }
+
+    /// Waits for the process to exit, up to `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
     }
 
     pub fn stop(mut self) -> String {
@@ -170,6 +196,7 @@ pub const COMPARED: &[&str] = &[
     "server",
     "location",
     "content-encoding",
+    "x-upstream",
 ];
 
 fn pick_headers(h: &http::HeaderMap) -> Vec<(String, String)> {
@@ -205,6 +232,35 @@ pub async fn reqwest_get(
     }
 }
 
+/// Any request over HTTP/1.1 or HTTP/2 with reqwest; the compared view and
+/// all headers.
+pub async fn reqwest_send(
+    client: &reqwest::Client,
+    method: &str,
+    url: &str,
+    version: http::Version,
+    body: Option<Bytes>,
+) -> (Seen, http::HeaderMap) {
+    let mut req = client.request(method.parse().unwrap(), url);
+    if let Some(b) = body {
+        req = req.body(b);
+    }
+    let r = req.send().await.unwrap();
+    assert_eq!(r.version(), version, "{url}");
+    let status = r.status().as_u16();
+    let all = r.headers().clone();
+    let headers = pick_headers(&all);
+    let body = r.bytes().await.unwrap();
+    (
+        Seen {
+            status,
+            headers,
+            body,
+        },
+        all,
+    )
+}
+
 pub fn reqwest_client(root_pem: &[u8], host: &str, addr: SocketAddr, h2: bool) -> reqwest::Client {
     let mut b = reqwest::Client::builder()
         .resolve(host, addr)
@@ -220,6 +276,7 @@ pub fn reqwest_client(root_pem: &[u8], host: &str, addr: SocketAddr, h2: bool) -
 /// An HTTP/3 client connection.
 pub struct H3Client {
     pub endpoint: quinn::Endpoint,
+    pub conn: quinn::Connection,
     pub send: h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>,
     _driver: tokio::task::JoinHandle<()>,
 }
@@ -231,7 +288,7 @@ impl H3Client {
         let mut endpoint = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
         endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
         let conn = endpoint.connect(addr, sni).unwrap().await.unwrap();
-        let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(conn))
+        let (mut driver, send) = h3::client::new(h3_quinn::Connection::new(conn.clone()))
             .await
             .unwrap();
         let driver = tokio::spawn(async move {
@@ -239,28 +296,51 @@ impl H3Client {
         });
         H3Client {
             endpoint,
+            conn,
             send,
             _driver: driver,
         }
     }
 
     pub async fn request(&mut self, method: &str, url: &str) -> Seen {
+        self.request_full(method, url, None).await.0
+    }
+
+    /// A request with an optional body; the compared view and all headers.
+    pub async fn request_full(
+        &mut self,
+        method: &str,
+        url: &str,
+        body: Option<Bytes>,
+    ) -> (Seen, http::HeaderMap) {
         let req = http::Request::builder()
             .method(method)
             .uri(url)
             .body(())
             .unwrap();
         let mut stream = self.send.send_request(req).await.unwrap();
+        if let Some(b) = body {
+            // In pieces, as a client streaming an upload would.
+            for chunk in b.chunks(16 * 1024) {
+                stream
+                    .send_data(Bytes::copy_from_slice(chunk))
+                    .await
+                    .unwrap();
+            }
+        }
         stream.finish().await.unwrap();
         let resp = stream.recv_response().await.unwrap();
         let mut body = Vec::new();
         while let Some(mut chunk) = stream.recv_data().await.unwrap() {
             body.extend_from_slice(&chunk.copy_to_bytes(chunk.remaining()));
         }
-        Seen {
-            status: resp.status().as_u16(),
-            headers: pick_headers(resp.headers()),
-            body: Bytes::from(body),
-        }
+        (
+            Seen {
+                status: resp.status().as_u16(),
+                headers: pick_headers(resp.headers()),
+                body: Bytes::from(body),
+            },
+            resp.headers().clone(),
+        )
     }
 }
