@@ -6,31 +6,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use proxy_support::{Upstream, Weir, client};
+use proxy_support::{Upstream, Weir, client, spawn_server, ws_echo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
 use weir::proxy::proxy_protocol;
-
-/// A WebSocket echo server.
-async fn ws_echo() -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let t = tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let Ok(mut ws) = tokio_tungstenite::accept_async(s).await else {
-                    return;
-                };
-                while let Some(Ok(m)) = ws.next().await {
-                    if (m.is_text() || m.is_binary()) && ws.send(m).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (addr, t)
-}
 
 #[tokio::test]
 async fn websocket_echo_through_the_proxy() {
@@ -60,54 +39,48 @@ async fn websocket_echo_through_the_proxy() {
 
 /// An upstream that reads a PROXY header then answers with the source it named.
 async fn pp_upstream() -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let t = tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut tmp = [0u8; 4096];
-                loop {
-                    let n = s.read(&mut tmp).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&tmp[..n]);
-                    // The v2 signature itself contains CRLFCRLF: look after the header.
-                    let skip = match proxy_protocol::parse(&buf) {
-                        Ok(Some(h)) => h.len,
-                        Ok(None) => continue,
-                        Err(_) => 0,
-                    };
-                    if buf[skip..].windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
-                }
-                let (body, ok) = match proxy_protocol::parse(&buf) {
-                    Ok(Some(h)) => {
-                        let v = if buf.starts_with(b"PROXY") {
-                            "v1"
-                        } else {
-                            "v2"
-                        };
-                        let rest = &buf[h.len..];
-                        (
-                            format!("{v} {:?}", h.addrs.map(|a| a.0)),
-                            rest.starts_with(b"GET "),
-                        )
-                    }
-                    other => (format!("no header: {other:?}"), false),
-                };
-                let body = if ok { body } else { format!("bad: {body}") };
-                let resp = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = s.write_all(resp.as_bytes()).await;
-            });
+    spawn_server(|mut s| async move {
+        let mut buf = Vec::new();
+        let mut tmp = [0u8; 4096];
+        loop {
+            let n = s.read(&mut tmp).await.unwrap_or(0);
+            if n == 0 {
+                return;
+            }
+            buf.extend_from_slice(&tmp[..n]);
+            // The v2 signature itself contains CRLFCRLF: look after the header.
+            let skip = match proxy_protocol::parse(&buf) {
+                Ok(Some(h)) => h.len,
+                Ok(None) => continue,
+                Err(_) => 0,
+            };
+            if buf[skip..].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
         }
-    });
-    (addr, t)
+        let (body, ok) = match proxy_protocol::parse(&buf) {
+            Ok(Some(h)) => {
+                let v = if buf.starts_with(b"PROXY") {
+                    "v1"
+                } else {
+                    "v2"
+                };
+                let rest = &buf[h.len..];
+                (
+                    format!("{v} {:?}", h.addrs.map(|a| a.0)),
+                    rest.starts_with(b"GET "),
+                )
+            }
+            other => (format!("no header: {other:?}"), false),
+        };
+        let body = if ok { body } else { format!("bad: {body}") };
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = s.write_all(resp.as_bytes()).await;
+    })
+    .await
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -14,8 +15,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::{TcpListener, TcpStream};
 
 pub type RespBody = BoxBody<Bytes, std::io::Error>;
 
@@ -102,6 +103,60 @@ impl Upstream {
             t.abort();
         }
     }
+}
+
+/// A server on a fresh loopback port: every accepted connection is handed to
+/// `conn` on a task of its own. Stops accepting when the handle is aborted.
+pub async fn spawn_server<F, Fut>(conn: F) -> (SocketAddr, tokio::task::JoinHandle<()>)
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(conn(s));
+        }
+    });
+    (addr, t)
+}
+
+/// Serves one connection with [`answer`], over HTTP/2 or HTTP/1.1.
+pub async fn serve_hyper<IO>(io: IO, h2: bool, name: &'static str, seen: Arc<Mutex<Vec<Seen>>>)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(io);
+    let svc = hyper::service::service_fn(move |req| {
+        let seen = seen.clone();
+        async move { Ok::<_, Infallible>(answer(req, name, &seen).await) }
+    });
+    if h2 {
+        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .serve_connection(io, svc)
+            .await;
+    } else {
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(io, svc)
+            .await;
+    }
+}
+
+/// A WebSocket echo server (text and binary messages come back as sent).
+pub async fn ws_echo() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    use futures_util::{SinkExt, StreamExt};
+    spawn_server(|s| async move {
+        let Ok(mut ws) = tokio_tungstenite::accept_async(s).await else {
+            return;
+        };
+        while let Some(Ok(m)) = ws.next().await {
+            if (m.is_text() || m.is_binary()) && ws.send(m).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await
 }
 
 fn full(b: impl Into<Bytes>) -> RespBody {
@@ -293,6 +348,20 @@ impl Weir {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap()
     }
+}
+
+/// Sends raw bytes to weir and reads until weir closes the connection
+/// (at most 3 s: a connection left open fails the test).
+pub async fn raw(w: &Weir, req: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = TcpStream::connect(w.addr).await.unwrap();
+    s.write_all(req).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out))
+        .await
+        .expect("weir kept the connection open")
+        .ok();
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 pub fn client() -> reqwest::Client {
