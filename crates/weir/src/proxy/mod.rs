@@ -354,7 +354,14 @@ impl Proxy {
     ) -> HeaderMap {
         let mut h = parts.headers.clone();
         forward::strip_hop_by_hop(&mut h, upgrade);
+        // weir answers `Expect: 100-continue` itself (hyper sends the 100
+        // when the body is first read).
         h.remove(header::EXPECT);
+        if forward::accepts_trailers(parts.version, &parts.headers) {
+            // TE is hop-by-hop, but an upstream only sends trailers to a
+            // peer that says it takes them; weir passes them on.
+            h.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
         let host_in = parts
             .headers
             .get(header::HOST)

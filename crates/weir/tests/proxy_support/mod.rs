@@ -27,6 +27,8 @@ pub struct Seen {
     pub uri: String,
     pub headers: http::HeaderMap,
     pub body_len: usize,
+    /// The request body's trailers, when it had some.
+    pub trailers: Option<http::HeaderMap>,
 }
 
 /// A test upstream: answers with its name, records requests, counts connections.
@@ -177,6 +179,7 @@ pub async fn answer(
             uri: parts.uri.to_string(),
             headers: parts.headers.clone(),
             body_len: 0,
+            trailers: None,
         });
         let body = body.map_err(std::io::Error::other).boxed();
         return Response::new(body);
@@ -195,20 +198,58 @@ pub async fn answer(
             uri: parts.uri.to_string(),
             headers: parts.headers.clone(),
             body_len: n,
+            trailers: None,
         });
         return Response::new(full(n.to_string()));
     }
-    let body_len = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes().len())
-        .unwrap_or(0);
+    if path == "/reject" {
+        // A final answer without reading the body (it may be huge).
+        seen.lock().unwrap().push(Seen {
+            method: parts.method.to_string(),
+            uri: parts.uri.to_string(),
+            headers: parts.headers.clone(),
+            body_len: 0,
+            trailers: None,
+        });
+        let mut r = Response::new(full("rejected by upstream\n"));
+        *r.status_mut() = http::StatusCode::PAYLOAD_TOO_LARGE;
+        return r;
+    }
+    let (body_len, trailers) = match body.collect().await {
+        Ok(c) => {
+            let t = c.trailers().cloned();
+            (c.to_bytes().len(), t)
+        }
+        Err(_) => (0, None),
+    };
     seen.lock().unwrap().push(Seen {
         method: parts.method.to_string(),
         uri: parts.uri.to_string(),
         headers: parts.headers.clone(),
         body_len,
+        trailers: trailers.clone(),
     });
+    if path == "/trailers" {
+        // Says what arrived, then answers with a trailer of its own.
+        let req_sum = trailers
+            .as_ref()
+            .and_then(|t| t.get("x-req-sum"))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("none")
+            .to_string();
+        let mut t = http::HeaderMap::new();
+        t.insert("x-checksum", "c0ffee".parse().unwrap());
+        let frames = vec![
+            Ok::<_, std::io::Error>(Frame::data(Bytes::from(format!(
+                "got {body_len} bytes; x-req-sum={req_sum}\n"
+            )))),
+            Ok(Frame::trailers(t)),
+        ];
+        let mut r = Response::new(StreamBody::new(futures_util::stream::iter(frames)).boxed());
+        r.headers_mut()
+            .insert("trailer", "x-checksum".parse().unwrap());
+        return r;
+    }
     if let Some(ms) = path.strip_prefix("/slow/") {
         tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(1000))).await;
     }
@@ -362,6 +403,29 @@ pub async fn raw(w: &Weir, req: &[u8]) -> String {
         .expect("weir kept the connection open")
         .ok();
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// An HTTP/2 client with prior knowledge (h2c) connected to `addr`.
+pub async fn h2c(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (tx, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    tx.ready().await.unwrap()
+}
+
+/// Reads an HTTP/2 response body to its end, giving the flow-control
+/// window back as it goes; returns the bytes and the trailers.
+pub async fn h2_read(mut body: h2::RecvStream) -> (Vec<u8>, Option<http::HeaderMap>) {
+    let mut out = Vec::new();
+    while let Some(d) = body.data().await {
+        let d = d.unwrap();
+        let _ = body.flow_control().release_capacity(d.len());
+        out.extend_from_slice(&d);
+    }
+    let t = body.trailers().await.unwrap();
+    (out, t)
 }
 
 pub fn client() -> reqwest::Client {
