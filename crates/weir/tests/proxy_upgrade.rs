@@ -42,6 +42,8 @@ async fn websocket_echo_through_the_proxy() {
 
 /// A WebSocket echo server that records each handshake's request headers
 /// and picks `chat` when the client offers it.
+// The callback's error type (an HTTP response) is tungstenite's, not ours.
+#[allow(clippy::result_large_err)]
 async fn ws_echo_recording(
     seen: Arc<Mutex<Vec<http::HeaderMap>>>,
 ) -> (SocketAddr, tokio::task::JoinHandle<()>) {
