@@ -234,6 +234,7 @@ impl H2Ws {
         assert_eq!(h["sec-websocket-protocol"], "chat, superchat");
         assert_eq!(h["sec-websocket-extensions"], "permessage-deflate");
         assert_eq!(h["x-forwarded-for"], "127.0.0.1");
+        assert!(h.get("te").is_none(), "{h:?}");
 
         // Not a proxy route: a clear 405, not a tunnel to nowhere or a hang.
         let (resp, _s) = response(&mut tx, connect_request(base, "/index.html")).await;

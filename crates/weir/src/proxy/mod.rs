@@ -365,9 +365,10 @@ impl Proxy {
         // weir answers `Expect: 100-continue` itself (hyper sends the 100
         // when the body is first read).
         h.remove(header::EXPECT);
-        if forward::accepts_trailers(parts.version, &parts.headers) {
+        if !upgrade && forward::accepts_trailers(parts.version, &parts.headers) {
             // TE is hop-by-hop, but an upstream only sends trailers to a
-            // peer that says it takes them; weir passes them on.
+            // peer that says it takes them; weir passes them on (not on a
+            // tunnel, which has no HTTP body).
             h.insert(header::TE, HeaderValue::from_static("trailers"));
         }
         let host_in = parts
