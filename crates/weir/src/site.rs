@@ -159,6 +159,11 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<crate::body::BodyError>,
 {
+    // Only the proxy tunnels (HTTP/2 extended CONNECT for WebSockets); a
+    // 2xx from anything else would open an HTTP/2 tunnel to nowhere.
+    if parts.method == http::Method::CONNECT && !matches!(handler, Handler::Proxy(_)) {
+        return method_not_allowed();
+    }
     match handler {
         Handler::Static(files) => files.serve(parts, parts.uri.path()).await,
         Handler::Welcome => welcome(parts),
@@ -393,6 +398,7 @@ pub fn error(status: StatusCode) -> Response<Body> {
         StatusCode::BAD_REQUEST => "400 Bad Request\n",
         StatusCode::NOT_FOUND => "404 Not Found\n",
         StatusCode::METHOD_NOT_ALLOWED => "405 Method Not Allowed\n",
+        StatusCode::NOT_IMPLEMENTED => "501 Not Implemented\n",
         _ => "error\n",
     };
     let mut r = Response::new(Body::full(Bytes::from_static(text.as_bytes())));
@@ -406,6 +412,14 @@ pub fn error(status: StatusCode) -> Response<Body> {
     r
 }
 
+/// 405 for a method no handler of weir takes (CONNECT outside a proxy).
+pub fn method_not_allowed() -> Response<Body> {
+    let mut r = error(StatusCode::METHOD_NOT_ALLOWED);
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    r
+}
+
 fn closing(mut r: Response<Body>) -> Response<Body> {
     r.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -415,10 +429,7 @@ fn closing(mut r: Response<Body>) -> Response<Body> {
 fn welcome(parts: &http::request::Parts) -> Response<Body> {
     use http::Method;
     if parts.method != Method::GET && parts.method != Method::HEAD {
-        let mut r = error(StatusCode::METHOD_NOT_ALLOWED);
-        r.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return r;
+        return method_not_allowed();
     }
     if parts.uri.path() != "/" {
         return error(StatusCode::NOT_FOUND);

@@ -6,20 +6,7 @@ mod proxy_support;
 
 use std::time::Duration;
 
-use proxy_support::{Upstream, Weir};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-async fn raw(w: &Weir, req: &[u8]) -> String {
-    let mut s = tokio::net::TcpStream::connect(w.addr).await.unwrap();
-    s.write_all(req).await.unwrap();
-    let mut out = Vec::new();
-    // Read to EOF: the connection must be closed by weir.
-    tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out))
-        .await
-        .expect("weir kept the connection open")
-        .ok();
-    String::from_utf8_lossy(&out).into_owned()
-}
+use proxy_support::{Upstream, Weir, raw};
 
 const CASES: &[(&str, &[u8])] = &[
     ("CL and TE", b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"),

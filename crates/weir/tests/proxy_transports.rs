@@ -3,45 +3,17 @@
 
 mod proxy_support;
 
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use proxy_support::{Weir, answer, client};
+use proxy_support::{Weir, client, serve_hyper as serve, spawn_server};
 
 type Seen = Arc<Mutex<Vec<proxy_support::Seen>>>;
 
-async fn serve<IO>(io: IO, h2: bool, name: &'static str, seen: Seen)
-where
-    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let io = TokioIo::new(io);
-    let svc = hyper::service::service_fn(move |req| {
-        let seen = seen.clone();
-        async move { Ok::<_, Infallible>(answer(req, name, &seen).await) }
-    });
-    if h2 {
-        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-            .serve_connection(io, svc)
-            .await;
-    } else {
-        let _ = hyper::server::conn::http1::Builder::new()
-            .serve_connection(io, svc)
-            .await;
-    }
-}
-
 #[tokio::test]
 async fn h2c_upstream() {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
     let seen: Seen = Arc::default();
     let s2 = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(serve(s, true, "h2", s2.clone()));
-        }
-    });
+    let (addr, _t) = spawn_server(move |s| serve(s, true, "h2", s2.clone())).await;
     let w = Weir::start(&format!(
         "[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"h2c://{addr}\"] }}\n"
     ));
@@ -100,19 +72,16 @@ fn tls_acceptor(h2: bool) -> tokio_rustls::TlsAcceptor {
 }
 
 async fn tls_upstream(h2: bool, sni: Arc<Mutex<Option<String>>>) -> std::net::SocketAddr {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
     let acc = tls_acceptor(h2);
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            let (acc, sni) = (acc.clone(), sni.clone());
-            tokio::spawn(async move {
-                let Ok(t) = acc.accept(s).await else { return };
-                *sni.lock().unwrap() = t.get_ref().1.server_name().map(String::from);
-                serve(t, h2, "tls", Arc::default()).await;
-            });
+    let (addr, _t) = spawn_server(move |s| {
+        let (acc, sni) = (acc.clone(), sni.clone());
+        async move {
+            let Ok(t) = acc.accept(s).await else { return };
+            *sni.lock().unwrap() = t.get_ref().1.server_name().map(String::from);
+            serve(t, h2, "tls", Arc::default()).await;
         }
-    });
+    })
+    .await;
     addr
 }
 

@@ -577,14 +577,26 @@ fn report_unknown(c: &mut Collector<'_>, src: &str, unknown: &[Vec<String>]) {
     }
 }
 
+/// The span of the key at `path`, through tables and arrays of tables (a
+/// `[[site."x".route]]` is element `n` of `site.x.route`; serde_ignored
+/// names it by its index).
 fn key_span(table: &toml::de::DeTable<'_>, path: &[String]) -> Option<std::ops::Range<usize>> {
     let (first, rest) = path.split_first()?;
     let (k, v) = table.iter().find(|(k, _)| k.get_ref().as_ref() == first)?;
     if rest.is_empty() {
         return Some(k.span());
     }
-    match v.get_ref() {
-        toml::de::DeValue::Table(t) => key_span(t, rest),
+    value_key_span(v.get_ref(), rest)
+}
+
+fn value_key_span(v: &toml::de::DeValue<'_>, path: &[String]) -> Option<std::ops::Range<usize>> {
+    match v {
+        toml::de::DeValue::Table(t) => key_span(t, path),
+        toml::de::DeValue::Array(a) => {
+            let (index, rest) = path.split_first()?;
+            let elem = a.get(index.parse::<usize>().ok()?)?;
+            value_key_span(elem.get_ref(), rest)
+        }
         _ => None,
     }
 }
@@ -1050,6 +1062,25 @@ mod tests {
         assert_eq!(
             msgs[1],
             "weir.toml:5:1: unknown key `server.wrokers`: did you mean `workers`?"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_in_routes_point_at_their_line() {
+        let err = load(
+            "[site.\"a\"]\nroot = \".\"\n\
+             [[site.\"a\".route]]\npath = \"/api/*\"\nproxy = { to = [\"127.0.0.1:9\"] }\n\
+             [[site.\"a\".route]]\npath = \"/b/*\"\nstrip_prefx = true\n\
+             proxy = { to = [\"127.0.0.1:9\"], retires = 1 }\n",
+        )
+        .unwrap_err();
+        let msgs: Vec<String> = err.0.iter().map(|d| d.to_string()).collect();
+        assert_eq!(
+            msgs,
+            [
+                "weir.toml:8:1: unknown key `site.a.route.1.strip_prefx`: did you mean `strip_prefix`?",
+                "weir.toml:9:33: unknown key `site.a.route.1.proxy.retires`: did you mean `retries`?",
+            ]
         );
     }
 

@@ -114,6 +114,21 @@ fn parse_xff_addr(s: &str) -> Option<IpAddr> {
     s.trim_start_matches('[').trim_end_matches(']').parse().ok()
 }
 
+/// Whether the client takes trailers in the response: always over HTTP/2
+/// and HTTP/3, over HTTP/1.1 only when its `TE` lists `trailers`.
+pub fn accepts_trailers(version: http::Version, h: &HeaderMap) -> bool {
+    version >= http::Version::HTTP_2
+        || h.get_all(header::TE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| {
+                t.split(';')
+                    .next()
+                    .is_some_and(|t| t.trim().eq_ignore_ascii_case("trailers"))
+            })
+}
+
 /// What the forwarding headers say.
 #[derive(Debug, Clone, Copy)]
 pub struct Forwarding<'a> {
@@ -297,6 +312,18 @@ mod tests {
         strip_hop_by_hop(&mut h, false);
         assert_eq!(h.len(), 1, "{h:?}");
         assert_eq!(h["x-kept"], "yes");
+    }
+
+    #[test]
+    fn trailers_are_accepted_over_h2_or_when_te_says_so() {
+        use http::Version as V;
+        assert!(accepts_trailers(V::HTTP_2, &HeaderMap::new()));
+        assert!(!accepts_trailers(V::HTTP_11, &HeaderMap::new()));
+        assert!(accepts_trailers(
+            V::HTTP_11,
+            &map(&[("te", "gzip, Trailers")])
+        ));
+        assert!(!accepts_trailers(V::HTTP_11, &map(&[("te", "gzip")])));
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub enum ProxyError {
     ClientBody(BodyError),
     #[error("request smuggling attempt: {0}")]
     Smuggling(#[from] forward::Smuggling),
+    #[error("answered {0} to a WebSocket upgrade instead of 101 Switching Protocols")]
+    NotSwitched(StatusCode),
 }
 
 impl ProxyError {
@@ -79,9 +81,12 @@ impl ProxyError {
         match self {
             E::NoneAvailable | E::QueueFull | E::QueueTimeout(_) => StatusCode::SERVICE_UNAVAILABLE,
             E::ConnectTimeout(_) | E::ResponseTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            E::Resolve(_) | E::Connect(_) | E::Tls(_) | E::Handshake(_) | E::Upstream(_) => {
-                StatusCode::BAD_GATEWAY
-            }
+            E::Resolve(_)
+            | E::Connect(_)
+            | E::Tls(_)
+            | E::Handshake(_)
+            | E::Upstream(_)
+            | E::NotSwitched(_) => StatusCode::BAD_GATEWAY,
             E::ClientBody(_) | E::Smuggling(_) => StatusCode::BAD_REQUEST,
         }
     }
@@ -244,6 +249,9 @@ impl Proxy {
         if upgrade::is_upgrade(parts) {
             return upgrade::serve(self, parts, body, conn, path).await;
         }
+        if parts.method == Method::CONNECT {
+            return upgrade::serve_connect(self, parts, conn, path).await;
+        }
         let client = ClientAddr {
             peer: conn.peer.ip(),
             trusted: &self.cfg.trusted_proxies,
@@ -354,7 +362,15 @@ impl Proxy {
     ) -> HeaderMap {
         let mut h = parts.headers.clone();
         forward::strip_hop_by_hop(&mut h, upgrade);
+        // weir answers `Expect: 100-continue` itself (hyper sends the 100
+        // when the body is first read).
         h.remove(header::EXPECT);
+        if !upgrade && forward::accepts_trailers(parts.version, &parts.headers) {
+            // TE is hop-by-hop, but an upstream only sends trailers to a
+            // peer that says it takes them; weir passes them on (not on a
+            // tunnel, which has no HTTP body).
+            h.insert(header::TE, HeaderValue::from_static("trailers"));
+        }
         let host_in = parts
             .headers
             .get(header::HOST)

@@ -66,14 +66,18 @@ impl ConnCtx {
         // streamed response (a proxied download) was copied whole into
         // memory; and over TLS a deferred flush can leave a response sitting
         // in rustls' buffer.
+        // Extended CONNECT (RFC 8441): WebSockets over HTTP/2, tunnelled by
+        // the proxy (`proxy::upgrade::serve_connect`).
         auto.http2()
+            .enable_connect_protocol()
             .max_concurrent_streams(limits.h2_streams)
             .max_header_list_size(limits.header_size as u32)
             .max_pending_accept_reset_streams(Some(100))
             .max_local_error_reset_streams(Some(1024));
 
         let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-        h2.max_concurrent_streams(limits.h2_streams)
+        h2.enable_connect_protocol()
+            .max_concurrent_streams(limits.h2_streams)
             .max_header_list_size(limits.header_size as u32)
             .max_pending_accept_reset_streams(Some(100))
             .max_local_error_reset_streams(Some(1024));

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -14,8 +15,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::{TcpListener, TcpStream};
 
 pub type RespBody = BoxBody<Bytes, std::io::Error>;
 
@@ -26,6 +27,8 @@ pub struct Seen {
     pub uri: String,
     pub headers: http::HeaderMap,
     pub body_len: usize,
+    /// The request body's trailers, when it had some.
+    pub trailers: Option<http::HeaderMap>,
 }
 
 /// A test upstream: answers with its name, records requests, counts connections.
@@ -104,6 +107,60 @@ impl Upstream {
     }
 }
 
+/// A server on a fresh loopback port: every accepted connection is handed to
+/// `conn` on a task of its own. Stops accepting when the handle is aborted.
+pub async fn spawn_server<F, Fut>(conn: F) -> (SocketAddr, tokio::task::JoinHandle<()>)
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let t = tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(conn(s));
+        }
+    });
+    (addr, t)
+}
+
+/// Serves one connection with [`answer`], over HTTP/2 or HTTP/1.1.
+pub async fn serve_hyper<IO>(io: IO, h2: bool, name: &'static str, seen: Arc<Mutex<Vec<Seen>>>)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(io);
+    let svc = hyper::service::service_fn(move |req| {
+        let seen = seen.clone();
+        async move { Ok::<_, Infallible>(answer(req, name, &seen).await) }
+    });
+    if h2 {
+        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .serve_connection(io, svc)
+            .await;
+    } else {
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(io, svc)
+            .await;
+    }
+}
+
+/// A WebSocket echo server (text and binary messages come back as sent).
+pub async fn ws_echo() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    use futures_util::{SinkExt, StreamExt};
+    spawn_server(|s| async move {
+        let Ok(mut ws) = tokio_tungstenite::accept_async(s).await else {
+            return;
+        };
+        while let Some(Ok(m)) = ws.next().await {
+            if (m.is_text() || m.is_binary()) && ws.send(m).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await
+}
+
 fn full(b: impl Into<Bytes>) -> RespBody {
     Full::new(b.into()).map_err(|e| match e {}).boxed()
 }
@@ -122,6 +179,7 @@ pub async fn answer(
             uri: parts.uri.to_string(),
             headers: parts.headers.clone(),
             body_len: 0,
+            trailers: None,
         });
         let body = body.map_err(std::io::Error::other).boxed();
         return Response::new(body);
@@ -140,20 +198,58 @@ pub async fn answer(
             uri: parts.uri.to_string(),
             headers: parts.headers.clone(),
             body_len: n,
+            trailers: None,
         });
         return Response::new(full(n.to_string()));
     }
-    let body_len = body
-        .collect()
-        .await
-        .map(|b| b.to_bytes().len())
-        .unwrap_or(0);
+    if path == "/reject" {
+        // A final answer without reading the body (it may be huge).
+        seen.lock().unwrap().push(Seen {
+            method: parts.method.to_string(),
+            uri: parts.uri.to_string(),
+            headers: parts.headers.clone(),
+            body_len: 0,
+            trailers: None,
+        });
+        let mut r = Response::new(full("rejected by upstream\n"));
+        *r.status_mut() = http::StatusCode::PAYLOAD_TOO_LARGE;
+        return r;
+    }
+    let (body_len, trailers) = match body.collect().await {
+        Ok(c) => {
+            let t = c.trailers().cloned();
+            (c.to_bytes().len(), t)
+        }
+        Err(_) => (0, None),
+    };
     seen.lock().unwrap().push(Seen {
         method: parts.method.to_string(),
         uri: parts.uri.to_string(),
         headers: parts.headers.clone(),
         body_len,
+        trailers: trailers.clone(),
     });
+    if path == "/trailers" {
+        // Says what arrived, then answers with a trailer of its own.
+        let req_sum = trailers
+            .as_ref()
+            .and_then(|t| t.get("x-req-sum"))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("none")
+            .to_string();
+        let mut t = http::HeaderMap::new();
+        t.insert("x-checksum", "c0ffee".parse().unwrap());
+        let frames = vec![
+            Ok::<_, std::io::Error>(Frame::data(Bytes::from(format!(
+                "got {body_len} bytes; x-req-sum={req_sum}\n"
+            )))),
+            Ok(Frame::trailers(t)),
+        ];
+        let mut r = Response::new(StreamBody::new(futures_util::stream::iter(frames)).boxed());
+        r.headers_mut()
+            .insert("trailer", "x-checksum".parse().unwrap());
+        return r;
+    }
     if let Some(ms) = path.strip_prefix("/slow/") {
         tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(1000))).await;
     }
@@ -293,6 +389,43 @@ impl Weir {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap()
     }
+}
+
+/// Sends raw bytes to weir and reads until weir closes the connection
+/// (at most 3 s: a connection left open fails the test).
+pub async fn raw(w: &Weir, req: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = TcpStream::connect(w.addr).await.unwrap();
+    s.write_all(req).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out))
+        .await
+        .expect("weir kept the connection open")
+        .ok();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// An HTTP/2 client with prior knowledge (h2c) connected to `addr`.
+pub async fn h2c(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (tx, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    tx.ready().await.unwrap()
+}
+
+/// Reads an HTTP/2 response body to its end, giving the flow-control
+/// window back as it goes; returns the bytes and the trailers.
+pub async fn h2_read(mut body: h2::RecvStream) -> (Vec<u8>, Option<http::HeaderMap>) {
+    let mut out = Vec::new();
+    while let Some(d) = body.data().await {
+        let d = d.unwrap();
+        let _ = body.flow_control().release_capacity(d.len());
+        out.extend_from_slice(&d);
+    }
+    let t = body.trailers().await.unwrap();
+    (out, t)
 }
 
 pub fn client() -> reqwest::Client {
