@@ -47,5 +47,5 @@ echo "== cargo clippy -D warnings"
 cargo clippy --release --workspace --all-targets -- -D warnings
 
 echo "== cargo test (release: the binaries are built once and reused by every end-to-end test)"
-cargo test --release --workspace -- --test-threads="${WEIR_TEST_THREADS:-4}"
+cargo test --release --workspace --no-fail-fast -- --test-threads="${WEIR_TEST_THREADS:-4}"
 echo "== all tests passed"

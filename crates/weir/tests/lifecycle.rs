@@ -306,3 +306,34 @@ fn curl_sees_conditionals_ranges_compression_and_listings() {
     ]);
     assert_eq!(h2, "2");
 }
+
+/// A second weir on a port the first one holds must refuse to start (the
+/// per-core workers' SO_REUSEPORT must not let it share the port silently),
+/// and the first keeps serving.
+#[test]
+fn second_instance_on_a_taken_port_refuses_to_start() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("index.html"), PAGE_164).unwrap();
+    let cfg = format!(
+        "[site.\"127.0.0.1:{port}\"]\nroot = \"{}\"\n",
+        dir.path().display()
+    );
+    let _first = Weir::start(&cfg, &[port]);
+    let mut second = Weir::start(&cfg, &[]);
+    let status = second
+        .wait_exit(Duration::from_secs(10))
+        .expect("the second weir must exit, not share the port");
+    assert!(!status.success());
+    let err = second.stderr();
+    assert!(
+        err.contains(&format!("cannot listen on 127.0.0.1:{port}")) && err.contains("in use"),
+        "{err}"
+    );
+    let resp = raw(
+        port,
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(3),
+    );
+    assert_eq!(status_of(&resp), 200);
+}

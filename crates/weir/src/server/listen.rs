@@ -10,6 +10,19 @@ use socket2::{Domain, Protocol, Socket, Type};
 /// thousands of connects must not be refused.
 const BACKLOG: i32 = 4096;
 
+/// Fails with `AddrInUse` if anything listens on `addr` already. SO_REUSEPORT
+/// would otherwise let a second weir (or anything of the same user with the
+/// option set) share the port silently, each getting part of the
+/// connections; a socket without the option cannot join such a group.
+pub fn ensure_unbound(addr: SocketAddr) -> io::Result<()> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    sock.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    sock.bind(&addr.into())
+}
+
 pub fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<TcpListener> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     sock.set_reuse_address(true)?;

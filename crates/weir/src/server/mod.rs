@@ -128,6 +128,12 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
             // Bind every socket before starting anything, so a port in use is
             // an error at start-up, not a worker dying later.
             let mut per_worker: Vec<Vec<(std::net::TcpListener, Endpoint)>> = Vec::new();
+            for ep in &endpoints {
+                listen::ensure_unbound(ep.addr).map_err(|source| ServerError::Bind {
+                    addr: ep.addr,
+                    source,
+                })?;
+            }
             for _ in 0..workers {
                 let mut socks = Vec::new();
                 for ep in &endpoints {

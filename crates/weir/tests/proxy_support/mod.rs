@@ -316,13 +316,9 @@ impl Drop for Weir {
     }
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+#[path = "../common/ports.rs"]
+mod ports;
+pub use ports::free_port;
 
 impl Weir {
     /// Starts weir with `config`, where `{PORT}` is replaced by a free port

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,15 +15,9 @@ pub use certs::{TestCa, make_cert};
 
 pub const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
-/// A free TCP port on 127.0.0.1 (bound then released; the kernel does not
-/// hand it out again right away).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+#[path = "../common/ports.rs"]
+mod ports;
+pub use ports::free_port;
 
 /// A running weir process, killed when dropped.
 pub struct Weir {

@@ -8,7 +8,7 @@ pub mod certs;
 pub use certs::{TestCa, make_cert};
 
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -18,15 +18,9 @@ use bytes::{Buf, Bytes};
 use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 
 /// A port free for both TCP and UDP on 127.0.0.1.
-pub fn free_port() -> u16 {
-    loop {
-        let t = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = t.local_addr().unwrap().port();
-        if UdpSocket::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
+#[path = "../common/ports.rs"]
+mod ports;
+pub use ports::free_port;
 
 pub fn install_crypto() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
