@@ -316,6 +316,9 @@ impl Drop for Weir {
     }
 }
 
+// Each support module is used alone by some test files and with another by
+// others, so each includes the shared file itself.
+#[allow(clippy::duplicate_mod)]
 #[path = "../common/ports.rs"]
 mod ports;
 pub use ports::free_port;

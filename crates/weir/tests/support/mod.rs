@@ -15,6 +15,9 @@ pub use certs::{TestCa, make_cert};
 
 pub const WEIR: &str = env!("CARGO_BIN_EXE_weir");
 
+// Each support module is used alone by some test files and with another by
+// others, so each includes the shared file itself.
+#[allow(clippy::duplicate_mod)]
 #[path = "../common/ports.rs"]
 mod ports;
 pub use ports::free_port;

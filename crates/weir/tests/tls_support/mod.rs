@@ -18,6 +18,9 @@ use bytes::{Buf, Bytes};
 use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 
 /// A port free for both TCP and UDP on 127.0.0.1.
+// Each support module is used alone by some test files and with another by
+// others, so each includes the shared file itself.
+#[allow(clippy::duplicate_mod)]
 #[path = "../common/ports.rs"]
 mod ports;
 pub use ports::free_port;
