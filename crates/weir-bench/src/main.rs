@@ -356,9 +356,12 @@ fn run_compare(a: CompareArgs) -> Result<()> {
         warmup,
         pin: a.pin,
         quick: a.quick,
-        out: a
-            .out
-            .unwrap_or_else(|| PathBuf::from("bench/runs").join(compare::run_name())),
+        // Absolute: the servers' configs name files in the run folder, and
+        // each server runs from its own directory.
+        out: std::path::absolute(
+            a.out
+                .unwrap_or_else(|| PathBuf::from("bench/runs").join(compare::run_name())),
+        )?,
         weir: a.weir.unwrap_or_else(compare::default_weir),
         require: a.require,
         port: a.port,
