@@ -14,6 +14,7 @@
 
 pub mod balance;
 pub mod dns;
+pub mod early_response;
 pub mod forward;
 pub mod health;
 pub mod pool;

@@ -20,6 +20,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::ProxyError;
+use super::early_response::EarlyResponse;
 use super::proxy_protocol;
 use crate::body::Body;
 use crate::config::proxy::{ProxyProtocolVersion, UpstreamConfig, UpstreamTarget};
@@ -198,10 +199,9 @@ async fn handshake<S>(s: S, h2: bool, upgrades: bool) -> Result<Sender, ProxyErr
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let io = TokioIo::new(s);
     if h2 {
         let (tx, conn) = http2::Builder::new(TokioExecutor::new())
-            .handshake(io)
+            .handshake(TokioIo::new(s))
             .await
             .map_err(ProxyError::Handshake)?;
         tokio::spawn(async move {
@@ -212,7 +212,7 @@ where
         return Ok(Sender::H2(tx));
     }
     let (tx, conn) = http1::Builder::new()
-        .handshake(io)
+        .handshake(TokioIo::new(EarlyResponse::new(s)))
         .await
         .map_err(ProxyError::Handshake)?;
     if upgrades {
