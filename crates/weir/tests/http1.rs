@@ -235,7 +235,10 @@ fn connection_limit_closes_extra_connections() {
         s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
         let mut b = [0u8; 16];
         let n = s.read(&mut b).unwrap();
-        assert!(b[..n].starts_with(b"HTTP/1.1 200"), "held connection answered");
+        assert!(
+            b[..n].starts_with(b"HTTP/1.1 200"),
+            "held connection answered"
+        );
         held.push(s);
     }
     let mut extra = TcpStream::connect(addr(port)).unwrap();
