@@ -397,3 +397,47 @@ fn default_header_count_limit_answers_431() {
     assert_eq!(with_fields(101), 431);
     assert_eq!(with_fields(150), 431);
 }
+
+/// Large cached files go out with sendfile on plain TCP (server::zero_copy):
+/// pipelined full and ranged responses on one connection, first a cache miss
+/// then hits, arrive byte for byte, each with its own head.
+#[test]
+fn large_files_are_byte_exact_pipelined_and_ranged() {
+    let (w, port) = site();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(w.dir.path().join("www/big.bin"), &data).unwrap();
+    let mut s = TcpStream::connect(addr(port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(
+        b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /big.bin HTTP/1.1\r\nHost: x\r\nRange: bytes=1000-200999\r\n\r\n\
+          GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let all = read_all(&mut s);
+    let mut rest = &all[..];
+    let mut bodies = Vec::new();
+    while !rest.is_empty() {
+        let end = rest
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a response head")
+            + 4;
+        let head = String::from_utf8_lossy(&rest[..end]).to_lowercase();
+        let len: usize = head
+            .split("content-length: ")
+            .nth(1)
+            .and_then(|v| v.split("\r\n").next())
+            .and_then(|v| v.parse().ok())
+            .expect("content-length");
+        let status = status_of(&rest[..end]);
+        bodies.push((status, rest[end..end + len].to_vec()));
+        rest = &rest[end + len..];
+    }
+    assert_eq!(bodies.len(), 4);
+    assert_eq!(bodies[0], (200, data.clone()));
+    assert_eq!(bodies[1], (206, data[1000..201_000].to_vec()));
+    assert_eq!(bodies[2], (200, data.clone()));
+    assert_eq!(bodies[3], (200, PAGE_164.as_bytes().to_vec()));
+}

@@ -14,6 +14,7 @@ use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::net::TcpStream;
 
 use super::io::{self as tio, ConnState, TimedIo};
+use super::zero_copy::{FileRegion, Regions, ZeroCopy};
 use crate::config::Limits;
 use crate::proxy::smuggling::Guard;
 use crate::site::{ConnInfo, Listener};
@@ -192,15 +193,24 @@ async fn serve(
         }
     }
     let peer = info.peer;
+    // Plain TCP only: large cached files go out with sendfile (zero_copy).
+    let regions = ctx.tls.is_none().then(|| Arc::new(Regions::default()));
     let svc = {
         let ctx = ctx.clone();
         let state = state.clone();
+        let regions = regions.clone();
         hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
             let ctx = ctx.clone();
             state.request_started();
             let in_flight = InFlight(state.clone());
+            let regions = regions.clone();
             async move {
-                let resp = ctx.listener.handle(req, &info).await;
+                let mut resp = ctx.listener.handle(req, &info).await;
+                if let Some(r) = resp.extensions_mut().remove::<FileRegion>()
+                    && let Some(regions) = &regions
+                {
+                    regions.push(r);
+                }
                 drop(in_flight);
                 Ok::<_, Infallible>(resp)
             }
@@ -208,6 +218,7 @@ async fn serve(
     };
 
     let Some(acceptor) = &ctx.tls else {
+        let stream = ZeroCopy::new(stream, regions.unwrap_or_default());
         // Request-smuggling checks on the raw bytes before hyper parses them.
         let io = Guard::new(
             TimedIo::new(stream, state, ctx.timeouts, true),

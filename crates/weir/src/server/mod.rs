@@ -15,6 +15,7 @@
 mod conn;
 pub mod io;
 mod listen;
+pub mod zero_copy;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

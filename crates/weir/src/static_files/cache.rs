@@ -23,6 +23,9 @@ use super::Encoding;
 /// One representation held in memory, with its headers ready to clone.
 pub struct Variant {
     pub body: Bytes,
+    /// The file `body` was read from, for `sendfile` (large identity
+    /// bodies only).
+    pub file: Option<Arc<std::fs::File>>,
     pub etag: HeaderValue,
     pub content_length: HeaderValue,
     pub last_modified: HeaderValue,
@@ -440,6 +443,7 @@ mod tests {
     fn entry(n: usize) -> Arc<CachedFile> {
         let v = Variant {
             body: Bytes::from(vec![b'x'; n]),
+            file: None,
             etag: HeaderValue::from_static("\"e\""),
             content_length: HeaderValue::from(n),
             last_modified: HeaderValue::from_static("x"),

@@ -342,7 +342,7 @@ impl StaticFiles {
     fn build_entry(&self, f: SmallFile) -> (CachedFile, bool) {
         let essence = mime::essence_for(&f.name);
         let content_type = mime::content_type_header(&essence);
-        let variant = |body: Bytes, md: &std::fs::Metadata, etag: HeaderValue| {
+        let variant = |body: Bytes, file, md: &std::fs::Metadata, etag: HeaderValue| {
             let mtime = md.modified().unwrap_or(std::time::UNIX_EPOCH);
             Variant {
                 content_length: HeaderValue::from(body.len()),
@@ -350,11 +350,12 @@ impl StaticFiles {
                 last_modified: http_date(mtime),
                 modified: conditional::unix_secs(mtime),
                 body,
+                file,
             }
         };
         let len = f.data.len() as u64;
         let etag = conditional::etag_from_hash(conditional::content_hash(&f.data), len);
-        let identity = variant(f.data, &f.meta, etag);
+        let identity = variant(f.data, f.file, &f.meta, etag);
         let sidecars: Vec<(Encoding, Variant)> = f
             .sidecars
             .into_iter()
@@ -364,7 +365,7 @@ impl StaticFiles {
                     body.len() as u64,
                 );
                 let etag = conditional::etag_with_encoding(&base, enc);
-                (enc, variant(body, &md, etag))
+                (enc, variant(body, None, &md, etag))
             })
             .collect();
         let compress_on_the_fly = self.compressible(&essence, len);
@@ -433,6 +434,7 @@ impl StaticFiles {
                                 last_modified: e.identity.last_modified.clone(),
                                 modified: e.identity.modified,
                                 body,
+                                file: None,
                             })
                         }
                         _ => None,
@@ -458,7 +460,7 @@ impl StaticFiles {
             encoding: enc,
             vary: e.vary,
         };
-        rep.respond(req, Source::Memory(&v.body))
+        rep.respond(req, Source::Memory(&v.body, v.file.as_ref()))
     }
 
     fn respond_large(
@@ -573,7 +575,8 @@ impl StaticFiles {
 
 /// Where the selected representation's bytes come from.
 enum Source<'a> {
-    Memory(&'a Bytes),
+    /// Cached bytes, and the file they were read from when large.
+    Memory(&'a Bytes, Option<&'a Arc<std::fs::File>>),
     /// An open file and the `fstat` its headers were built from.
     File(std::fs::File, cache::Fingerprint),
     /// Identity file of this length, compressed while streaming.
@@ -651,7 +654,10 @@ impl Rep<'_> {
                 h.insert(header::CONTENT_LENGTH, len_hv.clone());
                 if !head {
                     *r.body_mut() = match src {
-                        Source::Memory(b) => Body::full(b.clone()),
+                        Source::Memory(b, file) => {
+                            zero_copy(&mut r, b, file, 0);
+                            Body::full(b.clone())
+                        }
                         Source::File(f, fp) => stream_body(resolve::file_body(
                             f,
                             fp,
@@ -675,8 +681,10 @@ impl Rep<'_> {
                     h.insert(header::CONTENT_LENGTH, HeaderValue::from(one.len()));
                     if !head {
                         *r.body_mut() = match src {
-                            Source::Memory(b) => {
-                                Body::full(b.slice(one.start as usize..=one.end as usize))
+                            Source::Memory(b, file) => {
+                                let part = b.slice(one.start as usize..=one.end as usize);
+                                zero_copy(&mut r, &part, file, one.start);
+                                Body::full(part)
                             }
                             Source::File(f, fp) => stream_body(resolve::file_body(
                                 f,
@@ -695,7 +703,7 @@ impl Rep<'_> {
                     h.insert(header::CONTENT_LENGTH, HeaderValue::from(mp.body_len));
                     if !head {
                         *r.body_mut() = match src {
-                            Source::Memory(b) => {
+                            Source::Memory(b, _) => {
                                 let mut out = BytesMut::with_capacity(mp.body_len as usize);
                                 for (head, rg) in mp.part_heads.iter().zip(&ranges) {
                                     out.extend_from_slice(head);
@@ -723,6 +731,26 @@ impl Rep<'_> {
             }
         }
         r
+    }
+}
+
+/// Tags a response whose body is `bytes`, read from `file` at `offset`, so
+/// a plain-TCP connection sends it with `sendfile` (`server::zero_copy`).
+fn zero_copy(
+    r: &mut Response<Body>,
+    bytes: &Bytes,
+    file: Option<&Arc<std::fs::File>>,
+    offset: u64,
+) {
+    if let Some(file) = file
+        && bytes.len() >= crate::server::zero_copy::MIN_LEN
+    {
+        r.extensions_mut()
+            .insert(crate::server::zero_copy::FileRegion {
+                bytes: bytes.clone(),
+                file: file.clone(),
+                offset,
+            });
     }
 }
 

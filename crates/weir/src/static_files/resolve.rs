@@ -22,6 +22,7 @@ use bytes::{Bytes, BytesMut};
 use super::Encoding;
 use super::cache::Fingerprint;
 use super::path::is_hidden_name;
+use crate::server::zero_copy;
 
 /// Read size for streamed files: big enough to amortise the blocking-pool
 /// hop, small enough to keep memory per connection bounded.
@@ -42,6 +43,9 @@ pub struct Resolver {
 pub struct SmallFile {
     pub name: String,
     pub data: Bytes,
+    /// The open file, kept for `sendfile` when `data` is large enough
+    /// (`server::zero_copy`).
+    pub file: Option<Arc<File>>,
     pub meta: Metadata,
     /// Sidecars found, in `precompressed` order.
     pub sidecars: Vec<(Encoding, Bytes, Metadata)>,
@@ -207,9 +211,11 @@ impl Resolver {
                         None => deps.push((sp, None)),
                     }
                 }
+                let file = (stable && data.len() >= zero_copy::MIN_LEN).then(|| Arc::new(file));
                 return Resolved::Small(Box::new(SmallFile {
                     name,
                     data,
+                    file,
                     meta,
                     sidecars,
                     stable,
