@@ -26,6 +26,10 @@
 //! got shorter makes `sendfile` return 0; weir then writes the rest from
 //! memory. Never used on TLS connections: only the plain-TCP path has this
 //! layer, and only it records regions.
+//!
+//! Cost: one open descriptor per cached file of at least [`MIN_LEN`], so at
+//! most `cache.max_bytes / MIN_LEN` per site cache (1,024 with the 64 MiB
+//! default), released when the entry leaves the cache.
 
 use std::collections::VecDeque;
 use std::fs::File;
