@@ -259,11 +259,33 @@ mod tests {
         (s, c)
     }
 
-    fn file_with(data: &[u8]) -> (tempfile::NamedTempFile, Arc<File>) {
+    /// `body` recorded as a region of a file holding `on_disk`, a
+    /// `ZeroCopy` over a socket pair, and a task reading everything sent.
+    async fn region_over(
+        body: &Bytes,
+        on_disk: &[u8],
+    ) -> (
+        tempfile::NamedTempFile,
+        Arc<Regions>,
+        ZeroCopy,
+        tokio::task::JoinHandle<Vec<u8>>,
+    ) {
         let mut t = tempfile::NamedTempFile::new().unwrap();
-        t.write_all(data).unwrap();
-        let f = File::open(t.path()).unwrap();
-        (t, Arc::new(f))
+        t.write_all(on_disk).unwrap();
+        let file = Arc::new(File::open(t.path()).unwrap());
+        let regions = Arc::new(Regions::default());
+        regions.push(FileRegion {
+            bytes: body.clone(),
+            file,
+            offset: 0,
+        });
+        let (s, mut c) = pair().await;
+        let reader = tokio::spawn(async move {
+            let mut all = Vec::new();
+            c.read_to_end(&mut all).await.unwrap();
+            all
+        });
+        (t, regions.clone(), ZeroCopy::new(s, regions), reader)
     }
 
     /// Head from memory, body via sendfile from the file's copy (changed on
@@ -273,20 +295,7 @@ mod tests {
     #[tokio::test]
     async fn region_slices_come_from_the_file() {
         let body = Bytes::from(vec![b'm'; 200_000]);
-        let (_t, file) = file_with(&vec![b'f'; 200_000]);
-        let regions = Arc::new(Regions::default());
-        regions.push(FileRegion {
-            bytes: body.clone(),
-            file,
-            offset: 0,
-        });
-        let (s, mut c) = pair().await;
-        let mut z = ZeroCopy::new(s, regions.clone());
-        let reader = tokio::spawn(async move {
-            let mut all = Vec::new();
-            c.read_to_end(&mut all).await.unwrap();
-            all
-        });
+        let (_t, regions, mut z, reader) = region_over(&body, &vec![b'f'; 200_000]).await;
         let other = vec![b'o'; 1000];
         let mut bufs: Vec<Bytes> = vec![
             Bytes::from_static(b"HEAD"),
@@ -324,20 +333,7 @@ mod tests {
     #[tokio::test]
     async fn a_shrunk_file_falls_back_to_memory() {
         let body = Bytes::from(vec![b'm'; 100_000]);
-        let (_t, file) = file_with(&[b'f'; 10]);
-        let regions = Arc::new(Regions::default());
-        regions.push(FileRegion {
-            bytes: body.clone(),
-            file,
-            offset: 0,
-        });
-        let (s, mut c) = pair().await;
-        let mut z = ZeroCopy::new(s, regions);
-        let reader = tokio::spawn(async move {
-            let mut all = Vec::new();
-            c.read_to_end(&mut all).await.unwrap();
-            all
-        });
+        let (_t, _regions, mut z, reader) = region_over(&body, &[b'f'; 10]).await;
         z.write_all(&body).await.unwrap();
         z.shutdown().await.unwrap();
         drop(z);
