@@ -2,7 +2,8 @@
 //!
 //! The binary (`main.rs`) parses the command line and hands a validated
 //! [`config::Config`] to [`server::run`]. A request's way through the code:
-//! `server::run` (sockets, workers) → `server::conn` (TLS, ALPN, hyper) →
+//! `server::run` (sockets, workers) → `server::conn` (TLS, ALPN) →
+//! `server::http1` (weir's HTTP/1.1 loop for GET/HEAD) or hyper →
 //! `site::Listener::handle` (limits, site by Host) → a handler such as
 //! `static_files::StaticFiles::serve` → back through `site` (error pages,
 //! headers, access log). `docs/request-lifecycle.md` walks it in detail.

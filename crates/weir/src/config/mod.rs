@@ -46,11 +46,21 @@ pub struct Config {
 pub struct ServerConfig {
     pub workers: usize,
     pub runtime: RuntimeMode,
+    pub http1: Http1Engine,
     pub log_level: String,
     pub log_json: bool,
     pub grace_period: Duration,
     pub timeouts: Timeouts,
     pub limits: Limits,
+}
+
+/// Who serves HTTP/1.1 requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Http1Engine {
+    /// weir's own loop for GET/HEAD without a body, hyper for the rest.
+    Fast,
+    /// hyper for every request (for comparison and as a fallback).
+    Hyper,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,6 +219,7 @@ impl ServerConfig {
         ServerConfig {
             workers: default_workers(),
             runtime: RuntimeMode::PerCore,
+            http1: Http1Engine::Fast,
             log_level: "info".into(),
             log_json: false,
             grace_period: Duration::from_secs(10),
@@ -620,6 +631,16 @@ fn validate_server(c: &mut Collector<'_>, s: &RawServer) -> ServerConfig {
             o => c.at(
                 r.span(),
                 format!("server.runtime: `{o}` is unknown; use \"per-core\" or \"shared\""),
+            ),
+        }
+    }
+    if let Some(h) = &s.http1 {
+        match h.get_ref().as_str() {
+            "fast" => out.http1 = Http1Engine::Fast,
+            "hyper" => out.http1 = Http1Engine::Hyper,
+            o => c.at(
+                h.span(),
+                format!("server.http1: `{o}` is unknown; use \"fast\" or \"hyper\""),
             ),
         }
     }

@@ -35,6 +35,9 @@ pub struct RawServer {
     /// `"per-core"` (default: one single-threaded runtime per worker, each with
     /// its own SO_REUSEPORT listener) or `"shared"` (one work-stealing runtime).
     pub runtime: Option<Spanned<String>>,
+    /// `"fast"` (default: weir's own HTTP/1.1 loop for GET and HEAD without
+    /// a body, hyper for everything else) or `"hyper"` (hyper for all).
+    pub http1: Option<Spanned<String>>,
     /// Address sites without an explicit `listen` bind to; default `"0.0.0.0"`.
     pub bind: Option<Spanned<String>>,
     /// Error-log level: error, warn, info (default), debug, trace.

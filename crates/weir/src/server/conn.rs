@@ -1,5 +1,6 @@
 //! One client connection: connection limit, TCP options, the TLS handshake
-//! and ALPN, then hyper's HTTP/1.1 or HTTP/2 state machine over a
+//! and ALPN, then weir's HTTP/1.1 loop (`server::http1`, for the common
+//! request) or hyper's HTTP/1.1 and HTTP/2 state machines, over a
 //! [`TimedIo`] that enforces the timeouts.
 
 use std::convert::Infallible;
@@ -10,9 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use super::drain::{Drain, Signal};
+use super::http1;
 use super::io::{self as tio, ConnState, TimedIo};
 use super::zero_copy::{FileRegion, Regions, ZeroCopy};
 use crate::config::Limits;
@@ -38,6 +41,8 @@ pub struct ConnCtx {
     accept_pp: Option<crate::config::proxy::AcceptProxyProtocol>,
     /// For TLS listeners where ALPN chose h2 (HTTP/1.1 uses `auto`, for upgrades).
     h2: hyper::server::conn::http2::Builder<TokioExecutor>,
+    /// weir's own loop for simple HTTP/1.1 requests (`server.http1 = "fast"`).
+    fast_h1: bool,
 }
 
 impl ConnCtx {
@@ -93,7 +98,15 @@ impl ConnCtx {
             auto,
             h2,
             accept_pp: None,
+            fast_h1: true,
         }
+    }
+
+    /// Serve simple HTTP/1.1 requests with weir's loop (default) or leave
+    /// every request to hyper.
+    pub fn fast_http1(mut self, on: bool) -> Self {
+        self.fast_h1 = on;
+        self
     }
 
     /// Expect a PROXY protocol header (v1 or v2) on every connection.
@@ -134,7 +147,7 @@ pub fn spawn(
     peer: SocketAddr,
     bound: SocketAddr,
     ctx: Arc<ConnCtx>,
-    graceful: &GracefulShutdown,
+    drain: &Drain,
 ) {
     if ctx.open.fetch_add(1, Ordering::Relaxed) >= ctx.limits.connections {
         ctx.open.fetch_sub(1, Ordering::Relaxed);
@@ -153,9 +166,9 @@ pub fn spawn(
     } else {
         bound
     };
-    let watcher = graceful.watcher();
+    let signal = drain.signal();
     tokio::spawn(async move {
-        serve(stream, peer, local, ctx, watcher).await;
+        serve(stream, peer, local, ctx, signal).await;
         drop(guard);
     });
 }
@@ -165,7 +178,7 @@ async fn serve(
     peer: SocketAddr,
     local: SocketAddr,
     ctx: Arc<ConnCtx>,
-    watcher: Watcher,
+    signal: Signal,
 ) {
     let state = Arc::new(ConnState::default());
     let mut info = ConnInfo {
@@ -218,20 +231,21 @@ async fn serve(
     };
 
     let Some(acceptor) = &ctx.tls else {
-        let stream = ZeroCopy::new(stream, regions.unwrap_or_default());
-        // Request-smuggling checks on the raw bytes before hyper parses them.
+        let stream = ZeroCopy::new(stream, regions.clone().unwrap_or_default());
+        // Request-smuggling checks on the raw bytes before anyone parses them.
         let io = Guard::new(
-            TimedIo::new(stream, state, ctx.timeouts, true),
+            TimedIo::new(stream, state.clone(), ctx.timeouts, true),
             ctx.limits.header_size,
             peer,
         );
-        // With upgrades: the proxy tunnels WebSocket and other Upgrades.
-        let conn = ctx
-            .auto
-            .serve_connection_with_upgrades(TokioIo::new(io), svc);
-        if let Err(e) = watcher.watch(conn.into_owned()).await {
-            tracing::debug!("connection from {peer}: {e}");
-        }
+        let shared = http1::Shared {
+            listener: &ctx.listener,
+            info: &info,
+            state: &state,
+            regions: regions.as_ref(),
+            max_head: ctx.limits.header_size,
+        };
+        serve_http1(io, &ctx, shared, svc, signal).await;
         return;
     };
 
@@ -252,26 +266,63 @@ async fn serve(
         }
     };
     let is_h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    let io = TimedIo::new(tls, state, ctx.timeouts, !is_h2);
-    let result = if is_h2 {
-        let io = TokioIo::new(io);
-        watcher
-            .watch(ctx.h2.serve_connection(io, svc))
-            .await
-            .map_err(Into::into)
-    } else {
-        let io = TokioIo::new(Guard::new(io, ctx.limits.header_size, peer));
-        // The auto builder (same HTTP/1 settings) because hyper's own
-        // upgradeable HTTP/1 connection cannot be watched for graceful shutdown.
-        watcher
-            .watch(
-                ctx.auto
-                    .serve_connection_with_upgrades(io, svc)
-                    .into_owned(),
-            )
-            .await
+    let io = TimedIo::new(tls, state.clone(), ctx.timeouts, !is_h2);
+    if is_h2 {
+        let conn = ctx.h2.serve_connection(TokioIo::new(io), svc);
+        if let Err(e) = signal.watch(conn).await {
+            tracing::debug!("connection from {peer}: {e}");
+        }
+        return;
+    }
+    let io = Guard::new(io, ctx.limits.header_size, peer);
+    let shared = http1::Shared {
+        listener: &ctx.listener,
+        info: &info,
+        state: &state,
+        regions: None,
+        max_head: ctx.limits.header_size,
     };
-    if let Err(e) = result {
+    serve_http1(io, &ctx, shared, svc, signal).await;
+}
+
+/// HTTP/1.1 (or h2c by prior knowledge): weir's loop while requests are
+/// simple, then hyper, with upgrades (the proxy tunnels WebSocket and other
+/// Upgrades) and the bytes the loop had read.
+async fn serve_http1<IO, S>(
+    io: IO,
+    ctx: &ConnCtx,
+    shared: http1::Shared<'_>,
+    svc: S,
+    signal: Signal,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            hyper::Request<Incoming>,
+            Response = hyper::Response<crate::body::Body>,
+            Error = Infallible,
+        > + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let peer = shared.info.peer;
+    let io = if ctx.fast_h1 {
+        match http1::serve(io, shared, &signal).await {
+            Some(rest) => rest,
+            None => return,
+        }
+    } else {
+        http1::Handoff {
+            io,
+            read: bytes::Bytes::new(),
+        }
+    };
+    // The auto builder (same HTTP/1 settings) because hyper's own
+    // upgradeable HTTP/1 connection cannot be watched for graceful shutdown.
+    let conn = ctx
+        .auto
+        .serve_connection_with_upgrades(TokioIo::new(io), svc)
+        .into_owned();
+    if let Err(e) = signal.watch(conn).await {
         tracing::debug!("connection from {peer}: {e}");
     }
 }

@@ -13,6 +13,8 @@
 //! finish for `server.grace_period`, then the process exits 0.
 
 mod conn;
+mod drain;
+pub mod http1;
 pub mod io;
 mod listen;
 pub mod zero_copy;
@@ -23,7 +25,7 @@ use std::sync::atomic::AtomicUsize;
 
 use tokio::sync::watch;
 
-use crate::config::{Config, RuntimeMode};
+use crate::config::{Config, Http1Engine, RuntimeMode};
 use crate::site::{self, Listener};
 use crate::tls;
 
@@ -115,7 +117,8 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                     connections.clone(),
                     handshakes.clone(),
                 )
-                .accept_proxy_protocol(l.proxy_protocol.clone()),
+                .accept_proxy_protocol(l.proxy_protocol.clone())
+                .fast_http1(cfg.server.http1 == Http1Engine::Fast),
             ),
         });
     }
@@ -235,8 +238,7 @@ async fn worker(
     mut stop: watch::Receiver<bool>,
     grace: std::time::Duration,
 ) {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let watcher = Arc::new(graceful);
+    let watcher = Arc::new(drain::Drain::new());
     let mut accept_tasks = Vec::new();
     for (sock, ep) in socks {
         let listener = match tokio::net::TcpListener::from_std(sock) {
@@ -271,14 +273,11 @@ async fn worker(
     for t in accept_tasks {
         let _ = t.await;
     }
-    let graceful = match Arc::try_unwrap(watcher) {
+    let drain = match Arc::try_unwrap(watcher) {
         Ok(g) => g,
         Err(_) => return,
     };
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(grace, drain.drain()).await.is_err() {
         tracing::warn!("grace period over: closing connections still open");
     }
 }

@@ -1,0 +1,763 @@
+//! weir's own HTTP/1.1 connection loop for the common request, a `GET` or
+//! `HEAD` with no body; everything else on the connection is handed to
+//! hyper.
+//!
+//! Why by hand (the performance issue allows it where the profile shows it
+//! pays): hyper's HTTP/1 connection owns a 16 KiB read buffer and an 8 KiB
+//! head buffer for as long as the connection lives, and cannot be told to
+//! give them back while it is idle. They were 24 of the 29.9 KiB weir held
+//! per idle keep-alive TLS connection, against nginx's 16.6 KiB
+//! (BENCHMARKS.md §6). Here a connection owns no buffer while it waits:
+//! bytes are read into one buffer per thread and only what a request needs
+//! is kept; response heads are written from a per-thread buffer too.
+//!
+//! The path of a request, top to bottom in [`serve`]:
+//! 1. read whatever the client sent (through the smuggling [`Guard`] and the
+//!    timeouts of `server::io`, exactly as hyper would have);
+//! 2. [`parse`] the head with httparse, hyper's own parser. Only a complete
+//!    HTTP/1.1 `GET`/`HEAD` in origin form, without Content-Length,
+//!    Transfer-Encoding, Upgrade or Expect and with a plain `Connection`
+//!    value, is served here. Anything else (a body, an upgrade, HTTP/1.0,
+//!    h2c, a malformed or oversized head) goes to hyper with the bytes read
+//!    so far, and hyper serves the rest of the connection: its answers to
+//!    bad input (400, 414, 431) and its body handling stay the only ones;
+//! 3. call the same `site::Listener::handle` hyper's service calls;
+//! 4. [`encode_head`] the response by hyper's rules (status line, header
+//!    order, implicit `content-length`, chunked for unknown lengths, no body
+//!    for `HEAD`/204/304, `connection: close` when closing, a cached `date`),
+//!    so a client cannot tell which of the two served it; `tests/http1.rs`
+//!    compares the two byte for byte;
+//! 5. write head and body with one vectored write (large cached files still
+//!    go out with `sendfile` through `server::zero_copy`).
+//!
+//! [`Guard`]: crate::proxy::smuggling::Guard
+
+use std::cell::{Cell, RefCell};
+use std::future::{Future, poll_fn};
+use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use bytes::{Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, StatusCode, Version};
+use http_body::Body as _;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+
+use super::drain::Signal;
+use super::io::ConnState;
+use super::zero_copy::{FileRegion, Regions};
+use crate::body::Body;
+use crate::site::{ConnInfo, Listener};
+
+/// hyper's request-target limit (`MAX_URI_LEN`); longer targets go to hyper,
+/// which answers 414.
+const MAX_URI_LEN: usize = (u16::MAX - 1) as usize;
+
+/// Header lines parsed here at most (hyper's default); more go to hyper.
+const MAX_HEADERS: usize = 100;
+
+/// The per-thread read buffer: large enough for any head the smuggling
+/// guard releases in one piece.
+const READ_BUF_LEN: usize = 16 * 1024;
+
+thread_local! {
+    static READ_BUF: RefCell<Box<[u8]>> = RefCell::new(vec![0; READ_BUF_LEN].into_boxed_slice());
+    /// A spare head buffer: taken while a response is written, put back
+    /// after, so the steady state allocates none.
+    static HEAD_BUF: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
+/// The rest of a connection hyper must serve: the bytes already read, then
+/// the stream.
+pub struct Handoff<IO> {
+    pub io: IO,
+    pub read: Bytes,
+}
+
+impl<IO: AsyncRead + Unpin> AsyncRead for Handoff<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.read.is_empty() {
+            return Pin::new(&mut this.io).poll_read(cx, buf);
+        }
+        let n = this.read.len().min(buf.remaining());
+        buf.put_slice(&this.read.split_to(n));
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Handoff<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// What one connection's requests share.
+pub struct Shared<'a> {
+    pub listener: &'a Listener,
+    pub info: &'a ConnInfo,
+    pub state: &'a Arc<ConnState>,
+    pub regions: Option<&'a Arc<Regions>>,
+    /// `limits.header_size`: a head still incomplete past this goes to hyper.
+    pub max_head: usize,
+}
+
+/// Serves requests until the connection ends (`None`) or a request needs
+/// hyper (`Some`).
+pub async fn serve<IO>(mut io: IO, sh: Shared<'_>, signal: &Signal) -> Option<Handoff<IO>>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    // Owned clone for the idle wait, so `signal` stays free for the hand-off.
+    let mut drained = pin!({
+        let mut s = signal.clone();
+        async move { s.signaled().await }
+    });
+    let mut pending = BytesMut::new();
+    loop {
+        // Every complete request already read, in order (pipelining).
+        while !pending.is_empty() {
+            let (req, keep_alive) = match parse(&mut pending, sh.max_head) {
+                Parsed::NeedMore => break,
+                Parsed::Hyper => {
+                    return Some(Handoff {
+                        io,
+                        read: pending.freeze(),
+                    });
+                }
+                Parsed::Request(req, keep_alive) => (req, keep_alive),
+            };
+            let is_head = req.method() == Method::HEAD;
+            sh.state.request_started();
+            let handled = handle_reading(
+                sh.listener.handle(req, sh.info),
+                &mut io,
+                &mut pending,
+                sh.max_head,
+            )
+            .await;
+            sh.state.request_done();
+            // The client closed (or the stream failed) mid-request: drop the
+            // handler, as hyper does without half-close.
+            let mut resp = handled?;
+            if let Some(r) = resp.extensions_mut().remove::<FileRegion>()
+                && let Some(regions) = sh.regions
+            {
+                regions.push(r);
+            }
+            let close = !keep_alive || signal.is_signaled();
+            match write_response(&mut io, resp, is_head, close).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    let _ = io.shutdown().await;
+                    return None;
+                }
+                Err(e) => {
+                    tracing::debug!("connection from {}: {e}", sh.info.peer);
+                    return None;
+                }
+            }
+        }
+        // Wait for more bytes; while idle, for the drain signal too.
+        let idle = pending.is_empty();
+        let read = poll_fn(|cx| poll_read_into(&mut io, cx, &mut pending));
+        let n = if idle {
+            tokio::select! {
+                biased;
+                r = read => r,
+                _ = drained.as_mut() => return None,
+            }
+        } else {
+            read.await
+        };
+        match n {
+            Ok(0) => return None,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!("connection from {}: {e}", sh.info.peer);
+                return None;
+            }
+        }
+    }
+}
+
+/// Reads what the stream has into `pending` through the thread's buffer,
+/// so an idle connection owns no read buffer. `Ok(0)`: end of stream.
+fn poll_read_into<IO: AsyncRead + Unpin>(
+    io: &mut IO,
+    cx: &mut Context<'_>,
+    pending: &mut BytesMut,
+) -> Poll<io::Result<usize>> {
+    READ_BUF.with_borrow_mut(|buf| {
+        let mut rb = ReadBuf::new(buf);
+        ready!(Pin::new(io).poll_read(cx, &mut rb))?;
+        pending.extend_from_slice(rb.filled());
+        Poll::Ready(Ok(rb.filled().len()))
+    })
+}
+
+/// Runs the handler, and meanwhile reads on: pipelined requests are kept
+/// (up to `max` bytes) and a client that goes away cancels the request.
+/// `None`: the client closed or the stream failed.
+async fn handle_reading<F, IO>(
+    handler: F,
+    io: &mut IO,
+    pending: &mut BytesMut,
+    max: usize,
+) -> Option<F::Output>
+where
+    F: Future,
+    IO: AsyncRead + Unpin,
+{
+    let mut handler = pin!(handler);
+    poll_fn(|cx| {
+        if let Poll::Ready(r) = handler.as_mut().poll(cx) {
+            return Poll::Ready(Some(r));
+        }
+        while pending.len() < max {
+            match poll_read_into(io, cx, pending) {
+                Poll::Pending => break,
+                Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(None),
+                Poll::Ready(Ok(_)) => {}
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+// Returned by value once per request and matched at once: boxing the large
+// variant would cost an allocation per request for nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum Parsed {
+    /// A request to serve here, and whether the connection stays open after it.
+    Request(Request<Body>, bool),
+    /// The head is not complete yet.
+    NeedMore,
+    /// Not for this loop: hyper takes the connection from this request on.
+    Hyper,
+}
+
+/// Parses the head at the start of `pending` and, if it is one this loop
+/// serves, takes it out of `pending`; otherwise `pending` is left as it was.
+pub fn parse(pending: &mut BytesMut, max_head: usize) -> Parsed {
+    let buf = std::mem::take(pending).freeze();
+    let (parsed, used) = parse_head(&buf, max_head);
+    *pending = match parsed {
+        // Usually nothing is left and `pending` holds no memory; a pipelined
+        // remainder is copied out so the served head's memory can go.
+        Parsed::Request(..) if used == buf.len() => BytesMut::new(),
+        Parsed::Request(..) => BytesMut::from(&buf[used..]),
+        _ => BytesMut::from(buf),
+    };
+    parsed
+}
+
+/// The request at the start of `buf` and the length of its head.
+fn parse_head(buf: &Bytes, max_head: usize) -> (Parsed, usize) {
+    let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(
+        &mut req,
+        buf,
+        &mut headers,
+    ) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() < max_head => return (Parsed::NeedMore, 0),
+        // Too large, too many headers, malformed: hyper answers it.
+        _ => return (Parsed::Hyper, 0),
+    };
+    let method = match req.method {
+        Some("GET") => Method::GET,
+        Some("HEAD") => Method::HEAD,
+        _ => return (Parsed::Hyper, 0),
+    };
+    let Some(path) = req.path else {
+        return (Parsed::Hyper, 0);
+    };
+    if req.version != Some(1) || !path.starts_with('/') || path.len() > MAX_URI_LEN {
+        return (Parsed::Hyper, 0);
+    }
+    let Ok(uri) = http::Uri::from_maybe_shared(buf.slice_ref(path.as_bytes())) else {
+        return (Parsed::Hyper, 0);
+    };
+    let mut keep_alive = true;
+    let mut map = HeaderMap::with_capacity(req.headers.len());
+    for h in req.headers.iter() {
+        let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
+            return (Parsed::Hyper, 0);
+        };
+        match name {
+            header::CONTENT_LENGTH
+            | header::TRANSFER_ENCODING
+            | header::UPGRADE
+            | header::EXPECT => return (Parsed::Hyper, 0),
+            header::CONNECTION => {
+                for token in h.value.split(|&b| b == b',') {
+                    let token = token.trim_ascii();
+                    if token.eq_ignore_ascii_case(b"close") {
+                        keep_alive = false;
+                    } else if !token.is_empty() && !token.eq_ignore_ascii_case(b"keep-alive") {
+                        return (Parsed::Hyper, 0);
+                    }
+                }
+            }
+            _ => {}
+        }
+        let Ok(value) = HeaderValue::from_maybe_shared(buf.slice_ref(h.value)) else {
+            return (Parsed::Hyper, 0);
+        };
+        map.append(name, value);
+    }
+    let mut r = Request::new(Body::Empty);
+    *r.method_mut() = method;
+    *r.uri_mut() = uri;
+    *r.version_mut() = Version::HTTP_11;
+    *r.headers_mut() = map;
+    (Parsed::Request(r, keep_alive), len)
+}
+
+/// How the body follows the head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    Length(u64),
+    Chunked,
+}
+
+/// What the body says of its length, as hyper's dispatcher sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyLength {
+    /// Already at its end (hyper's `None`).
+    Empty,
+    Known(u64),
+    Unknown,
+}
+
+/// Writes one response; `Ok(false)` when the connection must close after it.
+async fn write_response<IO>(
+    io: &mut IO,
+    resp: http::Response<Body>,
+    is_head: bool,
+    mut close: bool,
+) -> io::Result<bool>
+where
+    IO: AsyncWrite + Unpin,
+{
+    let (mut parts, mut body) = resp.into_parts();
+    let length = if body.is_end_stream() {
+        BodyLength::Empty
+    } else {
+        match body.size_hint().exact() {
+            Some(n) => BodyLength::Known(n),
+            None => BodyLength::Unknown,
+        }
+    };
+    let mut head = HEAD_BUF.take();
+    head.clear();
+    let framing = encode_head(&mut parts, length, is_head, &mut close, &mut head);
+    let r = write_body(io, &head, &mut body, framing).await;
+    head.clear();
+    if head.capacity() <= 4096 {
+        HEAD_BUF.set(head);
+    }
+    match r {
+        Ok(true) => Ok(!close),
+        // The body did not end as its head announced: the client cannot
+        // find the next response, so the connection ends.
+        Ok(false) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sends `head` and the body after it; `Ok(false)` if the body broke off or
+/// did not match its length.
+async fn write_body<IO>(
+    io: &mut IO,
+    head: &[u8],
+    body: &mut Body,
+    framing: Framing,
+) -> io::Result<bool>
+where
+    IO: AsyncWrite + Unpin,
+{
+    let mut body = Pin::new(body);
+    if framing == Framing::Length(0) {
+        write_all(io, &mut [IoSlice::new(head)]).await?;
+        flush(io).await?;
+        return Ok(true);
+    }
+    let mut left = match framing {
+        Framing::Length(n) => n,
+        Framing::Chunked => u64::MAX,
+    };
+    let mut head = Some(head);
+    let mut ok = true;
+    loop {
+        let frame = poll_fn(|cx| body.as_mut().poll_frame(cx)).await;
+        let data = match frame {
+            Some(Ok(f)) => match f.into_data() {
+                Ok(d) => d,
+                Err(_) => continue, // trailers: not sent (nor by hyper without a Trailer header)
+            },
+            Some(Err(e)) => {
+                tracing::debug!("response body failed: {e}");
+                ok = false;
+                break;
+            }
+            None => break,
+        };
+        if data.is_empty() {
+            continue;
+        }
+        let h = head.take().unwrap_or_default();
+        match framing {
+            Framing::Length(_) => {
+                let n = (data.len() as u64).min(left) as usize;
+                write_all(io, &mut [IoSlice::new(h), IoSlice::new(&data[..n])]).await?;
+                left -= n as u64;
+                if n < data.len() {
+                    ok = false;
+                    break;
+                }
+            }
+            Framing::Chunked => {
+                let mut size = [0u8; 18];
+                let size = chunk_size_line(data.len(), &mut size);
+                write_all(
+                    io,
+                    &mut [
+                        IoSlice::new(h),
+                        IoSlice::new(size),
+                        IoSlice::new(&data),
+                        IoSlice::new(b"\r\n"),
+                    ],
+                )
+                .await?;
+            }
+        }
+        flush(io).await?;
+    }
+    let h = head.take().unwrap_or_default();
+    match framing {
+        Framing::Length(n) => {
+            if !h.is_empty() {
+                write_all(io, &mut [IoSlice::new(h)]).await?;
+            }
+            ok &= left == 0 || n == 0;
+        }
+        Framing::Chunked if ok => {
+            write_all(io, &mut [IoSlice::new(h), IoSlice::new(b"0\r\n\r\n")]).await?;
+        }
+        Framing::Chunked => {
+            if !h.is_empty() {
+                write_all(io, &mut [IoSlice::new(h)]).await?;
+            }
+        }
+    }
+    flush(io).await?;
+    Ok(ok)
+}
+
+/// `{len:X}\r\n` into `buf`.
+fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut i = 16;
+    let mut n = len;
+    loop {
+        i -= 1;
+        buf[i] = HEX[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    buf[16] = b'\r';
+    buf[17] = b'\n';
+    &buf[i..]
+}
+
+async fn write_all<IO: AsyncWrite + Unpin>(
+    io: &mut IO,
+    mut bufs: &mut [IoSlice<'_>],
+) -> io::Result<()> {
+    IoSlice::advance_slices(&mut bufs, 0);
+    while !bufs.is_empty() {
+        let n = poll_fn(|cx| Pin::new(&mut *io).poll_write_vectored(cx, bufs)).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut bufs, n);
+    }
+    Ok(())
+}
+
+async fn flush<IO: AsyncWrite + Unpin>(io: &mut IO) -> io::Result<()> {
+    poll_fn(|cx| Pin::new(&mut *io).poll_flush(cx)).await
+}
+
+fn extend(dst: &mut Vec<u8>, b: &[u8]) {
+    dst.extend_from_slice(b);
+}
+
+/// `HEAD`, 1xx, 204 and 304 never have a body.
+fn can_have_body(is_head: bool, status: StatusCode) -> bool {
+    !is_head
+        && !status.is_informational()
+        && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
+}
+
+fn can_have_content_length(status: StatusCode) -> bool {
+    !status.is_informational()
+        && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
+}
+
+/// Writes the status line and headers into `dst` by hyper's rules
+/// (`hyper::proto::h1::role::Server::encode`), and returns how the body
+/// follows. `close` comes in as "the connection closes after this" and
+/// goes out including a `Connection: close` the handler set.
+fn encode_head(
+    parts: &mut http::response::Parts,
+    length: BodyLength,
+    is_head: bool,
+    close: &mut bool,
+    dst: &mut Vec<u8>,
+) -> Framing {
+    let mut status = parts.status;
+    if status.is_informational() {
+        // Never produced for a request served here (upgrades go to hyper);
+        // hyper answers 500 in their place too.
+        status = StatusCode::INTERNAL_SERVER_ERROR;
+        parts.headers.clear();
+    }
+    if status == StatusCode::OK {
+        extend(dst, b"HTTP/1.1 200 OK\r\n");
+    } else {
+        extend(dst, b"HTTP/1.1 ");
+        extend(dst, status.as_str().as_bytes());
+        extend(dst, b" ");
+        extend(
+            dst,
+            status.canonical_reason().unwrap_or("<none>").as_bytes(),
+        );
+        extend(dst, b"\r\n");
+    }
+    if *close {
+        // As hyper: `close` joins the handler's Connection values, or is a
+        // header of its own at the end.
+        match parts.headers.entry(header::CONNECTION) {
+            header::Entry::Occupied(mut e) => {
+                if !e.iter().any(|v| has_token(v.as_bytes(), b"close")) {
+                    e.append(HeaderValue::from_static("close"));
+                }
+            }
+            header::Entry::Vacant(e) => {
+                e.insert(HeaderValue::from_static("close"));
+            }
+        }
+    }
+
+    let chunkable = can_have_body(is_head, status);
+    let mut framing = None;
+    let mut wrote_date = false;
+    let mut last: Option<HeaderName> = None;
+    for (name, value) in std::mem::take(&mut parts.headers) {
+        // `None`: one more value of the previous name.
+        let repeat = name.is_none();
+        if let Some(n) = name {
+            last = Some(n);
+        }
+        let Some(name) = last.as_ref() else { continue };
+        match *name {
+            header::CONTENT_LENGTH => {
+                let len = match length {
+                    BodyLength::Known(n) => Some(n),
+                    BodyLength::Unknown => value.to_str().ok().and_then(|s| s.parse::<u64>().ok()),
+                    BodyLength::Empty if is_head => Some(0),
+                    // No body: the header is dropped for the implicit one below.
+                    BodyLength::Empty => None,
+                };
+                if repeat || framing.is_some() {
+                    continue;
+                }
+                let Some(len) = len else { continue };
+                framing = Some(Framing::Length(len));
+            }
+            header::TRANSFER_ENCODING => {
+                if !chunkable || repeat || framing.is_some() {
+                    continue;
+                }
+                framing = Some(Framing::Chunked);
+                extend(dst, b"transfer-encoding: ");
+                extend(dst, value.as_bytes());
+                if !has_token(value.as_bytes(), b"chunked") {
+                    extend(dst, b", chunked");
+                }
+                extend(dst, b"\r\n");
+                continue;
+            }
+            header::CONNECTION => {
+                if has_token(value.as_bytes(), b"close") {
+                    *close = true;
+                }
+                if repeat {
+                    // hyper joins them onto one line.
+                    dst.truncate(dst.len() - 2);
+                    extend(dst, b", ");
+                } else {
+                    extend(dst, b"connection: ");
+                }
+                extend(dst, value.as_bytes());
+                extend(dst, b"\r\n");
+                continue;
+            }
+            header::DATE => wrote_date = true,
+            header::TRAILER if !chunkable => continue,
+            _ => {}
+        }
+        extend(dst, name.as_str().as_bytes());
+        extend(dst, b": ");
+        extend(dst, value.as_bytes());
+        extend(dst, b"\r\n");
+    }
+    let framing = match framing {
+        Some(f) => f,
+        None => match length {
+            BodyLength::Unknown if chunkable => {
+                extend(dst, b"transfer-encoding: chunked\r\n");
+                Framing::Chunked
+            }
+            // Not chunkable means no body at all.
+            BodyLength::Unknown => Framing::Length(0),
+            BodyLength::Empty | BodyLength::Known(0) => {
+                if can_have_content_length(status) && !is_head {
+                    extend(dst, b"content-length: 0\r\n");
+                }
+                Framing::Length(0)
+            }
+            BodyLength::Known(n) => {
+                if can_have_content_length(status) {
+                    extend(dst, b"content-length: ");
+                    extend(dst, itoa::Buffer::new().format(n).as_bytes());
+                    extend(dst, b"\r\n");
+                    Framing::Length(n)
+                } else {
+                    Framing::Length(0)
+                }
+            }
+        },
+    };
+    if !wrote_date {
+        extend(dst, b"date: ");
+        date::extend(dst);
+        extend(dst, b"\r\n");
+    }
+    extend(dst, b"\r\n");
+    if chunkable {
+        framing
+    } else {
+        Framing::Length(0)
+    }
+}
+
+/// Whether the comma-separated `value` holds `token` (case-insensitive).
+fn has_token(value: &[u8], token: &[u8]) -> bool {
+    value
+        .split(|&b| b == b',')
+        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
+}
+
+/// The `Date` header value, formatted once a second per thread.
+mod date {
+    use std::cell::RefCell;
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    struct Cached {
+        second: u64,
+        value: [u8; 29],
+    }
+
+    thread_local! {
+        static DATE: RefCell<Cached> = const { RefCell::new(Cached { second: u64::MAX, value: [0; 29] }) };
+    }
+
+    pub fn extend(dst: &mut Vec<u8>) {
+        let now = SystemTime::now();
+        let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        DATE.with_borrow_mut(|c| {
+            if c.second != second {
+                let s = httpdate::fmt_http_date(now);
+                if s.len() == c.value.len() {
+                    c.value.copy_from_slice(s.as_bytes());
+                    c.second = second;
+                }
+            }
+            dst.extend_from_slice(&c.value);
+        });
+    }
+}
+
+/// The property the fuzzers check (`h1_parse` under cargo-fuzz, and the
+/// seeded mutation test): panics if [`parse`] breaks it.
+#[doc(hidden)]
+pub fn check_parse(input: &[u8], max_head: usize) {
+    let mut b = BytesMut::from(input);
+    match parse(&mut b, max_head) {
+        Parsed::Request(r, _) => {
+            let used = input.len() - b.len();
+            assert_eq!(&input[used..], &b[..], "the rest is left as it was");
+            let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut req = httparse::Request::new(&mut hs);
+            assert_eq!(
+                req.parse(&input[..used]),
+                Ok(httparse::Status::Complete(used)),
+                "exactly one complete head is taken"
+            );
+            assert!(r.method() == Method::GET || r.method() == Method::HEAD);
+            assert!(r.uri().path().starts_with('/'));
+            for h in [
+                header::CONTENT_LENGTH,
+                header::TRANSFER_ENCODING,
+                header::UPGRADE,
+                header::EXPECT,
+            ] {
+                assert!(!r.headers().contains_key(&h), "{h} must go to hyper");
+            }
+            assert_eq!(r.headers().len(), req.headers.len());
+        }
+        Parsed::NeedMore | Parsed::Hyper => assert_eq!(&b[..], input),
+    }
+}
+
+#[cfg(test)]
+mod tests;
