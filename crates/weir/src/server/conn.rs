@@ -4,7 +4,9 @@
 //! [`TimedIo`] that enforces the timeouts.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -187,7 +189,12 @@ async fn serve(
         tls: ctx.tls.is_some(),
     };
     if let Some(pp) = &ctx.accept_pp {
-        let read = crate::proxy::proxy_protocol::read_header(&mut stream, pp, peer);
+        // Boxed: its buffer would otherwise stay in every connection's task.
+        let read = Box::pin(crate::proxy::proxy_protocol::read_header(
+            &mut stream,
+            pp,
+            peer,
+        ));
         match tokio::time::timeout(ctx.timeouts.header, read).await {
             Ok(Ok(Some((src, dst)))) => {
                 info.peer = src;
@@ -231,58 +238,74 @@ async fn serve(
     };
 
     let Some(acceptor) = &ctx.tls else {
-        let stream = ZeroCopy::new(stream, regions.clone().unwrap_or_default());
-        // Request-smuggling checks on the raw bytes before anyone parses them.
-        let io = Guard::new(
-            TimedIo::new(stream, state.clone(), ctx.timeouts, true),
-            ctx.limits.header_size,
-            peer,
-        );
-        let shared = http1::Shared {
-            listener: &ctx.listener,
-            info: &info,
-            state: &state,
-            regions: regions.as_ref(),
-            max_head: ctx.limits.header_size,
+        // Built inside a block so that only the boxed future, not the
+        // moved-from layers (about 1.5 KiB each), is kept across the await.
+        let conn = {
+            let stream = ZeroCopy::new(stream, regions.clone().unwrap_or_default());
+            // Request-smuggling checks on the raw bytes before anyone parses them.
+            let io = Guard::new(
+                TimedIo::new(stream, state.clone(), ctx.timeouts, true),
+                ctx.limits.header_size,
+                peer,
+            );
+            let shared = http1::Shared {
+                listener: &ctx.listener,
+                info: &info,
+                state: &state,
+                regions: regions.as_ref(),
+                max_head: ctx.limits.header_size,
+            };
+            Box::pin(serve_http1(io, &ctx, shared, svc, signal))
         };
-        serve_http1(io, &ctx, shared, svc, signal).await;
+        conn.await;
         return;
     };
 
     // The handshake must finish within the header timeout: a client that
     // opens TCP and sends nothing must not hold the slot.
-    let handshake = acceptor.accept(stream, &ctx.handshakes);
-    let tls = match tokio::time::timeout(ctx.timeouts.header, handshake).await {
-        Ok(Ok(Some(s))) => s,
-        // An ACME TLS-ALPN-01 validation: answered during the handshake.
-        Ok(Ok(None)) => return,
-        Ok(Err(e)) => {
-            tracing::debug!("TLS handshake with {peer} failed: {e}");
-            return;
-        }
-        Err(_) => {
-            tracing::debug!("TLS handshake with {peer} timed out");
-            return;
+    // Boxed, as are the hyper connections below: a task's memory is its
+    // largest state, and an idle keep-alive connection should pay only for
+    // the state it is in (BENCHMARKS.md, idle).
+    let handshake = Box::pin(acceptor.accept(stream, &ctx.handshakes));
+    let handshake = tokio::time::timeout(ctx.timeouts.header, handshake);
+    // The connection's future is built in a block that ends before it runs,
+    // so the TLS stream (about 1.4 KiB) is not also kept in this task.
+    let conn: Pin<Box<dyn Future<Output = ()> + Send + '_>> = {
+        let tls = match handshake.await {
+            Ok(Ok(Some(s))) => s,
+            // An ACME TLS-ALPN-01 validation: answered during the handshake.
+            Ok(Ok(None)) => return,
+            Ok(Err(e)) => {
+                tracing::debug!("TLS handshake with {peer} failed: {e}");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("TLS handshake with {peer} timed out");
+                return;
+            }
+        };
+        if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+            let io = TimedIo::new(tls, state.clone(), ctx.timeouts, false);
+            let conn = signal.watch(ctx.h2.serve_connection(TokioIo::new(io), svc));
+            Box::pin(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!("connection from {peer}: {e}");
+                }
+            })
+        } else {
+            let io = TimedIo::new(tls, state.clone(), ctx.timeouts, true);
+            let io = Guard::new(io, ctx.limits.header_size, peer);
+            let shared = http1::Shared {
+                listener: &ctx.listener,
+                info: &info,
+                state: &state,
+                regions: None,
+                max_head: ctx.limits.header_size,
+            };
+            Box::pin(serve_http1(io, &ctx, shared, svc, signal))
         }
     };
-    let is_h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    let io = TimedIo::new(tls, state.clone(), ctx.timeouts, !is_h2);
-    if is_h2 {
-        let conn = ctx.h2.serve_connection(TokioIo::new(io), svc);
-        if let Err(e) = signal.watch(conn).await {
-            tracing::debug!("connection from {peer}: {e}");
-        }
-        return;
-    }
-    let io = Guard::new(io, ctx.limits.header_size, peer);
-    let shared = http1::Shared {
-        listener: &ctx.listener,
-        info: &info,
-        state: &state,
-        regions: None,
-        max_head: ctx.limits.header_size,
-    };
-    serve_http1(io, &ctx, shared, svc, signal).await;
+    conn.await;
 }
 
 /// HTTP/1.1 (or h2c by prior knowledge): weir's loop while requests are
@@ -305,24 +328,26 @@ async fn serve_http1<IO, S>(
     S::Future: Send + 'static,
 {
     let peer = shared.info.peer;
-    let io = if ctx.fast_h1 {
-        match http1::serve(io, shared, &signal).await {
-            Some(rest) => rest,
+    let mut io = io;
+    let read = if ctx.fast_h1 {
+        match http1::serve(&mut io, shared, &signal).await {
+            Some(read) => read,
             None => return,
         }
     } else {
-        http1::Handoff {
-            io,
-            read: bytes::Bytes::new(),
-        }
+        bytes::Bytes::new()
     };
     // The auto builder (same HTTP/1 settings) because hyper's own
     // upgradeable HTTP/1 connection cannot be watched for graceful shutdown.
-    let conn = ctx
-        .auto
-        .serve_connection_with_upgrades(TokioIo::new(io), svc)
-        .into_owned();
-    if let Err(e) = signal.watch(conn).await {
+    // Boxed: this state is rare, and hyper's connection is about 3 KiB.
+    let conn = Box::pin(
+        signal.watch(
+            ctx.auto
+                .serve_connection_with_upgrades(TokioIo::new(http1::Handoff { io, read }), svc)
+                .into_owned(),
+        ),
+    );
+    if let Err(e) = conn.await {
         tracing::debug!("connection from {peer}: {e}");
     }
 }

@@ -70,8 +70,8 @@ thread_local! {
     static HEAD_BUF: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
 
-/// The rest of a connection hyper must serve: the bytes already read, then
-/// the stream.
+/// The rest of a connection hyper must serve: the bytes [`serve`] had
+/// read, then the stream.
 pub struct Handoff<IO> {
     pub io: IO,
     pub read: Bytes,
@@ -134,8 +134,8 @@ pub struct Shared<'a> {
 }
 
 /// Serves requests until the connection ends (`None`) or a request needs
-/// hyper (`Some`).
-pub async fn serve<IO>(mut io: IO, sh: Shared<'_>, signal: &Signal) -> Option<Handoff<IO>>
+/// hyper (`Some`: the bytes read from that request on, for a [`Handoff`]).
+pub async fn serve<IO>(io: &mut IO, sh: Shared<'_>, signal: &Signal) -> Option<Bytes>
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
@@ -150,23 +150,18 @@ where
         while !pending.is_empty() {
             let (req, keep_alive) = match parse(&mut pending, sh.max_head) {
                 Parsed::NeedMore => break,
-                Parsed::Hyper => {
-                    return Some(Handoff {
-                        io,
-                        read: pending.freeze(),
-                    });
-                }
+                Parsed::Hyper => return Some(pending.freeze()),
                 Parsed::Request(req, keep_alive) => (req, keep_alive),
             };
             let is_head = req.method() == Method::HEAD;
             sh.state.request_started();
-            let handled = handle_reading(
-                sh.listener.handle(req, sh.info),
-                &mut io,
-                &mut pending,
-                sh.max_head,
-            )
-            .await;
+            // Pinned here and lent to `handle_reading`: passed by value, the
+            // handler's future (about 1.2 KiB) would be stored twice in this
+            // connection's state.
+            let handled = {
+                let handler = pin!(sh.listener.handle(req, sh.info));
+                handle_reading(handler, io, &mut pending, sh.max_head).await
+            };
             sh.state.request_done();
             // The client closed (or the stream failed) mid-request: drop the
             // handler, as hyper does without half-close.
@@ -177,7 +172,7 @@ where
                 regions.push(r);
             }
             let close = !keep_alive || signal.is_signaled();
-            match write_response(&mut io, resp, is_head, close).await {
+            match write_response(io, resp, is_head, close).await {
                 Ok(true) => {}
                 Ok(false) => {
                     let _ = io.shutdown().await;
@@ -191,7 +186,7 @@ where
         }
         // Wait for more bytes; while idle, for the drain signal too.
         let idle = pending.is_empty();
-        let read = poll_fn(|cx| poll_read_into(&mut io, cx, &mut pending));
+        let read = poll_fn(|cx| poll_read_into(io, cx, &mut pending));
         let n = if idle {
             tokio::select! {
                 biased;
@@ -231,7 +226,7 @@ fn poll_read_into<IO: AsyncRead + Unpin>(
 /// (up to `max` bytes) and a client that goes away cancels the request.
 /// `None`: the client closed or the stream failed.
 async fn handle_reading<F, IO>(
-    handler: F,
+    mut handler: Pin<&mut F>,
     io: &mut IO,
     pending: &mut BytesMut,
     max: usize,
@@ -240,7 +235,6 @@ where
     F: Future,
     IO: AsyncRead + Unpin,
 {
-    let mut handler = pin!(handler);
     poll_fn(|cx| {
         if let Poll::Ready(r) = handler.as_mut().poll(cx) {
             return Poll::Ready(Some(r));
