@@ -191,7 +191,11 @@ where
             tokio::select! {
                 biased;
                 r = read => r,
-                _ = drained.as_mut() => return None,
+                _ = drained.as_mut() => {
+                    // Shutting down: an idle connection closes at once.
+                    let _ = io.shutdown().await;
+                    return None;
+                }
             }
         } else {
             read.await
