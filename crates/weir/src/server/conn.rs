@@ -237,6 +237,15 @@ async fn serve(
         })
     };
 
+    // What weir's HTTP/1.1 loop needs, for either kind of listener
+    // (`regions` is `None` on TLS ones).
+    let shared = http1::Shared {
+        listener: &ctx.listener,
+        info: &info,
+        state: &state,
+        regions: regions.as_ref(),
+        max_head: ctx.limits.header_size,
+    };
     let Some(acceptor) = &ctx.tls else {
         // Built inside a block so that only the boxed future, not the
         // moved-from layers (about 1.5 KiB each), is kept across the await.
@@ -248,13 +257,6 @@ async fn serve(
                 ctx.limits.header_size,
                 peer,
             );
-            let shared = http1::Shared {
-                listener: &ctx.listener,
-                info: &info,
-                state: &state,
-                regions: regions.as_ref(),
-                max_head: ctx.limits.header_size,
-            };
             Box::pin(serve_http1(io, &ctx, shared, svc, signal))
         };
         conn.await;
@@ -295,13 +297,6 @@ async fn serve(
         } else {
             let io = TimedIo::new(tls, state.clone(), ctx.timeouts, true);
             let io = Guard::new(io, ctx.limits.header_size, peer);
-            let shared = http1::Shared {
-                listener: &ctx.listener,
-                info: &info,
-                state: &state,
-                regions: None,
-                max_head: ctx.limits.header_size,
-            };
             Box::pin(serve_http1(io, &ctx, shared, svc, signal))
         }
     };
