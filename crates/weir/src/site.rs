@@ -84,10 +84,12 @@ pub enum SiteError {
 
 /// Builds every site once; listeners share them.
 pub fn build_sites(cfg: &Config) -> Result<Vec<Arc<Site>>, SiteError> {
+    // The HTTP/1.1 engine setting covers both sides of the proxy.
+    let own_h1 = cfg.server.http1 == crate::config::Http1Engine::Fast;
     cfg.sites
         .iter()
         .map(|s| {
-            let handler = build_handler(&s.name, &s.handler)?;
+            let handler = build_handler(&s.name, &s.handler, own_h1)?;
             let access_log = match &s.access_log {
                 Some(a) => Some(AccessLog::open(a).map_err(|source| SiteError::AccessLog {
                     site: s.name.clone(),
@@ -104,7 +106,7 @@ pub fn build_sites(cfg: &Config) -> Result<Vec<Arc<Site>>, SiteError> {
         .collect()
 }
 
-fn build_handler(site: &str, h: &HandlerConfig) -> Result<Handler, SiteError> {
+fn build_handler(site: &str, h: &HandlerConfig, own_h1: bool) -> Result<Handler, SiteError> {
     Ok(match h {
         HandlerConfig::Static(opts) => Handler::Static(StaticFiles::new(opts.clone()).map_err(
             |source| SiteError::Static {
@@ -114,20 +116,20 @@ fn build_handler(site: &str, h: &HandlerConfig) -> Result<Handler, SiteError> {
         )?),
         HandlerConfig::Welcome => Handler::Welcome,
         HandlerConfig::RedirectHttps { port } => Handler::RedirectHttps { port: *port },
-        HandlerConfig::Proxy(p) => Handler::Proxy(crate::proxy::Proxy::new(p.clone())),
+        HandlerConfig::Proxy(p) => Handler::Proxy(crate::proxy::Proxy::new(p.clone(), own_h1)),
         HandlerConfig::Routes { routes, fallback } => Handler::Routes {
             routes: routes
                 .iter()
                 .filter_map(|r| match &r.handler {
                     HandlerConfig::Proxy(p) => Some(Route {
                         cfg: r.clone(),
-                        proxy: crate::proxy::Proxy::new(p.clone()),
+                        proxy: crate::proxy::Proxy::new(p.clone(), own_h1),
                     }),
                     _ => None,
                 })
                 .collect(),
             fallback: match fallback {
-                Some(f) => Some(Box::new(build_handler(site, f)?)),
+                Some(f) => Some(Box::new(build_handler(site, f, own_h1)?)),
                 None => None,
             },
         },

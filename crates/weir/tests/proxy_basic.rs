@@ -3,7 +3,8 @@
 
 mod proxy_support;
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use proxy_support::{Upstream, Weir, client, free_port};
@@ -289,4 +290,176 @@ async fn server_sent_events_are_not_buffered() {
         rest.extend_from_slice(&c);
     }
     assert_eq!(rest, b"data: 1\n\ndata: 2\n\n");
+}
+
+/// A raw upstream that answers each request head with the canned bytes its
+/// path names, and closes after the ones that must close.
+async fn scripted_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let c2 = conns.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            c2.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        let mut b = [0u8; 4096];
+                        match s.read(&mut b).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&b[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                    buf.drain(..end + 4);
+                    let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+                    let (resp, close): (&[u8], bool) = match path.as_str() {
+                        "/chunked" => (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Sum: 9\r\n\r\n", false),
+                        "/early" => (b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody", false),
+                        "/until-close" => (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nall until the close", true),
+                        "/http10" => (b"HTTP/1.0 200 OK\r\nContent-Length: 6\r\n\r\nold ok", true),
+                        "/both" => (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", true),
+                        "/bad-length" => (b"HTTP/1.1 200 OK\r\nContent-Length: 1, 2\r\n\r\nab", true),
+                        "/nothing" => (b"", true),
+                        "/reason" => (b"HTTP/1.1 200 Quite Fine\r\nContent-Length: 2\r\n\r\nok", false),
+                        "/hop" => (b"HTTP/1.1 200 OK\r\nConnection: x-private, keep-alive\r\nX-Private: secret\r\nKeep-Alive: timeout=5\r\nContent-Length: 3\r\n\r\nhop", false),
+                        "/close" => (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\nclose", true),
+                        "/cut" => (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this", true),
+                        _ => (b"HTTP/1.1 204 No Content\r\n\r\n", false),
+                    };
+                    if s.write_all(resp).await.is_err() || close {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, conns)
+}
+
+/// weir's own HTTP/1.1 upstream client (the default) and hyper's
+/// (`server.http1 = "hyper"`) give the client the same bytes, `date` aside,
+/// for the response shapes an upstream can send: chunked with trailers and
+/// extensions, 1xx before the answer, a body until close, HTTP/1.0, both
+/// Content-Length and Transfer-Encoding, a custom reason, hop-by-hop fields,
+/// `Connection: close`; and both answer 502 to what cannot be framed.
+#[tokio::test]
+async fn own_upstream_client_answers_like_hypers() {
+    let (up, _) = scripted_upstream().await;
+    let start = |engine: &str| {
+        Weir::start(&format!(
+            "[server]\nhttp1 = \"{engine}\"\n[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{up}\"], retries = 0, passive = {{ failures = 0 }} }}\n"
+        ))
+    };
+    let own = start("fast");
+    let hyper = start("hyper");
+    let strip_date = |s: String| -> String {
+        s.split("\r\n")
+            .filter(|l| !l.starts_with("date: "))
+            .collect::<Vec<_>>()
+            .join("\r\n")
+    };
+    let mut cases = Vec::new();
+    for path in [
+        "/chunked",
+        "/early",
+        "/until-close",
+        "/http10",
+        "/both",
+        "/bad-length",
+        "/nothing",
+        "/reason",
+        "/hop",
+        "/close",
+        "/cut",
+        "/empty",
+    ] {
+        cases.push(format!(
+            "GET {path} HTTP/1.1\r\nHost: a\r\nTE: trailers\r\nConnection: close\r\n\r\n"
+        ));
+    }
+    // Several on one client connection, and HEAD.
+    cases.push("GET /reason HTTP/1.1\r\nHost: a\r\n\r\nHEAD /chunked HTTP/1.1\r\nHost: a\r\n\r\nGET /hop HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".into());
+    for case in &cases {
+        let a = strip_date(proxy_support::raw(&own, case.as_bytes()).await);
+        let b = strip_date(proxy_support::raw(&hyper, case.as_bytes()).await);
+        assert!(!b.is_empty(), "hyper answered nothing to {case:?}");
+        assert_eq!(a, b, "answers differ for {case:?}");
+    }
+    // And what they answer is right.
+    let r = proxy_support::raw(&own, cases[0].as_bytes()).await;
+    assert!(
+        r.contains("\r\n\r\n5\r\nhello\r\n7\r\n, world\r\n0\r\n"),
+        "{r}"
+    );
+    let r = proxy_support::raw(&own, cases[2].as_bytes()).await;
+    assert!(
+        r.contains("\r\n13\r\nall until the close\r\n0\r\n\r\n"),
+        "{r}"
+    );
+    for i in [5, 6] {
+        let r = proxy_support::raw(&own, cases[i].as_bytes()).await;
+        assert!(r.starts_with("HTTP/1.1 502 "), "{}: {r}", cases[i]);
+    }
+    let r = proxy_support::raw(&own, cases[8].as_bytes()).await;
+    assert!(
+        !r.contains("secret") && !r.contains("keep-alive") && r.ends_with("hop"),
+        "{r}"
+    );
+}
+
+/// An upstream that closes idle keep-alive connections: the request that
+/// finds its pooled connection closed is not lost, and a response cut short
+/// or closed never puts its connection back in the pool.
+#[tokio::test]
+async fn pooled_connections_closed_by_the_upstream_lose_nothing() {
+    let (up, conns) = scripted_upstream().await;
+    let w = Weir::start(&format!(
+        "[server]\nworkers = 1\n[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{up}\"] }}\n"
+    ));
+    let c = client();
+    for _ in 0..5 {
+        assert_eq!(c.get(w.url("/reason")).send().await.unwrap().status(), 200);
+    }
+    assert_eq!(
+        conns.load(Ordering::SeqCst),
+        1,
+        "one kept-alive upstream connection"
+    );
+    // Each of these closes its connection; the next request needs a new one.
+    for (path, status, body) in [
+        ("/close", 200, "close"),
+        ("/http10", 200, "old ok"),
+        ("/until-close", 200, "all until the close"),
+    ] {
+        let r = c.get(w.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), status);
+        assert_eq!(r.text().await.unwrap(), body);
+        assert_eq!(
+            c.get(w.url("/reason"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap(),
+            "ok"
+        );
+    }
+    assert_eq!(conns.load(Ordering::SeqCst), 4);
+    // A body cut short reaches the client as an error, not as a complete body.
+    assert!(
+        c.get(w.url("/cut"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .is_err()
+    );
+    assert_eq!(c.get(w.url("/reason")).send().await.unwrap().status(), 200);
 }

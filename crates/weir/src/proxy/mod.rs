@@ -2,7 +2,9 @@
 //! [`Proxy::serve`] walks a request through named steps:
 //! `check_smuggling` → forwarding headers (`forward`) → `pick` (balancer,
 //! health, sticky cookie) → `admit` (max_conns and queue) → `sender`
-//! (pooled or new connection, `pool`) → send with the response timeout →
+//! (pooled or new connection, `pool`) → send with the response timeout
+//! (`send_own` through weir's own HTTP/1.1 client, `h1_client`, when the
+//! body is in memory; `send` through hyper's otherwise) →
 //! on failure `may_retry` decides → `respond` (hop-by-hop removal, Via, the
 //! body streamed back, the connection returned to the pool at its end).
 //!
@@ -16,6 +18,7 @@ pub mod balance;
 pub mod dns;
 pub mod early_response;
 pub mod forward;
+pub mod h1_client;
 pub mod health;
 pub mod pool;
 pub mod proxy_protocol;
@@ -65,6 +68,8 @@ pub enum ProxyError {
     Handshake(hyper::Error),
     #[error("{0}")]
     Upstream(hyper::Error),
+    #[error("{0}")]
+    Client(#[from] h1_client::ClientError),
     #[error("no response head within {0:?}")]
     ResponseTimeout(Duration),
     #[error("reading the request body: {0}")]
@@ -87,6 +92,7 @@ impl ProxyError {
             | E::Tls(_)
             | E::Handshake(_)
             | E::Upstream(_)
+            | E::Client(_)
             | E::NotSwitched(_) => StatusCode::BAD_GATEWAY,
             E::ClientBody(_) | E::Smuggling(_) => StatusCode::BAD_REQUEST,
         }
@@ -169,6 +175,9 @@ pub struct Proxy {
     ups: Vec<Arc<Upstream>>,
     tls: Option<tokio_rustls::TlsConnector>,
     tls_h2: Option<tokio_rustls::TlsConnector>,
+    /// HTTP/1.1 upstream connections through weir's own client
+    /// (`h1_client`) where it applies; `false`: always hyper's.
+    own_h1: bool,
 }
 
 /// A request body that can be sent again when it was small enough to keep.
@@ -193,7 +202,9 @@ impl Replay {
 }
 
 impl Proxy {
-    pub fn new(cfg: Arc<ProxyConfig>) -> Arc<Proxy> {
+    /// `own_h1`: use weir's own HTTP/1.1 client where it applies (the
+    /// `server.http1 = "fast"` default); `false`: hyper's for every request.
+    pub fn new(cfg: Arc<ProxyConfig>, own_h1: bool) -> Arc<Proxy> {
         let ups = cfg
             .upstreams
             .iter()
@@ -221,6 +232,7 @@ impl Proxy {
             tls_h2: any_tls.then(|| pool::tls_connector(cfg.tls_verify, true)),
             cfg,
             ups,
+            own_h1,
         });
         if p.cfg.health.is_some() {
             spawn_health_checks(p.clone());
@@ -289,7 +301,10 @@ impl Proxy {
                 Err(e) => return self.fail(parts, Some(up), e),
             };
             let active = ActiveGuard::new(up.clone());
-            let sender = match self.sender(idx, conn, false).await {
+            // A body already in memory (or none) can go through weir's own
+            // client; a streamed one needs hyper's.
+            let own = self.own_h1 && body.replayable();
+            let sender = match self.sender(idx, conn, false, own).await {
                 Ok(s) => s,
                 Err(e) => {
                     self.passive_failure(up, &e);
@@ -308,26 +323,42 @@ impl Proxy {
                     return self.fail(parts, Some(up), e);
                 }
             };
-            let req = build_request(
-                parts,
-                &pq,
-                &headers,
-                up,
-                &self.cfg.host,
-                sender.is_h2(),
-                body.take(),
-            );
-            match self.send(sender, req).await {
-                Ok((resp, sender)) => {
+            let sent = match sender {
+                Sender::Own(c) => {
+                    let bytes = match &body {
+                        Replay::Full(b) => Some(b.clone()),
+                        _ => None,
+                    };
+                    self.send_own(c, parts, &pq, &headers, up, bytes.as_ref(), idempotent)
+                        .await
+                }
+                sender => {
+                    let req = build_request(
+                        parts,
+                        &pq,
+                        &headers,
+                        up,
+                        &self.cfg.host,
+                        sender.is_h2(),
+                        body.take(),
+                    );
+                    self.send(sender, req).await.map(|(resp, sender)| {
+                        let (rp, incoming) = resp.into_parts();
+                        (rp, FromUpstream::Hyper(incoming, sender))
+                    })
+                }
+            };
+            match sent {
+                Ok((rp, from)) => {
                     let done = Done {
                         key: (self.id, idx),
-                        sender,
+                        sender: None,
                         max_idle: self.cfg.max_idle,
                         _permit: permit,
                         _active: active,
                     };
                     let set_sticky = self.cfg.sticky_cookie.is_some() && sticky != Some(idx);
-                    return self.respond(resp, done, up, parts.version, set_sticky);
+                    return self.respond_from(rp, from, done, up, parts.version, set_sticky);
                 }
                 Err((e, failure, returned)) => {
                     if let Some(req) = returned {
@@ -481,12 +512,15 @@ impl Proxy {
         }
     }
 
-    /// A pooled connection to upstream `idx`, or a new one.
+    /// A pooled connection to upstream `idx`, or a new one. `own`: weir's own
+    /// HTTP/1.1 client may take the request (else a pooled one of its
+    /// connections is handed to hyper's).
     async fn sender(
         &self,
         idx: usize,
         conn: &ConnInfo,
         upgrades: bool,
+        own: bool,
     ) -> Result<Sender, ProxyError> {
         let up = &self.ups[idx];
         let key = (self.id, idx);
@@ -498,7 +532,12 @@ impl Proxy {
                             return Ok(Sender::H1(tx));
                         }
                     }
-                    h2 => return Ok(h2),
+                    Sender::Own(c) if !own => {
+                        if let Ok(s) = pool::into_hyper(c).await {
+                            return Ok(s);
+                        }
+                    }
+                    s => return Ok(s),
                 }
             }
         }
@@ -517,6 +556,7 @@ impl Proxy {
                 tls,
                 sni: self.cfg.sni.as_deref(),
                 upgrades,
+                own_h1: own && self.own_h1,
             },
         )
         .await?;
@@ -559,6 +599,64 @@ impl Proxy {
                     Err(_) => Err((ProxyError::ResponseTimeout(timeout), Failure::Timeout, None)),
                 }
             }
+            Sender::Own(_) => unreachable!("weir's own connections go through send_own"),
+        }
+    }
+
+    /// Sends the request on one of weir's own connections and reads the
+    /// response head, within the response timeout.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    async fn send_own(
+        &self,
+        mut c: h1_client::Conn,
+        parts: &http::request::Parts,
+        pq: &http::uri::PathAndQuery,
+        headers: &HeaderMap,
+        up: &Upstream,
+        body: Option<&Bytes>,
+        idempotent: bool,
+    ) -> Result<(http::response::Parts, FromUpstream), (ProxyError, Failure, Option<Request<Body>>)>
+    {
+        let host = match (&self.cfg.host, headers.get(header::HOST)) {
+            (HostHeader::Pass, Some(v)) => v,
+            _ => &up.host,
+        };
+        let head = h1_client::RequestHead {
+            method: &parts.method,
+            target: pq.as_str(),
+            host,
+            headers,
+        };
+        let reused = c.reused();
+        let timeout = self.cfg.response_timeout;
+        let exchange = async {
+            c.send(&head, body).await?;
+            c.read_head(parts.method == Method::HEAD)
+                .await
+                .map_err(|e| (e, false))
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(Ok((rp, framing, keep_alive))) => Ok((
+                rp,
+                FromUpstream::Own {
+                    conn: c,
+                    framing,
+                    keep_alive,
+                },
+            )),
+            Ok(Err((e, nothing_sent))) => {
+                // A reused connection the upstream closed just as the request
+                // went out: the upstream never saw it; an idempotent request
+                // goes again on a new connection, as hyper's and nginx's do.
+                let stale = reused && idempotent && e.is_closed_before_response();
+                let failure = if nothing_sent || stale {
+                    Failure::NotSent
+                } else {
+                    Failure::AfterSend
+                };
+                Err((ProxyError::Client(e), failure, None))
+            }
+            Err(_) => Err((ProxyError::ResponseTimeout(timeout), Failure::Timeout, None)),
         }
     }
 
@@ -570,7 +668,33 @@ impl Proxy {
         version: Version,
         set_sticky: bool,
     ) -> Response<Body> {
-        let (mut rp, incoming) = resp.into_parts();
+        let (rp, incoming) = resp.into_parts();
+        self.respond_from(
+            rp,
+            FromUpstream::Hyper(incoming, None),
+            done,
+            up,
+            version,
+            set_sticky,
+        )
+    }
+
+    /// The client's response: the upstream's head with hop-by-hop fields
+    /// removed, Via and the sticky cookie added, and its body passed on; the
+    /// connection goes back to the pool when the body has ended cleanly.
+    fn respond_from(
+        &self,
+        mut rp: http::response::Parts,
+        from: FromUpstream,
+        mut done: Done,
+        up: &Upstream,
+        version: Version,
+        set_sticky: bool,
+    ) -> Response<Body> {
+        // A proxy answers in its own HTTP version, whatever the upstream's
+        // (RFC 9110 §6.2): an HTTP/1.0 upstream does not make the client's
+        // response HTTP/1.0.
+        rp.version = Version::HTTP_11;
         forward::strip_hop_by_hop(&mut rp.headers, false);
         if self.cfg.via {
             forward::append_via(&mut rp.headers, via_for(version));
@@ -581,14 +705,35 @@ impl Proxy {
                 rp.headers.append(header::SET_COOKIE, v);
             }
         }
-        let body = if http_body::Body::is_end_stream(&incoming) {
-            done.finish(true);
-            Body::empty()
-        } else {
-            Body::stream(UpstreamBody {
-                inner: incoming,
-                done: Some(done),
-            })
+        let body = match from {
+            FromUpstream::Hyper(incoming, sender) => {
+                done.sender = sender;
+                if http_body::Body::is_end_stream(&incoming) {
+                    done.release(true);
+                    Body::empty()
+                } else {
+                    Body::stream(UpstreamBody {
+                        inner: incoming,
+                        done: Some(done),
+                    })
+                }
+            }
+            FromUpstream::Own {
+                mut conn,
+                framing,
+                keep_alive,
+            } => match conn.take_buffered(framing) {
+                // The whole body has arrived: one frame, no copy.
+                Some(bytes) => {
+                    let reuse = keep_alive && conn.is_clean();
+                    done.sender = Some(Sender::Own(conn));
+                    done.release(reuse);
+                    Body::full(bytes)
+                }
+                None => Body::stream(h1_client::ResponseBody::new(
+                    conn, framing, keep_alive, done,
+                )),
+            },
         };
         Response::from_parts(rp, body)
     }
@@ -791,11 +936,34 @@ struct Done {
 
 impl Done {
     /// The response is complete: an HTTP/1.1 connection goes back to the pool.
-    fn finish(mut self, reusable: bool) {
-        if reusable && let Some(Sender::H1(tx)) = self.sender.take() {
-            pool::checkin(self.key, tx, self.max_idle);
+    fn release(mut self, reusable: bool) {
+        if reusable && let Some(mut s @ (Sender::H1(_) | Sender::Own(_))) = self.sender.take() {
+            if let Sender::Own(c) = &mut s {
+                c.set_reused();
+            }
+            pool::checkin(self.key, s, self.max_idle);
         }
     }
+}
+
+impl h1_client::Finish for Done {
+    fn finish(mut self, conn: Option<h1_client::Conn>) {
+        let reusable = conn.is_some();
+        self.sender = conn.map(Sender::Own);
+        self.release(reusable);
+    }
+}
+
+/// A response head's body, still with the upstream connection.
+enum FromUpstream {
+    /// hyper's client: the body, and the sender to pool at its end.
+    Hyper(Incoming, Option<Sender>),
+    /// weir's own client: the connection the body is (or has been) read from.
+    Own {
+        conn: h1_client::Conn,
+        framing: h1_client::Framing,
+        keep_alive: bool,
+    },
 }
 
 /// The upstream's response body on its way to the client; returns the
@@ -818,7 +986,7 @@ impl http_body::Body for UpstreamBody {
         match &r {
             None => {
                 if let Some(d) = self.done.take() {
-                    d.finish(true);
+                    d.release(true);
                 }
             }
             Some(Err(_)) => {
@@ -828,7 +996,7 @@ impl http_body::Body for UpstreamBody {
                 if self.inner.is_end_stream()
                     && let Some(d) = self.done.take()
                 {
-                    d.finish(true);
+                    d.release(true);
                 }
             }
         }
@@ -926,6 +1094,7 @@ async fn check_once(
             tls,
             sni: p.cfg.sni.as_deref(),
             upgrades: false,
+            own_h1: false,
         },
     )
     .await?;
@@ -955,6 +1124,7 @@ async fn check_once(
     let resp = match sender {
         Sender::H1(mut tx) => tx.send_request(req).await,
         Sender::H2(mut tx) => tx.send_request(req).await,
+        Sender::Own(_) => unreachable!("health checks open hyper connections (own_h1: false)"),
     }
     .map_err(ProxyError::Upstream)?;
     let status = resp.status().as_u16();

@@ -1,6 +1,8 @@
 //! Upstream connections: opening them (TCP or Unix socket, PROXY protocol
 //! header, TLS with SNI, HTTP/1.1 or HTTP/2 handshake) and keeping idle
-//! HTTP/1.1 ones for reuse.
+//! HTTP/1.1 ones for reuse. An HTTP/1.1 connection starts out as weir's own
+//! (`h1_client`) unless the caller needs hyper's (upgrades, health checks),
+//! and can be handed to hyper later (`into_hyper`) for a streamed body.
 //!
 //! The pool is per worker thread (`thread_local!`), so the request path takes
 //! no lock: with the per-core runtime a connection never leaves the thread
@@ -21,6 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::ProxyError;
 use super::early_response::EarlyResponse;
+use super::h1_client::Conn;
 use super::proxy_protocol;
 use crate::body::Body;
 use crate::config::proxy::{ProxyProtocolVersion, UpstreamConfig, UpstreamTarget};
@@ -29,6 +32,8 @@ use crate::config::proxy::{ProxyProtocolVersion, UpstreamConfig, UpstreamTarget}
 pub enum Sender {
     H1(http1::SendRequest<Body>),
     H2(http2::SendRequest<Body>),
+    /// weir's own HTTP/1.1 client, driven by the request's task.
+    Own(Conn),
 }
 
 /// Identifies one upstream of one proxy in the per-thread pools.
@@ -36,7 +41,8 @@ pub type Key = (usize, usize);
 
 struct Idle {
     since: Instant,
-    tx: http1::SendRequest<Body>,
+    /// `H1` or `Own`.
+    tx: Sender,
 }
 
 #[derive(Default)]
@@ -69,9 +75,14 @@ pub fn checkout(key: Key, idle_timeout: Duration) -> Option<Sender> {
             {
                 q.pop_front();
             }
-            while let Some(i) = q.pop_back() {
-                if !i.tx.is_closed() {
-                    return Some(Sender::H1(i.tx));
+            while let Some(mut i) = q.pop_back() {
+                let open = match &mut i.tx {
+                    Sender::H1(tx) => !tx.is_closed(),
+                    Sender::Own(c) => c.is_idle_and_open(),
+                    Sender::H2(_) => false,
+                };
+                if open {
+                    return Some(i.tx);
                 }
             }
             None
@@ -81,8 +92,13 @@ pub fn checkout(key: Key, idle_timeout: Duration) -> Option<Sender> {
 }
 
 /// Returns an HTTP/1.1 connection whose response is complete.
-pub fn checkin(key: Key, tx: http1::SendRequest<Body>, max_idle: usize) {
-    if max_idle == 0 || tx.is_closed() {
+pub fn checkin(key: Key, tx: Sender, max_idle: usize) {
+    let open = match &tx {
+        Sender::H1(tx) => !tx.is_closed(),
+        Sender::Own(_) => true,
+        Sender::H2(_) => false,
+    };
+    if max_idle == 0 || !open {
         return;
     }
     let _ = POOLS.try_with(|p| {
@@ -123,6 +139,8 @@ pub struct ConnectOpts<'a> {
     pub sni: Option<&'a str>,
     /// Let the connection carry upgrades (WebSocket).
     pub upgrades: bool,
+    /// Open an HTTP/1.1 connection as weir's own client, not hyper's.
+    pub own_h1: bool,
 }
 
 /// Opens a new connection to `up` and hands back its sender; the connection
@@ -190,15 +208,28 @@ where
         let server_name = rustls_pki_types::ServerName::try_from(name)
             .map_err(|e| ProxyError::Tls(std::io::Error::other(e)))?;
         let t = tls.connect(server_name, s).await.map_err(ProxyError::Tls)?;
-        return handshake(t, up.scheme.is_h2(), o.upgrades).await;
+        return handshake(t, up.scheme.is_h2(), o.upgrades, o.own_h1).await;
     }
-    handshake(s, up.scheme.is_h2(), o.upgrades).await
+    handshake(s, up.scheme.is_h2(), o.upgrades, o.own_h1).await
 }
 
-async fn handshake<S>(s: S, h2: bool, upgrades: bool) -> Result<Sender, ProxyError>
+/// Hands one of weir's own idle HTTP/1.1 connections to hyper's client.
+pub async fn into_hyper(conn: Conn) -> Result<Sender, ProxyError> {
+    let Some(io) = conn.into_io() else {
+        return Err(ProxyError::Connect(std::io::Error::other(
+            "pooled connection has unread bytes",
+        )));
+    };
+    handshake(io, false, false, false).await
+}
+
+async fn handshake<S>(s: S, h2: bool, upgrades: bool, own_h1: bool) -> Result<Sender, ProxyError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    if own_h1 && !h2 && !upgrades {
+        return Ok(Sender::Own(Conn::new(Box::new(s))));
+    }
     if h2 {
         let (tx, conn) = http2::Builder::new(TokioExecutor::new())
             .handshake(TokioIo::new(s))

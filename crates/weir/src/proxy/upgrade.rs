@@ -147,8 +147,11 @@ async fn tunnel(
             Err(e) => return p.fail(parts, Some(&up), e),
         };
         let active = ActiveGuard::new(up.clone());
-        let tx = match p.sender(idx, conn, true).await {
+        let tx = match p.sender(idx, conn, true, false).await {
             Ok(super::pool::Sender::H1(tx)) => tx,
+            Ok(super::pool::Sender::Own(_)) => {
+                unreachable!("upgrades open hyper connections")
+            }
             Ok(super::pool::Sender::H2(_)) => {
                 let e = ProxyError::Connect(std::io::Error::other(
                     "an HTTP/2 upstream cannot take an HTTP/1.1 upgrade",

@@ -558,16 +558,22 @@ fn encode_head(
         status = StatusCode::INTERNAL_SERVER_ERROR;
         parts.headers.clear();
     }
-    if status == StatusCode::OK {
+    // A reason phrase the proxy kept from its upstream goes out as it came,
+    // as hyper writes it.
+    let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>();
+    if status == StatusCode::OK && reason.is_none() {
         extend(dst, b"HTTP/1.1 200 OK\r\n");
     } else {
         extend(dst, b"HTTP/1.1 ");
         extend(dst, status.as_str().as_bytes());
         extend(dst, b" ");
-        extend(
-            dst,
-            status.canonical_reason().unwrap_or("<none>").as_bytes(),
-        );
+        match reason {
+            Some(r) => extend(dst, r.as_bytes()),
+            None => extend(
+                dst,
+                status.canonical_reason().unwrap_or("<none>").as_bytes(),
+            ),
+        }
         extend(dst, b"\r\n");
     }
     if *close {

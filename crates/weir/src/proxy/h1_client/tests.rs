@@ -1,0 +1,331 @@
+use super::*;
+
+fn head_of(
+    raw: &[u8],
+    head_request: bool,
+) -> Result<(http::response::Parts, Framing, bool), ClientError> {
+    let mut buf = BytesMut::from(raw);
+    loop {
+        match parse_head(&mut buf, head_request)? {
+            Some(Parsed::Interim) => continue,
+            Some(Parsed::Final(p, f, k)) => return Ok((p, f, k)),
+            None => panic!("incomplete head"),
+        }
+    }
+}
+
+#[test]
+fn request_head_is_encoded_like_hypers() {
+    let mut h = HeaderMap::new();
+    h.insert(header::HOST, HeaderValue::from_static("client.example"));
+    h.append("X-Forwarded-For", HeaderValue::from_static("10.0.0.1"));
+    h.append(header::ACCEPT, HeaderValue::from_static("*/*"));
+    h.append(header::ACCEPT, HeaderValue::from_static("text/html"));
+    let host = HeaderValue::from_static("up:8080");
+    let r = RequestHead {
+        method: &Method::POST,
+        target: "/a?b=1",
+        host: &host,
+        headers: &h,
+    };
+    let mut out = Vec::new();
+    r.encode(&mut out, Some(3));
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "POST /a?b=1 HTTP/1.1\r\nhost: up:8080\r\nx-forwarded-for: 10.0.0.1\r\naccept: */*\r\naccept: text/html\r\ncontent-length: 3\r\n\r\n"
+    );
+    // A Content-Length already there is not repeated; no body, none added.
+    let mut h2 = h.clone();
+    h2.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
+    let mut out = Vec::new();
+    RequestHead { headers: &h2, ..r }.encode(&mut out, Some(3));
+    assert_eq!(
+        String::from_utf8_lossy(&out)
+            .matches("content-length")
+            .count(),
+        1
+    );
+    let mut out = Vec::new();
+    RequestHead {
+        method: &Method::GET,
+        headers: &HeaderMap::new(),
+        ..r
+    }
+    .encode(&mut out, None);
+    assert_eq!(out, b"GET /a?b=1 HTTP/1.1\r\nhost: up:8080\r\n\r\n");
+}
+
+#[test]
+fn response_framing_follows_rfc_9112() {
+    let (p, f, k) = head_of(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: b\r\n\r\n",
+        false,
+    )
+    .unwrap();
+    assert_eq!((p.status, f, k), (StatusCode::OK, Framing::Length(5), true));
+    assert_eq!(p.headers["x-a"], "b");
+    assert!(p.extensions.get::<hyper::ext::ReasonPhrase>().is_none());
+    // HEAD, 204 and 304 have no body whatever they say.
+    let (_, f, _) = head_of(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true).unwrap();
+    assert_eq!(f, Framing::None);
+    let (_, f, _) = head_of(
+        b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+        false,
+    )
+    .unwrap();
+    assert_eq!(f, Framing::None);
+    let (_, f, _) = head_of(b"HTTP/1.1 204 No Content\r\n\r\n", false).unwrap();
+    assert_eq!(f, Framing::None);
+    // Chunked wins over Content-Length, and the connection is not reused.
+    let (_, f, k) = head_of(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        false,
+    )
+    .unwrap();
+    assert_eq!((f, k), (Framing::Chunked, true));
+    let (_, f, k) = head_of(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        false,
+    )
+    .unwrap();
+    assert_eq!((f, k), (Framing::Chunked, false));
+    let (_, f, k) = head_of(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false).unwrap();
+    assert_eq!((f, k), (Framing::Close, false));
+    // No length: until close.
+    let (_, f, k) = head_of(b"HTTP/1.1 200 OK\r\n\r\n", false).unwrap();
+    assert_eq!((f, k), (Framing::Close, false));
+    // Equal repeated lengths are one length; different ones are an error.
+    let (_, f, _) = head_of(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 7, 7\r\nContent-Length: 7\r\n\r\n",
+        false,
+    )
+    .unwrap();
+    assert_eq!(f, Framing::Length(7));
+    for bad in [
+        &b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nContent-Length: 8\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: +1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n",
+    ] {
+        assert!(
+            matches!(head_of(bad, false), Err(ClientError::BadLength)),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    // Keep-alive: 1.1 unless close; 1.0 only when asked.
+    let (_, _, k) = head_of(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        false,
+    )
+    .unwrap();
+    assert!(!k);
+    let (p, _, k) = head_of(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", false).unwrap();
+    assert!(!k);
+    assert_eq!(p.version, Version::HTTP_10);
+    let (_, _, k) = head_of(
+        b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\nConnection: Keep-Alive\r\n\r\n",
+        false,
+    )
+    .unwrap();
+    assert!(k);
+}
+
+#[test]
+fn interim_responses_are_skipped_and_101_refused() {
+    let raw = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 Fine\r\nContent-Length: 2\r\n\r\nok";
+    let mut buf = BytesMut::from(&raw[..]);
+    let mut seen = 0;
+    let (p, f) = loop {
+        match parse_head(&mut buf, false).unwrap() {
+            Some(Parsed::Interim) => seen += 1,
+            Some(Parsed::Final(p, f, _)) => break (p, f),
+            None => panic!("incomplete"),
+        }
+    };
+    assert_eq!(seen, 2);
+    assert_eq!((p.status, f), (StatusCode::OK, Framing::Length(2)));
+    assert_eq!(&buf[..], b"ok");
+    // A reason that is not the standard one is kept, as hyper's client does.
+    assert_eq!(
+        p.extensions
+            .get::<hyper::ext::ReasonPhrase>()
+            .unwrap()
+            .as_bytes(),
+        b"Fine"
+    );
+    assert!(matches!(
+        head_of(b"HTTP/1.1 101 Switching Protocols\r\n\r\n", false),
+        Err(ClientError::UnexpectedSwitch)
+    ));
+    assert!(matches!(
+        head_of(b"HTTP/1.1 2000 OK\r\n\r\n", false),
+        Err(ClientError::BadHead(_))
+    ));
+}
+
+#[test]
+fn an_incomplete_head_asks_for_more_at_every_split() {
+    let raw = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nabc";
+    let head_len = raw.len() - 3;
+    for cut in 1..head_len {
+        let mut buf = BytesMut::from(&raw[..cut]);
+        assert!(
+            parse_head(&mut buf, false).unwrap().is_none(),
+            "cut at {cut}"
+        );
+        assert_eq!(buf.len(), cut);
+    }
+}
+
+fn dechunk_all(input: &[u8], step: usize) -> Result<(Vec<u8>, Option<HeaderMap>), ClientError> {
+    let mut d = Dechunk::default();
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    let mut trailers = None;
+    let mut fed = 0;
+    loop {
+        match d.decode(&mut buf)? {
+            Some(f) => match f.into_data() {
+                Ok(b) => out.extend_from_slice(&b),
+                Err(f) => trailers = f.into_trailers().ok(),
+            },
+            None if d.is_done() => return Ok((out, trailers)),
+            None => {
+                if fed >= input.len() {
+                    panic!("decoder wants more after all {} bytes", input.len());
+                }
+                let end = (fed + step).min(input.len());
+                buf.extend_from_slice(&input[fed..end]);
+                fed = end;
+            }
+        }
+    }
+}
+
+#[test]
+fn chunked_bodies_decode_whatever_the_read_boundaries() {
+    let input = b"5\r\nhello\r\n1;ext=\"x\"\r\n \r\nA \r\n0123456789\r\n0\r\nX-Sum: abc\r\nX-Two: 2\r\n\r\n";
+    for step in 1..input.len() {
+        let (body, trailers) = dechunk_all(input, step).unwrap();
+        assert_eq!(body, b"hello 0123456789", "step {step}");
+        let t = trailers.expect("trailers");
+        assert_eq!(t["x-sum"], "abc");
+        assert_eq!(t["x-two"], "2");
+    }
+    let (body, trailers) = dechunk_all(b"0\r\n\r\n", 1).unwrap();
+    assert!(body.is_empty() && trailers.is_none());
+}
+
+#[test]
+fn malformed_chunked_bodies_are_errors() {
+    for bad in [
+        &b"x\r\n"[..],
+        b"5\r\nhelloXX",
+        b"-5\r\n",
+        b"11111111111111111\r\n",
+        b"5 x\r\n",
+        b"\r\n",
+        b"0\r\nbad trailer\r\n\r\n",
+    ] {
+        assert!(
+            dechunk_all(bad, bad.len()).is_err(),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
+
+struct Told(std::sync::Arc<std::sync::Mutex<Option<bool>>>);
+
+impl Finish for Told {
+    fn finish(self, conn: Option<Conn>) {
+        *self.0.lock().unwrap() = Some(conn.is_some());
+    }
+}
+
+async fn collect<F: Finish + Unpin>(b: ResponseBody<F>) -> Result<Vec<u8>, ClientError> {
+    use http_body_util::BodyExt;
+    let c = b.collect().await?;
+    Ok(c.to_bytes().to_vec())
+}
+
+#[tokio::test]
+async fn bodies_stream_and_give_the_connection_back_only_when_clean() {
+    use tokio::io::AsyncWriteExt;
+    // Content-Length over several writes: the connection is reused.
+    let (ours, mut theirs) = tokio::io::duplex(64);
+    let told = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let mut conn = Conn::new(Box::new(ours));
+    theirs
+        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n01234")
+        .await
+        .unwrap();
+    let (_, framing, keep) = conn.read_head(false).await.unwrap();
+    assert_eq!(framing, Framing::Length(10));
+    assert!(conn.take_buffered(framing).is_none());
+    let body = ResponseBody::new(conn, framing, keep, Told(told.clone()));
+    let w = tokio::spawn(async move {
+        theirs.write_all(b"56789").await.unwrap();
+        theirs
+    });
+    assert_eq!(collect(body).await.unwrap(), b"0123456789");
+    assert_eq!(*told.lock().unwrap(), Some(true));
+    let _theirs = w.await.unwrap();
+
+    // Until close: the body ends at the close, and the connection with it.
+    let (ours, mut theirs) = tokio::io::duplex(64);
+    let told = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let mut conn = Conn::new(Box::new(ours));
+    theirs
+        .write_all(b"HTTP/1.1 200 OK\r\n\r\nall of it")
+        .await
+        .unwrap();
+    drop(theirs);
+    let (_, framing, keep) = conn.read_head(false).await.unwrap();
+    let body = ResponseBody::new(conn, framing, keep, Told(told.clone()));
+    assert_eq!(collect(body).await.unwrap(), b"all of it");
+    assert_eq!(*told.lock().unwrap(), Some(false));
+
+    // Cut short: an error, and the connection is not reused.
+    let (ours, mut theirs) = tokio::io::duplex(64);
+    let told = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let mut conn = Conn::new(Box::new(ours));
+    theirs
+        .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab")
+        .await
+        .unwrap();
+    drop(theirs);
+    let (_, framing, keep) = conn.read_head(false).await.unwrap();
+    let body = ResponseBody::new(conn, framing, keep, Told(told.clone()));
+    assert!(matches!(collect(body).await, Err(ClientError::Truncated)));
+    assert_eq!(*told.lock().unwrap(), Some(false));
+
+    // Dropped before its end (the client left): closed, not pooled.
+    let (ours, mut theirs) = tokio::io::duplex(64);
+    let told = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let mut conn = Conn::new(Box::new(ours));
+    theirs
+        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nab")
+        .await
+        .unwrap();
+    let (_, framing, keep) = conn.read_head(false).await.unwrap();
+    drop(ResponseBody::new(conn, framing, keep, Told(told.clone())));
+    assert_eq!(*told.lock().unwrap(), Some(false));
+}
+
+#[tokio::test]
+async fn a_closed_idle_connection_is_noticed() {
+    let (ours, theirs) = tokio::io::duplex(64);
+    let mut conn = Conn::new(Box::new(ours));
+    assert!(conn.is_idle_and_open());
+    drop(theirs);
+    assert!(!conn.is_idle_and_open());
+    // Nothing came back at all.
+    let (ours, theirs) = tokio::io::duplex(64);
+    let mut conn = Conn::new(Box::new(ours));
+    drop(theirs);
+    let e = conn.read_head(false).await.unwrap_err();
+    assert!(matches!(e, ClientError::Closed) && e.is_closed_before_response());
+}
