@@ -324,18 +324,24 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
     } else {
         Version::HTTP_11
     };
-    // Offsets into the head, so names and values can share its bytes.
+    // Offsets into the head, so names and values can share its bytes. An
+    // empty slice may not point into the buffer at all (httparse returns a
+    // static one for an empty reason): it is (0, 0).
     let base = buf.as_ptr() as usize;
-    let reason = resp.reason.map(|r| {
-        let at = r.as_ptr() as usize - base;
-        (at, r.len())
-    });
+    let offset = |s: &[u8]| -> (usize, usize) {
+        if s.is_empty() {
+            (0, 0)
+        } else {
+            (s.as_ptr() as usize - base, s.len())
+        }
+    };
+    let reason = resp.reason.map(|r| offset(r.as_bytes()));
     let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
     let n = resp.headers.len();
     for (s, h) in spans.iter_mut().zip(resp.headers.iter()) {
-        let name_at = h.name.as_ptr() as usize - base;
-        let value_at = h.value.as_ptr() as usize - base;
-        *s = (name_at, h.name.len(), value_at, h.value.len());
+        let (name_at, name_len) = offset(h.name.as_bytes());
+        let (value_at, value_len) = offset(h.value);
+        *s = (name_at, name_len, value_at, value_len);
     }
     let head = buf.split_to(len).freeze();
 
@@ -474,6 +480,10 @@ impl Dechunk {
                         }
                         return Ok(None);
                     };
+                    // The same limit whether the line came in one read or many.
+                    if eol > MAX_CHUNK_LINE {
+                        return Err(ClientError::BadChunk);
+                    }
                     let line = &buf[..eol];
                     let digits_end = line
                         .iter()
@@ -521,6 +531,9 @@ impl Dechunk {
                     let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
                     match httparse::parse_headers(buf, &mut fields) {
                         Ok(httparse::Status::Complete((len, fields))) => {
+                            if len > MAX_HEAD {
+                                return Err(ClientError::BadChunk);
+                            }
                             let mut map = HeaderMap::new();
                             for f in fields.iter() {
                                 let (Ok(n), Ok(v)) = (
@@ -689,6 +702,119 @@ impl<F: Finish> Drop for ResponseBody<F> {
     fn drop(&mut self) {
         if self.done.is_some() {
             self.end(false);
+        }
+    }
+}
+
+/// What decoding one upstream response came to, for [`check_response`].
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// The head never completed.
+    Incomplete,
+    HeadError,
+    Response {
+        status: u16,
+        fields: usize,
+        framing: Framing,
+        keep_alive: bool,
+        body: Vec<u8>,
+        trailers: usize,
+        /// `None`: the body wants more bytes; `Some(false)`: malformed.
+        ended: Option<bool>,
+    },
+}
+
+/// Decodes `input` as an upstream's response to a GET, fed `step` bytes at
+/// a time, the way [`Conn::read_head`] and [`ResponseBody`] read it.
+fn decode_in_steps(input: &[u8], step: usize) -> Outcome {
+    let mut buf = BytesMut::new();
+    let mut fed = 0;
+    let mut feed = |buf: &mut BytesMut| -> bool {
+        if fed >= input.len() {
+            return false;
+        }
+        let end = (fed + step).min(input.len());
+        buf.extend_from_slice(&input[fed..end]);
+        fed = end;
+        true
+    };
+    let (parts, framing, keep_alive) = loop {
+        match parse_head(&mut buf, false) {
+            Ok(Some(Parsed::Final(p, f, k))) => break (p, f, k),
+            Ok(Some(Parsed::Interim)) => continue,
+            Ok(None) => {
+                if !feed(&mut buf) {
+                    return Outcome::Incomplete;
+                }
+            }
+            Err(_) => return Outcome::HeadError,
+        }
+    };
+    let mut body = Vec::new();
+    let mut trailers = 0;
+    let ended = match framing {
+        Framing::None => Some(true),
+        Framing::Length(n) => loop {
+            let take = (n as usize - body.len()).min(buf.len());
+            body.extend_from_slice(&buf.split_to(take));
+            if body.len() as u64 == n {
+                break Some(true);
+            }
+            if !feed(&mut buf) {
+                break None;
+            }
+        },
+        Framing::Close => {
+            while feed(&mut buf) {}
+            body.extend_from_slice(&buf.split());
+            Some(true)
+        }
+        Framing::Chunked => {
+            let mut d = Dechunk::default();
+            loop {
+                match d.decode(&mut buf) {
+                    Ok(Some(f)) => match f.into_data() {
+                        Ok(b) => body.extend_from_slice(&b),
+                        Err(f) => trailers = f.into_trailers().map_or(0, |t| t.len()),
+                    },
+                    Ok(None) if d.is_done() => break Some(true),
+                    Ok(None) => {
+                        if !feed(&mut buf) {
+                            break None;
+                        }
+                    }
+                    Err(_) => break Some(false),
+                }
+            }
+        }
+    };
+    Outcome::Response {
+        status: parts.status.as_u16(),
+        fields: parts.headers.len(),
+        framing,
+        keep_alive,
+        body,
+        trailers,
+        ended,
+    }
+}
+
+/// The property the fuzzers check (`h1_response` under cargo-fuzz, and the
+/// seeded mutation test): decoding an upstream's bytes never panics, never
+/// yields more body than was sent or than Content-Length says, and comes to
+/// the same result however the bytes are split across reads.
+#[doc(hidden)]
+pub fn check_response(input: &[u8], step: usize) {
+    let whole = decode_in_steps(input, input.len().max(1));
+    let split = decode_in_steps(input, step.max(1));
+    assert_eq!(
+        whole, split,
+        "the result depends on how the reads are split"
+    );
+    if let Outcome::Response { framing, body, .. } = &whole {
+        assert!(body.len() <= input.len());
+        if let Framing::Length(n) = framing {
+            assert!(body.len() as u64 <= *n);
         }
     }
 }

@@ -465,6 +465,11 @@ impl Proxy {
         {
             return Some(i);
         }
+        if self.ups.len() == 1 {
+            // Every algorithm picks the only upstream when it may be used:
+            // no candidate list and no balancer state to touch.
+            return (!tried.contains(&0) && self.ups[0].health.is_up(now)).then_some(0);
+        }
         let cands: Vec<Candidate> = self
             .ups
             .iter()
