@@ -18,3 +18,6 @@ pub mod site;
 pub mod static_files;
 pub mod tls;
 pub mod welcome;
+
+#[cfg(test)]
+mod test_support;

@@ -260,21 +260,36 @@ async fn collect<F: Finish + Unpin>(b: ResponseBody<F>) -> Result<Vec<u8>, Clien
     Ok(c.to_bytes().to_vec())
 }
 
+type Outcome = std::sync::Arc<std::sync::Mutex<Option<bool>>>;
+
+/// A response body whose upstream has sent `sent` (and closed, unless it is
+/// handed back to send more), with what its `Finish` was told.
+async fn body_after(
+    sent: &[u8],
+) -> (
+    ResponseBody<Told>,
+    Outcome,
+    Framing,
+    tokio::io::DuplexStream,
+) {
+    use tokio::io::AsyncWriteExt;
+    let (ours, mut theirs) = tokio::io::duplex(64);
+    let told = Outcome::default();
+    let mut conn = Conn::new(Box::new(ours));
+    theirs.write_all(sent).await.unwrap();
+    let (_, framing, keep) = conn.read_head(false).await.unwrap();
+    assert!(conn.take_buffered(framing).is_none());
+    let body = ResponseBody::new(conn, framing, keep, Told(told.clone()));
+    (body, told, framing, theirs)
+}
+
 #[tokio::test]
 async fn bodies_stream_and_give_the_connection_back_only_when_clean() {
     use tokio::io::AsyncWriteExt;
     // Content-Length over several writes: the connection is reused.
-    let (ours, mut theirs) = tokio::io::duplex(64);
-    let told = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let mut conn = Conn::new(Box::new(ours));
-    theirs
-        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n01234")
-        .await
-        .unwrap();
-    let (_, framing, keep) = conn.read_head(false).await.unwrap();
+    let (body, told, framing, mut theirs) =
+        body_after(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n01234").await;
     assert_eq!(framing, Framing::Length(10));
-    assert!(conn.take_buffered(framing).is_none());
-    let body = ResponseBody::new(conn, framing, keep, Told(told.clone()));
     let w = tokio::spawn(async move {
         theirs.write_all(b"56789").await.unwrap();
         theirs
@@ -284,43 +299,22 @@ async fn bodies_stream_and_give_the_connection_back_only_when_clean() {
     let _theirs = w.await.unwrap();
 
     // Until close: the body ends at the close, and the connection with it.
-    let (ours, mut theirs) = tokio::io::duplex(64);
-    let told = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let mut conn = Conn::new(Box::new(ours));
-    theirs
-        .write_all(b"HTTP/1.1 200 OK\r\n\r\nall of it")
-        .await
-        .unwrap();
+    let (body, told, _, theirs) = body_after(b"HTTP/1.1 200 OK\r\n\r\nall of it").await;
     drop(theirs);
-    let (_, framing, keep) = conn.read_head(false).await.unwrap();
-    let body = ResponseBody::new(conn, framing, keep, Told(told.clone()));
     assert_eq!(collect(body).await.unwrap(), b"all of it");
     assert_eq!(*told.lock().unwrap(), Some(false));
 
     // Cut short: an error, and the connection is not reused.
-    let (ours, mut theirs) = tokio::io::duplex(64);
-    let told = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let mut conn = Conn::new(Box::new(ours));
-    theirs
-        .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab")
-        .await
-        .unwrap();
+    let (body, told, _, theirs) =
+        body_after(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab").await;
     drop(theirs);
-    let (_, framing, keep) = conn.read_head(false).await.unwrap();
-    let body = ResponseBody::new(conn, framing, keep, Told(told.clone()));
     assert!(matches!(collect(body).await, Err(ClientError::Truncated)));
     assert_eq!(*told.lock().unwrap(), Some(false));
 
     // Dropped before its end (the client left): closed, not pooled.
-    let (ours, mut theirs) = tokio::io::duplex(64);
-    let told = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let mut conn = Conn::new(Box::new(ours));
-    theirs
-        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nab")
-        .await
-        .unwrap();
-    let (_, framing, keep) = conn.read_head(false).await.unwrap();
-    drop(ResponseBody::new(conn, framing, keep, Told(told.clone())));
+    let (body, told, _, _theirs) =
+        body_after(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nab").await;
+    drop(body);
     assert_eq!(*told.lock().unwrap(), Some(false));
 }
 
@@ -356,18 +350,7 @@ fn responses_hold_up_under_mutation() {
     let alphabet = b" \t\r\n:;,0123456789abcdefABCDEFHTPkx\x00\x7f\xff";
     let mut rng = fastrand::Rng::with_seed(0x5eed_2222);
     for _ in 0..30_000 {
-        let mut input = seeds[rng.usize(..seeds.len())].to_vec();
-        for _ in 0..rng.usize(0..4) {
-            let at = rng.usize(..=input.len());
-            match rng.u8(0..4) {
-                0 if at < input.len() => input[at] = alphabet[rng.usize(..alphabet.len())],
-                1 => input.insert(at, alphabet[rng.usize(..alphabet.len())]),
-                2 if at < input.len() => {
-                    input.remove(at);
-                }
-                _ => input.truncate(at),
-            }
-        }
+        let input = crate::test_support::mutated(&mut rng, &seeds, alphabet);
         check_response(&input, rng.usize(1..16));
     }
 }

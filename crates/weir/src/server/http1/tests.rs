@@ -228,18 +228,7 @@ fn parse_holds_up_under_mutation() {
     let alphabet = b" \t\r\n:/?%#,.-0123456789AGHTPEOSaclnsrx\x00\x7f\xff";
     let mut rng = fastrand::Rng::with_seed(0x5eed_1111);
     for _ in 0..50_000 {
-        let mut input = seeds[rng.usize(..seeds.len())].to_vec();
-        for _ in 0..rng.usize(0..4) {
-            let at = rng.usize(..=input.len());
-            match rng.u8(0..4) {
-                0 if at < input.len() => input[at] = alphabet[rng.usize(..alphabet.len())],
-                1 => input.insert(at, alphabet[rng.usize(..alphabet.len())]),
-                2 if at < input.len() => {
-                    input.remove(at);
-                }
-                _ => input.truncate(at),
-            }
-        }
+        let input = crate::test_support::mutated(&mut rng, &seeds, alphabet);
         check_parse(&input, rng.usize(16..512));
     }
 }
