@@ -593,7 +593,8 @@ impl<F: Finish> ResponseBody<F> {
         let state = match framing {
             Framing::Length(n) => BodyState::Length(n),
             Framing::Chunked => BodyState::Chunked(Dechunk::default()),
-            Framing::Close | Framing::None => BodyState::Close,
+            Framing::None => BodyState::Length(0),
+            Framing::Close => BodyState::Close,
         };
         ResponseBody {
             conn: Some(conn),

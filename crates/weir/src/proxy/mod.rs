@@ -326,10 +326,10 @@ impl Proxy {
             let sent = match sender {
                 Sender::Own(c) => {
                     let bytes = match &body {
-                        Replay::Full(b) => Some(b.clone()),
+                        Replay::Full(b) => Some(b),
                         _ => None,
                     };
-                    self.send_own(c, parts, &pq, &headers, up, bytes.as_ref(), idempotent)
+                    self.send_own(c, parts, &pq, &headers, up, bytes, idempotent)
                         .await
                 }
                 sender => {
@@ -622,14 +622,10 @@ impl Proxy {
         idempotent: bool,
     ) -> Result<(http::response::Parts, FromUpstream), (ProxyError, Failure, Option<Request<Body>>)>
     {
-        let host = match (&self.cfg.host, headers.get(header::HOST)) {
-            (HostHeader::Pass, Some(v)) => v,
-            _ => &up.host,
-        };
         let head = h1_client::RequestHead {
             method: &parts.method,
             target: pq.as_str(),
-            host,
+            host: upstream_host(&self.cfg.host, headers, up),
             headers,
         };
         let reused = c.reused();
@@ -859,6 +855,19 @@ fn path_and_query(parts: &http::request::Parts, path: Option<&str>) -> http::uri
     s.parse().unwrap_or(orig)
 }
 
+/// The Host sent upstream: the client's with `host = "pass"`, else
+/// `Upstream::host` (the upstream's authority or the fixed `host`).
+fn upstream_host<'a>(
+    host_mode: &HostHeader,
+    headers: &'a HeaderMap,
+    up: &'a Upstream,
+) -> &'a HeaderValue {
+    match (host_mode, headers.get(header::HOST)) {
+        (HostHeader::Pass, Some(v)) => v,
+        _ => &up.host,
+    }
+}
+
 fn build_request(
     parts: &http::request::Parts,
     pq: &http::uri::PathAndQuery,
@@ -869,11 +878,7 @@ fn build_request(
     body: Body,
 ) -> Request<Body> {
     let mut h = headers.clone();
-    // `Upstream::host` holds the upstream's authority or the fixed `host`.
-    let host = match (host_mode, h.get(header::HOST)) {
-        (HostHeader::Pass, Some(v)) => v.clone(),
-        _ => up.host.clone(),
-    };
+    let host = upstream_host(host_mode, headers, up).clone();
     let uri = if h2 {
         h.remove(header::HOST);
         let scheme = if up.cfg.scheme.is_tls() {
