@@ -26,7 +26,9 @@ fn quick_compare_writes_the_expected_shape() {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("compare-quick-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let port = 30000 + (std::process::id() % 20000) as u16;
+    // Below the kernel's ephemeral range (32768–60999 here), where the
+    // other test's client connections could already hold the port.
+    let port = 20_000 + (std::process::id() % 1_200) as u16 * 10;
     let status = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
         .args([
             "compare",
@@ -144,7 +146,7 @@ fn quick_startup_and_idle_write_one_row_per_server() {
         .join(format!("compare-startup-idle-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     // Apart from the other test's port (and its backend's port + 1).
-    let port = 30000 + ((std::process::id() + 7) % 20000) as u16;
+    let port = 20_000 + (std::process::id() % 1_200) as u16 * 10 + 4;
     let status = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
         .args([
             "compare",
