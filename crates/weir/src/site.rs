@@ -504,4 +504,30 @@ mod tests {
         eprintln!("request future: {size} bytes");
         assert!(size <= 1536, "request future is {size} bytes");
     }
+
+    /// The proxy's future is boxed per request (see `leaf`), so its size is
+    /// copied into the box on every proxied request.
+    #[test]
+    fn proxy_future_stays_small() {
+        let cfg = crate::config::load_str(
+            "t.toml",
+            "[site.\"a\"]\nlisten = [\"127.0.0.1:1\"]\nproxy = { to = [\"127.0.0.1:2\"] }\n",
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let sites = build_sites(&cfg).unwrap();
+        let Handler::Proxy(p) = &sites[0].handler else {
+            panic!("not a proxy site");
+        };
+        let conn = ConnInfo {
+            peer: ([127, 0, 0, 1], 1).into(),
+            local: ([127, 0, 0, 1], 2).into(),
+            tls: false,
+        };
+        let (mut parts, _) = Request::new(()).into_parts();
+        let fut = p.serve(&mut parts, Body::empty(), &conn, None);
+        let size = std::mem::size_of_val(&fut);
+        eprintln!("proxy future: {size} bytes");
+        assert!(size <= 1536, "proxy future is {size} bytes");
+    }
 }

@@ -3,7 +3,7 @@
 //! the client address in trusted-proxy mode, and the request-smuggling
 //! checks on a parsed request head.
 //!
-//! Pure functions over `HeaderMap`s: never does I/O, never decides where a
+//! Pure functions over header fields: never does I/O, never decides where a
 //! request goes.
 
 use std::net::IpAddr;
@@ -11,17 +11,31 @@ use std::net::IpAddr;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
 
-static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// The fields that are hop-by-hop by definition (RFC 9110 §7.6.1), besides
+/// `Upgrade` (kept on a tunnel) and whatever `Connection` names.
+static HOP_BY_HOP: [HeaderName; 7] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TRANSFER_ENCODING,
+    header::TE,
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
+];
+
+fn is_hop_by_hop(n: &HeaderName, keep_upgrade: bool) -> bool {
+    HOP_BY_HOP.contains(n) || (!keep_upgrade && n == header::UPGRADE)
+}
 
 /// Removes the hop-by-hop headers (RFC 9110 7.6.1): `Connection` and every
 /// header it names, plus the ones that are hop-by-hop by definition.
 /// `keep_upgrade` keeps `Upgrade` (and `Connection: upgrade`) for a tunnel.
 pub fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
-    if let Some(conn) = h.get(header::CONNECTION) {
+    if h.contains_key(header::CONNECTION) {
         // Names listed in Connection; collected first to release the borrow.
         let mut named: Vec<HeaderName> = Vec::new();
         for v in h.get_all(header::CONNECTION) {
@@ -37,18 +51,13 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
                 }
             }
         }
-        let _ = conn;
         for n in named {
             h.remove(n);
         }
-        h.remove(header::CONNECTION);
     }
-    h.remove(&KEEP_ALIVE);
-    h.remove(&PROXY_CONNECTION);
-    h.remove(header::TRANSFER_ENCODING);
-    h.remove(header::TE);
-    h.remove(header::PROXY_AUTHORIZATION);
-    h.remove(header::PROXY_AUTHENTICATE);
+    for n in &HOP_BY_HOP {
+        h.remove(n);
+    }
     if keep_upgrade {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
     } else {
@@ -134,85 +143,239 @@ pub fn accepts_trailers(version: http::Version, h: &HeaderMap) -> bool {
 pub struct Forwarding<'a> {
     pub client: ClientAddr<'a>,
     pub tls: bool,
-    /// The Host the client asked for (with port), if any.
-    pub host: Option<&'a str>,
     pub x_forwarded: bool,
     pub forwarded: bool,
     pub via: Option<&'static str>,
 }
 
-/// Sets the forwarding headers on a request going upstream.
-pub fn add_forwarding(h: &mut HeaderMap, f: &Forwarding<'_>) {
-    let trusted = f.client.peer_trusted();
-    let peer = f.client.peer;
-    let proto = if f.tls { "https" } else { "http" };
-    if f.x_forwarded {
-        let xff = match (trusted, joined(h, &X_FORWARDED_FOR)) {
-            (true, Some(prev)) => format!("{prev}, {peer}"),
-            _ => peer.to_string(),
-        };
-        h.remove(&X_FORWARDED_FOR);
-        if let Ok(v) = HeaderValue::from_str(&xff) {
-            h.insert(X_FORWARDED_FOR.clone(), v);
-        }
-        if !(trusted && h.contains_key(&X_FORWARDED_PROTO)) {
-            h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static(proto));
-        }
-        if !(trusted && h.contains_key(&X_FORWARDED_HOST)) {
-            h.remove(&X_FORWARDED_HOST);
-            if let Some(v) = f.host.and_then(|s| HeaderValue::from_str(s).ok()) {
-                h.insert(X_FORWARDED_HOST.clone(), v);
+// Which of the client's forwarding fields do not go upstream: replaced by
+// weir's, or not believed from an untrusted peer.
+const DROP_XFF: u8 = 1;
+const DROP_XFP: u8 = 2;
+const DROP_XFH: u8 = 4;
+const DROP_FORWARDED: u8 = 8;
+const DROP_VIA: u8 = 16;
+
+/// The header fields a request carries upstream, worked out without copying
+/// the client's header map: the client's fields minus the hop-by-hop ones,
+/// `Expect` and the forwarding fields weir replaces, then the fields weir
+/// adds. weir's own HTTP/1.1 client writes [`iter`](Self::iter) straight into
+/// the request head (no second map is built per request); hyper's client and
+/// tunnels take [`to_map`](Self::to_map). Host is kept apart
+/// ([`host`](Self::host)): each client puts it where its protocol wants it.
+pub struct UpstreamFields<'a> {
+    client: &'a HeaderMap,
+    /// Names the client's `Connection` lists (dropped too); usually none.
+    named: Vec<HeaderName>,
+    keep_upgrade: bool,
+    drop: u8,
+    host: Option<HeaderValue>,
+    // What weir adds. The static values are `&'static`, and X-Forwarded-Host
+    // is the Host, to keep this small: it lives in the proxy's per-request
+    // future.
+    te: Option<&'static HeaderValue>,
+    connection: Option<&'static HeaderValue>,
+    xff: Option<HeaderValue>,
+    xfp: Option<&'static HeaderValue>,
+    xfh: bool,
+    forwarded: Option<HeaderValue>,
+    via: Option<HeaderValue>,
+}
+
+static TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
+static UPGRADE: HeaderValue = HeaderValue::from_static("upgrade");
+static HTTP: HeaderValue = HeaderValue::from_static("http");
+static HTTPS: HeaderValue = HeaderValue::from_static("https");
+
+impl<'a> UpstreamFields<'a> {
+    /// `tunnel`: an upgrade or CONNECT, which keeps `Upgrade` and
+    /// `Connection: upgrade` and has no HTTP body (so no trailers).
+    pub fn new(parts: &'a http::request::Parts, f: &Forwarding<'_>, tunnel: bool) -> Self {
+        let client = &parts.headers;
+        let mut named = Vec::new();
+        for v in client.get_all(header::CONNECTION) {
+            let Ok(s) = v.to_str() else { continue };
+            for tok in s.split(',').map(str::trim) {
+                if tunnel && tok.eq_ignore_ascii_case("upgrade") {
+                    continue;
+                }
+                if let Ok(n) = HeaderName::from_bytes(tok.as_bytes()) {
+                    named.push(n);
+                }
             }
         }
-    } else if !trusted {
-        h.remove(&X_FORWARDED_FOR);
-        h.remove(&X_FORWARDED_PROTO);
-        h.remove(&X_FORWARDED_HOST);
+        let host = client.get(header::HOST).cloned().or_else(|| {
+            let a = parts.uri.authority()?;
+            HeaderValue::from_str(a.as_str()).ok()
+        });
+        let mut out = UpstreamFields {
+            client,
+            named,
+            keep_upgrade: tunnel,
+            drop: 0,
+            host,
+            // TE is hop-by-hop, but an upstream only sends trailers to a peer
+            // that says it takes them; weir passes them on.
+            te: (!tunnel && accepts_trailers(parts.version, client)).then_some(&TRAILERS),
+            connection: tunnel.then_some(&UPGRADE),
+            xff: None,
+            xfp: None,
+            xfh: false,
+            forwarded: None,
+            via: None,
+        };
+        out.forwarding(f);
+        out
     }
-    if f.forwarded {
-        let mut elem = String::with_capacity(48);
-        elem.push_str("for=");
-        match peer {
-            IpAddr::V4(ip) => elem.push_str(&ip.to_string()),
-            IpAddr::V6(ip) => {
-                elem.push_str("\"[");
-                elem.push_str(&ip.to_string());
-                elem.push_str("]\"");
+
+    /// Sets the forwarding fields: X-Forwarded-For/-Proto/-Host, RFC 7239
+    /// `Forwarded`, `Via`. A trusted peer's chain is extended; an untrusted
+    /// peer's claims are replaced or dropped.
+    fn forwarding(&mut self, f: &Forwarding<'_>) {
+        let trusted = f.client.peer_trusted();
+        let peer = f.client.peer;
+        let proto = if f.tls { "https" } else { "http" };
+        let host = self.host.as_ref().and_then(|v| v.to_str().ok());
+        if f.x_forwarded {
+            self.drop |= DROP_XFF;
+            let xff = match (trusted, self.joined(&X_FORWARDED_FOR)) {
+                (true, Some(prev)) => HeaderValue::from_str(&format!("{prev}, {peer}")).ok(),
+                _ => ip_value(peer),
+            };
+            self.xff = xff;
+            if !(trusted && self.has(&X_FORWARDED_PROTO)) {
+                self.drop |= DROP_XFP;
+                self.xfp = Some(if f.tls { &HTTPS } else { &HTTP });
+            }
+            if !(trusted && self.has(&X_FORWARDED_HOST)) {
+                self.drop |= DROP_XFH;
+                self.xfh = self.host.is_some();
+            }
+        } else if !trusted {
+            self.drop |= DROP_XFF | DROP_XFP | DROP_XFH;
+        }
+        if f.forwarded {
+            let mut elem = String::with_capacity(48);
+            elem.push_str("for=");
+            match peer {
+                IpAddr::V4(ip) => elem.push_str(&ip.to_string()),
+                IpAddr::V6(ip) => {
+                    elem.push_str("\"[");
+                    elem.push_str(&ip.to_string());
+                    elem.push_str("]\"");
+                }
+            }
+            if let Some(host) = host.filter(|h| is_token(h)) {
+                elem.push_str(";host=");
+                elem.push_str(host);
+            } else if let Some(host) = host.filter(|h| !h.contains('"') && !h.contains('\\')) {
+                elem.push_str(";host=\"");
+                elem.push_str(host);
+                elem.push('"');
+            }
+            elem.push_str(";proto=");
+            elem.push_str(proto);
+            let value = match (trusted, self.joined(&header::FORWARDED)) {
+                (true, Some(prev)) => format!("{prev}, {elem}"),
+                _ => elem,
+            };
+            self.drop |= DROP_FORWARDED;
+            self.forwarded = HeaderValue::from_str(&value).ok();
+        } else if !trusted {
+            self.drop |= DROP_FORWARDED;
+        }
+        if let Some(via) = f.via {
+            self.via = Some(via_value(self.joined(&header::VIA), via));
+            self.drop |= DROP_VIA;
+        }
+    }
+
+    /// The Host the client asked for (its `Host`, else the HTTP/2
+    /// `:authority`).
+    pub fn host(&self) -> Option<&HeaderValue> {
+        self.host.as_ref()
+    }
+
+    /// Every field that goes upstream, the client's first, Host excluded.
+    pub fn iter(&self) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
+        let added = [
+            (&header::TE, self.te),
+            (&header::CONNECTION, self.connection),
+            (&X_FORWARDED_FOR, self.xff.as_ref()),
+            (&X_FORWARDED_PROTO, self.xfp),
+            (&X_FORWARDED_HOST, self.host.as_ref().filter(|_| self.xfh)),
+            (&header::FORWARDED, self.forwarded.as_ref()),
+            (&header::VIA, self.via.as_ref()),
+        ];
+        self.client
+            .iter()
+            .filter(|(n, _)| self.keeps(n))
+            .chain(added.into_iter().filter_map(|(n, v)| Some((n, v?))))
+    }
+
+    /// The same fields as a map (for hyper's client and tunnels).
+    pub fn to_map(&self) -> HeaderMap {
+        let mut h = HeaderMap::with_capacity(self.client.len() + 4);
+        for (n, v) in self.iter() {
+            h.append(n.clone(), v.clone());
+        }
+        h
+    }
+
+    /// Whether the client's field `n` goes upstream as it is.
+    fn keeps(&self, n: &HeaderName) -> bool {
+        if is_hop_by_hop(n, self.keep_upgrade) || n == header::EXPECT || n == header::HOST {
+            return false;
+        }
+        if self.drop != 0 {
+            let d = |bit: u8, name: &HeaderName| self.drop & bit != 0 && n == name;
+            if d(DROP_XFF, &X_FORWARDED_FOR)
+                || d(DROP_XFP, &X_FORWARDED_PROTO)
+                || d(DROP_XFH, &X_FORWARDED_HOST)
+                || d(DROP_FORWARDED, &header::FORWARDED)
+                || d(DROP_VIA, &header::VIA)
+            {
+                return false;
             }
         }
-        if let Some(host) = f.host.filter(|h| is_token(h)) {
-            elem.push_str(";host=");
-            elem.push_str(host);
-        } else if let Some(host) = f.host.filter(|h| !h.contains('"') && !h.contains('\\')) {
-            elem.push_str(";host=\"");
-            elem.push_str(host);
-            elem.push('"');
-        }
-        elem.push_str(";proto=");
-        elem.push_str(proto);
-        let value = match (trusted, joined(h, &header::FORWARDED)) {
-            (true, Some(prev)) => format!("{prev}, {elem}"),
-            _ => elem,
-        };
-        h.remove(header::FORWARDED);
-        if let Ok(v) = HeaderValue::from_str(&value) {
-            h.insert(header::FORWARDED, v);
-        }
-    } else if !trusted {
-        h.remove(header::FORWARDED);
+        !self.named.contains(n)
     }
-    if let Some(via) = f.via {
-        append_via(h, via);
+
+    /// Whether the client sent field `name` and it survives the hop.
+    fn has(&self, name: &HeaderName) -> bool {
+        self.client.contains_key(name) && !self.named.contains(name)
+    }
+
+    /// The client's values of `name` joined with `, `, if it survives the hop.
+    fn joined(&self, name: &HeaderName) -> Option<String> {
+        if self.named.contains(name) {
+            return None;
+        }
+        joined(self.client, name)
+    }
+}
+
+/// An address as a header value, formatted on the stack.
+fn ip_value(ip: IpAddr) -> Option<HeaderValue> {
+    use std::io::Write;
+    let mut buf = [0u8; 48];
+    let mut w = &mut buf[..];
+    write!(w, "{ip}").ok()?;
+    let n = 48 - w.len();
+    HeaderValue::from_bytes(&buf[..n]).ok()
+}
+
+fn via_value(prev: Option<String>, via: &'static str) -> HeaderValue {
+    match prev {
+        Some(prev) => HeaderValue::from_str(&format!("{prev}, {via}"))
+            .unwrap_or(HeaderValue::from_static(via)),
+        None => HeaderValue::from_static(via),
     }
 }
 
 /// Appends `1.1 weir` (or `2 weir`) to `Via`.
 pub fn append_via(h: &mut HeaderMap, via: &'static str) {
-    let value = match joined(h, &header::VIA) {
-        Some(prev) => HeaderValue::from_str(&format!("{prev}, {via}"))
-            .unwrap_or(HeaderValue::from_static(via)),
-        None => HeaderValue::from_static(via),
-    };
+    let value = via_value(joined(h, &header::VIA), via);
     h.insert(header::VIA, value);
 }
 
@@ -334,28 +497,46 @@ mod tests {
         assert_eq!(h["connection"], "upgrade");
     }
 
-    fn fwd<'a>(peer: &str, trusted: &'a [IpNet], host: Option<&'a str>) -> Forwarding<'a> {
+    fn fwd<'a>(peer: &str, trusted: &'a [IpNet]) -> Forwarding<'a> {
         Forwarding {
             client: ClientAddr {
                 peer: peer.parse().unwrap(),
                 trusted,
             },
             tls: false,
-            host,
             x_forwarded: true,
             forwarded: true,
             via: Some("1.1 weir"),
         }
     }
 
+    /// The map an upstream gets for a request with `headers`.
+    fn upstream(headers: HeaderMap, f: &Forwarding<'_>, tunnel: bool) -> (HeaderMap, Vec<String>) {
+        let (mut parts, ()) = http::Request::new(()).into_parts();
+        parts.headers = headers;
+        let u = UpstreamFields::new(&parts, f, tunnel);
+        // The iteration and the map say the same.
+        let listed: Vec<String> = u
+            .iter()
+            .map(|(n, v)| format!("{n}: {}", v.to_str().unwrap()))
+            .collect();
+        let m = u.to_map();
+        assert_eq!(m.len(), listed.len());
+        (m, listed)
+    }
+
     #[test]
     fn direct_mode_replaces_client_supplied_headers() {
-        let mut h = map(&[
+        let h = map(&[
+            ("host", "example.com:8080"),
             ("x-forwarded-for", "6.6.6.6"),
             ("forwarded", "for=6.6.6.6"),
             ("x-forwarded-host", "evil"),
+            ("x-forwarded-proto", "gopher"),
+            ("via", "1.0 fred"),
+            ("accept", "*/*"),
         ]);
-        add_forwarding(&mut h, &fwd("10.1.2.3", &[], Some("example.com:8080")));
+        let (h, listed) = upstream(h, &fwd("10.1.2.3", &[]), false);
         assert_eq!(h["x-forwarded-for"], "10.1.2.3");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "example.com:8080");
@@ -363,27 +544,92 @@ mod tests {
             h["forwarded"],
             "for=10.1.2.3;host=\"example.com:8080\";proto=http"
         );
-        assert_eq!(h["via"], "1.1 weir");
+        assert_eq!(h["via"], "1.0 fred, 1.1 weir");
+        assert_eq!(h["accept"], "*/*");
+        // One of each, and Host is left to the client that sends it.
+        assert_eq!(
+            listed,
+            [
+                "accept: */*",
+                "x-forwarded-for: 10.1.2.3",
+                "x-forwarded-proto: http",
+                "x-forwarded-host: example.com:8080",
+                "forwarded: for=10.1.2.3;host=\"example.com:8080\";proto=http",
+                "via: 1.0 fred, 1.1 weir",
+            ]
+        );
+    }
+
+    #[test]
+    fn untrusted_claims_are_dropped_when_weir_adds_none() {
+        let h = map(&[
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "evil"),
+            ("forwarded", "for=6.6.6.6"),
+            ("x-kept", "1"),
+        ]);
+        let f = Forwarding {
+            x_forwarded: false,
+            forwarded: false,
+            via: None,
+            ..fwd("10.1.2.3", &[])
+        };
+        let (_, listed) = upstream(h, &f, false);
+        assert_eq!(listed, ["x-kept: 1"]);
+    }
+
+    #[test]
+    fn hop_by_hop_and_expect_do_not_go_upstream_but_te_trailers_does() {
+        let h = map(&[
+            ("connection", "keep-alive, X-Secret"),
+            ("x-secret", "1"),
+            ("keep-alive", "timeout=5"),
+            ("te", "trailers"),
+            ("expect", "100-continue"),
+            ("upgrade", "websocket"),
+            ("proxy-connection", "keep-alive"),
+            ("x-kept", "yes"),
+        ]);
+        let f = Forwarding {
+            x_forwarded: false,
+            forwarded: false,
+            via: None,
+            ..fwd("10.1.2.3", &[])
+        };
+        let (_, listed) = upstream(h.clone(), &f, false);
+        assert_eq!(listed, ["x-kept: yes", "te: trailers"]);
+        // A tunnel keeps Upgrade and says so in Connection; no trailers.
+        let (_, listed) = upstream(h, &f, true);
+        assert_eq!(
+            listed,
+            ["upgrade: websocket", "x-kept: yes", "connection: upgrade"]
+        );
     }
 
     #[test]
     fn ipv6_forwarded_is_quoted() {
-        let mut h = HeaderMap::new();
-        add_forwarding(&mut h, &fwd("::1", &[], Some("a.test")));
+        let (h, _) = upstream(map(&[("host", "a.test")]), &fwd("::1", &[]), false);
         assert_eq!(h["forwarded"], "for=\"[::1]\";host=a.test;proto=http");
+        assert_eq!(h["x-forwarded-for"], "::1");
     }
 
     #[test]
     fn trusted_peer_chain_is_appended_and_client_is_rightmost_untrusted() {
         let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
-        let mut h = map(&[("x-forwarded-for", "1.1.1.1, 2.2.2.2, 10.0.0.5")]);
-        let f = fwd("10.0.0.9", &trusted, Some("a.test"));
+        let h = map(&[
+            ("x-forwarded-for", "1.1.1.1, 2.2.2.2, 10.0.0.5"),
+            ("x-forwarded-proto", "https"),
+        ]);
+        let f = fwd("10.0.0.9", &trusted);
         assert_eq!(f.client.resolve(&h), "2.2.2.2".parse::<IpAddr>().unwrap());
-        add_forwarding(&mut h, &f);
+        let (h, _) = upstream(h, &f, false);
         assert_eq!(h["x-forwarded-for"], "1.1.1.1, 2.2.2.2, 10.0.0.5, 10.0.0.9");
+        // A trusted proxy's scheme is believed.
+        assert_eq!(h["x-forwarded-proto"], "https");
         // An untrusted peer is the client whatever it claims.
         let h2 = map(&[("x-forwarded-for", "1.1.1.1")]);
-        let f2 = fwd("8.8.8.8", &trusted, None);
+        let f2 = fwd("8.8.8.8", &trusted);
         assert_eq!(f2.client.resolve(&h2), "8.8.8.8".parse::<IpAddr>().unwrap());
     }
 

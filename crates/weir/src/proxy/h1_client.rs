@@ -152,22 +152,8 @@ impl Conn {
 
     /// Writes the request. On failure, says whether nothing at all went out
     /// (the upstream then saw no request and any request may be retried).
-    pub async fn send(
-        &mut self,
-        req: &RequestHead<'_>,
-        body: Option<&Bytes>,
-    ) -> Result<(), (ClientError, bool)> {
-        let mut out = REQ_BUF.with(|b| std::mem::take(&mut *b.borrow_mut()));
-        out.clear();
-        req.encode(&mut out, body.map(Bytes::len));
-        // A small body goes out with the head in one write.
-        let body = match body {
-            Some(b) if b.len() <= READ_CHUNK => {
-                out.extend_from_slice(b);
-                None
-            }
-            b => b,
-        };
+    pub async fn send(&mut self, req: Encoded<'_>) -> Result<(), (ClientError, bool)> {
+        let Encoded { out, body } = req;
         let r = write_all(&mut *self.io, &out, body).await;
         if out.capacity() <= 64 * 1024 {
             REQ_BUF.with(|b| *b.borrow_mut() = out);
@@ -257,42 +243,77 @@ async fn write_all(
 }
 
 /// What is sent upstream: the request line and header fields.
-pub struct RequestHead<'a> {
+pub struct RequestHead<'a, F> {
     pub method: &'a Method,
     /// Origin form: path and query.
     pub target: &'a str,
     pub host: &'a HeaderValue,
-    /// Every field but Host (which `host` replaces).
-    pub headers: &'a HeaderMap,
+    /// Every field but Host (which `host` replaces; a Host among them is
+    /// skipped).
+    pub fields: F,
 }
 
-impl RequestHead<'_> {
+impl<'f, F> RequestHead<'_, F>
+where
+    F: Iterator<Item = (&'f HeaderName, &'f HeaderValue)>,
+{
     /// Encodes the head as hyper's client does: lower-case names, Host
     /// first, and a Content-Length for a body that has none.
-    pub fn encode(&self, out: &mut Vec<u8>, body_len: Option<usize>) {
+    pub fn encode(self, out: &mut Vec<u8>, body_len: Option<usize>) {
         out.extend_from_slice(self.method.as_str().as_bytes());
         out.push(b' ');
         out.extend_from_slice(self.target.as_bytes());
         out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
         out.extend_from_slice(self.host.as_bytes());
         out.extend_from_slice(b"\r\n");
-        for (name, value) in self.headers {
+        let mut has_length = false;
+        for (name, value) in self.fields {
             if name == header::HOST {
                 continue;
             }
+            has_length |= name == header::CONTENT_LENGTH;
             out.extend_from_slice(name.as_str().as_bytes());
             out.extend_from_slice(b": ");
             out.extend_from_slice(value.as_bytes());
             out.extend_from_slice(b"\r\n");
         }
         if let Some(n) = body_len
-            && !self.headers.contains_key(header::CONTENT_LENGTH)
+            && !has_length
         {
             out.extend_from_slice(b"content-length: ");
             out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
             out.extend_from_slice(b"\r\n");
         }
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// A request ready to write: the head encoded into the worker's reused
+/// buffer, a small body appended to it. Encoding happens here, before any
+/// await, so the request's future holds these bytes and not the fields.
+pub struct Encoded<'a> {
+    out: Vec<u8>,
+    /// A body too large to copy behind the head.
+    body: Option<&'a Bytes>,
+}
+
+impl<'a> Encoded<'a> {
+    pub fn new<'f, F>(req: RequestHead<'_, F>, body: Option<&'a Bytes>) -> Self
+    where
+        F: Iterator<Item = (&'f HeaderName, &'f HeaderValue)>,
+    {
+        let mut out = REQ_BUF.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        out.clear();
+        req.encode(&mut out, body.map(Bytes::len));
+        // A small body goes out with the head in one write.
+        let body = match body {
+            Some(b) if b.len() <= READ_CHUNK => {
+                out.extend_from_slice(b);
+                None
+            }
+            b => b,
+        };
+        Encoded { out, body }
     }
 }
 

@@ -44,7 +44,7 @@ use crate::body::{Body, BodyError};
 use crate::config::proxy::{Balance, HashKey, HostHeader, ProxyConfig, UpstreamConfig};
 use crate::site::ConnInfo;
 use balance::{Balancer, Candidate, hash_parts};
-use forward::{ClientAddr, Forwarding};
+use forward::{ClientAddr, Forwarding, UpstreamFields};
 use pool::Sender;
 
 /// Why a request could not be proxied.
@@ -260,17 +260,17 @@ impl Proxy {
             return r;
         }
         if upgrade::is_upgrade(parts) {
-            return upgrade::serve(self, parts, body, conn, path).await;
+            return Box::pin(upgrade::serve(self, parts, body, conn, path)).await;
         }
         if parts.method == Method::CONNECT {
-            return upgrade::serve_connect(self, parts, conn, path).await;
+            return Box::pin(upgrade::serve_connect(self, parts, conn, path)).await;
         }
         let client = ClientAddr {
             peer: conn.peer.ip(),
             trusted: &self.cfg.trusted_proxies,
         };
         let client_ip = client.resolve(&parts.headers);
-        let headers = self.upstream_headers(parts, conn, client, false);
+        let fields = self.upstream_fields(parts, conn, client, false);
         let pq = path_and_query(parts, path);
         let key = self.hash_key(parts, client_ip);
         let sticky = self.sticky_choice(&parts.headers);
@@ -329,23 +329,25 @@ impl Proxy {
                         Replay::Full(b) => Some(b),
                         _ => None,
                     };
-                    self.send_own(c, parts, &pq, &headers, up, bytes, idempotent)
+                    self.send_own(c, parts, &pq, &fields, up, bytes, idempotent)
                         .await
                 }
                 sender => {
                     let req = build_request(
                         parts,
                         &pq,
-                        &headers,
+                        fields.to_map(),
+                        upstream_host(&self.cfg.host, fields.host(), up),
                         up,
-                        &self.cfg.host,
                         sender.is_h2(),
                         body.take(),
                     );
-                    self.send(sender, req).await.map(|(resp, sender)| {
-                        let (rp, incoming) = resp.into_parts();
-                        (rp, FromUpstream::Hyper(incoming, sender))
-                    })
+                    Box::pin(self.send(sender, req))
+                        .await
+                        .map(|(resp, sender)| {
+                            let (rp, incoming) = resp.into_parts();
+                            (rp, FromUpstream::Hyper(incoming, sender))
+                        })
                 }
             };
             match sent {
@@ -383,49 +385,26 @@ impl Proxy {
         }
     }
 
-    /// The request headers for upstreams: hop-by-hop removed, forwarding
-    /// headers added, Host as configured.
-    fn upstream_headers(
+    /// The request's fields for upstreams: hop-by-hop removed, forwarding
+    /// fields added; Host apart.
+    fn upstream_fields<'a>(
         &self,
-        parts: &http::request::Parts,
+        parts: &'a http::request::Parts,
         conn: &ConnInfo,
         client: ClientAddr<'_>,
-        upgrade: bool,
-    ) -> HeaderMap {
-        let mut h = parts.headers.clone();
-        forward::strip_hop_by_hop(&mut h, upgrade);
-        // weir answers `Expect: 100-continue` itself (hyper sends the 100
-        // when the body is first read).
-        h.remove(header::EXPECT);
-        if !upgrade && forward::accepts_trailers(parts.version, &parts.headers) {
-            // TE is hop-by-hop, but an upstream only sends trailers to a
-            // peer that says it takes them; weir passes them on (not on a
-            // tunnel, which has no HTTP body).
-            h.insert(header::TE, HeaderValue::from_static("trailers"));
-        }
-        let host_in = parts
-            .headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .or_else(|| parts.uri.authority().map(|a| a.as_str()));
-        forward::add_forwarding(
-            &mut h,
+        tunnel: bool,
+    ) -> UpstreamFields<'a> {
+        UpstreamFields::new(
+            parts,
             &Forwarding {
                 client,
                 tls: conn.tls,
-                host: host_in,
                 x_forwarded: self.cfg.x_forwarded,
                 forwarded: self.cfg.forwarded,
                 via: self.cfg.via.then_some(via_for(parts.version)),
             },
-        );
-        if self.cfg.host == HostHeader::Pass
-            && !h.contains_key(header::HOST)
-            && let Some(v) = host_in.and_then(|s| HeaderValue::from_str(s).ok())
-        {
-            h.insert(header::HOST, v);
-        }
-        h
+            tunnel,
+        )
     }
 
     fn hash_key(&self, parts: &http::request::Parts, client: std::net::IpAddr) -> Option<u64> {
@@ -538,7 +517,7 @@ impl Proxy {
                         }
                     }
                     Sender::Own(c) if !own => {
-                        if let Ok(s) = pool::into_hyper(c).await {
+                        if let Ok(s) = Box::pin(pool::into_hyper(c)).await {
                             return Ok(s);
                         }
                     }
@@ -551,7 +530,7 @@ impl Proxy {
         } else {
             self.tls.as_ref()
         };
-        let s = pool::connect(
+        let s = Box::pin(pool::connect(
             &up.cfg,
             &pool::ConnectOpts {
                 timeout: self.cfg.connect_timeout,
@@ -563,7 +542,7 @@ impl Proxy {
                 upgrades,
                 own_h1: own && self.own_h1,
             },
-        )
+        ))
         .await?;
         if let Sender::H2(tx) = &s {
             pool::share_h2(key, tx);
@@ -616,22 +595,25 @@ impl Proxy {
         mut c: h1_client::Conn,
         parts: &http::request::Parts,
         pq: &http::uri::PathAndQuery,
-        headers: &HeaderMap,
+        fields: &UpstreamFields<'_>,
         up: &Upstream,
         body: Option<&Bytes>,
         idempotent: bool,
     ) -> Result<(http::response::Parts, FromUpstream), (ProxyError, Failure, Option<Request<Body>>)>
     {
-        let head = h1_client::RequestHead {
-            method: &parts.method,
-            target: pq.as_str(),
-            host: upstream_host(&self.cfg.host, headers, up),
-            headers,
-        };
+        let request = h1_client::Encoded::new(
+            h1_client::RequestHead {
+                method: &parts.method,
+                target: pq.as_str(),
+                host: upstream_host(&self.cfg.host, fields.host(), up),
+                fields: fields.iter(),
+            },
+            body,
+        );
         let reused = c.reused();
         let timeout = self.cfg.response_timeout;
         let exchange = async {
-            c.send(&head, body).await?;
+            c.send(request).await?;
             c.read_head(parts.method == Method::HEAD)
                 .await
                 .map_err(|e| (e, false))
@@ -859,10 +841,10 @@ fn path_and_query(parts: &http::request::Parts, path: Option<&str>) -> http::uri
 /// `Upstream::host` (the upstream's authority or the fixed `host`).
 fn upstream_host<'a>(
     host_mode: &HostHeader,
-    headers: &'a HeaderMap,
+    client_host: Option<&'a HeaderValue>,
     up: &'a Upstream,
 ) -> &'a HeaderValue {
-    match (host_mode, headers.get(header::HOST)) {
+    match (host_mode, client_host) {
         (HostHeader::Pass, Some(v)) => v,
         _ => &up.host,
     }
@@ -871,16 +853,13 @@ fn upstream_host<'a>(
 fn build_request(
     parts: &http::request::Parts,
     pq: &http::uri::PathAndQuery,
-    headers: &HeaderMap,
+    mut h: HeaderMap,
+    host: &HeaderValue,
     up: &Upstream,
-    host_mode: &HostHeader,
     h2: bool,
     body: Body,
 ) -> Request<Body> {
-    let mut h = headers.clone();
-    let host = upstream_host(host_mode, headers, up).clone();
     let uri = if h2 {
-        h.remove(header::HOST);
         let scheme = if up.cfg.scheme.is_tls() {
             "https"
         } else {
@@ -892,7 +871,7 @@ fn build_request(
             .path_and_query(pq.clone())
             .build()
     } else {
-        h.insert(header::HOST, host);
+        h.insert(header::HOST, host.clone());
         Uri::builder().path_and_query(pq.clone()).build()
     };
     let mut req = Request::new(body);

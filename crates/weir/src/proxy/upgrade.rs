@@ -121,7 +121,9 @@ async fn tunnel(
         trusted: &p.cfg.trusted_proxies,
     };
     let client_ip = client.resolve(&parts.headers);
-    let mut headers = p.upstream_headers(parts, conn, client, true);
+    let fields = p.upstream_fields(parts, conn, client, true);
+    let mut headers = fields.to_map();
+    let client_host = fields.host().cloned();
     if kind == Tunnel::H2WebSocket {
         // The HTTP/1.1 handshake the HTTP/2 client's CONNECT stands for;
         // Sec-WebSocket-Protocol and -Extensions pass through as sent.
@@ -171,9 +173,9 @@ async fn tunnel(
         let mut req = super::build_request(
             parts,
             &pq,
-            &headers,
+            headers.clone(),
+            super::upstream_host(&p.cfg.host, client_host.as_ref(), &up),
             &up,
-            &p.cfg.host,
             false,
             body.take().unwrap_or_default(),
         );
