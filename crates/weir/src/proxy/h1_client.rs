@@ -324,9 +324,14 @@ enum Parsed {
 
 /// Parses one response head off the front of `buf`. `None`: incomplete.
 fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, ClientError> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut fields);
-    let len = match resp.parse(&buf[..]) {
+    let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut resp,
+        &buf[..],
+        &mut fields,
+    );
+    let len = match parsed {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(e) => return Err(ClientError::BadHead(e)),
@@ -349,15 +354,17 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
     // empty slice may not point into the buffer at all (httparse returns a
     // static one for an empty reason): it is (0, 0).
     let base = buf.as_ptr() as usize;
-    let offset = |s: &[u8]| -> (usize, usize) {
+    // u32 offsets (a head is far below 4 GiB): half the array to clear per
+    // response.
+    let offset = |s: &[u8]| -> (u32, u32) {
         if s.is_empty() {
             (0, 0)
         } else {
-            (s.as_ptr() as usize - base, s.len())
+            ((s.as_ptr() as usize - base) as u32, s.len() as u32)
         }
     };
     let reason = resp.reason.map(|r| offset(r.as_bytes()));
-    let mut spans = [(0usize, 0usize, 0usize, 0usize); MAX_HEADERS];
+    let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
     let n = resp.headers.len();
     for (s, h) in spans.iter_mut().zip(resp.headers.iter()) {
         let (name_at, name_len) = offset(h.name.as_bytes());
@@ -368,6 +375,8 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
 
     let mut headers = HeaderMap::with_capacity(n);
     for &(name_at, name_len, value_at, value_len) in &spans[..n] {
+        let (name_at, name_len) = (name_at as usize, name_len as usize);
+        let (value_at, value_len) = (value_at as usize, value_len as usize);
         let name = HeaderName::from_bytes(&head[name_at..name_at + name_len])
             .map_err(|_| ClientError::BadField)?;
         let value = HeaderValue::from_maybe_shared(head.slice(value_at..value_at + value_len))
@@ -378,7 +387,7 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
     let mut parts = http::Response::new(()).into_parts().0;
     parts.status = status;
     parts.version = version;
-    if let Some((at, len)) = reason {
+    if let Some((at, len)) = reason.map(|(a, l)| (a as usize, l as usize)) {
         let r = &head[at..at + len];
         if status.canonical_reason().map(str::as_bytes) != Some(r)
             && let Ok(p) = hyper::ext::ReasonPhrase::try_from(head.slice(at..at + len))
