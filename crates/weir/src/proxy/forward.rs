@@ -31,6 +31,29 @@ fn is_hop_by_hop(n: &HeaderName, keep_upgrade: bool) -> bool {
     HOP_BY_HOP.contains(n) || (!keep_upgrade && n == header::UPGRADE)
 }
 
+/// The fields `Connection` names as hop-by-hop, beyond the ones that are
+/// by definition. Its usual options (`keep-alive`, `close`) name nothing to
+/// remove, so the common request allocates nothing here. `keep_upgrade`
+/// leaves `Upgrade` for a tunnel.
+fn connection_names(h: &HeaderMap, keep_upgrade: bool) -> Vec<HeaderName> {
+    let mut named = Vec::new();
+    for v in h.get_all(header::CONNECTION) {
+        let Ok(s) = v.to_str() else { continue };
+        for tok in s.split(',').map(str::trim) {
+            if tok.eq_ignore_ascii_case("keep-alive")
+                || tok.eq_ignore_ascii_case("close")
+                || (keep_upgrade && tok.eq_ignore_ascii_case("upgrade"))
+            {
+                continue;
+            }
+            if let Ok(n) = HeaderName::from_bytes(tok.as_bytes()) {
+                named.push(n);
+            }
+        }
+    }
+    named
+}
+
 /// Removes the hop-by-hop headers (RFC 9110 7.6.1): `Connection` and every
 /// header it names, plus the ones that are hop-by-hop by definition.
 /// `keep_upgrade` keeps `Upgrade` (and `Connection: upgrade`) for a tunnel.
@@ -43,25 +66,9 @@ pub fn strip_hop_by_hop(h: &mut HeaderMap, keep_upgrade: bool) {
         }
         return;
     }
-    if h.contains_key(header::CONNECTION) {
-        // Names listed in Connection; collected first to release the borrow.
-        let mut named: Vec<HeaderName> = Vec::new();
-        for v in h.get_all(header::CONNECTION) {
-            if let Ok(s) = v.to_str() {
-                for tok in s.split(',') {
-                    let tok = tok.trim();
-                    if keep_upgrade && tok.eq_ignore_ascii_case("upgrade") {
-                        continue;
-                    }
-                    if let Ok(n) = HeaderName::from_bytes(tok.as_bytes()) {
-                        named.push(n);
-                    }
-                }
-            }
-        }
-        for n in named {
-            h.remove(n);
-        }
+    // Names listed in Connection; collected first to release the borrow.
+    for n in connection_names(h, keep_upgrade) {
+        h.remove(n);
     }
     for n in &HOP_BY_HOP {
         h.remove(n);
@@ -200,18 +207,7 @@ impl<'a> UpstreamFields<'a> {
     /// `Connection: upgrade` and has no HTTP body (so no trailers).
     pub fn new(parts: &'a http::request::Parts, f: &Forwarding<'_>, tunnel: bool) -> Self {
         let client = &parts.headers;
-        let mut named = Vec::new();
-        for v in client.get_all(header::CONNECTION) {
-            let Ok(s) = v.to_str() else { continue };
-            for tok in s.split(',').map(str::trim) {
-                if tunnel && tok.eq_ignore_ascii_case("upgrade") {
-                    continue;
-                }
-                if let Ok(n) = HeaderName::from_bytes(tok.as_bytes()) {
-                    named.push(n);
-                }
-            }
-        }
+        let named = connection_names(client, tunnel);
         let host = client.get(header::HOST).cloned().or_else(|| {
             let a = parts.uri.authority()?;
             HeaderValue::from_str(a.as_str()).ok()
