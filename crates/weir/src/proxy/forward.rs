@@ -535,6 +535,16 @@ mod tests {
         }
     }
 
+    /// A direct-mode peer with every forwarding field turned off.
+    fn no_forwarding() -> Forwarding<'static> {
+        Forwarding {
+            x_forwarded: false,
+            forwarded: false,
+            via: None,
+            ..fwd("10.1.2.3", &[])
+        }
+    }
+
     /// The map an upstream gets for a request with `headers`.
     fn upstream(headers: HeaderMap, f: &Forwarding<'_>, tunnel: bool) -> (HeaderMap, Vec<String>) {
         let (mut parts, ()) = http::Request::new(()).into_parts();
@@ -594,12 +604,7 @@ mod tests {
             ("forwarded", "for=6.6.6.6"),
             ("x-kept", "1"),
         ]);
-        let f = Forwarding {
-            x_forwarded: false,
-            forwarded: false,
-            via: None,
-            ..fwd("10.1.2.3", &[])
-        };
+        let f = no_forwarding();
         let (_, listed) = upstream(h, &f, false);
         assert_eq!(listed, ["x-kept: 1"]);
     }
@@ -616,12 +621,7 @@ mod tests {
             ("proxy-connection", "keep-alive"),
             ("x-kept", "yes"),
         ]);
-        let f = Forwarding {
-            x_forwarded: false,
-            forwarded: false,
-            via: None,
-            ..fwd("10.1.2.3", &[])
-        };
+        let f = no_forwarding();
         let (_, listed) = upstream(h.clone(), &f, false);
         assert_eq!(listed, ["x-kept: yes", "te: trailers"]);
         // A tunnel keeps Upgrade and says so in Connection; no trailers.
