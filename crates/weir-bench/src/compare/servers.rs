@@ -4,6 +4,12 @@
 //! listening on 127.0.0.1 only. Each writer puts its config in the run folder
 //! so a reader can check it, and returns the command that starts the server in
 //! the foreground (so we hold its PID and stop it by PID).
+//!
+//! As proxies they do the same work per request: each sends the backend the
+//! forwarding fields Caddy sends by default, X-Forwarded-For, -Proto and
+//! -Host, and no others (weir's `Forwarded` and `Via` are turned off; nginx
+//! and HAProxy are told to add the three; Varnish adds X-Forwarded-For
+//! itself).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -367,10 +373,12 @@ fn weir_config(s: &ServerSetup) -> String {
             "localhost",
             format!("root = \"{}\"", root.display()),
         ),
+        // The forwarding fields every proxy here sends (module doc): weir's
+        // X-Forwarded-* on, its Forwarded and Via off.
         Role::Proxy(up) => site(
             &mut o,
             "localhost",
-            format!("proxy = {{ to = [\"{up}\"] }}"),
+            format!("proxy = {{ to = [\"{up}\"], forwarded = false, via = false }}"),
         ),
         Role::Sites(sites) => {
             for (name, root) in sites {
@@ -415,7 +423,11 @@ fn nginx_config(s: &ServerSetup) -> String {
         Role::Proxy(_) => server(
             &mut o,
             None,
-            "    location / {\n      proxy_pass http://backend;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }".into(),
+            "    location / {\n      proxy_pass http://backend;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n\
+             \x20     proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n\
+             \x20     proxy_set_header X-Forwarded-Proto $scheme;\n\
+             \x20     proxy_set_header X-Forwarded-Host $http_host;\n    }"
+                .into(),
         ),
         Role::Sites(sites) => {
             for (name, root) in sites {
@@ -535,9 +547,11 @@ fn haproxy_config(s: &ServerSetup) -> Result<String, CompareError> {
          global\n  nbthread {w}\n  maxconn 9000\n  ssl-default-bind-options ssl-min-ver TLSv1.2\n\n\
          defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n  http-reuse always\n\n\
          frontend fe\n  bind 127.0.0.1:{p}{ssl}\n  default_backend be\n\n\
-         backend be\n  server b1 {up}\n",
+         backend be\n  option forwardfor\n  http-request set-header X-Forwarded-Proto {scheme}\n\
+         \x20 http-request set-header X-Forwarded-Host %[req.hdr(host)]\n  server b1 {up}\n",
         w = s.workers,
-        p = s.port
+        p = s.port,
+        scheme = if s.tls { "https" } else { "http" },
     ))
 }
 
@@ -548,7 +562,7 @@ fn varnish_config(s: &ServerSetup) -> Result<String, CompareError> {
     Ok(format!(
         "# weir-bench: Varnish as a pure proxy (every request passed, no caching), 2 thread pools.\n\
          vcl 4.1;\n\nbackend default {{\n  .host = \"{}\";\n  .port = \"{}\";\n}}\n\n\
-         sub vcl_recv {{\n  return (pass);\n}}\n",
+         sub vcl_recv {{\n  set req.http.X-Forwarded-Proto = \"http\";\n  set req.http.X-Forwarded-Host = req.http.host;\n  return (pass);\n}}\n",
         up.ip(),
         up.port()
     ))
