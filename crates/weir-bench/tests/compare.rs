@@ -117,6 +117,48 @@ fn quick_compare_writes_the_expected_shape() {
     assert!(svg.starts_with("<svg") && svg.contains("nginx"));
 }
 
+/// Repeats go in rounds: every server runs once per round, so the machine's
+/// drift over minutes cannot favour whichever server ran in a fast stretch.
+#[test]
+fn repeats_alternate_between_servers() {
+    ensure_nginx();
+    let weir = weir_binary();
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("compare-rounds-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let port = 24_000 + (std::process::id() % 700) as u16 * 10;
+    let status = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
+        .args([
+            "compare",
+            "--quick",
+            "--servers",
+            "weir,nginx",
+            "--scenarios",
+            "proxy",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .args(["--port", &port.to_string()])
+        .arg("--weir")
+        .arg(&weir)
+        .status()
+        .expect("run weir-bench");
+    assert!(status.success());
+    let started = |server: &str, repeat: u32| -> u64 {
+        let path = out.join(format!("raw/proxy/http/{server}-{repeat}.json"));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["repeat"], repeat - 1);
+        v["started_unix_ms"].as_u64().expect("started_unix_ms")
+    };
+    // weir, nginx, weir, nginx, weir, nginx: each start after the one before.
+    let order: Vec<u64> = (1..=3)
+        .flat_map(|r| [started("weir", r), started("nginx", r)])
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+}
+
 /// The weir binary of this workspace, built if it is not there yet.
 fn weir_binary() -> std::path::PathBuf {
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));

@@ -4,8 +4,10 @@
 //! per scenario.
 //!
 //! Method: each server is started by hand (foreground, stopped by PID),
-//! checked (status and exact body) before measuring, warmed up, measured
-//! `repeats` times; the tables show the median and min–max spread, server
+//! checked (status and exact body) before measuring, warmed up, measured;
+//! `repeats` rounds, each running every server of the case once in turn, so
+//! the machine's drift over minutes (±15 % on a shared VM) lands on every
+//! server alike and the ratios hold. The tables show the median and min–max spread, server
 //! CPU and RSS (idle before load, peak during) from /proc, and the
 //! generator's own CPU. A server whose binary is missing is reported as
 //! "not installed", loudly, never silently dropped.
@@ -151,6 +153,8 @@ struct RepeatRecord<'a> {
     scenario: &'a str,
     case: &'a str,
     repeat: usize,
+    /// When the repeat's load began (Unix time, ms): shows the rounds' order.
+    started_unix_ms: u128,
     server_cpu_cores: f64,
     backend_cpu_cores: Option<f64>,
     rss_peak_bytes: u64,
@@ -380,6 +384,9 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
             continue;
         }
         for case in scenarios::cases(scenario, cfg.quick) {
+            // Every server of the case, with its row so far: rows that are
+            // settled (not installed, no TLS) are pushed at once.
+            let mut contenders: Vec<(ServerKind, ServerSetup, Row, Measured)> = Vec::new();
             for &server in &cfg.servers {
                 if !scenario.applies_to(server) {
                     continue;
@@ -419,34 +426,42 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                     combined: combined.clone(),
                     workers: cfg.workers,
                 };
-                let expected = match scenario {
-                    Scenario::Proxy => expected_backend(case.body_size),
-                    _ => expected_file(case.body_size),
-                };
-                let backend_pid = backend.as_ref().map(|b| b.pid);
-                eprintln!(
-                    "-- {} / {} / {}",
-                    scenario.name(),
-                    case.label,
-                    server.name()
-                );
-                match run_server_case(
-                    cfg,
-                    server,
-                    &setup,
-                    &case,
-                    scenario,
-                    &expected,
-                    server_cpu,
-                    backend_pid,
-                ) {
-                    Ok(r) => {
-                        row = Row {
-                            status: "ok".into(),
-                            ..r
-                        }
+                contenders.push((server, setup, row, Measured::default()));
+            }
+            let expected = match scenario {
+                Scenario::Proxy => expected_backend(case.body_size),
+                _ => expected_file(case.body_size),
+            };
+            let backend_pid = backend.as_ref().map(|b| b.pid);
+            // Rounds: each runs every server once (started, checked, warmed
+            // up, measured, stopped), so a slow minute of the machine falls
+            // on all of them alike instead of on whichever ran then.
+            for repeat in 0..cfg.repeats.max(1) {
+                for (server, setup, row, measured) in &mut contenders {
+                    if !row.status.is_empty() {
+                        continue; // failed in an earlier round
                     }
-                    Err(status) => {
+                    eprintln!(
+                        "-- {} / {} / {} (round {} of {})",
+                        scenario.name(),
+                        case.label,
+                        server.name(),
+                        repeat + 1,
+                        cfg.repeats.max(1)
+                    );
+                    let r = run_server_round(
+                        cfg,
+                        *server,
+                        setup,
+                        &case,
+                        scenario,
+                        &expected,
+                        server_cpu,
+                        backend_pid,
+                        repeat,
+                        measured,
+                    );
+                    if let Err(status) = r {
                         eprintln!(
                             "weir-bench compare: *** {} {}: {status} ***",
                             server.name(),
@@ -455,7 +470,13 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                         row.status = status;
                     }
                 }
-                rows.push(row);
+            }
+            for (server, _, row, measured) in contenders {
+                rows.push(if row.status.is_empty() {
+                    measured.row(scenario, &case, server, backend_pid.is_some())
+                } else {
+                    row
+                });
             }
         }
         if let Some(b) = backend {
@@ -541,9 +562,53 @@ fn tail(path: &Path) -> String {
         .collect()
 }
 
-/// Starts one server for one case, checks it, measures it; `Err` is the status text.
+/// One server's repeats so far.
+#[derive(Default)]
+struct Measured {
+    reports: Vec<LoadReport>,
+    cpus: Vec<f64>,
+    bcpus: Vec<f64>,
+    idle_rss: Vec<u64>,
+    peak_rss: u64,
+}
+
+impl Measured {
+    /// The row: medians over the repeats, min–max of req/s, the highest peak.
+    fn row(self, scenario: Scenario, case: &Case, server: ServerKind, backend: bool) -> Row {
+        let reports = &self.reports;
+        let med = |f: &dyn Fn(&LoadReport) -> f64| median(reports.iter().map(f).collect());
+        let rps: Vec<f64> = reports.iter().map(|r| r.requests_per_sec).collect();
+        let idle = median(self.idle_rss.iter().map(|&b| b as f64).collect());
+        Row {
+            scenario: scenario.name().into(),
+            case: case.label.clone(),
+            server: server.name().into(),
+            status: "ok".into(),
+            repeats: reports.len(),
+            rps_median: median(rps.clone()),
+            rps_min: rps.iter().copied().fold(f64::INFINITY, f64::min),
+            rps_max: rps.iter().copied().fold(0.0, f64::max),
+            p50_ms: med(&|r| r.latency_ms.p50),
+            p99_ms: med(&|r| r.latency_ms.p99),
+            p99_corrected_ms: med(&|r| r.latency_corrected_ms.map_or(r.latency_ms.p99, |p| p.p99)),
+            mean_ms: med(&|r| r.latency_ms.mean),
+            ok_responses: med(&|r| r.successes as f64) as u64,
+            non_2xx: med(&|r| (r.responses - r.successes) as f64) as u64,
+            client_errors: med(&|r| r.errors.total() as f64) as u64,
+            server_cpu: median(self.cpus),
+            backend_cpu: backend.then(|| median(self.bcpus)),
+            rss_idle_mib: idle / 1048576.0,
+            rss_peak_mib: self.peak_rss as f64 / 1048576.0,
+            generator_cpu: med(&|r| r.generator.cores.unwrap_or(0.0)),
+            generator_cpu_bound: reports.iter().any(|r| r.generator.cpu_bound),
+        }
+    }
+}
+
+/// One round for one server: start it, check its answer, measure repeat
+/// `repeat` (after its warm-up) into `into`, stop it.
 #[allow(clippy::too_many_arguments)]
-fn run_server_case(
+fn run_server_round(
     cfg: &CompareConfig,
     server: ServerKind,
     setup: &ServerSetup,
@@ -552,7 +617,9 @@ fn run_server_case(
     expected: &[u8],
     cpu: Option<usize>,
     backend_pid: Option<u32>,
-) -> Result<Row, String> {
+    repeat: usize,
+    into: &mut Measured,
+) -> Result<(), String> {
     let launch = prepare_validated(server, setup, &cfg.weir)?;
     if !process::port_free(setup.port) {
         return Err(format!("failed: port {} in use", setup.port));
@@ -574,10 +641,104 @@ fn run_server_case(
                 expected.len()
             ));
         }
-        measure(cfg, server, setup, case, scenario, running.pid, backend_pid)
+        measure_repeat(
+            cfg,
+            server,
+            setup,
+            case,
+            scenario,
+            running.pid,
+            backend_pid,
+            repeat,
+            into,
+        )
     })();
     running.stop();
     result
+}
+
+/// Measures one repeat of a running server.
+#[allow(clippy::too_many_arguments)]
+fn measure_repeat(
+    cfg: &CompareConfig,
+    server: ServerKind,
+    setup: &ServerSetup,
+    case: &Case,
+    scenario: Scenario,
+    pid: u32,
+    backend_pid: Option<u32>,
+    repeat: usize,
+    into: &mut Measured,
+) -> Result<(), String> {
+    std::thread::sleep(Duration::from_millis(300));
+    let idle = procstat::sample(&[pid]);
+    into.idle_rss.push(idle.rss);
+    into.peak_rss = into.peak_rss.max(idle.rss);
+    let raw_dir = cfg
+        .out
+        .join("raw")
+        .join(scenario.name())
+        .join(slug(&case.label));
+    std::fs::create_dir_all(&raw_dir).map_err(|e| format!("failed: {e}"))?;
+    let mut lc = load_config(cfg, setup, case);
+    if let Amount::Requests(_) = case.amount {
+        // A fixed request count cannot contain its own warm-up: warm up apart.
+        let mut w = lc.clone();
+        w.requests = None;
+        w.duration = Some(cfg.warmup.max(Duration::from_millis(200)));
+        w.warmup = Duration::ZERO;
+        load::run(&w).map_err(|e| format!("failed: {e}"))?;
+        lc.warmup = Duration::ZERO;
+    }
+    let started_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let sampler = Sampler::start(pid, backend_pid);
+    let measure_from = Instant::now() + lc.warmup;
+    let report = load::run(&lc).map_err(|e| format!("failed: {e}"))?;
+    let samples = sampler.finish();
+    let window: Vec<_> = samples.iter().filter(|s| s.0 >= measure_from).collect();
+    let (cpu, bcpu) = match (window.first(), window.last()) {
+        (Some(a), Some(b)) if b.0 > a.0 => {
+            let dt = b.0.duration_since(a.0).as_secs_f64();
+            (
+                b.1.cpu.saturating_sub(a.1.cpu).as_secs_f64() / dt,
+                b.2.cpu.saturating_sub(a.2.cpu).as_secs_f64() / dt,
+            )
+        }
+        _ => (0.0, 0.0),
+    };
+    let rss_peak = samples.iter().map(|s| s.1.rss).max().unwrap_or(0);
+    into.peak_rss = into.peak_rss.max(rss_peak);
+    into.cpus.push(cpu);
+    into.bcpus.push(bcpu);
+    let rec = RepeatRecord {
+        server: server.name(),
+        scenario: scenario.name(),
+        case: &case.label,
+        repeat,
+        started_unix_ms,
+        server_cpu_cores: cpu,
+        backend_cpu_cores: backend_pid.map(|_| bcpu),
+        rss_peak_bytes: rss_peak,
+        load: &report,
+    };
+    let path = raw_dir.join(format!("{}-{}.json", server.name(), repeat + 1));
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&rec).unwrap_or_default(),
+    )
+    .map_err(|e| format!("failed: {e}"))?;
+    eprintln!(
+        "   repeat {}: {:.0} req/s, p99 {:.2} ms, errors {}, server CPU {:.2}",
+        repeat + 1,
+        report.requests_per_sec,
+        report.latency_ms.p99,
+        report.errors.total(),
+        cpu
+    );
+    into.reports.push(report);
+    Ok(())
 }
 
 /// Writes `server`'s config for `setup` and runs its own config check;
@@ -873,107 +1034,4 @@ fn load_config(cfg: &CompareConfig, setup: &ServerSetup, case: &Case) -> LoadCon
         Amount::Requests(n) => l.requests = Some(n),
     }
     l
-}
-
-#[allow(clippy::too_many_arguments)]
-fn measure(
-    cfg: &CompareConfig,
-    server: ServerKind,
-    setup: &ServerSetup,
-    case: &Case,
-    scenario: Scenario,
-    pid: u32,
-    backend_pid: Option<u32>,
-) -> Result<Row, String> {
-    std::thread::sleep(Duration::from_millis(300));
-    let idle = procstat::sample(&[pid]);
-    let raw_dir = cfg
-        .out
-        .join("raw")
-        .join(scenario.name())
-        .join(slug(&case.label));
-    std::fs::create_dir_all(&raw_dir).map_err(|e| format!("failed: {e}"))?;
-    let mut reports = Vec::new();
-    let (mut cpus, mut bcpus, mut peak) = (Vec::new(), Vec::new(), idle.rss);
-    for repeat in 0..cfg.repeats.max(1) {
-        let mut lc = load_config(cfg, setup, case);
-        if let Amount::Requests(_) = case.amount {
-            // A fixed request count cannot contain its own warm-up: warm up apart.
-            let mut w = lc.clone();
-            w.requests = None;
-            w.duration = Some(cfg.warmup.max(Duration::from_millis(200)));
-            w.warmup = Duration::ZERO;
-            load::run(&w).map_err(|e| format!("failed: {e}"))?;
-            lc.warmup = Duration::ZERO;
-        }
-        let sampler = Sampler::start(pid, backend_pid);
-        let measure_from = Instant::now() + lc.warmup;
-        let report = load::run(&lc).map_err(|e| format!("failed: {e}"))?;
-        let samples = sampler.finish();
-        let window: Vec<_> = samples.iter().filter(|s| s.0 >= measure_from).collect();
-        let (cpu, bcpu) = match (window.first(), window.last()) {
-            (Some(a), Some(b)) if b.0 > a.0 => {
-                let dt = b.0.duration_since(a.0).as_secs_f64();
-                (
-                    b.1.cpu.saturating_sub(a.1.cpu).as_secs_f64() / dt,
-                    b.2.cpu.saturating_sub(a.2.cpu).as_secs_f64() / dt,
-                )
-            }
-            _ => (0.0, 0.0),
-        };
-        let rss_peak = samples.iter().map(|s| s.1.rss).max().unwrap_or(0);
-        peak = peak.max(rss_peak);
-        cpus.push(cpu);
-        bcpus.push(bcpu);
-        let rec = RepeatRecord {
-            server: server.name(),
-            scenario: scenario.name(),
-            case: &case.label,
-            repeat,
-            server_cpu_cores: cpu,
-            backend_cpu_cores: backend_pid.map(|_| bcpu),
-            rss_peak_bytes: rss_peak,
-            load: &report,
-        };
-        let path = raw_dir.join(format!("{}-{}.json", server.name(), repeat + 1));
-        std::fs::write(
-            &path,
-            serde_json::to_string_pretty(&rec).unwrap_or_default(),
-        )
-        .map_err(|e| format!("failed: {e}"))?;
-        eprintln!(
-            "   repeat {}: {:.0} req/s, p99 {:.2} ms, errors {}, server CPU {:.2}",
-            repeat + 1,
-            report.requests_per_sec,
-            report.latency_ms.p99,
-            report.errors.total(),
-            cpu
-        );
-        reports.push(report);
-    }
-    let med = |f: &dyn Fn(&LoadReport) -> f64| median(reports.iter().map(f).collect());
-    let rps: Vec<f64> = reports.iter().map(|r| r.requests_per_sec).collect();
-    Ok(Row {
-        scenario: scenario.name().into(),
-        case: case.label.clone(),
-        server: server.name().into(),
-        status: "ok".into(),
-        repeats: reports.len(),
-        rps_median: median(rps.clone()),
-        rps_min: rps.iter().copied().fold(f64::INFINITY, f64::min),
-        rps_max: rps.iter().copied().fold(0.0, f64::max),
-        p50_ms: med(&|r| r.latency_ms.p50),
-        p99_ms: med(&|r| r.latency_ms.p99),
-        p99_corrected_ms: med(&|r| r.latency_corrected_ms.map_or(r.latency_ms.p99, |p| p.p99)),
-        mean_ms: med(&|r| r.latency_ms.mean),
-        ok_responses: med(&|r| r.successes as f64) as u64,
-        non_2xx: med(&|r| (r.responses - r.successes) as f64) as u64,
-        client_errors: med(&|r| r.errors.total() as f64) as u64,
-        server_cpu: median(cpus),
-        backend_cpu: backend_pid.map(|_| median(bcpus)),
-        rss_idle_mib: idle.rss as f64 / 1048576.0,
-        rss_peak_mib: peak as f64 / 1048576.0,
-        generator_cpu: med(&|r| r.generator.cores.unwrap_or(0.0)),
-        generator_cpu_bound: reports.iter().any(|r| r.generator.cpu_bound),
-    })
 }
