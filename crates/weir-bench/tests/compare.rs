@@ -1,7 +1,7 @@
 //! `weir-bench compare --quick` end to end against nginx: asserts the SHAPE
 //! of the run folder (files, JSON, table rows and columns), never a speed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// nginx must be installed; install it, or fail loudly saying how.
@@ -20,30 +20,39 @@ fn ensure_nginx() {
     );
 }
 
-#[test]
-fn quick_compare_writes_the_expected_shape() {
+/// Runs `weir-bench compare --quick ARGS` with `weir` into a fresh folder
+/// named for `tag`, on port `slot` of the ten this test process owns (the
+/// backend takes the port after it), and returns the folder.
+fn quick_compare(tag: &str, slot: u16, weir: &Path, args: &[&str]) -> PathBuf {
     ensure_nginx();
     let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("compare-quick-{}", std::process::id()));
+        .join(format!("compare-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    // Below the kernel's ephemeral range (32768–60999 here), where the
-    // other test's client connections could already hold the port.
-    let port = 20_000 + (std::process::id() % 1_200) as u16 * 10;
+    // Below the kernel's ephemeral range (32768–60999 here), where another
+    // test's client connections could already hold the port.
+    let port = 20_000 + (std::process::id() % 1_200) as u16 * 10 + slot;
     let status = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
-        .args([
-            "compare",
-            "--quick",
-            "--servers",
-            "weir,nginx",
-            "--scenarios",
-            "static,proxy,ab",
-        ])
+        .args(["compare", "--quick"])
+        .args(args)
         .arg("--out")
         .arg(&out)
-        .args(["--port", &port.to_string(), "--weir", "/nonexistent/weir"])
+        .args(["--port", &port.to_string()])
+        .arg("--weir")
+        .arg(weir)
         .status()
         .expect("run weir-bench");
     assert!(status.success());
+    out
+}
+
+#[test]
+fn quick_compare_writes_the_expected_shape() {
+    let out = quick_compare(
+        "quick",
+        0,
+        Path::new("/nonexistent/weir"),
+        &["--servers", "weir,nginx", "--scenarios", "static,proxy,ab"],
+    );
 
     for f in [
         "summary.json",
@@ -121,29 +130,12 @@ fn quick_compare_writes_the_expected_shape() {
 /// drift over minutes cannot favour whichever server ran in a fast stretch.
 #[test]
 fn repeats_alternate_between_servers() {
-    ensure_nginx();
-    let weir = weir_binary();
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("compare-rounds-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    let port = 24_000 + (std::process::id() % 700) as u16 * 10;
-    let status = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
-        .args([
-            "compare",
-            "--quick",
-            "--servers",
-            "weir,nginx",
-            "--scenarios",
-            "proxy",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .args(["--port", &port.to_string()])
-        .arg("--weir")
-        .arg(&weir)
-        .status()
-        .expect("run weir-bench");
-    assert!(status.success());
+    let out = quick_compare(
+        "rounds",
+        7,
+        &weir_binary(),
+        &["--servers", "weir,nginx", "--scenarios", "proxy"],
+    );
     let started = |server: &str, repeat: u32| -> u64 {
         let path = out.join(format!("raw/proxy/http/{server}-{repeat}.json"));
         let text =
@@ -182,30 +174,12 @@ fn weir_binary() -> std::path::PathBuf {
 
 #[test]
 fn quick_startup_and_idle_write_one_row_per_server() {
-    ensure_nginx();
-    let weir = weir_binary();
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("compare-startup-idle-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&out);
-    // Apart from the other test's port (and its backend's port + 1).
-    let port = 20_000 + (std::process::id() % 1_200) as u16 * 10 + 4;
-    let status = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
-        .args([
-            "compare",
-            "--quick",
-            "--servers",
-            "weir,nginx",
-            "--scenarios",
-            "startup,idle",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .args(["--port", &port.to_string()])
-        .arg("--weir")
-        .arg(&weir)
-        .status()
-        .expect("run weir-bench");
-    assert!(status.success());
+    let out = quick_compare(
+        "startup-idle",
+        4,
+        &weir_binary(),
+        &["--servers", "weir,nginx", "--scenarios", "startup,idle"],
+    );
     for f in [
         "startup.md",
         "startup.svg",

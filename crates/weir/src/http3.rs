@@ -364,6 +364,18 @@ struct RecvBody {
     done: bool,
 }
 
+impl Drop for RecvBody {
+    fn drop(&mut self) {
+        // The response may be sent before the request is read to its end
+        // (a GET's handler never reads it). RFC 9114 §4.1.1 asks for
+        // H3_NO_ERROR when the rest is refused; quinn's own drop would send
+        // code 0, which clients may take for an error.
+        if !self.done {
+            self.recv.stop_sending(h3::error::Code::H3_NO_ERROR);
+        }
+    }
+}
+
 impl http_body::Body for RecvBody {
     type Data = Bytes;
     type Error = BodyError;

@@ -77,7 +77,7 @@ async fn h3_matches_h1_and_h2_for_static_files_and_errors() {
         futs.push(tokio::spawn(async move {
             let req = http::Request::get(url).body(()).unwrap();
             let mut s = send.send_request(req).await.unwrap();
-            s.finish().await.unwrap();
+            tls_support::finish(&mut s).await;
             s.recv_response().await.unwrap().status().as_u16()
         }));
     }
@@ -116,4 +116,55 @@ async fn http3_off_means_no_alt_svc() {
     .await;
     assert_eq!(a.status, 200);
     assert!(a.headers.iter().all(|(k, _)| k != "alt-svc"), "{a:?}");
+}
+
+/// A GET's answer goes out before the client has ended its request: the
+/// response stands, and weir refuses the rest of the request with
+/// H3_NO_ERROR (RFC 9114 §4.1.1), not with an error code a client would
+/// report as a failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_before_the_request_ends_stands() {
+    install_crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("www");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("index.html"), "early\n").unwrap();
+    let storage = dir.path().join("storage");
+    let port = free_port();
+    let cfg = format!(
+        "[tls]\nstorage = \"{}\"\n\n[site.\"https://localhost:{port}\"]\nroot = \"{}\"\n",
+        storage.display(),
+        root.display()
+    );
+    let weir = Weir::start(dir.path(), &cfg, port);
+    assert!(
+        weir.wait_log("HTTP/3", std::time::Duration::from_secs(5)),
+        "{}",
+        weir.logs()
+    );
+    let root_pem = std::fs::read(storage.join("local-ca/root.pem")).unwrap();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let h3 = H3Client::connect(addr, "localhost", roots_from_pem(&root_pem)).await;
+    let mut send = h3.send.clone();
+    let req = http::Request::get(format!("https://localhost:{port}/"))
+        .body(())
+        .unwrap();
+    let mut stream = send.send_request(req).await.unwrap();
+    // The request's end comes late: weir has answered by then.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    match stream.finish().await {
+        Ok(()) => {}
+        Err(h3::error::StreamError::RemoteTerminate { code, .. }) => {
+            assert_eq!(code, h3::error::Code::H3_NO_ERROR);
+        }
+        Err(e) => panic!("finishing the request: {e:?}"),
+    }
+    let resp = stream.recv_response().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = Vec::new();
+    while let Some(mut chunk) = stream.recv_data().await.unwrap() {
+        use bytes::Buf;
+        body.extend_from_slice(&chunk.copy_to_bytes(chunk.remaining()));
+    }
+    assert_eq!(body, b"early\n");
 }

@@ -50,8 +50,9 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
     let mut o = format!("## Scenario `{}`\n\n{}\n\n", s.name(), s.describe());
     let _ = writeln!(
         o,
-        "Median of {} repeats of {:.1} s after {:.1} s warm-up (fixed-count cases: each repeat runs its count); \
-         spread is min–max. Latency p99 is measured from each request's send; the corrected column adds \
+        "Median of {} repeats of {:.1} s after {:.1} s warm-up (fixed-count cases: each repeat runs its count), \
+         run in rounds: each round starts and measures every server once, in turn, so drift of the machine \
+         over minutes falls on all of them alike; spread is min–max. Latency p99 is measured from each request's send; the corrected column adds \
          coordinated-omission correction. Requests/s count 2xx/3xx only.\n",
         cfg.repeats,
         cfg.duration.as_secs_f64(),

@@ -63,7 +63,8 @@ impl Scenario {
             }
             Scenario::Proxy => {
                 "164-byte response from `weir-bench backend` through each proxy, 100 keep-alive connections, HTTP and HTTPS \
-                 (seeds 002 and 003). Varnish passes every request (no caching) and has no TLS."
+                 (seeds 002 and 003). Every proxy sends the backend X-Forwarded-For, -Proto and -Host (Caddy's \
+                 defaults) and no other forwarding field. Varnish passes every request (no caching) and has no TLS."
             }
             Scenario::Sizes => {
                 "Static bodies of 164 B, 4 KiB, 256 KiB and 1 MiB over HTTP, 100 keep-alive connections (seed 001)."

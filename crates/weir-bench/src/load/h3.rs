@@ -182,6 +182,26 @@ async fn run_conn(ctx: &ThreadCtx, conn: quinn::Connection, scheds: &mut [Schedu
 
 /// Sends requests on one stream slot until the run ends or the connection
 /// fails. A timed-out stream is abandoned; the connection may still be fine.
+/// Ends the request. A server that has answered may refuse the rest of the
+/// request with H3_NO_ERROR (RFC 9114 §4.1.1) before the end arrives; the
+/// response then stands and is read as usual.
+async fn finish<S, B>(
+    stream: &mut h3::client::RequestStream<S, B>,
+) -> Result<(), h3::error::StreamError>
+where
+    S: h3::quic::SendStream<B>,
+    B: bytes::Buf,
+{
+    match stream.finish().await {
+        Err(h3::error::StreamError::RemoteTerminate { code, .. })
+            if code == h3::error::Code::H3_NO_ERROR =>
+        {
+            Ok(())
+        }
+        r => r,
+    }
+}
+
 async fn stream_loop(
     ctx: &ThreadCtx,
     send: SendRequest,
@@ -196,7 +216,7 @@ async fn stream_loop(
             if !body.is_empty() {
                 stream.send_data(body.clone()).await?;
             }
-            stream.finish().await?;
+            finish(&mut stream).await?;
             let resp = stream.recv_response().await?;
             let status = resp.status().as_u16();
             let mut bytes = 0u64;
