@@ -8,31 +8,63 @@ use std::net::SocketAddr;
 
 use tls_support::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn h3_matches_h1_and_h2_for_static_files_and_errors() {
+/// weir serving `files` from a local-CA HTTPS site on a free port, with
+/// HTTP/3 on (and its listener up) or off.
+struct Site {
+    weir: Weir,
+    port: u16,
+    addr: SocketAddr,
+    root_pem: Vec<u8>,
+    _dir: tempfile::TempDir,
+}
+
+fn start_site(files: &[(&str, &[u8])], http3: bool) -> Site {
     install_crypto();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("www");
     std::fs::create_dir(&root).unwrap();
-    std::fs::write(root.join("index.html"), "<h1>hello h3</h1>\n").unwrap();
-    std::fs::write(root.join("style.css"), "body { color: red }\n".repeat(10)).unwrap();
-    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
-    std::fs::write(root.join("data.bin"), &big).unwrap();
+    for (name, bytes) in files {
+        std::fs::write(root.join(name), bytes).unwrap();
+    }
     let storage = dir.path().join("storage");
     let port = free_port();
     let cfg = format!(
-        "[tls]\nstorage = \"{}\"\n\n[site.\"https://localhost:{port}\"]\nroot = \"{}\"\n",
+        "[tls]\nstorage = \"{}\"\n{}\n[site.\"https://localhost:{port}\"]\nroot = \"{}\"\n",
         storage.display(),
+        if http3 { "" } else { "http3 = false\n" },
         root.display()
     );
     let weir = Weir::start(dir.path(), &cfg, port);
-    assert!(
-        weir.wait_log("HTTP/3", std::time::Duration::from_secs(5)),
-        "{}",
-        weir.logs()
-    );
+    if http3 {
+        assert!(
+            weir.wait_log("HTTP/3", std::time::Duration::from_secs(5)),
+            "{}",
+            weir.logs()
+        );
+    }
     let root_pem = std::fs::read(storage.join("local-ca/root.pem")).unwrap();
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    Site {
+        weir,
+        port,
+        addr: ([127, 0, 0, 1], port).into(),
+        root_pem,
+        _dir: dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h3_matches_h1_and_h2_for_static_files_and_errors() {
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let css = "body { color: red }\n".repeat(10);
+    let site = start_site(
+        &[
+            ("index.html", b"<h1>hello h3</h1>\n"),
+            ("style.css", css.as_bytes()),
+            ("data.bin", &big),
+        ],
+        true,
+    );
+    let (port, addr, root_pem, weir) = (site.port, site.addr, site.root_pem, site.weir);
     let h1 = reqwest_client(&root_pem, "localhost", addr, false);
     let h2 = reqwest_client(&root_pem, "localhost", addr, true);
     let mut h3 = H3Client::connect(addr, "localhost", roots_from_pem(&root_pem)).await;
@@ -91,22 +123,9 @@ async fn h3_matches_h1_and_h2_for_static_files_and_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http3_off_means_no_alt_svc() {
-    install_crypto();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("www");
-    std::fs::create_dir(&root).unwrap();
-    std::fs::write(root.join("index.html"), "x").unwrap();
-    let storage = dir.path().join("storage");
-    let port = free_port();
-    let cfg = format!(
-        "[tls]\nstorage = \"{}\"\nhttp3 = false\n\n[site.\"https://localhost:{port}\"]\nroot = \"{}\"\n",
-        storage.display(),
-        root.display()
-    );
-    let _weir = Weir::start(dir.path(), &cfg, port);
-    let root_pem = std::fs::read(storage.join("local-ca/root.pem")).unwrap();
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let h1 = reqwest_client(&root_pem, "localhost", addr, false);
+    let site = start_site(&[("index.html", b"x")], false);
+    let (port, addr, root_pem) = (site.port, site.addr, &site.root_pem);
+    let h1 = reqwest_client(root_pem, "localhost", addr, false);
     let a = reqwest_get(
         &h1,
         "GET",
@@ -124,27 +143,9 @@ async fn http3_off_means_no_alt_svc() {
 /// report as a failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_before_the_request_ends_stands() {
-    install_crypto();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("www");
-    std::fs::create_dir(&root).unwrap();
-    std::fs::write(root.join("index.html"), "early\n").unwrap();
-    let storage = dir.path().join("storage");
-    let port = free_port();
-    let cfg = format!(
-        "[tls]\nstorage = \"{}\"\n\n[site.\"https://localhost:{port}\"]\nroot = \"{}\"\n",
-        storage.display(),
-        root.display()
-    );
-    let weir = Weir::start(dir.path(), &cfg, port);
-    assert!(
-        weir.wait_log("HTTP/3", std::time::Duration::from_secs(5)),
-        "{}",
-        weir.logs()
-    );
-    let root_pem = std::fs::read(storage.join("local-ca/root.pem")).unwrap();
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let h3 = H3Client::connect(addr, "localhost", roots_from_pem(&root_pem)).await;
+    let site = start_site(&[("index.html", b"early\n")], true);
+    let (port, addr, root_pem) = (site.port, site.addr, &site.root_pem);
+    let h3 = H3Client::connect(addr, "localhost", roots_from_pem(root_pem)).await;
     let mut send = h3.send.clone();
     let req = http::Request::get(format!("https://localhost:{port}/"))
         .body(())
