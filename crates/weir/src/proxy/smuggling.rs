@@ -235,37 +235,7 @@ impl Framing {
         if let Some(v) = field_fault {
             return Err(v);
         }
-        let HeadFields {
-            http10,
-            connect,
-            te,
-            te_ok,
-            cl,
-            cl_count,
-            upgrade,
-        } = fields;
-        if te > 0 && cl_count > 0 {
-            return Err(Violation::BothLengths);
-        }
-        if te > 1 || !te_ok {
-            return Err(Violation::BadTransferEncoding);
-        }
-        if te > 0 && http10 {
-            return Err(Violation::TransferEncodingOnHttp10);
-        }
-        if cl_count > 1 {
-            return Err(Violation::BadContentLength);
-        }
-        self.state = if upgrade || connect {
-            State::Passthrough
-        } else if te == 1 {
-            State::ChunkLine
-        } else {
-            match cl {
-                Some(n) if n > 0 => State::Body(n),
-                _ => State::Head,
-            }
-        };
+        self.state = fields.framing()?;
         Ok(Step::Release(end))
     }
 }
@@ -287,6 +257,32 @@ impl HeadFields {
         self.http10 = line.ends_with(b"HTTP/1.0");
         self.connect = line.starts_with(b"CONNECT ");
         self.te_ok = true;
+    }
+
+    /// The framing of what follows the head, once every line is in.
+    fn framing(self) -> Result<State, Violation> {
+        if self.te > 0 && self.cl_count > 0 {
+            return Err(Violation::BothLengths);
+        }
+        if self.te > 1 || !self.te_ok {
+            return Err(Violation::BadTransferEncoding);
+        }
+        if self.te > 0 && self.http10 {
+            return Err(Violation::TransferEncodingOnHttp10);
+        }
+        if self.cl_count > 1 {
+            return Err(Violation::BadContentLength);
+        }
+        Ok(if self.upgrade || self.connect {
+            State::Passthrough
+        } else if self.te == 1 {
+            State::ChunkLine
+        } else {
+            match self.cl {
+                Some(n) if n > 0 => State::Body(n),
+                _ => State::Head,
+            }
+        })
     }
 
     fn field_line(&mut self, line: &[u8]) -> Result<(), Violation> {
@@ -731,7 +727,8 @@ mod tests {
     }
 
     /// The head check as it was written before it became one pass: find the
-    /// blank line, check every line ending, then each field line in order.
+    /// blank line, check every line ending, then each field line in order
+    /// (the rules per field and for the framing, `HeadFields`, are shared).
     fn reference_head(buf: &[u8], max_head: usize) -> Result<Option<(usize, State)>, Violation> {
         fn bare(b: &[u8]) -> Result<(), Violation> {
             for (i, &c) in b.iter().enumerate() {
@@ -760,28 +757,7 @@ mod tests {
         for line in lines.filter(|l| !l.is_empty()) {
             f.field_line(line)?;
         }
-        if f.te > 0 && f.cl_count > 0 {
-            return Err(Violation::BothLengths);
-        }
-        if f.te > 1 || !f.te_ok {
-            return Err(Violation::BadTransferEncoding);
-        }
-        if f.te > 0 && f.http10 {
-            return Err(Violation::TransferEncodingOnHttp10);
-        }
-        if f.cl_count > 1 {
-            return Err(Violation::BadContentLength);
-        }
-        let state = if f.upgrade || f.connect {
-            State::Passthrough
-        } else if f.te == 1 {
-            State::ChunkLine
-        } else {
-            match f.cl {
-                Some(n) if n > 0 => State::Body(n),
-                _ => State::Head,
-            }
-        };
+        let state = f.framing()?;
         Ok(Some((end + 4, state)))
     }
 
