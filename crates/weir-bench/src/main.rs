@@ -307,6 +307,10 @@ struct CompareArgs {
     /// Workers/threads per server.
     #[arg(long, default_value_t = 2)]
     workers: usize,
+    /// weir's `server.accept`: `hash` (its default, the kernel's spread) or
+    /// `cpu` (each connection to the worker of the CPU that received it).
+    #[arg(long, value_parser = ["hash", "cpu"])]
+    weir_accept: Option<String>,
 }
 
 fn run_compare(a: CompareArgs) -> Result<()> {
@@ -366,6 +370,7 @@ fn run_compare(a: CompareArgs) -> Result<()> {
         require: a.require,
         port: a.port,
         workers: a.workers,
+        weir_accept: a.weir_accept,
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let summary = compare::run(&cfg)?;

@@ -128,13 +128,30 @@ fn quick_compare_writes_the_expected_shape() {
 
 /// Repeats go in rounds: every server runs once per round, so the machine's
 /// drift over minutes cannot favour whichever server ran in a fast stretch.
+/// (weir runs with `--weir-accept cpu` here, so its repeats also show that
+/// setting serving.)
 #[test]
 fn repeats_alternate_between_servers() {
     let out = quick_compare(
         "rounds",
         7,
         &weir_binary(),
-        &["--servers", "weir,nginx", "--scenarios", "proxy"],
+        &[
+            "--servers",
+            "weir,nginx",
+            "--scenarios",
+            "proxy",
+            "--weir-accept",
+            "cpu",
+        ],
+    );
+    // A non-default weir setting is in weir's config and said in the report.
+    let conf = std::fs::read_to_string(out.join("configs/proxy/http/weir/weir.toml")).unwrap();
+    assert!(conf.contains("accept = \"cpu\"\n"), "{conf}");
+    let md = std::fs::read_to_string(out.join("proxy.md")).unwrap();
+    assert!(
+        md.contains("weir ran with `server.accept = \"cpu\"`"),
+        "{md}"
     );
     let started = |server: &str, repeat: u32| -> u64 {
         let path = out.join(format!("raw/proxy/http/{server}-{repeat}.json"));

@@ -95,6 +95,8 @@ pub struct CompareConfig {
     pub port: u16,
     /// Workers/threads per server.
     pub workers: usize,
+    /// weir's `server.accept` (`None`: weir's default, the kernel's hash).
+    pub weir_accept: Option<String>,
     /// The command line, recorded in the report.
     pub command: String,
 }
@@ -425,6 +427,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                     key: key.clone(),
                     combined: combined.clone(),
                     workers: cfg.workers,
+                    weir_accept: cfg.weir_accept.clone(),
                 };
                 contenders.push((server, setup, row, Measured::default()));
             }
@@ -849,6 +852,7 @@ fn run_startup(
             key: PathBuf::new(),
             combined: PathBuf::new(),
             workers: cfg.workers,
+            weir_accept: cfg.weir_accept.clone(),
         };
         let measured = usable.and_then(|()| {
             let launch = prepare_validated(server, &setup, &cfg.weir)?;
@@ -924,6 +928,7 @@ fn run_idle(
                 key: assets.key.clone(),
                 combined: assets.combined.clone(),
                 workers: cfg.workers,
+                weir_accept: cfg.weir_accept.clone(),
             };
             let icase = IdleCase {
                 connections: case.connections,

@@ -58,6 +58,12 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
         cfg.duration.as_secs_f64(),
         cfg.warmup.as_secs_f64()
     );
+    if let Some(a) = &cfg.weir_accept {
+        let _ = writeln!(
+            o,
+            "weir ran with `server.accept = \"{a}\"` (`--weir-accept`), not its default.\n"
+        );
+    }
     let _ = writeln!(o, "| {} |", COLUMNS.join(" | "));
     let _ = writeln!(o, "|{}", "---|".repeat(COLUMNS.len()));
     for r in rows {

@@ -66,6 +66,8 @@ pub struct ServerSetup {
     pub combined: PathBuf,
     /// Workers or threads.
     pub workers: usize,
+    /// weir's `server.accept`, when not its default.
+    pub weir_accept: Option<String>,
 }
 
 /// How to start a server.
@@ -352,6 +354,9 @@ pub fn installed(bin: &Path) -> bool {
 
 fn weir_config(s: &ServerSetup) -> String {
     let mut o = format!("[server]\nworkers = {}\n", s.workers);
+    if let Some(a) = &s.weir_accept {
+        let _ = writeln!(o, "accept = \"{a}\"");
+    }
     let site = |o: &mut String, name: &str, what: String| {
         let _ = write!(
             o,

@@ -46,6 +46,7 @@ pub struct Config {
 pub struct ServerConfig {
     pub workers: usize,
     pub runtime: RuntimeMode,
+    pub accept: AcceptSteering,
     pub http1: Http1Engine,
     pub log_level: String,
     pub log_json: bool,
@@ -61,6 +62,18 @@ pub enum Http1Engine {
     Fast,
     /// hyper for every request (for comparison and as a fallback).
     Hyper,
+}
+
+/// Which per-core worker a new connection goes to (`server.accept`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcceptSteering {
+    /// The kernel's SO_REUSEPORT hash of the addresses: an even spread.
+    Hash,
+    /// The worker whose index is the CPU that received the connection
+    /// (modulo the workers): locality with a multi-queue NIC, and on a
+    /// machine shared with a local client, the client's connections kept
+    /// together on one worker.
+    Cpu,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,6 +232,7 @@ impl ServerConfig {
         ServerConfig {
             workers: default_workers(),
             runtime: RuntimeMode::PerCore,
+            accept: AcceptSteering::Hash,
             http1: Http1Engine::Fast,
             log_level: "info".into(),
             log_json: false,
@@ -631,6 +645,20 @@ fn validate_server(c: &mut Collector<'_>, s: &RawServer) -> ServerConfig {
             o => c.at(
                 r.span(),
                 format!("server.runtime: `{o}` is unknown; use \"per-core\" or \"shared\""),
+            ),
+        }
+    }
+    if let Some(a) = &s.accept {
+        match a.get_ref().as_str() {
+            "hash" => out.accept = AcceptSteering::Hash,
+            "cpu" if out.runtime == RuntimeMode::Shared => c.at(
+                a.span(),
+                "server.accept: \"cpu\" steers among per-core workers; it needs runtime = \"per-core\"".to_string(),
+            ),
+            "cpu" => out.accept = AcceptSteering::Cpu,
+            o => c.at(
+                a.span(),
+                format!("server.accept: `{o}` is unknown; use \"hash\" or \"cpu\""),
             ),
         }
     }
@@ -1083,6 +1111,30 @@ mod tests {
         assert_eq!(
             msgs[1],
             "weir.toml:5:1: unknown key `server.wrokers`: did you mean `workers`?"
+        );
+    }
+
+    #[test]
+    fn accept_steering_is_chosen_and_checked() {
+        let cfg = load("[server]\naccept = \"cpu\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
+        assert_eq!(cfg.server.accept, AcceptSteering::Cpu);
+        let cfg = load("[site.\"a\"]\nroot = \".\"\n").unwrap();
+        assert_eq!(cfg.server.accept, AcceptSteering::Hash);
+        let err =
+            load("[server]\nruntime = \"shared\"\naccept = \"cpu\"\n[site.\"a\"]\nroot = \".\"\n")
+                .unwrap_err();
+        let msgs: Vec<String> = err.0.iter().map(|d| d.to_string()).collect();
+        assert_eq!(
+            msgs,
+            [
+                "weir.toml:3:10: server.accept: \"cpu\" steers among per-core workers; it needs runtime = \"per-core\""
+            ]
+        );
+        let err = load("[server]\naccept = \"random\"\n[site.\"a\"]\nroot = \".\"\n").unwrap_err();
+        let msgs: Vec<String> = err.0.iter().map(|d| d.to_string()).collect();
+        assert_eq!(
+            msgs,
+            ["weir.toml:2:10: server.accept: `random` is unknown; use \"hash\" or \"cpu\""]
         );
     }
 

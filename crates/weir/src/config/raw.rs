@@ -35,6 +35,10 @@ pub struct RawServer {
     /// `"per-core"` (default: one single-threaded runtime per worker, each with
     /// its own SO_REUSEPORT listener) or `"shared"` (one work-stealing runtime).
     pub runtime: Option<Spanned<String>>,
+    /// `"hash"` (default: the kernel's SO_REUSEPORT hash spreads new
+    /// connections over the workers) or `"cpu"` (each goes to the worker of
+    /// the CPU that received it).
+    pub accept: Option<Spanned<String>>,
     /// `"fast"` (default: weir's own HTTP/1.1 loop for GET and HEAD without
     /// a body, hyper for everything else) or `"hyper"` (hyper for all).
     pub http1: Option<Spanned<String>>,

@@ -40,3 +40,89 @@ pub fn bind(addr: SocketAddr, reuse_port: bool) -> io::Result<TcpListener> {
     sock.listen(BACKLOG)?;
     Ok(sock.into())
 }
+
+/// Steers each new connection of a SO_REUSEPORT group to the socket whose
+/// index is the CPU that received it (modulo `workers`), with a classic BPF
+/// program on the group (`SO_ATTACH_REUSEPORT_CBPF`; the kernel's
+/// `reuseport_bpf_cpu` selftest does the same).
+pub fn steer_by_cpu(sock: &TcpListener, workers: usize) -> io::Result<()> {
+    use nix::libc;
+    // BPF_LD|BPF_W|BPF_ABS, BPF_ALU|BPF_MOD|BPF_K, BPF_RET|BPF_A
+    let mut prog = [
+        libc::sock_filter {
+            code: 0x20,
+            jt: 0,
+            jf: 0,
+            k: (libc::SKF_AD_OFF + libc::SKF_AD_CPU) as u32,
+        },
+        libc::sock_filter {
+            code: 0x94,
+            jt: 0,
+            jf: 0,
+            k: workers.max(1) as u32,
+        },
+        libc::sock_filter {
+            code: 0x16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    nix::sys::socket::setsockopt(sock, nix::sys::socket::sockopt::AttachReusePortCbpf, &fprog)
+        .map_err(io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Connects from a thread pinned to `cpu`; on loopback the kernel takes
+    /// the SYN on the sending CPU, so that is the CPU the program sees.
+    fn connect_from(cpu: usize, addr: SocketAddr) -> std::net::TcpStream {
+        std::thread::spawn(move || {
+            let mut set = nix::sched::CpuSet::new();
+            set.set(cpu).unwrap();
+            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
+            std::net::TcpStream::connect(addr).unwrap()
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// Which of `socks` has the pending connection.
+    fn accepted_by(socks: &[TcpListener]) -> usize {
+        for _ in 0..200 {
+            for (i, s) in socks.iter().enumerate() {
+                if s.accept().is_ok() {
+                    return i;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        panic!("no socket of the group got the connection");
+    }
+
+    #[test]
+    fn cpu_steering_gives_each_connection_to_its_cpus_worker() {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = 2;
+        let first = bind("127.0.0.1:0".parse().unwrap(), true).unwrap();
+        let addr = first.local_addr().unwrap();
+        let socks = vec![first, bind(addr, true).unwrap()];
+        steer_by_cpu(&socks[0], workers).unwrap();
+        for round in 0..8 {
+            for cpu in 0..cpus.min(4) {
+                let _c = connect_from(cpu, addr);
+                assert_eq!(
+                    accepted_by(&socks),
+                    cpu % workers,
+                    "round {round}: a connection from CPU {cpu}"
+                );
+            }
+        }
+    }
+}

@@ -25,7 +25,7 @@ use std::sync::atomic::AtomicUsize;
 
 use tokio::sync::watch;
 
-use crate::config::{Config, Http1Engine, RuntimeMode};
+use crate::config::{AcceptSteering, Config, Http1Engine, RuntimeMode};
 use crate::site::{self, Listener};
 use crate::tls;
 
@@ -149,6 +149,16 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                 }
                 per_worker.push(socks);
             }
+            if cfg.server.accept == AcceptSteering::Cpu {
+                for (j, ep) in endpoints.iter().enumerate() {
+                    listen::steer_by_cpu(&per_worker[0][j].0, workers).map_err(|source| {
+                        ServerError::Bind {
+                            addr: ep.addr,
+                            source,
+                        }
+                    })?;
+                }
+            }
             let mut handles = Vec::new();
             for (i, socks) in per_worker.into_iter().enumerate() {
                 let stop = stop_rx.clone();
@@ -201,11 +211,12 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
 
     for ep in &endpoints {
         tracing::info!(
-            "listening on {}://{} ({} workers, {:?} runtime)",
+            "listening on {}://{} ({} workers, {:?} runtime, {:?} accept)",
             if ep.ctx.is_tls() { "https" } else { "http" },
             ep.addr,
             workers,
-            cfg.server.runtime
+            cfg.server.runtime,
+            cfg.server.accept
         );
     }
 
