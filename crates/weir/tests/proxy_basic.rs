@@ -243,6 +243,37 @@ async fn errors_map_to_502_503_504() {
     assert!(r2.text().await.unwrap().contains("busy"));
 }
 
+/// One upstream connection serves every request here (`max_conns = 1`):
+/// its response timer, kept from request to request, gives each its whole
+/// `response_timeout` from its own start, also after it fired while idle.
+#[tokio::test]
+async fn response_timeout_holds_on_a_reused_connection() {
+    let slow = Upstream::start("slow").await;
+    let w = Weir::start(&format!(
+        "[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"], max_conns = 1, retries = 0, response_timeout = \"400ms\" }}\n",
+        slow.addr
+    ));
+    let c = client();
+    let get = |path: &'static str| {
+        let c = c.clone();
+        let url = w.url(path);
+        async move { c.get(url).send().await.unwrap().status() }
+    };
+    assert_eq!(get("/slow/100").await, 200);
+    // Idle past the first request's deadline.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(get("/slow/250").await, 200);
+    assert_eq!(get("/slow/300").await, 200);
+    let start = std::time::Instant::now();
+    assert_eq!(get("/slow/3000").await, 504);
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(380) && took < Duration::from_millis(2000),
+        "{took:?}"
+    );
+    assert_eq!(get("/slow/10").await, 200);
+}
+
 #[tokio::test]
 async fn queue_waits_for_a_free_slot() {
     let a = Upstream::start("a").await;

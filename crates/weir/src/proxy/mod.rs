@@ -612,13 +612,16 @@ impl Proxy {
         );
         let reused = c.reused();
         let timeout = self.cfg.response_timeout;
+        let mut timer = c.take_timer();
         let exchange = async {
             c.send(request).await?;
             c.read_head(parts.method == Method::HEAD)
                 .await
                 .map_err(|e| (e, false))
         };
-        match tokio::time::timeout(timeout, exchange).await {
+        let r = timer.within(timeout, exchange).await.ok_or(());
+        c.put_timer(timer);
+        match r {
             Ok(Ok((rp, framing, keep_alive))) => Ok((
                 rp,
                 FromUpstream::Own {

@@ -356,3 +356,27 @@ fn responses_hold_up_under_mutation() {
         check_response(&input, rng.usize(1..16));
     }
 }
+
+/// The connection's response timer gives every exchange its whole limit,
+/// counted from its own start, after the timer fired while the connection
+/// was idle and when a later limit is shorter than the one it is armed for.
+#[tokio::test(start_paused = true)]
+async fn the_response_timer_times_each_exchange_from_its_start() {
+    use std::time::Duration;
+    use tokio::time::{Instant, sleep};
+    let ms = Duration::from_millis;
+    let mut t = Deadline::new();
+    assert_eq!(t.within(ms(100), sleep(ms(60))).await, Some(()));
+    // Idle past the first deadline: the timer fires with no one waiting.
+    sleep(ms(500)).await;
+    assert_eq!(t.within(ms(100), sleep(ms(90))).await, Some(()));
+    assert_eq!(t.within(ms(100), sleep(ms(99))).await, Some(()));
+    let start = Instant::now();
+    assert_eq!(t.within(ms(100), sleep(ms(150))).await, None);
+    assert_eq!(start.elapsed(), ms(100));
+    // A longer limit, then a shorter one than the timer is armed for.
+    assert_eq!(t.within(ms(10_000), sleep(ms(5))).await, Some(()));
+    let start = Instant::now();
+    assert_eq!(t.within(ms(50), std::future::pending::<()>()).await, None);
+    assert_eq!(start.elapsed(), ms(50));
+}
