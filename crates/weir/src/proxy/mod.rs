@@ -122,6 +122,11 @@ pub enum Failure {
     /// The connection was gone before the request was written; hyper gave
     /// the request back intact.
     NotSent,
+    /// A pooled connection the upstream had already closed: the request
+    /// (idempotent, its body in memory) reached no one. Retried without
+    /// using up a retry, since the upstream was never asked; bounded by the
+    /// pooled connections, as a new one never fails this way.
+    Stale,
     /// The request (or part of it) went out; no response byte came back.
     AfterSend,
     /// The response did not come within the timeout.
@@ -138,11 +143,14 @@ pub fn may_retry(
     attempt: u32,
     retries: u32,
 ) -> bool {
+    if f == Failure::Stale {
+        return true;
+    }
     if attempt >= retries {
         return false;
     }
     match f {
-        Failure::Connect | Failure::NotSent => true,
+        Failure::Connect | Failure::NotSent | Failure::Stale => true,
         Failure::AfterSend => idempotent && body_replayable,
         Failure::Timeout | Failure::Client => false,
     }
@@ -284,9 +292,18 @@ impl Proxy {
                 | Method::DELETE
         );
 
-        let mut body = match self.replayable_body(parts, body).await {
-            Ok(b) => b,
-            Err(e) => return self.fail(parts, None, e),
+        // The three awaits before the exchange (the body, a queue slot, a
+        // connection) usually finish at once. Each is boxed on its slow path
+        // only: kept in this future, their states made every request's
+        // future 3.4 KiB, allocated and copied per request (BENCHMARKS.md
+        // §6 "Smaller request futures").
+        let mut body = if http_body::Body::is_end_stream(&body) {
+            Replay::Empty
+        } else {
+            match Box::pin(self.replayable_body(parts, body)).await {
+                Ok(b) => b,
+                Err(e) => return self.fail(parts, None, e),
+            }
         };
 
         let mut tried: Vec<usize> = Vec::new();
@@ -296,15 +313,23 @@ impl Proxy {
                 return self.fail(parts, None, ProxyError::NoneAvailable);
             };
             let up = &self.ups[idx];
-            let permit = match self.admit(up).await {
-                Ok(p) => p,
-                Err(e) => return self.fail(parts, Some(up), e),
+            let permit = if up.limit.is_none() {
+                None
+            } else {
+                match Box::pin(self.admit(up)).await {
+                    Ok(p) => p,
+                    Err(e) => return self.fail(parts, Some(up), e),
+                }
             };
             let active = ActiveGuard::new(up.clone());
             // A body already in memory (or none) can go through weir's own
             // client; a streamed one needs hyper's.
             let own = self.own_h1 && body.replayable();
-            let sender = match self.sender(idx, conn, false, own).await {
+            let sender = match self.pooled_now(idx, own) {
+                Ok(s) => Ok(s),
+                Err(first) => Box::pin(self.sender_after(idx, conn, false, own, first)).await,
+            };
+            let sender = match sender {
                 Ok(s) => s,
                 Err(e) => {
                     self.passive_failure(up, &e);
@@ -329,8 +354,11 @@ impl Proxy {
                         Replay::Full(b) => Some(b),
                         _ => None,
                     };
-                    self.send_own(c, parts, &pq, &fields, up, bytes, idempotent)
-                        .await
+                    // Boxed on its own (about 930 bytes): with it, this
+                    // future is 1.8 KiB, past glibc's per-thread cache of
+                    // small blocks (1,032 bytes), where an allocation costs
+                    // several times as much; apart, both fit in it.
+                    Box::pin(self.send_own(c, parts, &pq, &fields, up, bytes, idempotent)).await
                 }
                 sender => {
                     let req = build_request(
@@ -367,16 +395,19 @@ impl Proxy {
                         // Nothing was written: the request (and its body) is intact.
                         body = Replay::Stream(Some(req.into_body()));
                     }
-                    if !matches!(failure, Failure::NotSent | Failure::Client) {
+                    let untouched = matches!(failure, Failure::NotSent | Failure::Stale);
+                    if !untouched && failure != Failure::Client {
                         self.passive_failure(up, &e);
                     }
-                    let replayable = body.replayable() || failure == Failure::NotSent;
+                    let replayable = body.replayable() || untouched;
                     if may_retry(failure, idempotent, replayable, attempt, self.cfg.retries) {
                         tracing::info!("proxy: {}: {e}; retrying", up.cfg.name);
-                        if failure != Failure::NotSent {
+                        if !untouched {
                             tried.push(idx);
                         }
-                        attempt += 1;
+                        if failure != Failure::Stale {
+                            attempt += 1;
+                        }
                         continue;
                     }
                     return self.fail(parts, Some(up), e);
@@ -506,10 +537,36 @@ impl Proxy {
         upgrades: bool,
         own: bool,
     ) -> Result<Sender, ProxyError> {
+        self.sender_after(idx, conn, upgrades, own, None).await
+    }
+
+    /// A pooled connection that needs no waiting (the common case: one of
+    /// weir's own, or a shared HTTP/2 one), else what the pool gave, for
+    /// [`Proxy::sender_after`].
+    fn pooled_now(&self, idx: usize, own: bool) -> Result<Sender, Option<Sender>> {
+        match pool::checkout((self.id, idx), self.cfg.idle_timeout) {
+            Some(s @ Sender::H2(_)) => Ok(s),
+            Some(s @ Sender::Own(_)) if own => Ok(s),
+            other => Err(other),
+        }
+    }
+
+    /// [`Proxy::sender`], starting with `first` if the pool gave one already.
+    async fn sender_after(
+        &self,
+        idx: usize,
+        conn: &ConnInfo,
+        upgrades: bool,
+        own: bool,
+        mut first: Option<Sender>,
+    ) -> Result<Sender, ProxyError> {
         let up = &self.ups[idx];
         let key = (self.id, idx);
         if !upgrades {
-            while let Some(s) = pool::checkout(key, self.cfg.idle_timeout) {
+            while let Some(s) = first
+                .take()
+                .or_else(|| pool::checkout(key, self.cfg.idle_timeout))
+            {
                 match s {
                     Sender::H1(mut tx) => {
                         if tx.ready().await.is_ok() {
@@ -635,7 +692,9 @@ impl Proxy {
                 // went out: the upstream never saw it; an idempotent request
                 // goes again on a new connection, as hyper's and nginx's do.
                 let stale = reused && idempotent && e.is_closed_before_response();
-                let failure = if nothing_sent || stale {
+                let failure = if stale {
+                    Failure::Stale
+                } else if nothing_sent {
                     Failure::NotSent
                 } else {
                     Failure::AfterSend
@@ -1149,6 +1208,10 @@ mod tests {
         assert!(may_retry(Failure::NotSent, false, false, 1, 2));
         // Out of retries.
         assert!(!may_retry(Failure::Connect, true, true, 2, 2));
+        assert!(!may_retry(Failure::NotSent, true, true, 2, 2));
+        // A pooled connection found closed uses up no retry.
+        assert!(may_retry(Failure::Stale, true, true, 2, 2));
+        assert!(may_retry(Failure::Stale, true, true, 0, 0));
         // Sent: only idempotent with a body we still hold.
         assert!(may_retry(Failure::AfterSend, true, true, 0, 2));
         assert!(!may_retry(Failure::AfterSend, false, true, 0, 2));
