@@ -143,14 +143,10 @@ pub fn may_retry(
     attempt: u32,
     retries: u32,
 ) -> bool {
-    if f == Failure::Stale {
-        return true;
-    }
-    if attempt >= retries {
-        return false;
-    }
     match f {
-        Failure::Connect | Failure::NotSent | Failure::Stale => true,
+        Failure::Stale => true,
+        _ if attempt >= retries => false,
+        Failure::Connect | Failure::NotSent => true,
         Failure::AfterSend => idempotent && body_replayable,
         Failure::Timeout | Failure::Client => false,
     }
