@@ -11,6 +11,7 @@
 pub mod access_log;
 pub mod body;
 pub mod config;
+pub mod header_maps;
 pub mod http3;
 pub mod proxy;
 pub mod server;

@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -66,6 +66,9 @@ pub struct Listener {
     alt_svc: Option<HeaderValue>,
     /// ACME HTTP-01 answers, on plain listeners.
     acme: Option<Arc<crate::tls::Challenges>>,
+    /// Whether any site here writes an access log (which times requests):
+    /// without one, no clock is read for it.
+    logs: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -179,10 +182,17 @@ where
 }
 
 impl Listener {
-    pub fn new(sites: &[Arc<Site>], indexes: &[usize], default: usize, limits: Limits) -> Self {
+    pub fn new(all: &[Arc<Site>], indexes: &[usize], default: usize, limits: Limits) -> Self {
+        let sites: Vec<Arc<Site>> = indexes.iter().map(|&i| all[i].clone()).collect();
+        let default = all[default].clone();
+        let logs = sites
+            .iter()
+            .chain([&default])
+            .any(|s| s.access_log.is_some());
         Listener {
-            sites: indexes.iter().map(|&i| sites[i].clone()).collect(),
-            default: sites[default].clone(),
+            logs,
+            sites,
+            default,
             limits,
             alt_svc: None,
             acme: None,
@@ -207,7 +217,7 @@ impl Listener {
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<crate::body::BodyError>,
     {
-        let started = Instant::now();
+        let started = self.logs.then(Instant::now);
         let (mut parts, body) = req.into_parts();
 
         // Limits hyper does not enforce for us.
@@ -306,9 +316,10 @@ impl Listener {
                     .get(header::USER_AGENT)
                     .and_then(|v| v.to_str().ok()),
                 host,
-                duration: started.elapsed(),
+                duration: started.map_or(Duration::ZERO, |t| t.elapsed()),
             });
         }
+        crate::header_maps::give(parts.headers);
         resp
     }
 

@@ -80,6 +80,71 @@ async fn forwarding_headers_and_hop_by_hop_both_ways() {
     assert_eq!(h["via"], "1.1 weir");
 }
 
+/// weir reuses the tables of parsed header maps from one message to the
+/// next (`header_maps`): no field of one request or response may show up
+/// in a later one on the same connections.
+#[tokio::test]
+async fn fields_never_carry_over_to_the_next_message() {
+    let a = Upstream::start("a").await;
+    let w = Weir::start(&format!(
+        "[server]\nworkers = 1\n\n[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"] }}\n",
+        a.addr
+    ));
+    let c = client();
+    for i in 0..40u32 {
+        let with = i % 2 == 0;
+        let mut req = c.get(w.url(&if with {
+            format!("/field/{i}")
+        } else {
+            "/".into()
+        }));
+        if with {
+            req = req.header("x-req", i.to_string());
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let field = r
+            .headers()
+            .get("x-field")
+            .map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(
+            field,
+            with.then(|| i.to_string()),
+            "response {i}: {:?}",
+            r.headers()
+        );
+        assert_eq!(r.headers().get_all("server").iter().count(), 1);
+        for name in ["x-req", "host", "accept"] {
+            assert!(
+                !r.headers().contains_key(name),
+                "response {i}: {:?}",
+                r.headers()
+            );
+        }
+        let seen = a.seen().pop().unwrap();
+        let got = seen
+            .headers
+            .get("x-req")
+            .map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(
+            got,
+            with.then(|| i.to_string()),
+            "request {i}: {:?}",
+            seen.headers
+        );
+        assert_eq!(seen.headers.get_all("host").iter().count(), 1);
+        assert_eq!(seen.headers.get_all("x-forwarded-for").iter().count(), 1);
+        for name in ["x-field", "content-length", "server"] {
+            assert!(
+                !seen.headers.contains_key(name),
+                "request {i}: {:?}",
+                seen.headers
+            );
+        }
+    }
+    assert_eq!(a.count(), 40);
+}
+
 #[tokio::test]
 async fn trusted_proxies_keep_the_chain_and_host_is_rewritten() {
     let a = Upstream::start("a").await;

@@ -454,7 +454,7 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
     // Room for the two fields the proxy adds on the way out (Server, Via):
     // a full map grows by reallocating and rehashing, about 1,000
     // instructions, on every response.
-    let mut headers = HeaderMap::with_capacity(n + 2);
+    let mut headers = crate::header_maps::take(n + 2);
     for &(name_at, name_len, value_at, value_len) in &spans[..n] {
         let (name_at, name_len) = (name_at as usize, name_len as usize);
         let (value_at, value_len) = (value_at as usize, value_len as usize);

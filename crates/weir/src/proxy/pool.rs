@@ -12,13 +12,14 @@
 //! noticed by hyper and skipped). Never decides which upstream to use.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustc_hash::FxHashMap;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::ProxyError;
@@ -45,10 +46,13 @@ struct Idle {
     tx: Sender,
 }
 
+/// Keyed with Fx, not std's SipHash: the keys are two small integers chosen
+/// by weir, not by a client, so there is nothing to flood, and SipHash was
+/// about 400 instructions of every proxied request (checkout plus checkin).
 #[derive(Default)]
 struct Pools {
-    h1: HashMap<Key, VecDeque<Idle>>,
-    h2: HashMap<Key, http2::SendRequest<Body>>,
+    h1: FxHashMap<Key, VecDeque<Idle>>,
+    h2: FxHashMap<Key, http2::SendRequest<Body>>,
 }
 
 thread_local! {

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderName, HeaderValue};
 use http::{Method, Request, StatusCode, Version};
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -311,7 +311,7 @@ fn parse_head(buf: &Bytes, max_head: usize) -> (Parsed, usize) {
         return (Parsed::Hyper, 0);
     };
     let mut keep_alive = true;
-    let mut map = HeaderMap::with_capacity(req.headers.len());
+    let mut map = crate::header_maps::take(req.headers.len());
     for h in req.headers.iter() {
         let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
             return (Parsed::Hyper, 0);
@@ -384,6 +384,8 @@ where
     let mut head = HEAD_BUF.take();
     head.clear();
     let framing = encode_head(&mut parts, length, is_head, &mut close, &mut head);
+    // The fields are in `head` now: the map's table serves a later message.
+    crate::header_maps::give(std::mem::take(&mut parts.headers));
     let r = write_body(io, &head, &mut body, framing).await;
     head.clear();
     if head.capacity() <= 4096 {
@@ -595,7 +597,9 @@ fn encode_head(
     let mut framing = None;
     let mut wrote_date = false;
     let mut last: Option<HeaderName> = None;
-    for (name, value) in std::mem::take(&mut parts.headers) {
+    // `drain` keeps the map's table, which `write_response` hands back to
+    // `header_maps` for a later message.
+    for (name, value) in parts.headers.drain() {
         // `None`: one more value of the previous name.
         let repeat = name.is_none();
         if let Some(n) = name {

@@ -292,6 +292,12 @@ pub async fn answer(
             .insert("keep-alive", "timeout=5".parse().unwrap());
         return r;
     }
+    if let Some(v) = path.strip_prefix("/field/") {
+        // A response field that only this request's response carries.
+        let mut r = Response::new(full(name.to_string()));
+        r.headers_mut().insert("x-field", v.parse().unwrap());
+        return r;
+    }
     if path == "/health" && name.contains("sick") {
         let mut r = Response::new(full("sick"));
         *r.status_mut() = http::StatusCode::INTERNAL_SERVER_ERROR;
