@@ -166,6 +166,23 @@ fn repeats_alternate_between_servers() {
         .flat_map(|r| [started("weir", r), started("nginx", r)])
         .collect();
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+
+    // The per-round column: the median of weir's req/s over nginx's, round
+    // by round, from the raw repeats.
+    let rps = |server: &str, repeat: u32| -> f64 {
+        let path = out.join(format!("raw/proxy/http/{server}-{repeat}.json"));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        v["load"]["requests_per_sec"].as_f64().unwrap()
+    };
+    let mut ratios: Vec<f64> = (1..=3).map(|r| rps("weir", r) / rps("nginx", r)).collect();
+    ratios.sort_by(f64::total_cmp);
+    let row = md
+        .lines()
+        .find(|l| l.starts_with("| http | nginx |"))
+        .expect("nginx's http row");
+    let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+    assert_eq!(cells[cells.len() - 2], format!("{:.2}", ratios[1]), "{row}");
 }
 
 /// The weir binary of this workspace, built if it is not there yet.

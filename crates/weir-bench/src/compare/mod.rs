@@ -114,6 +114,9 @@ pub struct Row {
     pub status: String,
     /// Repeats measured.
     pub repeats: usize,
+    /// Successful req/s of each repeat, in round order (the `n`th of every
+    /// server's was measured in the same round).
+    pub rps_by_round: Vec<f64>,
     /// Median successful req/s.
     pub rps_median: f64,
     /// Lowest req/s.
@@ -589,6 +592,7 @@ impl Measured {
             status: "ok".into(),
             repeats: reports.len(),
             rps_median: median(rps.clone()),
+            rps_by_round: rps.clone(),
             rps_min: rps.iter().copied().fold(f64::INFINITY, f64::min),
             rps_max: rps.iter().copied().fold(0.0, f64::max),
             p50_ms: med(&|r| r.latency_ms.p50),

@@ -11,7 +11,7 @@ use super::startup::StartupRow;
 use super::{CompareConfig, Row, Summary};
 
 /// Columns of every scenario table, in order (tests check them).
-pub const COLUMNS: [&str; 15] = [
+pub const COLUMNS: [&str; 16] = [
     "case",
     "server",
     "req/s (median)",
@@ -27,6 +27,7 @@ pub const COLUMNS: [&str; 15] = [
     "peak RSS MiB",
     "generator CPU",
     "weir ÷ this",
+    "weir ÷ this, per round (median)",
 ];
 
 fn weir_ratio(rows: &[Row], r: &Row) -> String {
@@ -45,6 +46,34 @@ fn weir_ratio(rows: &[Row], r: &Row) -> String {
     }
 }
 
+/// The median over rounds of weir's req/s divided by `r`'s in the same
+/// round. Both ran within a minute of each other, so drift of the machine
+/// (often ±15 % between minutes here) cancels out of each ratio, which the
+/// ratio of the two medians does not guarantee.
+fn weir_round_ratio(rows: &[Row], r: &Row) -> String {
+    let weir = rows
+        .iter()
+        .find(|w| w.case == r.case && w.server == "weir" && w.status == "ok");
+    let Some(w) = weir else { return "n/a".into() };
+    if r.status != "ok"
+        || w.rps_by_round.is_empty()
+        || w.rps_by_round.len() != r.rps_by_round.len()
+        || r.rps_by_round.iter().any(|&x| x <= 0.0)
+    {
+        return "n/a".into();
+    }
+    if r.server == "weir" {
+        return "1.00".into();
+    }
+    let ratios: Vec<f64> = w
+        .rps_by_round
+        .iter()
+        .zip(&r.rps_by_round)
+        .map(|(a, b)| a / b)
+        .collect();
+    format!("{:.2}", super::median(ratios))
+}
+
 /// The Markdown table of one scenario.
 pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
     let mut o = format!("## Scenario `{}`\n\n{}\n\n", s.name(), s.describe());
@@ -53,7 +82,8 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
         "Median of {} repeats of {:.1} s after {:.1} s warm-up (fixed-count cases: each repeat runs its count), \
          run in rounds: each round starts and measures every server once, in turn, so drift of the machine \
          over minutes falls on all of them alike; spread is min–max. Latency p99 is measured from each request's send; the corrected column adds \
-         coordinated-omission correction. Requests/s count 2xx/3xx only.\n",
+         coordinated-omission correction. Requests/s count 2xx/3xx only. The last column pairs each round's \
+         repeats (weir's and this server's, measured a minute apart at most) and gives the median of those ratios.\n",
         cfg.repeats,
         cfg.duration.as_secs_f64(),
         cfg.warmup.as_secs_f64()
@@ -93,7 +123,7 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
         );
         let _ = writeln!(
             o,
-            "| {} | {} | {:.0} | {:.0}–{:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {} |",
+            "| {} | {} | {:.0} | {:.0}–{:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {} | {} |",
             r.case,
             r.server,
             r.rps_median,
@@ -109,7 +139,8 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
             r.rss_idle_mib,
             r.rss_peak_mib,
             gen_cpu,
-            weir_ratio(rows, r)
+            weir_ratio(rows, r),
+            weir_round_ratio(rows, r)
         );
     }
     o.push('\n');
@@ -433,4 +464,64 @@ pub fn idle_svg(rows: &[IdleRow]) -> String {
         "server KiB per idle HTTPS connection (lower is better)",
         &bars,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(server: &str, by_round: &[f64]) -> Row {
+        Row {
+            case: "http".into(),
+            server: server.into(),
+            status: "ok".into(),
+            repeats: by_round.len(),
+            rps_by_round: by_round.to_vec(),
+            rps_median: super::super::median(by_round.to_vec()),
+            ..Row::default()
+        }
+    }
+
+    #[test]
+    fn per_round_ratio_pairs_the_repeats_of_each_round() {
+        // The machine's speed changes from round to round and both servers'
+        // repeats move together: weir is 1.2 x nginx in every round.
+        let rows = vec![
+            row("weir", &[120.0, 60.0, 90.0]),
+            row("nginx", &[100.0, 50.0, 75.0]),
+            row("haproxy", &[40.0, 90.0, 60.0]),
+        ];
+        assert_eq!(weir_round_ratio(&rows, &rows[1]), "1.20");
+        assert_eq!(weir_ratio(&rows, &rows[1]), "1.20");
+        assert_eq!(weir_round_ratio(&rows, &rows[0]), "1.00");
+        // 3.00, 0.67, 1.50: the median is 1.50.
+        assert_eq!(weir_round_ratio(&rows, &rows[2]), "1.50");
+
+        let drift = vec![
+            row("weir", &[130.0, 110.0, 60.0]),
+            row("nginx", &[120.0, 100.0, 50.0]),
+        ];
+        // Medians 110 / 100 = 1.10; per round 1.08, 1.10, 1.20.
+        assert_eq!(weir_ratio(&drift, &drift[1]), "1.10");
+        assert_eq!(weir_round_ratio(&drift, &drift[1]), "1.10");
+        let skew = vec![
+            row("weir", &[100.0, 100.0, 60.0]),
+            row("nginx", &[70.0, 95.0, 50.0]),
+        ];
+        // Medians 100 / 70 = 1.43; per round 1.43, 1.05, 1.20: median 1.20.
+        assert_eq!(weir_ratio(&skew, &skew[1]), "1.43");
+        assert_eq!(weir_round_ratio(&skew, &skew[1]), "1.20");
+    }
+
+    #[test]
+    fn per_round_ratio_needs_every_round_of_both() {
+        let rows = vec![row("weir", &[100.0, 90.0]), row("nginx", &[80.0])];
+        assert_eq!(weir_round_ratio(&rows, &rows[1]), "n/a");
+        let mut failed = row("nginx", &[80.0, 70.0]);
+        failed.status = "failed: port in use".into();
+        let rows = vec![row("weir", &[100.0, 90.0]), failed];
+        assert_eq!(weir_round_ratio(&rows, &rows[1]), "n/a");
+        let rows = vec![row("nginx", &[80.0, 70.0])];
+        assert_eq!(weir_round_ratio(&rows, &rows[0]), "n/a");
+    }
 }
