@@ -30,11 +30,14 @@ pub const COLUMNS: [&str; 16] = [
     "weir ÷ this, per round (median)",
 ];
 
+/// weir's measured row for `r`'s case, if it has one.
+fn weir_row<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
+    rows.iter()
+        .find(|w| w.case == r.case && w.server == "weir" && w.status == "ok")
+}
+
 fn weir_ratio(rows: &[Row], r: &Row) -> String {
-    let weir = rows
-        .iter()
-        .find(|w| w.case == r.case && w.server == "weir" && w.status == "ok");
-    match weir {
+    match weir_row(rows, r) {
         Some(w) if r.status == "ok" && r.rps_median > 0.0 => {
             if r.server == "weir" {
                 "1.00".into()
@@ -51,10 +54,9 @@ fn weir_ratio(rows: &[Row], r: &Row) -> String {
 /// (often ±15 % between minutes here) cancels out of each ratio, which the
 /// ratio of the two medians does not guarantee.
 fn weir_round_ratio(rows: &[Row], r: &Row) -> String {
-    let weir = rows
-        .iter()
-        .find(|w| w.case == r.case && w.server == "weir" && w.status == "ok");
-    let Some(w) = weir else { return "n/a".into() };
+    let Some(w) = weir_row(rows, r) else {
+        return "n/a".into();
+    };
     if r.status != "ok"
         || w.rps_by_round.is_empty()
         || w.rps_by_round.len() != r.rps_by_round.len()
