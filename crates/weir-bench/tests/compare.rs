@@ -4,6 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+// weir's test port allocator, so that this suite and weir's, run side by
+// side, never start servers on the same port.
+#[path = "../../weir/tests/common/ports.rs"]
+mod ports;
+
 /// nginx must be installed; install it, or fail loudly saying how.
 fn ensure_nginx() {
     let present = |p: &str| Path::new(p).is_file();
@@ -21,16 +26,14 @@ fn ensure_nginx() {
 }
 
 /// Runs `weir-bench compare --quick ARGS` with `weir` into a fresh folder
-/// named for `tag`, on port `slot` of the ten this test process owns (the
-/// backend takes the port after it), and returns the folder.
-fn quick_compare(tag: &str, slot: u16, weir: &Path, args: &[&str]) -> PathBuf {
+/// named for `tag`, on two ports of its own (the server's, then the
+/// backend's), and returns the folder.
+fn quick_compare(tag: &str, weir: &Path, args: &[&str]) -> PathBuf {
     ensure_nginx();
     let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("compare-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    // Below the kernel's ephemeral range (32768–60999 here), where another
-    // test's client connections could already hold the port.
-    let port = 20_000 + (std::process::id() % 1_200) as u16 * 10 + slot;
+    let port = ports::free_ports(2);
     let status = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
         .args(["compare", "--quick"])
         .args(args)
@@ -49,7 +52,6 @@ fn quick_compare(tag: &str, slot: u16, weir: &Path, args: &[&str]) -> PathBuf {
 fn quick_compare_writes_the_expected_shape() {
     let out = quick_compare(
         "quick",
-        0,
         Path::new("/nonexistent/weir"),
         &["--servers", "weir,nginx", "--scenarios", "static,proxy,ab"],
     );
@@ -134,7 +136,6 @@ fn quick_compare_writes_the_expected_shape() {
 fn repeats_alternate_between_servers() {
     let out = quick_compare(
         "rounds",
-        7,
         &weir_binary(),
         &[
             "--servers",
@@ -210,7 +211,6 @@ fn weir_binary() -> std::path::PathBuf {
 fn quick_startup_and_idle_write_one_row_per_server() {
     let out = quick_compare(
         "startup-idle",
-        4,
         &weir_binary(),
         &["--servers", "weir,nginx", "--scenarios", "startup,idle"],
     );

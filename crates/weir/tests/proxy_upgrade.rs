@@ -402,7 +402,13 @@ async fn proxy_protocol_accepted_from_trusted_sources_only() {
             .await
             .unwrap();
         let mut out = String::new();
-        s.read_to_string(&mut out).await.unwrap();
+        let local = s.local_addr().unwrap();
+        if let Err(e) = s.read_to_string(&mut out).await {
+            panic!(
+                "reading the answer on {local} -> {}: {e} (read: {out:?})",
+                w.addr
+            );
+        }
         assert!(out.starts_with("HTTP/1.1 200"), "{out}");
         let seen = up.seen().pop().unwrap();
         assert_eq!(seen.headers["x-forwarded-for"], "203.0.113.7");

@@ -101,9 +101,19 @@ impl Running {
     }
 }
 
-/// Is `port` free on 127.0.0.1?
+/// Is `port` free on 127.0.0.1? The check binds without listening: a
+/// listening check socket, however briefly, would accept (and then reset)
+/// connections meant for a server about to start on the port.
 pub fn port_free(port: u16) -> bool {
-    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+    use socket2::{Domain, Protocol, Socket, Type};
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))
+        .and_then(|s| {
+            // As servers bind: a connection in TIME_WAIT does not hold the port.
+            s.set_reuse_address(true)?;
+            s.bind(&addr.into())
+        })
+        .is_ok()
 }
 
 /// Fetches `path` once (Host: localhost, Connection: close) and returns the

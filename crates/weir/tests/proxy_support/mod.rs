@@ -346,7 +346,11 @@ impl Weir {
         let child = Command::new(env!("CARGO_BIN_EXE_weir"))
             .args(["run", "-c"])
             .arg(&path)
-            .env("WEIR_LOG", "weir=warn")
+            // WEIR_TEST_LOG=weir=debug shows more when chasing a failure.
+            .env(
+                "WEIR_LOG",
+                std::env::var("WEIR_TEST_LOG").unwrap_or_else(|_| "weir=warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
