@@ -261,7 +261,12 @@ impl Listener {
             return r;
         }
 
-        let site = self.pick(request_host(&parts));
+        // One site: no need to read the Host field at all.
+        let site = if self.sites.len() == 1 {
+            &self.default
+        } else {
+            self.pick(request_host(&parts))
+        };
 
         let mut resp = match &site.handler {
             Handler::Routes { routes, fallback } => {
@@ -288,8 +293,6 @@ impl Listener {
             }
             h => leaf(h, &mut parts, body, conn, None).await,
         };
-        let host = request_host(&parts);
-
         finish(&site.cfg, &mut resp, parts.method == http::Method::HEAD);
         if let Some(v) = &self.alt_svc {
             resp.headers_mut().insert(header::ALT_SVC, v.clone());
@@ -315,7 +318,7 @@ impl Listener {
                     .headers
                     .get(header::USER_AGENT)
                     .and_then(|v| v.to_str().ok()),
-                host,
+                host: request_host(&parts),
                 duration: started.map_or(Duration::ZERO, |t| t.elapsed()),
             });
         }
@@ -325,9 +328,6 @@ impl Listener {
 
     /// The site for a host: exact name, then wildcard, then catch-all, then the default.
     fn pick(&self, host: &str) -> &Arc<Site> {
-        if self.sites.len() == 1 {
-            return &self.default;
-        }
         use crate::config::HostPattern as H;
         let rank = |s: &Arc<Site>| match s.cfg.host {
             H::Exact(_) => 0,

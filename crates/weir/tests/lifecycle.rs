@@ -170,6 +170,8 @@ access_log = {{ path = "access.json", format = "json" }}
     assert_eq!(line["status"], 404);
     assert_eq!(line["uri"], "/missing");
     assert_eq!(line["method"], "GET");
+    // The Host field without its port.
+    assert_eq!(line["host"], "127.0.0.1");
 }
 
 #[test]
