@@ -62,18 +62,28 @@ pub fn free_ports(n: u16) -> u16 {
     }
 }
 
-/// Locks the file for `port`; `None` if another process holds it.
+/// Locks the file for `port`; `None` if another process holds it. A
+/// temporary directory that cannot hold the files fails the test at once
+/// (every port would look taken, and the search would never end).
 fn reserve(port: u16) -> Option<File> {
     let dir = std::env::temp_dir().join("weir-test-ports");
-    std::fs::create_dir_all(&dir).ok()?;
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(port.to_string()))
-        .ok()?;
-    file.try_lock().ok()?;
-    Some(file)
+    let path = dir.join(port.to_string());
+    let file = std::fs::create_dir_all(&dir)
+        .and_then(|()| {
+            File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+        })
+        .unwrap_or_else(|e| panic!("test ports: cannot open {}: {e}", path.display()));
+    match file.try_lock() {
+        Ok(()) => Some(file),
+        Err(std::fs::TryLockError::WouldBlock) => None,
+        Err(std::fs::TryLockError::Error(e)) => {
+            panic!("test ports: cannot lock {}: {e}", path.display())
+        }
+    }
 }
 
 /// Nothing holds `port` for TCP or UDP. Bound, never listening: no
