@@ -27,6 +27,50 @@ static HOP_BY_HOP: [HeaderName; 7] = [
     header::PROXY_AUTHENTICATE,
 ];
 
+/// Which of the fields that change a message's framing or hop a map holds,
+/// found in one walk over its names. Most requests and responses hold none
+/// of them, and a hashed lookup (`get_all`, `contains_key`) costs about 110
+/// instructions, mostly hashing the name: six of them per proxied request
+/// were 3.4 % of its instructions (callgrind, BENCHMARKS.md §6 "The guard's
+/// scan"). Comparing standard names is comparing small integers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Present(u8);
+
+impl Present {
+    pub const TRANSFER_ENCODING: u8 = 1;
+    pub const CONTENT_LENGTH: u8 = 2;
+    pub const CONNECTION: u8 = 4;
+    pub const TE: u8 = 8;
+
+    pub fn of(h: &HeaderMap) -> Self {
+        let mut p = Present::default();
+        for n in h.keys() {
+            p.add(n);
+        }
+        p
+    }
+
+    /// Notes field `n`.
+    pub fn add(&mut self, n: &HeaderName) {
+        self.0 |= if n == header::TRANSFER_ENCODING {
+            Self::TRANSFER_ENCODING
+        } else if n == header::CONTENT_LENGTH {
+            Self::CONTENT_LENGTH
+        } else if n == header::CONNECTION {
+            Self::CONNECTION
+        } else if n == header::TE {
+            Self::TE
+        } else {
+            0
+        };
+    }
+
+    /// Whether any of `fields` is there.
+    pub fn has(self, fields: u8) -> bool {
+        self.0 & fields != 0
+    }
+}
+
 fn is_hop_by_hop(n: &HeaderName, keep_upgrade: bool) -> bool {
     HOP_BY_HOP.contains(n) || (!keep_upgrade && n == header::UPGRADE)
 }
@@ -190,7 +234,7 @@ pub struct UpstreamFields<'a> {
     // future.
     te: Option<&'static HeaderValue>,
     connection: Option<&'static HeaderValue>,
-    xff: Option<HeaderValue>,
+    xff: Option<Xff>,
     xfp: Option<&'static HeaderValue>,
     xfh: bool,
     forwarded: Option<HeaderValue>,
@@ -207,7 +251,12 @@ impl<'a> UpstreamFields<'a> {
     /// `Connection: upgrade` and has no HTTP body (so no trailers).
     pub fn new(parts: &'a http::request::Parts, f: &Forwarding<'_>, tunnel: bool) -> Self {
         let client = &parts.headers;
-        let named = connection_names(client, tunnel);
+        let present = Present::of(client);
+        let named = if present.has(Present::CONNECTION) {
+            connection_names(client, tunnel)
+        } else {
+            Vec::new()
+        };
         let host = client.get(header::HOST).cloned().or_else(|| {
             let a = parts.uri.authority()?;
             HeaderValue::from_str(a.as_str()).ok()
@@ -220,7 +269,10 @@ impl<'a> UpstreamFields<'a> {
             host,
             // TE is hop-by-hop, but an upstream only sends trailers to a peer
             // that says it takes them; weir passes them on.
-            te: (!tunnel && accepts_trailers(parts.version, client)).then_some(&TRAILERS),
+            te: (!tunnel
+                && (parts.version >= http::Version::HTTP_2 || present.has(Present::TE))
+                && accepts_trailers(parts.version, client))
+            .then_some(&TRAILERS),
             connection: tunnel.then_some(&UPGRADE),
             xff: None,
             xfp: None,
@@ -240,13 +292,23 @@ impl<'a> UpstreamFields<'a> {
         let peer = f.client.peer;
         if f.x_forwarded {
             self.drop |= DROP_XFF;
-            let mut v = ValueBuf::new();
-            if trusted && let Some(prev) = self.joined(&X_FORWARDED_FOR) {
-                v.extend_from_slice(prev.as_bytes());
-                v.extend_from_slice(b", ");
-            }
-            push_ip(&mut v, peer);
-            self.xff = HeaderValue::from_bytes(&v).ok();
+            let prev = if trusted {
+                self.joined(&X_FORWARDED_FOR)
+            } else {
+                None
+            };
+            self.xff = Some(match prev {
+                // The usual case, a client with no proxy before weir: the
+                // address alone, on the stack.
+                None => Xff::Peer(IpText::new(peer)),
+                Some(prev) => {
+                    let mut v = ValueBuf::new();
+                    v.extend_from_slice(prev.as_bytes());
+                    v.extend_from_slice(b", ");
+                    push_ip(&mut v, peer);
+                    Xff::Chain(v.to_vec().into_boxed_slice())
+                }
+            });
             if !(trusted && self.has(&X_FORWARDED_PROTO)) {
                 self.drop |= DROP_XFP;
                 self.xfp = Some(if f.tls { &HTTPS } else { &HTTP });
@@ -306,28 +368,49 @@ impl<'a> UpstreamFields<'a> {
         self.host.as_ref()
     }
 
-    /// Every field that goes upstream, the client's first, Host excluded.
-    pub fn iter(&self) -> impl Iterator<Item = (&HeaderName, &HeaderValue)> {
-        let added = [
-            (&header::TE, self.te),
-            (&header::CONNECTION, self.connection),
-            (&X_FORWARDED_FOR, self.xff.as_ref()),
-            (&X_FORWARDED_PROTO, self.xfp),
-            (&X_FORWARDED_HOST, self.host.as_ref().filter(|_| self.xfh)),
-            (&header::FORWARDED, self.forwarded.as_ref()),
-            (&header::VIA, self.via.as_ref()),
-        ];
+    /// Every field that goes upstream, the client's first, Host excluded,
+    /// as the bytes weir's HTTP/1.1 client writes. Every value is a valid
+    /// field value: the client's passed `HeaderValue`'s check, and what weir
+    /// adds is built from addresses and from values that passed `to_str`.
+    pub fn iter(&self) -> impl Iterator<Item = (&HeaderName, &[u8])> {
         self.client
             .iter()
             .filter(|(n, _)| self.keeps(n))
-            .chain(added.into_iter().filter_map(|(n, v)| Some((n, v?))))
+            .map(|(n, v)| (n, v.as_bytes()))
+            .chain(self.added())
+    }
+
+    /// The fields weir adds.
+    fn added(&self) -> impl Iterator<Item = (&HeaderName, &[u8])> {
+        fn value(v: Option<&HeaderValue>) -> Option<&[u8]> {
+            v.map(HeaderValue::as_bytes)
+        }
+        [
+            (&header::TE, value(self.te)),
+            (&header::CONNECTION, value(self.connection)),
+            (&X_FORWARDED_FOR, self.xff.as_ref().map(Xff::as_bytes)),
+            (&X_FORWARDED_PROTO, value(self.xfp)),
+            (
+                &X_FORWARDED_HOST,
+                value(self.host.as_ref().filter(|_| self.xfh)),
+            ),
+            (&header::FORWARDED, value(self.forwarded.as_ref())),
+            (&header::VIA, value(self.via.as_ref())),
+        ]
+        .into_iter()
+        .filter_map(|(n, v)| Some((n, v?)))
     }
 
     /// The same fields as a map (for hyper's client and tunnels).
     pub fn to_map(&self) -> HeaderMap {
         let mut h = HeaderMap::with_capacity(self.client.len() + 4);
-        for (n, v) in self.iter() {
+        for (n, v) in self.client.iter().filter(|(n, _)| self.keeps(n)) {
             h.append(n.clone(), v.clone());
+        }
+        for (n, v) in self.added() {
+            if let Ok(v) = HeaderValue::from_bytes(v) {
+                h.append(n.clone(), v);
+            }
         }
         h
     }
@@ -369,25 +452,92 @@ impl<'a> UpstreamFields<'a> {
 /// proxy's long chain), so the value itself is the only allocation.
 type ValueBuf = smallvec::SmallVec<[u8; 96]>;
 
-/// Writes an address as text. IPv4 by hand (itoa per octet): `Display` goes
-/// through the formatting machinery, which made the forwarding fields cost
-/// about 1,000 instructions a request (callgrind, BENCHMARKS.md §6).
-fn push_ip(out: &mut ValueBuf, ip: IpAddr) {
-    match ip {
-        IpAddr::V4(ip) => {
-            let mut digits = itoa::Buffer::new();
-            for (i, octet) in ip.octets().into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b'.');
-                }
-                out.extend_from_slice(digits.format(octet).as_bytes());
-            }
-        }
-        IpAddr::V6(ip) => {
-            use std::io::Write;
-            let _ = write!(out, "{ip}");
+/// The X-Forwarded-For weir sends: usually the peer's address alone, kept
+/// on the stack. It was a `HeaderValue`, allocated, copied and freed on
+/// every request (about 600 instructions with the formatting, callgrind,
+/// BENCHMARKS.md §6 "The guard's scan").
+enum Xff {
+    Peer(IpText),
+    /// A trusted proxy's chain with the peer appended.
+    Chain(Box<[u8]>),
+}
+
+impl Xff {
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Xff::Peer(t) => t.as_bytes(),
+            Xff::Chain(v) => v,
         }
     }
+}
+
+/// An address as text, inline: the longest IPv6 form is 45 bytes. IPv4 by
+/// hand, a table lookup per octet: `Display` goes through the formatting
+/// machinery, which made the forwarding fields cost about 1,000
+/// instructions a request (callgrind, BENCHMARKS.md §6).
+struct IpText {
+    buf: [u8; 46],
+    len: u8,
+}
+
+impl IpText {
+    fn new(ip: IpAddr) -> Self {
+        let mut t = IpText {
+            buf: [0; 46],
+            len: 0,
+        };
+        match ip {
+            IpAddr::V4(ip) => {
+                let mut at = 0;
+                for (i, octet) in ip.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        t.buf[at] = b'.';
+                        at += 1;
+                    }
+                    let (digits, n) = OCTETS[octet as usize];
+                    t.buf[at..at + 3].copy_from_slice(&digits);
+                    at += n as usize;
+                }
+                t.len = at as u8;
+            }
+            IpAddr::V6(ip) => {
+                use std::io::Write;
+                let mut w = &mut t.buf[..];
+                let _ = write!(w, "{ip}");
+                let left = w.len();
+                t.len = (46 - left) as u8;
+            }
+        }
+        t
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len as usize]
+    }
+}
+
+/// `0` to `255` as text (digits, padded to 3, and how many count): an
+/// octet is one lookup and one 3-byte copy.
+const OCTETS: [([u8; 3], u8); 256] = {
+    let mut t = [([0u8; 3], 0u8); 256];
+    let mut i = 0;
+    while i < 256 {
+        let (h, d, o) = ((i / 100) as u8, ((i / 10) % 10) as u8, (i % 10) as u8);
+        t[i] = if i >= 100 {
+            ([b'0' + h, b'0' + d, b'0' + o], 3)
+        } else if i >= 10 {
+            ([b'0' + d, b'0' + o, 0], 2)
+        } else {
+            ([b'0' + o, 0, 0], 1)
+        };
+        i += 1;
+    }
+    t
+};
+
+/// Writes an address as text ([`IpText`]).
+fn push_ip(out: &mut ValueBuf, ip: IpAddr) {
+    out.extend_from_slice(IpText::new(ip).as_bytes());
 }
 
 fn via_value(prev: Option<String>, via: &'static str) -> HeaderValue {
@@ -444,6 +594,10 @@ pub enum Smuggling {
 /// names, obs-fold, a final coding other than chunked, conflicting lengths);
 /// this refuses what it lets through.
 pub fn check_smuggling(version: http::Version, h: &HeaderMap) -> Result<(), Smuggling> {
+    let present = Present::of(h);
+    if !present.has(Present::TRANSFER_ENCODING | Present::CONTENT_LENGTH) {
+        return Ok(());
+    }
     let mut te = h.get_all(header::TRANSFER_ENCODING).iter();
     let te_first = te.next();
     if let Some(v) = te_first {
@@ -553,11 +707,33 @@ mod tests {
         // The iteration and the map say the same.
         let listed: Vec<String> = u
             .iter()
-            .map(|(n, v)| format!("{n}: {}", v.to_str().unwrap()))
+            .map(|(n, v)| format!("{n}: {}", std::str::from_utf8(v).unwrap()))
             .collect();
         let m = u.to_map();
         assert_eq!(m.len(), listed.len());
         (m, listed)
+    }
+
+    #[test]
+    fn addresses_are_written_as_display_writes_them() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut ips: Vec<IpAddr> = vec![
+            "0.0.0.0".parse().unwrap(),
+            "255.255.255.255".parse().unwrap(),
+            "9.10.99.100".parse().unwrap(),
+            "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255"
+                .parse()
+                .unwrap(),
+            "::ffff:1.2.3.4".parse().unwrap(),
+            "::1".parse().unwrap(),
+        ];
+        for _ in 0..2000 {
+            ips.push(IpAddr::V4(rng.u32(..).into()));
+            ips.push(IpAddr::V6(rng.u128(..).into()));
+        }
+        for ip in ips {
+            assert_eq!(IpText::new(ip).as_bytes(), ip.to_string().as_bytes());
+        }
     }
 
     #[test]

@@ -31,6 +31,8 @@ use http::{Method, StatusCode, Version};
 use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
+use crate::proxy::forward::Present;
+
 /// Any byte stream an upstream connection runs on (TCP, Unix, TLS).
 pub trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
@@ -333,7 +335,7 @@ pub struct RequestHead<'a, F> {
 
 impl<'f, F> RequestHead<'_, F>
 where
-    F: Iterator<Item = (&'f HeaderName, &'f HeaderValue)>,
+    F: Iterator<Item = (&'f HeaderName, &'f [u8])>,
 {
     /// Encodes the head as hyper's client does: lower-case names, Host
     /// first, and a Content-Length for a body that has none.
@@ -352,7 +354,7 @@ where
             has_length |= name == header::CONTENT_LENGTH;
             out.extend_from_slice(name.as_str().as_bytes());
             out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(value);
             out.extend_from_slice(b"\r\n");
         }
         if let Some(n) = body_len
@@ -378,7 +380,7 @@ pub struct Encoded<'a> {
 impl<'a> Encoded<'a> {
     pub fn new<'f, F>(req: RequestHead<'_, F>, body: Option<&'a Bytes>) -> Self
     where
-        F: Iterator<Item = (&'f HeaderName, &'f HeaderValue)>,
+        F: Iterator<Item = (&'f HeaderName, &'f [u8])>,
     {
         let mut out = REQ_BUF.with(|b| std::mem::take(&mut *b.borrow_mut()));
         out.clear();
@@ -455,11 +457,13 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
     // a full map grows by reallocating and rehashing, about 1,000
     // instructions, on every response.
     let mut headers = crate::header_maps::take(n + 2);
+    let mut present = Present::default();
     for &(name_at, name_len, value_at, value_len) in &spans[..n] {
         let (name_at, name_len) = (name_at as usize, name_len as usize);
         let (value_at, value_len) = (value_at as usize, value_len as usize);
         let name = HeaderName::from_bytes(&head[name_at..name_at + name_len])
             .map_err(|_| ClientError::BadField)?;
+        present.add(&name);
         let value = HeaderValue::from_maybe_shared(head.slice(value_at..value_at + value_len))
             .map_err(|_| ClientError::BadField)?;
         headers.append(name, value);
@@ -476,8 +480,11 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
             parts.extensions.insert(p);
         }
     }
-    let (framing, mut keep_alive) = framing(&headers, status, head_request)?;
-    keep_alive &= connection_keeps_alive(&headers, version);
+    let (framing, mut keep_alive) = framing(&headers, present, status, head_request)?;
+    // Only `Connection` can end a keep-alive HTTP/1.1 response's connection.
+    if version == Version::HTTP_10 || present.has(Present::CONNECTION) {
+        keep_alive &= connection_keeps_alive(&headers, version);
+    }
     parts.headers = headers;
     Ok(Some(Parsed::Final(parts, framing, keep_alive)))
 }
@@ -485,13 +492,14 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
 /// The body's framing, and whether it leaves the connection reusable.
 fn framing(
     h: &HeaderMap,
+    present: Present,
     status: StatusCode,
     head_request: bool,
 ) -> Result<(Framing, bool), ClientError> {
     if head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Ok((Framing::None, true));
     }
-    if h.contains_key(header::TRANSFER_ENCODING) {
+    if present.has(Present::TRANSFER_ENCODING) {
         // The last coding decides; with a Content-Length too, the message
         // is suspect and the connection is not reused (RFC 9112 §6.3).
         let last = h
@@ -501,14 +509,19 @@ fn framing(
             .and_then(|v| v.to_str().ok())
             .and_then(|s| s.rsplit(',').next())
             .map(str::trim);
-        let reuse = !h.contains_key(header::CONTENT_LENGTH);
+        let reuse = !present.has(Present::CONTENT_LENGTH);
         return Ok(match last {
             Some(c) if c.eq_ignore_ascii_case("chunked") => (Framing::Chunked, reuse),
             _ => (Framing::Close, false),
         });
     }
     let mut len: Option<u64> = None;
-    for v in h.get_all(header::CONTENT_LENGTH) {
+    // A walk, not a hashed lookup (`Present`): a response has few fields.
+    let lengths = h
+        .iter()
+        .filter(|&(n, _)| present.has(Present::CONTENT_LENGTH) && n == header::CONTENT_LENGTH)
+        .map(|(_, v)| v);
+    for v in lengths {
         for part in v.as_bytes().split(|&b| b == b',') {
             let part = part.trim_ascii();
             if part.is_empty() || !part.iter().all(u8::is_ascii_digit) || part.len() > 19 {
