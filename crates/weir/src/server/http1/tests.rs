@@ -232,3 +232,34 @@ fn parse_holds_up_under_mutation() {
         check_parse(&input, rng.usize(16..512));
     }
 }
+
+#[test]
+fn heads_share_a_block_and_an_incomplete_one_is_copied_out() {
+    std::thread::spawn(|| {
+        let get = b"GET /one HTTP/1.1\r\nHost: a\r\n\r\n";
+        // Two heads read one after the other land side by side in one block.
+        let mut first = in_head_block(get);
+        let mut second = in_head_block(get);
+        assert_eq!(
+            first.as_ptr() as usize + get.len(),
+            second.as_ptr() as usize
+        );
+        // Each parses as a request of its own, whose slices outlive the other.
+        let (r1, _) = request(parse(&mut first, 8192));
+        drop(second.split());
+        assert_eq!(r1.uri().path(), "/one");
+        assert_eq!(r1.headers()["host"], "a");
+        // A head larger than a block gets one of its own.
+        let big = vec![b'x'; HEAD_BLOCK + 1];
+        assert_eq!(in_head_block(&big).len(), HEAD_BLOCK + 1);
+        // An incomplete head is not kept inside the block: parse copies it
+        // out, so a stalled client does not hold the block alive.
+        let mut partial = in_head_block(b"GET /two HTTP/1.1\r\nHo");
+        let at = partial.as_ptr();
+        assert!(matches!(parse(&mut partial, 8192), Parsed::NeedMore));
+        assert_eq!(&partial[..], b"GET /two HTTP/1.1\r\nHo");
+        assert_ne!(partial.as_ptr(), at);
+    })
+    .join()
+    .unwrap();
+}
