@@ -41,6 +41,7 @@ impl Present {
     pub const CONTENT_LENGTH: u8 = 2;
     pub const CONNECTION: u8 = 4;
     pub const TE: u8 = 8;
+    pub const UPGRADE: u8 = 16;
 
     pub fn of(h: &HeaderMap) -> Self {
         let mut p = Present::default();
@@ -60,6 +61,8 @@ impl Present {
             Self::CONNECTION
         } else if n == header::TE {
             Self::TE
+        } else if n == header::UPGRADE {
+            Self::UPGRADE
         } else {
             0
         };

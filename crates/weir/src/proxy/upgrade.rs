@@ -15,7 +15,7 @@ use http::{Method, Response, StatusCode, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use super::forward::{self, ClientAddr};
+use super::forward::{self, ClientAddr, Present};
 use super::{ActiveGuard, Failure, Proxy, ProxyError, may_retry};
 use crate::body::Body;
 use crate::site::ConnInfo;
@@ -23,7 +23,7 @@ use crate::site::ConnInfo;
 /// Whether the client asks to switch protocols (HTTP/1.1 `Connection: upgrade`).
 pub fn is_upgrade(parts: &http::request::Parts) -> bool {
     parts.version == Version::HTTP_11
-        && parts.headers.contains_key(header::UPGRADE)
+        && Present::of(&parts.headers).has(Present::UPGRADE)
         && parts
             .headers
             .get_all(header::CONNECTION)
