@@ -516,10 +516,12 @@ fn framing(
         });
     }
     let mut len: Option<u64> = None;
-    // A walk, not a hashed lookup (`Present`): a response has few fields.
+    // Walked, not looked up by hash (`Present`): a response has few fields.
+    // Without a Content-Length the walk stops at once.
     let lengths = h
         .iter()
-        .filter(|&(n, _)| present.has(Present::CONTENT_LENGTH) && n == header::CONTENT_LENGTH)
+        .take_while(|_| present.has(Present::CONTENT_LENGTH))
+        .filter(|&(n, _)| n == header::CONTENT_LENGTH)
         .map(|(_, v)| v);
     for v in lengths {
         for part in v.as_bytes().split(|&b| b == b',') {

@@ -116,6 +116,11 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Handoff<IO> {
         }
         let n = this.read.len().min(buf.remaining());
         buf.put_slice(&this.read.split_to(n));
+        if this.read.is_empty() {
+            // An empty slice still holds its buffer, which may be a shared
+            // head block (`HEAD_BLOCK`): let it go for the connection's life.
+            this.read = Bytes::new();
+        }
         Poll::Ready(Ok(()))
     }
 }
@@ -249,7 +254,7 @@ fn poll_read_into<IO: AsyncRead + Unpin>(
         let mut rb = ReadBuf::new(buf);
         ready!(Pin::new(io).poll_read(cx, &mut rb))?;
         let got = rb.filled();
-        if pending.is_empty() {
+        if pending.is_empty() && !got.is_empty() {
             *pending = in_head_block(got);
         } else {
             pending.extend_from_slice(got);

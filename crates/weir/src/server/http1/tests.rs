@@ -263,3 +263,29 @@ fn heads_share_a_block_and_an_incomplete_one_is_copied_out() {
     .join()
     .unwrap();
 }
+
+#[test]
+fn a_handoff_lets_go_of_the_bytes_it_has_passed_on() {
+    // What `serve` read before hyper took over may sit in a shared head
+    // block: once hyper has it, the connection must not keep the block.
+    let read = Bytes::from(b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\nok".to_vec());
+    let mut h = Handoff {
+        io: tokio::io::empty(),
+        read: read.clone(),
+    };
+    assert!(!read.is_unique());
+    let waker = std::task::Waker::noop();
+    let mut cx = Context::from_waker(waker);
+    let mut out = [0u8; 64];
+    let mut got = Vec::new();
+    loop {
+        let mut rb = ReadBuf::new(&mut out[..16]);
+        match Pin::new(&mut h).poll_read(&mut cx, &mut rb) {
+            Poll::Ready(Ok(())) if rb.filled().is_empty() => break,
+            Poll::Ready(Ok(())) => got.extend_from_slice(rb.filled()),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(got, &read[..]);
+    assert!(read.is_unique());
+}
