@@ -14,7 +14,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -58,6 +58,11 @@ pub struct TimedIo<T> {
     h1: bool,
     timer: Pin<Box<Sleep>>,
     armed: Instant,
+    /// The waker the armed timer last registered, while it has not fired:
+    /// a read that finds nothing polls the timer only if this changed. A
+    /// timer poll costs about 240 instructions (task budget, driver state)
+    /// and a proxied request has two such reads.
+    timer_waker: Option<Waker>,
     last_activity: Instant,
     /// When the first byte of the current head arrived, and the request count then.
     head_started: Option<(Instant, u64)>,
@@ -77,6 +82,7 @@ impl<T> TimedIo<T> {
             h1,
             timer: Box::pin(tokio::time::sleep_until(armed)),
             armed,
+            timer_waker: None,
             last_activity: now,
             head_started: None,
             write_waiting_since: None,
@@ -84,16 +90,32 @@ impl<T> TimedIo<T> {
         }
     }
 
+    /// Whether the armed timer is in the wheel and will wake this task.
+    fn timer_will_wake(&self, cx: &Context<'_>) -> bool {
+        self.timer_waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+            && !self.timer.is_elapsed()
+    }
+
     /// Polls the timer against `deadline`; true once it has passed.
     fn expired(&mut self, deadline: Instant, cx: &mut Context<'_>) -> bool {
         if deadline < self.armed {
             self.armed = deadline;
             self.timer.as_mut().reset(deadline);
+            self.timer_waker = None;
+        } else if self.timer_will_wake(cx) {
+            // It fires at or before `deadline` and wakes this task then.
+            return false;
         }
         loop {
             if self.timer.as_mut().poll(cx).is_pending() {
+                if !self.timer_will_wake(cx) {
+                    self.timer_waker = Some(cx.waker().clone());
+                }
                 return false;
             }
+            self.timer_waker = None;
             // The armed deadline passed; the real one may have moved later.
             if Instant::now() >= deadline {
                 return true;
@@ -170,6 +192,13 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for TimedIo<T> {
                     // re-evaluate: the idle deadline is then at most one
                     // keep-alive period later, with no wake-up per request.
                     Phase::Busy => {
+                        // Armed no later than one keep-alive period from
+                        // now, and set to wake this task: nothing to do.
+                        if this.armed <= this.last_activity + this.limits.keepalive
+                            && this.timer_will_wake(cx)
+                        {
+                            return Poll::Pending;
+                        }
                         let _ = this.expired(Instant::now() + this.limits.keepalive, cx);
                         return Poll::Pending;
                     }
@@ -261,5 +290,124 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         let this = self.get_mut();
         ready!(Pin::new(&mut this.inner).poll_shutdown(cx))?;
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const LIMITS: Limits = Limits {
+        header: Duration::from_secs(1),
+        keepalive: Duration::from_secs(2),
+        write: Duration::from_secs(10),
+    };
+
+    /// Runs `body` in a spawned task, as connections run: a task's waker
+    /// is the same at every poll (`block_on`'s is not), which is what lets
+    /// a read skip polling a timer that is already registered.
+    /// A timer that does not wake the task would hang it: fail instead.
+    async fn in_task(body: impl Future<Output = ()> + Send + 'static) {
+        tokio::time::timeout(Duration::from_secs(60), tokio::spawn(body))
+            .await
+            .expect("the connection's timer did not wake it")
+            .unwrap();
+    }
+
+    fn conn() -> (
+        tokio::io::DuplexStream,
+        TimedIo<tokio::io::DuplexStream>,
+        Arc<ConnState>,
+    ) {
+        let (client, server) = tokio::io::duplex(1024);
+        let state = Arc::new(ConnState::default());
+        (
+            client,
+            TimedIo::new(server, state.clone(), LIMITS, true),
+            state,
+        )
+    }
+
+    /// A request that runs past the keep-alive period (the loop polls the
+    /// read all the while) does not end the connection, and once it is
+    /// answered the idle deadline counts from the answer.
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_deadline_counts_from_the_answer_after_a_long_request() {
+        in_task(async move {
+            let (mut client, mut io, state) = conn();
+            client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+            let mut buf = [0u8; 64];
+            assert!(io.read(&mut buf).await.unwrap() > 0);
+            state.request_started();
+            let busy = tokio::time::timeout(Duration::from_secs(5), io.read(&mut buf)).await;
+            assert!(
+                busy.is_err(),
+                "a busy connection is not timed out: {busy:?}"
+            );
+            state.request_done();
+            io.write_all(b"HTTP/1.1 204 No Content\r\n\r\n")
+                .await
+                .unwrap();
+            let answered = Instant::now();
+            let err = io.read(&mut buf).await.unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+            assert_eq!(answered.elapsed(), LIMITS.keepalive);
+        })
+        .await;
+    }
+
+    /// The task polls the read again and again (other work wakes it): the
+    /// timer, registered once, still ends the idle connection on time.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_read_polled_often_still_times_out_on_time() {
+        in_task(async move {
+            let (_client, mut io, _state) = conn();
+            let start = Instant::now();
+            let mut buf = [0u8; 64];
+            let mut wakes = 0;
+            let err = loop {
+                tokio::select! {
+                    r = io.read(&mut buf) => break r.unwrap_err(),
+                    _ = tokio::time::sleep(Duration::from_millis(70)) => wakes += 1,
+                }
+            };
+            assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+            assert_eq!(start.elapsed(), LIMITS.keepalive);
+            assert!(wakes > 10, "{wakes}");
+        })
+        .await;
+    }
+
+    /// A head that starts arriving is timed by the head timeout, even when
+    /// the timer was registered for the (later) idle deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_head_gets_a_408_at_the_head_timeout() {
+        in_task(async move {
+            let (mut client, mut io, state) = conn();
+            let mut buf = [0u8; 64];
+            client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+            assert!(io.read(&mut buf).await.unwrap() > 0);
+            state.request_started();
+            state.request_done();
+            // Idle: the timer is registered for the keep-alive deadline.
+            let idle = tokio::time::timeout(Duration::from_millis(500), io.read(&mut buf)).await;
+            assert!(idle.is_err());
+            // A second request: its first bytes, then nothing.
+            client.write_all(b"GET /slow HT").await.unwrap();
+            assert!(io.read(&mut buf).await.unwrap() > 0);
+            let started = Instant::now();
+            let err = io.read(&mut buf).await.unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+            assert_eq!(started.elapsed(), LIMITS.header);
+            let mut answer = vec![0u8; 128];
+            let n = client.read(&mut answer).await.unwrap();
+            assert!(
+                answer[..n].starts_with(b"HTTP/1.1 408"),
+                "{:?}",
+                &answer[..n]
+            );
+        })
+        .await;
     }
 }

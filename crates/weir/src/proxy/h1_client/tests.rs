@@ -378,3 +378,103 @@ async fn the_response_timer_times_each_exchange_from_its_start() {
     assert_eq!(t.within(ms(50), std::future::pending::<()>()).await, None);
     assert_eq!(start.elapsed(), ms(50));
 }
+
+mod deadline {
+    use super::super::Deadline;
+    use std::time::Duration;
+    use tokio::time::{Instant, sleep};
+
+    /// A timer that never wakes its task would hang the test: fail instead.
+    async fn bounded<T>(f: impl Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(60), f)
+            .await
+            .expect("the timer did not wake the waiting task")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_in_time_is_returned() {
+        let mut d = Deadline::new();
+        let got = d
+            .within(Duration::from_secs(5), async {
+                sleep(Duration::from_secs(1)).await;
+                7
+            })
+            .await;
+        assert_eq!(got, Some(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_runs_out_at_the_limit() {
+        let mut d = Deadline::new();
+        let start = Instant::now();
+        let got = bounded(d.within(Duration::from_secs(3), std::future::pending::<()>())).await;
+        assert_eq!(got, None);
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    /// The timer armed for an earlier exchange fires during a later one
+    /// with a later deadline: it is moved on, not taken as the end.
+    #[tokio::test(start_paused = true)]
+    async fn an_earlier_exchanges_deadline_does_not_cut_a_later_one_short() {
+        let mut d = Deadline::new();
+        assert_eq!(d.within(Duration::from_secs(2), async { 1 }).await, Some(1));
+        sleep(Duration::from_secs(1)).await;
+        // Deadline now + 5 s; the timer is still armed for the first one's
+        // (1 s from now).
+        let start = Instant::now();
+        let got = bounded(d.within(Duration::from_secs(5), async {
+            sleep(Duration::from_secs(4)).await;
+            2
+        }))
+        .await;
+        assert_eq!(got, Some(2));
+        assert_eq!(start.elapsed(), Duration::from_secs(4));
+        // And the next one still times out on time.
+        let start = Instant::now();
+        let got = bounded(d.within(Duration::from_secs(3), std::future::pending::<()>())).await;
+        assert_eq!(got, None);
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    /// One connection serves requests from different tasks: the timer must
+    /// wake the task waiting now, not the one that used it before.
+    #[tokio::test(start_paused = true)]
+    async fn the_timer_wakes_the_task_that_waits_now() {
+        let d = Deadline::new();
+        let d = tokio::spawn(async move {
+            let mut d = d;
+            assert_eq!(d.within(Duration::from_secs(1), async { 1 }).await, Some(1));
+            d
+        })
+        .await
+        .unwrap();
+        let start = Instant::now();
+        let waiting = tokio::spawn(async move {
+            let mut d = d;
+            let got = d
+                .within(Duration::from_secs(2), std::future::pending::<()>())
+                .await;
+            (got, d)
+        });
+        let (got, _) = bounded(waiting).await.unwrap();
+        assert_eq!(got, None);
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+    }
+
+    /// A request dropped mid-way (its client went away) leaves the
+    /// connection's timer usable by the next one.
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_exchange_leaves_the_timer_working() {
+        let mut d = Deadline::new();
+        let cut = tokio::time::timeout(
+            Duration::from_millis(500),
+            d.within(Duration::from_secs(10), std::future::pending::<()>()),
+        )
+        .await;
+        assert!(cut.is_err());
+        let start = Instant::now();
+        let got = bounded(d.within(Duration::from_secs(1), std::future::pending::<()>())).await;
+        assert_eq!(got, None);
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+    }
+}
