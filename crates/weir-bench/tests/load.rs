@@ -223,3 +223,73 @@ fn http3_needs_https() {
         "invalid options: --http3 needs an https:// URL"
     );
 }
+
+/// Three connections get no answer within the run, the fourth is served
+/// at once. Their requests are not errors (the timeout is longer than the
+/// run) and not responses, but they waited the whole run: they are in the
+/// latency at that wait, and counted apart.
+#[test]
+fn requests_unanswered_at_the_end_count_at_their_wait() {
+    let srv = support::start(|i| {
+        if i < 3 {
+            Action::Delay(Duration::from_secs(30))
+        } else {
+            Action::Ok
+        }
+    });
+    let mut c = cfg(&srv.url());
+    c.connections = 4;
+    c.duration = Some(Duration::from_secs(1));
+    c.timeout = Duration::from_secs(20);
+    let r = run(&c).unwrap();
+    assert_eq!(r.errors.total(), 0, "{:?}", r.errors);
+    assert!(r.successes > 100, "{}", r.successes);
+    // The three stalled ones, and perhaps the fourth connection's last.
+    assert!((3..=4).contains(&r.unanswered), "{}", r.unanswered);
+    assert_eq!(r.latency_ms.count, r.responses + r.unanswered);
+    assert!(
+        r.latency_ms.max >= 950.0,
+        "the stalled requests waited the whole second: {:?}",
+        r.latency_ms
+    );
+}
+
+/// A server that answers nothing at all: before, its latency figures were
+/// empty (all zero), which a table reads as fast.
+#[test]
+fn a_server_that_answers_nothing_has_the_run_as_its_latency() {
+    let srv = support::start(|_| Action::Delay(Duration::from_secs(30)));
+    let mut c = cfg(&srv.url());
+    c.connections = 2;
+    c.duration = Some(Duration::from_millis(600));
+    c.timeout = Duration::from_secs(20);
+    let r = run(&c).unwrap();
+    assert_eq!(r.responses, 0);
+    assert_eq!(r.errors.total(), 0, "{:?}", r.errors);
+    assert_eq!(r.unanswered, 2);
+    assert!(r.latency_ms.p50 >= 550.0, "{:?}", r.latency_ms);
+}
+
+/// Connections that never get through the TLS handshake (a server that
+/// accepts and then says nothing) hold a request each for the whole run.
+#[test]
+fn connections_still_opening_at_the_end_are_unanswered() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let mut c = cfg(&format!("https://127.0.0.1:{port}/"));
+    c.insecure = true;
+    c.connections = 3;
+    c.duration = Some(Duration::from_millis(600));
+    c.timeout = Duration::from_secs(20);
+    let r = run(&c).unwrap();
+    assert_eq!(r.responses, 0);
+    assert_eq!(r.errors.total(), 0, "{:?}", r.errors);
+    assert_eq!(r.unanswered, 3);
+    assert!(r.latency_ms.p50 >= 550.0, "{:?}", r.latency_ms);
+}

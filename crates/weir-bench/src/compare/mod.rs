@@ -137,6 +137,9 @@ pub struct Row {
     pub non_2xx: u64,
     /// Median client-side errors (all kinds).
     pub client_errors: u64,
+    /// Median requests still unanswered at the end of a repeat (in the
+    /// latency figures at their wait so far).
+    pub unanswered: u64,
     /// Median server CPU, cores.
     pub server_cpu: f64,
     /// Median backend CPU, cores (proxy scenario).
@@ -602,6 +605,7 @@ impl Measured {
             ok_responses: med(&|r| r.successes as f64) as u64,
             non_2xx: med(&|r| (r.responses - r.successes) as f64) as u64,
             client_errors: med(&|r| r.errors.total() as f64) as u64,
+            unanswered: med(&|r| r.unanswered as f64) as u64,
             server_cpu: median(self.cpus),
             backend_cpu: backend.then(|| median(self.bcpus)),
             rss_idle_mib: idle / 1048576.0,

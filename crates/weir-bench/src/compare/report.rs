@@ -11,7 +11,7 @@ use super::startup::StartupRow;
 use super::{CompareConfig, Row, Summary};
 
 /// Columns of every scenario table, in order (tests check them).
-pub const COLUMNS: [&str; 16] = [
+pub const COLUMNS: [&str; 17] = [
     "case",
     "server",
     "req/s (median)",
@@ -22,6 +22,7 @@ pub const COLUMNS: [&str; 16] = [
     "2xx/3xx",
     "non-2xx",
     "client errors",
+    "unanswered at end",
     "server CPU cores",
     "idle RSS MiB",
     "peak RSS MiB",
@@ -125,7 +126,7 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
         );
         let _ = writeln!(
             o,
-            "| {} | {} | {:.0} | {:.0}–{:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {} | {} |",
+            "| {} | {} | {:.0} | {:.0}–{:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {} | {} |",
             r.case,
             r.server,
             r.rps_median,
@@ -137,6 +138,7 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
             r.ok_responses,
             r.non_2xx,
             r.client_errors,
+            r.unanswered,
             cpu,
             r.rss_idle_mib,
             r.rss_peak_mib,

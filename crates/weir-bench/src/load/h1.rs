@@ -10,7 +10,7 @@ use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{
-    Claim, Conn, ErrorKind, LoadConfig, Schedule, Target, ThreadCtx, classify_io, connect,
+    Claim, Conn, ErrorKind, LoadConfig, Schedule, Target, ThreadCtx, classify_io, connect_until_end,
 };
 
 /// Size of each connection's read buffer.
@@ -332,7 +332,7 @@ pub async fn connection(ctx: &ThreadCtx, index: usize, total: usize) {
     // for the last request, one of them opened for nothing (with `-n` and no
     // keep-alive, one connection too many per race).
     while let Some(first) = ctx.claim(Instant::now()) {
-        let Some(conn) = connect(ctx).await else {
+        let Some(conn) = connect_until_end(ctx).await else {
             ctx.release(first);
             continue;
         };
@@ -375,13 +375,15 @@ async fn requests<S: AsyncRead + AsyncWrite + Unpin>(
             return;
         }
         let deadline = sent + plan.cfg.timeout;
-        // In duration mode a response still in flight at the end is not
-        // counted at all (neither success nor error), as in wrk.
+        // In duration mode a response still in flight at the end is neither
+        // a success nor an error; its wait so far goes into the latency.
         let cutoff = plan.end.map_or(deadline, |e| e.max(intended).min(deadline));
         match tokio::time::timeout_at(cutoff.into(), read_response(s, rb, plan.head)).await {
             Err(_) => {
                 if cutoff == deadline {
                     ctx.error(ErrorKind::Timeout, intended);
+                } else {
+                    ctx.unanswered(intended, cutoff);
                 }
                 return;
             }

@@ -330,6 +330,14 @@ impl ThreadCtx {
         }
     }
 
+    /// Records a request intended at `intended` that was still unanswered
+    /// when the run ended at `end`. Counted whenever it was intended: one
+    /// waiting since the warm-up waited through the whole measured window.
+    pub fn unanswered(&self, intended: Instant, end: Instant) {
+        let wait = end.saturating_duration_since(intended).as_micros() as u64;
+        self.stats.borrow_mut().record_unanswered(wait);
+    }
+
     /// Records a response to a request intended at `intended`, sent at `sent`.
     pub fn response(
         &self,
@@ -449,8 +457,9 @@ pub(crate) async fn stream_requests<F, Fut, E>(
         let cutoff = plan.end.map_or(deadline, |e| e.max(intended).min(deadline));
         match tokio::time::timeout_at(cutoff.into(), exchange()).await {
             Err(_) => {
-                // Cut by the end of the run: not an error, but nothing more to send.
+                // Cut by the end of the run: not an error, but still waiting.
                 if cutoff != deadline {
+                    ctx.unanswered(intended, cutoff);
                     return;
                 }
                 ctx.error(ErrorKind::Timeout, intended);
@@ -520,6 +529,22 @@ pub async fn connect(ctx: &ThreadCtx) -> Option<Conn> {
         }
         Err(_) => {
             ctx.error(ErrorKind::Timeout, t1);
+            None
+        }
+    }
+}
+
+/// [`connect`], cut at the end of the run: a connection still opening then
+/// (a server that accepts slowly) holds a request that waited all that time.
+pub async fn connect_until_end(ctx: &ThreadCtx) -> Option<Conn> {
+    let Some(end) = ctx.plan.end else {
+        return connect(ctx).await;
+    };
+    let wanted = Instant::now();
+    match tokio::time::timeout_at(end.into(), connect(ctx)).await {
+        Ok(conn) => conn,
+        Err(_) => {
+            ctx.unanswered(wanted, end);
             None
         }
     }

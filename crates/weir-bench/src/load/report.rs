@@ -103,6 +103,10 @@ pub struct LoadReport {
     pub tls_handshake_ms: Option<Percentiles>,
     /// Connections opened.
     pub connections_opened: u64,
+    /// Requests still unanswered when the run ended (included in the
+    /// latency figures at their wait so far: a lower bound).
+    #[serde(default)]
+    pub unanswered: u64,
     /// Timeout used for requests, seconds.
     pub timeout_s: f64,
     /// Generator CPU.
@@ -180,6 +184,7 @@ impl LoadReport {
             connect_ms: Percentiles::of(&s.connect),
             tls_handshake_ms: plan.tls.is_some().then(|| Percentiles::of(&s.tls)),
             connections_opened: s.connections,
+            unanswered: s.unanswered,
             timeout_s: plan.cfg.timeout.as_secs_f64(),
             generator: GeneratorCpu {
                 cores: cpu,
@@ -245,6 +250,11 @@ impl LoadReport {
             self.errors.reset,
             self.errors.tls,
             self.errors.protocol
+        );
+        let _ = writeln!(
+            o,
+            "  unanswered     {}   (still waiting at the end; in the latency at their wait so far)",
+            self.unanswered
         );
         let _ = writeln!(
             o,

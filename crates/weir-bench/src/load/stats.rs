@@ -91,6 +91,9 @@ pub struct ThreadStats {
     pub errors: ErrorCounts,
     /// Connections opened (whole run, warm-up included).
     pub connections: u64,
+    /// Requests still unanswered when the run ended (sent, or waiting for
+    /// their connection to open); also in `latency`, at their wait so far.
+    pub unanswered: u64,
 }
 
 impl Default for ThreadStats {
@@ -104,6 +107,7 @@ impl Default for ThreadStats {
             bytes: 0,
             errors: ErrorCounts::default(),
             connections: 0,
+            unanswered: 0,
         }
     }
 }
@@ -123,6 +127,15 @@ impl ThreadStats {
         if let Some(s) = service_us {
             self.service.saturating_record(s.max(1));
         }
+    }
+
+    /// A request still waiting when the run ended, after `wait_us`: a
+    /// lower bound of its latency. Leaving it out (as wrk does) hides a
+    /// server that stalls: one that answers nothing on most connections
+    /// would show only the fast answers of the others.
+    pub fn record_unanswered(&mut self, wait_us: u64) {
+        self.unanswered += 1;
+        self.latency.saturating_record(wait_us.max(1));
     }
 
     /// Successful responses (2xx and 3xx).
@@ -148,6 +161,7 @@ impl ThreadStats {
         self.bytes += other.bytes;
         self.errors.merge(&other.errors);
         self.connections += other.connections;
+        self.unanswered += other.unanswered;
     }
 }
 
