@@ -100,7 +100,7 @@ pub struct Limits {
     pub body: u64,
     pub connections: usize,
     pub h2_streams: u32,
-    /// TLS handshakes in progress at once (the rest wait for a turn).
+    /// TLS handshakes answered at once (the signature; the rest wait for a turn).
     pub tls_handshakes: usize,
 }
 
