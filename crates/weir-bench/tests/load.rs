@@ -319,3 +319,50 @@ fn connects_are_seen_promptly_while_other_connections_are_busy() {
     assert_eq!(r.connections_opened, 3000);
     assert!(r.connect_ms.p50 < 600.0, "connect {:?}", r.connect_ms);
 }
+
+/// The same over HTTP/2 and HTTP/3: a connection still opening at the end
+/// holds one waiting request per stream.
+#[test]
+fn h2_and_h3_connections_still_opening_at_the_end_are_unanswered() {
+    // TLS over TCP that never answers the ClientHello.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let mut c = cfg(&format!("https://127.0.0.1:{port}/"));
+    c.insecure = true;
+    c.h2 = true;
+    c.connections = 3;
+    c.streams = 4;
+    c.duration = Some(Duration::from_millis(600));
+    c.timeout = Duration::from_secs(20);
+    let r = run(&c).unwrap();
+    assert_eq!(r.responses, 0);
+    assert_eq!(r.errors.total(), 0, "h2: {:?}", r.errors);
+    assert_eq!(r.unanswered, 12, "h2");
+    assert!(r.latency_ms.p50 >= 550.0, "h2: {:?}", r.latency_ms);
+
+    // QUIC to a UDP socket that reads and drops every datagram.
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = udp.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while udp.recv(&mut buf).is_ok() {}
+    });
+    let mut c = cfg(&format!("https://127.0.0.1:{port}/"));
+    c.insecure = true;
+    c.http3 = true;
+    c.connections = 2;
+    c.streams = 3;
+    c.duration = Some(Duration::from_millis(600));
+    c.timeout = Duration::from_secs(20);
+    let r = run(&c).unwrap();
+    assert_eq!(r.responses, 0);
+    assert_eq!(r.errors.total(), 0, "h3: {:?}", r.errors);
+    assert_eq!(r.unanswered, 6, "h3");
+    assert!(r.latency_ms.p50 >= 550.0, "h3: {:?}", r.latency_ms);
+}

@@ -11,14 +11,15 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{
     Conn, ErrorKind, Schedule, ThreadCtx, classify_io, clone_request, connect, stream_requests,
-    stream_schedules,
+    stream_schedules, until_end,
 };
 
 /// One HTTP/2 connection with its streams, reconnecting until the run ends.
 pub async fn connection(ctx: &ThreadCtx, index: usize, total: usize) {
     let mut scheds = stream_schedules(ctx, index, total);
     while !ctx.stopped(Instant::now()) {
-        let Some(conn) = connect(ctx).await else {
+        // Still opening at the end: every stream's first request waited.
+        let Some(conn) = until_end(ctx, scheds.len(), connect(ctx)).await else {
             continue;
         };
         match conn {

@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
 
-use super::{ErrorKind, Schedule, ThreadCtx, clone_request, stream_requests, stream_schedules};
+use super::{
+    ErrorKind, Schedule, ThreadCtx, clone_request, stream_requests, stream_schedules, until_end,
+};
 
 type SendRequest = h3::client::SendRequest<h3_quinn::OpenStreams, Bytes>;
 
@@ -34,7 +36,8 @@ pub async fn connection(ctx: &ThreadCtx, index: usize, total: usize) {
         }
     };
     while !ctx.stopped(Instant::now()) {
-        let Some(conn) = connect(ctx, &endpoint).await else {
+        // Still opening at the end: every stream's first request waited.
+        let Some(conn) = until_end(ctx, scheds.len(), connect(ctx, &endpoint)).await else {
             continue;
         };
         run_conn(ctx, conn.clone(), &mut scheds).await;

@@ -537,14 +537,28 @@ pub async fn connect(ctx: &ThreadCtx) -> Option<Conn> {
 /// [`connect`], cut at the end of the run: a connection still opening then
 /// (a server that accepts slowly) holds a request that waited all that time.
 pub async fn connect_until_end(ctx: &ThreadCtx) -> Option<Conn> {
+    until_end(ctx, 1, connect(ctx)).await
+}
+
+/// Runs `opening` (a connection being opened) until the end of a timed run.
+/// Cut there, it counts `waiting` requests (one for HTTP/1.1, one per
+/// stream for HTTP/2 and HTTP/3) as unanswered, each waiting since the
+/// attempt began.
+pub(crate) async fn until_end<T>(
+    ctx: &ThreadCtx,
+    waiting: usize,
+    opening: impl std::future::Future<Output = Option<T>>,
+) -> Option<T> {
     let Some(end) = ctx.plan.end else {
-        return connect(ctx).await;
+        return opening.await;
     };
     let wanted = Instant::now();
-    match tokio::time::timeout_at(end.into(), connect(ctx)).await {
+    match tokio::time::timeout_at(end.into(), opening).await {
         Ok(conn) => conn,
         Err(_) => {
-            ctx.unanswered(wanted, end);
+            for _ in 0..waiting {
+                ctx.unanswered(wanted, end);
+            }
             None
         }
     }
