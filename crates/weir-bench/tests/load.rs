@@ -270,10 +270,9 @@ fn a_server_that_answers_nothing_has_the_run_as_its_latency() {
     assert!(r.latency_ms.p50 >= 550.0, "{:?}", r.latency_ms);
 }
 
-/// Connections that never get through the TLS handshake (a server that
-/// accepts and then says nothing) hold a request each for the whole run.
-#[test]
-fn connections_still_opening_at_the_end_are_unanswered() {
+/// A TCP server that accepts and then says nothing, so no TLS handshake
+/// completes; its port.
+fn silent_tcp_server() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -282,16 +281,31 @@ fn connections_still_opening_at_the_end_are_unanswered() {
             held.push(s);
         }
     });
-    let mut c = cfg(&format!("https://127.0.0.1:{port}/"));
+    port
+}
+
+/// A 600 ms run against `url`, set up by `set`, that gets no answer at all:
+/// nothing answered, nothing failed, and `unanswered` requests that waited
+/// the whole run.
+fn assert_no_answer(url: &str, set: impl FnOnce(&mut LoadConfig), unanswered: u64) {
+    let mut c = cfg(url);
     c.insecure = true;
-    c.connections = 3;
     c.duration = Some(Duration::from_millis(600));
     c.timeout = Duration::from_secs(20);
+    set(&mut c);
     let r = run(&c).unwrap();
-    assert_eq!(r.responses, 0);
-    assert_eq!(r.errors.total(), 0, "{:?}", r.errors);
-    assert_eq!(r.unanswered, 3);
-    assert!(r.latency_ms.p50 >= 550.0, "{:?}", r.latency_ms);
+    assert_eq!(r.responses, 0, "{url}");
+    assert_eq!(r.errors.total(), 0, "{url}: {:?}", r.errors);
+    assert_eq!(r.unanswered, unanswered, "{url}");
+    assert!(r.latency_ms.p50 >= 550.0, "{url}: {:?}", r.latency_ms);
+}
+
+/// Connections that never get through the TLS handshake (a server that
+/// accepts and then says nothing) hold a request each for the whole run.
+#[test]
+fn connections_still_opening_at_the_end_are_unanswered() {
+    let url = format!("https://127.0.0.1:{}/", silent_tcp_server());
+    assert_no_answer(&url, |c| c.connections = 3, 3);
 }
 
 /// Thousands of connections on one generator thread, most of them busy
@@ -324,45 +338,25 @@ fn connects_are_seen_promptly_while_other_connections_are_busy() {
 /// holds one waiting request per stream.
 #[test]
 fn h2_and_h3_connections_still_opening_at_the_end_are_unanswered() {
-    // TLS over TCP that never answers the ClientHello.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for s in listener.incoming().flatten() {
-            held.push(s);
-        }
-    });
-    let mut c = cfg(&format!("https://127.0.0.1:{port}/"));
-    c.insecure = true;
-    c.h2 = true;
-    c.connections = 3;
-    c.streams = 4;
-    c.duration = Some(Duration::from_millis(600));
-    c.timeout = Duration::from_secs(20);
-    let r = run(&c).unwrap();
-    assert_eq!(r.responses, 0);
-    assert_eq!(r.errors.total(), 0, "h2: {:?}", r.errors);
-    assert_eq!(r.unanswered, 12, "h2");
-    assert!(r.latency_ms.p50 >= 550.0, "h2: {:?}", r.latency_ms);
+    let url = format!("https://127.0.0.1:{}/", silent_tcp_server());
+    let h2 = |c: &mut LoadConfig| {
+        c.h2 = true;
+        c.connections = 3;
+        c.streams = 4;
+    };
+    assert_no_answer(&url, h2, 12);
 
     // QUIC to a UDP socket that reads and drops every datagram.
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let port = udp.local_addr().unwrap().port();
+    let url = format!("https://127.0.0.1:{}/", udp.local_addr().unwrap().port());
     std::thread::spawn(move || {
         let mut buf = [0u8; 2048];
         while udp.recv(&mut buf).is_ok() {}
     });
-    let mut c = cfg(&format!("https://127.0.0.1:{port}/"));
-    c.insecure = true;
-    c.http3 = true;
-    c.connections = 2;
-    c.streams = 3;
-    c.duration = Some(Duration::from_millis(600));
-    c.timeout = Duration::from_secs(20);
-    let r = run(&c).unwrap();
-    assert_eq!(r.responses, 0);
-    assert_eq!(r.errors.total(), 0, "h3: {:?}", r.errors);
-    assert_eq!(r.unanswered, 6, "h3");
-    assert!(r.latency_ms.p50 >= 550.0, "h3: {:?}", r.latency_ms);
+    let h3 = |c: &mut LoadConfig| {
+        c.http3 = true;
+        c.connections = 2;
+        c.streams = 3;
+    };
+    assert_no_answer(&url, h3, 6);
 }
