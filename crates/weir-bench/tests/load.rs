@@ -259,15 +259,7 @@ fn requests_unanswered_at_the_end_count_at_their_wait() {
 #[test]
 fn a_server_that_answers_nothing_has_the_run_as_its_latency() {
     let srv = support::start(|_| Action::Delay(Duration::from_secs(30)));
-    let mut c = cfg(&srv.url());
-    c.connections = 2;
-    c.duration = Some(Duration::from_millis(600));
-    c.timeout = Duration::from_secs(20);
-    let r = run(&c).unwrap();
-    assert_eq!(r.responses, 0);
-    assert_eq!(r.errors.total(), 0, "{:?}", r.errors);
-    assert_eq!(r.unanswered, 2);
-    assert!(r.latency_ms.p50 >= 550.0, "{:?}", r.latency_ms);
+    assert_no_answer(&srv.url(), |c| c.connections = 2, 2);
 }
 
 /// A TCP server that accepts and then says nothing, so no TLS handshake

@@ -10,7 +10,8 @@ use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::{
-    Claim, Conn, ErrorKind, LoadConfig, Schedule, Target, ThreadCtx, classify_io, connect_until_end,
+    Claim, Conn, ErrorKind, LoadConfig, Schedule, Target, ThreadCtx, classify_io, connect,
+    until_end,
 };
 
 /// Size of each connection's read buffer.
@@ -332,7 +333,8 @@ pub async fn connection(ctx: &ThreadCtx, index: usize, total: usize) {
     // for the last request, one of them opened for nothing (with `-n` and no
     // keep-alive, one connection too many per race).
     while let Some(first) = ctx.claim(Instant::now()) {
-        let Some(conn) = connect_until_end(ctx).await else {
+        // Still opening at the end: its first request waited.
+        let Some(conn) = until_end(ctx, 1, connect(ctx)).await else {
             ctx.release(first);
             continue;
         };

@@ -534,16 +534,10 @@ pub async fn connect(ctx: &ThreadCtx) -> Option<Conn> {
     }
 }
 
-/// [`connect`], cut at the end of the run: a connection still opening then
-/// (a server that accepts slowly) holds a request that waited all that time.
-pub async fn connect_until_end(ctx: &ThreadCtx) -> Option<Conn> {
-    until_end(ctx, 1, connect(ctx)).await
-}
-
 /// Runs `opening` (a connection being opened) until the end of a timed run.
-/// Cut there, it counts `waiting` requests (one for HTTP/1.1, one per
-/// stream for HTTP/2 and HTTP/3) as unanswered, each waiting since the
-/// attempt began.
+/// Cut there (a server that accepts or handshakes slowly), it counts
+/// `waiting` requests (one for HTTP/1.1, one per stream for HTTP/2 and
+/// HTTP/3) as unanswered, each waiting since the attempt began.
 pub(crate) async fn until_end<T>(
     ctx: &ThreadCtx,
     waiting: usize,
