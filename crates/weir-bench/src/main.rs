@@ -307,9 +307,10 @@ struct CompareArgs {
     /// Workers/threads per server.
     #[arg(long, default_value_t = 2)]
     workers: usize,
-    /// weir's `server.accept`: `hash` (its default, the kernel's spread) or
-    /// `cpu` (each connection to the worker of the CPU that received it).
-    #[arg(long, value_parser = ["hash", "cpu"])]
+    /// weir's `server.accept`: `hash` (the kernel's spread), `cpu` (each
+    /// connection to the worker of the CPU that received it) or `pack` (the
+    /// first worker while it keeps up).
+    #[arg(long, value_parser = ["hash", "cpu", "pack"])]
     weir_accept: Option<String>,
 }
 

@@ -339,3 +339,74 @@ fn second_instance_on_a_taken_port_refuses_to_start() {
     );
     assert_eq!(status_of(&resp), 200);
 }
+
+/// `server.accept = "pack"`: new connections go to worker 0 until 256 are
+/// open there (or it looks saturated), then the kernel spreads them; once
+/// they have closed, the next connection worker 0 takes packs them again.
+/// Every request is answered throughout.
+#[test]
+fn pack_spreads_by_256_connections_on_the_first_worker_and_packs_again_after() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("index.html"), "packed").unwrap();
+    let cfg = format!(
+        "[server]\nworkers = 2\naccept = \"pack\"\n[site.\"127.0.0.1:{port}\"]\nroot = \"{}\"\n",
+        dir.path().display()
+    );
+    let cfg_path = dir.path().join("weir.toml");
+    std::fs::write(&cfg_path, cfg).unwrap();
+    let w = Weir::spawn(
+        dir,
+        &[
+            "run",
+            "--log-level",
+            "debug",
+            "--config",
+            cfg_path.to_str().unwrap(),
+        ],
+        &[port],
+    );
+    assert!(w.stderr().contains("Pack accept"), "{}", w.stderr());
+    let get = |s: &mut TcpStream| {
+        s.write_all(b"GET /index.html HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap();
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap();
+        let resp = String::from_utf8_lossy(&buf[..n]).to_string();
+        assert!(
+            resp.starts_with("HTTP/1.1 200") && resp.ends_with("packed"),
+            "{resp}"
+        );
+    };
+    // Paced, so that worker 0 stays far from busy: the count is what spreads.
+    let mut open = Vec::new();
+    for _ in 0..300 {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        get(&mut s);
+        open.push(s);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Spread at 256 at the latest (sooner if a busy machine made worker 0
+    // look saturated).
+    let log = w.stderr();
+    let at: usize = log
+        .split("accept: Spread (")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no switch to Spread:\n{log}"));
+    assert!(at <= 256, "{log}");
+    drop(open);
+    let closed_at = w.stderr().len();
+    std::thread::sleep(Duration::from_millis(300));
+    // Spread by the kernel's hash, about every other connection reaches
+    // worker 0, which then finds itself idle and empty.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !w.stderr()[closed_at..].contains("accept: Pack") {
+        assert!(Instant::now() < deadline, "{}", w.stderr());
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        get(&mut s);
+    }
+}

@@ -508,6 +508,39 @@ async fn own_upstream_client_answers_like_hypers() {
     );
 }
 
+/// A worker keeps as many idle upstream connections as it had requests in
+/// flight: 100 requests at once, four times over, need 100 upstream
+/// connections, not new ones each time (with the old cap of 64 idle per
+/// worker, each round after the first opened 36 more).
+#[tokio::test]
+async fn a_worker_keeps_an_idle_connection_for_each_request_it_had_in_flight() {
+    let up = Upstream::start("a").await;
+    let w = Weir::start(&format!(
+        "[server]\nworkers = 1\n[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"] }}\n",
+        up.addr
+    ));
+    let c = client();
+    for round in 0..4 {
+        // Each request waits 300 ms at the upstream, so all 100 are in flight at once.
+        let all = (0..100).map(|_| {
+            let c = c.clone();
+            let url = w.url("/slow/300");
+            async move { c.get(url).send().await.unwrap().status() }
+        });
+        let statuses = futures_util::future::join_all(all).await;
+        assert!(
+            statuses.iter().all(|s| *s == 200),
+            "round {round}: {statuses:?}"
+        );
+    }
+    assert_eq!(up.count(), 400);
+    assert_eq!(
+        up.conns.load(Ordering::SeqCst),
+        100,
+        "upstream connections opened over four rounds of 100 requests at once"
+    );
+}
+
 /// An upstream that closes idle keep-alive connections: the request that
 /// finds its pooled connection closed is not lost, and a response cut short
 /// or closed never puts its connection back in the pool.

@@ -74,6 +74,9 @@ pub enum AcceptSteering {
     /// machine shared with a local client, the client's connections kept
     /// together on one worker.
     Cpu,
+    /// The first worker while it keeps up, the kernel's hash while it is
+    /// saturated or holds many connections (`server::pack`).
+    Pack,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -656,9 +659,14 @@ fn validate_server(c: &mut Collector<'_>, s: &RawServer) -> ServerConfig {
                 "server.accept: \"cpu\" steers among per-core workers; it needs runtime = \"per-core\"".to_string(),
             ),
             "cpu" => out.accept = AcceptSteering::Cpu,
+            "pack" if out.runtime == RuntimeMode::Shared => c.at(
+                a.span(),
+                "server.accept: \"pack\" steers among per-core workers; it needs runtime = \"per-core\"".to_string(),
+            ),
+            "pack" => out.accept = AcceptSteering::Pack,
             o => c.at(
                 a.span(),
-                format!("server.accept: `{o}` is unknown; use \"hash\" or \"cpu\""),
+                format!("server.accept: `{o}` is unknown; use \"hash\", \"cpu\" or \"pack\""),
             ),
         }
     }
@@ -1120,6 +1128,16 @@ mod tests {
         assert_eq!(cfg.server.accept, AcceptSteering::Cpu);
         let cfg = load("[site.\"a\"]\nroot = \".\"\n").unwrap();
         assert_eq!(cfg.server.accept, AcceptSteering::Hash);
+        let cfg = load("[server]\naccept = \"pack\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
+        assert_eq!(cfg.server.accept, AcceptSteering::Pack);
+        let err =
+            load("[server]\nruntime = \"shared\"\naccept = \"pack\"\n[site.\"a\"]\nroot = \".\"\n")
+                .unwrap_err();
+        assert!(
+            err.0[0]
+                .to_string()
+                .contains("\"pack\" steers among per-core workers")
+        );
         let err =
             load("[server]\nruntime = \"shared\"\naccept = \"cpu\"\n[site.\"a\"]\nroot = \".\"\n")
                 .unwrap_err();
@@ -1134,7 +1152,9 @@ mod tests {
         let msgs: Vec<String> = err.0.iter().map(|d| d.to_string()).collect();
         assert_eq!(
             msgs,
-            ["weir.toml:2:10: server.accept: `random` is unknown; use \"hash\" or \"cpu\""]
+            [
+                "weir.toml:2:10: server.accept: `random` is unknown; use \"hash\", \"cpu\" or \"pack\""
+            ]
         );
     }
 

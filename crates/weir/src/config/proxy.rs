@@ -449,7 +449,7 @@ fn proxy_config(c: &mut Collector<'_>, key: &str, p: &Spanned<RawProxy>) -> Prox
         connect_timeout: Duration::from_secs(5),
         response_timeout: Duration::from_secs(60),
         idle_timeout: Duration::from_secs(60),
-        max_idle: 64,
+        max_idle: 1024,
         max_conns: 0,
         queue: 0,
         queue_timeout: Duration::from_secs(5),

@@ -35,9 +35,9 @@ pub struct RawServer {
     /// `"per-core"` (default: one single-threaded runtime per worker, each with
     /// its own SO_REUSEPORT listener) or `"shared"` (one work-stealing runtime).
     pub runtime: Option<Spanned<String>>,
-    /// `"hash"` (default: the kernel's SO_REUSEPORT hash spreads new
-    /// connections over the workers) or `"cpu"` (each goes to the worker of
-    /// the CPU that received it).
+    /// Which worker takes a new connection: `"hash"` (default: the kernel's
+    /// SO_REUSEPORT hash spreads them), `"cpu"` (the worker of the CPU that
+    /// received it) or `"pack"` (the first worker while it keeps up).
     pub accept: Option<Spanned<String>>,
     /// `"fast"` (default: weir's own HTTP/1.1 loop for GET and HEAD without
     /// a body, hyper for everything else) or `"hyper"` (hyper for all).
@@ -184,7 +184,8 @@ pub struct RawProxy {
     pub response_timeout: Option<Spanned<Value>>,
     /// Idle pooled upstream connections are closed after this; default 60s.
     pub idle_timeout: Option<Spanned<Value>>,
-    /// Idle connections kept per upstream per worker; default 64; 0 disables keep-alive.
+    /// Idle connections kept per upstream per worker; default 1024 (as many as were in
+    /// flight at once, up to that; `idle_timeout` closes the rest); 0 disables keep-alive.
     pub max_idle: Option<Spanned<i64>>,
     /// Most requests in flight per upstream (HAProxy's maxconn); default 0 = no limit.
     pub max_conns: Option<Spanned<i64>>,

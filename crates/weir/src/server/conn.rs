@@ -170,7 +170,9 @@ pub fn spawn(
     };
     let signal = drain.signal();
     tokio::spawn(async move {
+        let here = super::pack::OpenHere::new();
         serve(stream, peer, local, ctx, signal).await;
+        drop(here);
         drop(guard);
     });
 }

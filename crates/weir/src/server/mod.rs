@@ -17,6 +17,7 @@ mod drain;
 pub mod http1;
 pub mod io;
 mod listen;
+mod pack;
 pub mod zero_copy;
 
 use std::net::SocketAddr;
@@ -162,15 +163,19 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
             let mut handles = Vec::new();
             for (i, socks) in per_worker.into_iter().enumerate() {
                 let stop = stop_rx.clone();
+                // With "pack", worker 0 steers each socket group by how busy it is.
+                let packs = i == 0 && workers > 1 && cfg.server.accept == AcceptSteering::Pack;
                 let h = std::thread::Builder::new()
                     .name(format!("weir-worker-{i}"))
                     .spawn(move || {
-                        let rt = tokio::runtime::Builder::new_current_thread()
-                            .enable_all()
-                            .max_blocking_threads(BLOCKING_THREADS)
-                            .build()
-                            .expect("tokio runtime");
-                        rt.block_on(worker(socks, stop, grace));
+                        let mut rt = tokio::runtime::Builder::new_current_thread();
+                        rt.enable_all().max_blocking_threads(BLOCKING_THREADS);
+                        if packs {
+                            rt.on_thread_park(pack::parking)
+                                .on_thread_unpark(pack::unparked);
+                        }
+                        let rt = rt.build().expect("tokio runtime");
+                        rt.block_on(worker(socks, stop, grace, packs));
                     })
                     .map_err(ServerError::Worker)?;
                 handles.push(h);
@@ -196,7 +201,7 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                         .max_blocking_threads(BLOCKING_THREADS * workers)
                         .build()
                         .expect("tokio runtime");
-                    rt.block_on(worker(socks, stop, grace));
+                    rt.block_on(worker(socks, stop, grace, false));
                 })
                 .map_err(ServerError::Worker)?;
             vec![h]
@@ -244,10 +249,13 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
 }
 
 /// One worker: accept on its sockets until told to stop, then drain.
+/// `packs`: this is worker 0 with `server.accept = "pack"`; each of its
+/// accept loops steers its socket group (`pack`).
 async fn worker(
     socks: Vec<(std::net::TcpListener, Endpoint)>,
     mut stop: watch::Receiver<bool>,
     grace: std::time::Duration,
+    packs: bool,
 ) {
     let watcher = Arc::new(drain::Drain::new());
     let mut accept_tasks = Vec::new();
@@ -259,6 +267,20 @@ async fn worker(
                 continue;
             }
         };
+        let mut packer = if packs {
+            match pack::Packer::start(&listener) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    tracing::warn!(
+                        "listener {}: accept = \"pack\" unavailable, spreading by hash: {e}",
+                        ep.addr
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let watcher = watcher.clone();
         let mut stop = stop.clone();
         accept_tasks.push(tokio::spawn(async move {
@@ -268,6 +290,9 @@ async fn worker(
                     _ = stop.changed() => break,
                     r = listener.accept() => match r {
                         Ok((stream, peer)) => {
+                            if let Some(p) = &mut packer {
+                                p.on_accept(&listener);
+                            }
                             conn::spawn(stream, peer, ep.addr, ep.ctx.clone(), &watcher)
                         }
                         Err(e) => {
