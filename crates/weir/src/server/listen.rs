@@ -68,7 +68,16 @@ pub fn steer_by_cpu(sock: &TcpListener, workers: usize) -> io::Result<()> {
             k: 0,
         },
     ];
-    let fprog = libc::sock_fprog {
+    attach_program(sock, &mut prog)
+}
+
+/// Attaches the classic BPF program `prog` to the SO_REUSEPORT group of
+/// `sock` (replacing any before it): its return value picks the socket.
+pub fn attach_program(
+    sock: &impl std::os::fd::AsFd,
+    prog: &mut [nix::libc::sock_filter],
+) -> io::Result<()> {
+    let fprog = nix::libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_mut_ptr(),
     };

@@ -181,12 +181,7 @@ fn attach(sock: &impl AsFd, k: u32) -> io::Result<()> {
         jf: 0,
         k,
     }];
-    let fprog = libc::sock_fprog {
-        len: prog.len() as u16,
-        filter: prog.as_mut_ptr(),
-    };
-    nix::sys::socket::setsockopt(sock, nix::sys::socket::sockopt::AttachReusePortCbpf, &fprog)
-        .map_err(io::Error::from)
+    super::listen::attach_program(sock, &mut prog)
 }
 
 #[cfg(test)]
