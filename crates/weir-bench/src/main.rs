@@ -309,8 +309,9 @@ struct CompareArgs {
     workers: usize,
     /// weir's `server.accept`: `hash` (the kernel's spread), `cpu` (each
     /// connection to the worker of the CPU that received it) or `pack` (the
-    /// first worker while it keeps up).
-    #[arg(long, value_parser = ["hash", "cpu", "pack"])]
+    /// first worker while it keeps up) or `adaptive` (packed or spread,
+    /// whichever serves more; open connections move to follow).
+    #[arg(long, value_parser = ["hash", "cpu", "pack", "adaptive"])]
     weir_accept: Option<String>,
 }
 

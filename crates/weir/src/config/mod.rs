@@ -77,6 +77,10 @@ pub enum AcceptSteering {
     /// The first worker while it keeps up, the kernel's hash while it is
     /// saturated or holds many connections (`server::pack`).
     Pack,
+    /// Packed on the first worker or spread, whichever serves more, found by
+    /// trying both; open keep-alive connections move between workers to
+    /// follow (`server::balance`).
+    Adaptive,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -664,9 +668,14 @@ fn validate_server(c: &mut Collector<'_>, s: &RawServer) -> ServerConfig {
                 "server.accept: \"pack\" steers among per-core workers; it needs runtime = \"per-core\"".to_string(),
             ),
             "pack" => out.accept = AcceptSteering::Pack,
+            "adaptive" if out.runtime == RuntimeMode::Shared => c.at(
+                a.span(),
+                "server.accept: \"adaptive\" moves connections among per-core workers; it needs runtime = \"per-core\"".to_string(),
+            ),
+            "adaptive" => out.accept = AcceptSteering::Adaptive,
             o => c.at(
                 a.span(),
-                format!("server.accept: `{o}` is unknown; use \"hash\", \"cpu\" or \"pack\""),
+                format!("server.accept: `{o}` is unknown; use \"hash\", \"cpu\", \"pack\" or \"adaptive\""),
             ),
         }
     }
@@ -1130,6 +1139,17 @@ mod tests {
         assert_eq!(cfg.server.accept, AcceptSteering::Hash);
         let cfg = load("[server]\naccept = \"pack\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
         assert_eq!(cfg.server.accept, AcceptSteering::Pack);
+        let cfg = load("[server]\naccept = \"adaptive\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
+        assert_eq!(cfg.server.accept, AcceptSteering::Adaptive);
+        let err = load(
+            "[server]\nruntime = \"shared\"\naccept = \"adaptive\"\n[site.\"a\"]\nroot = \".\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.0[0]
+                .to_string()
+                .contains("\"adaptive\" moves connections among per-core workers")
+        );
         let err =
             load("[server]\nruntime = \"shared\"\naccept = \"pack\"\n[site.\"a\"]\nroot = \".\"\n")
                 .unwrap_err();
@@ -1153,7 +1173,7 @@ mod tests {
         assert_eq!(
             msgs,
             [
-                "weir.toml:2:10: server.accept: `random` is unknown; use \"hash\", \"cpu\" or \"pack\""
+                "weir.toml:2:10: server.accept: `random` is unknown; use \"hash\", \"cpu\", \"pack\" or \"adaptive\""
             ]
         );
     }

@@ -88,6 +88,11 @@ impl Framing {
         }
     }
 
+    /// Whether the next byte starts a request head.
+    pub fn at_head(&self) -> bool {
+        matches!(self.state, State::Head)
+    }
+
     /// Whether body bytes can be read straight through, and how many.
     pub fn passthrough_limit(&self) -> Option<u64> {
         match self.state {
@@ -423,7 +428,8 @@ const RESPONSE_400: &[u8] = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\nc
 
 /// The byte stream of one HTTP/1.1 client connection, checked by [`Framing`].
 pub struct Guard<T> {
-    inner: T,
+    /// `None` only once [`Guard::into_inner`] has taken it.
+    inner: Option<T>,
     framing: Framing,
     /// Read but not yet handed to hyper; the first `ready` bytes are checked.
     buf: BytesMut,
@@ -453,7 +459,7 @@ fn write_400<T: AsyncWrite + Unpin>(io: &mut T) {
 impl<T: AsyncWrite + Unpin> Guard<T> {
     pub fn new(inner: T, max_head: usize, peer: std::net::SocketAddr) -> Self {
         Guard {
-            inner,
+            inner: Some(inner),
             framing: Framing::new(max_head),
             buf: BytesMut::new(),
             ready: 0,
@@ -464,6 +470,25 @@ impl<T: AsyncWrite + Unpin> Guard<T> {
             peer,
         }
     }
+}
+
+impl<T> Guard<T> {
+    /// Between two messages, with nothing read and not yet handed on: the
+    /// stream can continue under another guard (`server::balance`).
+    pub fn at_rest(&self) -> bool {
+        self.buf.is_empty() && self.ready == 0 && !self.poisoned && self.framing.at_head()
+    }
+
+    /// The stream, for a guard [`at_rest`](Guard::at_rest).
+    pub fn into_inner(mut self) -> T {
+        self.inner.take().expect("a guard's stream is taken once")
+    }
+}
+
+fn inner_mut<T>(inner: &mut Option<T>) -> &mut T {
+    inner
+        .as_mut()
+        .expect("a guard's stream is used until it is taken")
 }
 
 impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guard<T> {
@@ -511,7 +536,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guard<T> {
                 // Body bytes straight into hyper's buffer, never past the body's end.
                 let want = (out.remaining() as u64).min(limit) as usize;
                 let mut sub = ReadBuf::new(out.initialize_unfilled_to(want));
-                ready!(Pin::new(&mut this.inner).poll_read(cx, &mut sub))?;
+                ready!(Pin::new(inner_mut(&mut this.inner)).poll_read(cx, &mut sub))?;
                 let n = sub.filled().len();
                 out.advance(n);
                 this.framing.consumed(n);
@@ -524,7 +549,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guard<T> {
                 // no zeroing of a buffer of ours (both showed in the profile
                 // of small static requests).
                 let before = out.filled().len();
-                ready!(Pin::new(&mut this.inner).poll_read(cx, out))?;
+                ready!(Pin::new(inner_mut(&mut this.inner)).poll_read(cx, out))?;
                 let n = out.filled().len() - before;
                 if n == 0 {
                     return Poll::Ready(Ok(()));
@@ -563,7 +588,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guard<T> {
             let before = this.buf.len();
             this.buf.resize(before + 8192, 0);
             let mut rb = ReadBuf::new(&mut this.buf[before..]);
-            let r = Pin::new(&mut this.inner).poll_read(cx, &mut rb);
+            let r = Pin::new(inner_mut(&mut this.inner)).poll_read(cx, &mut rb);
             let n = rb.filled().len();
             this.buf.truncate(before + n);
             ready!(r)?;
@@ -587,8 +612,10 @@ impl<T> Drop for Guard<T> {
         // One non-blocking attempt: a 16-byte body fits any socket buffer.
         // `Drop` cannot be generic over `AsyncWrite`, so the write goes
         // through the hook set by `Guard::new`.
-        if let Some(write) = self.on_drop.take() {
-            write(&mut self.inner);
+        if let Some(write) = self.on_drop.take()
+            && let Some(inner) = &mut self.inner
+        {
+            write(inner);
         }
     }
 }
@@ -600,7 +627,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guard<T> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let r = Pin::new(&mut this.inner).poll_write(cx, buf);
+        let r = Pin::new(inner_mut(&mut this.inner)).poll_write(cx, buf);
         if this.poisoned && matches!(r, Poll::Ready(Ok(n)) if n > 0) {
             this.answered = true;
         }
@@ -613,7 +640,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guard<T> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        let r = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        let r = Pin::new(inner_mut(&mut this.inner)).poll_write_vectored(cx, bufs);
         if this.poisoned && matches!(r, Poll::Ready(Ok(n)) if n > 0) {
             this.answered = true;
         }
@@ -621,11 +648,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guard<T> {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        self.inner.as_ref().is_some_and(T::is_write_vectored)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        Pin::new(inner_mut(&mut self.get_mut().inner)).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -633,15 +660,17 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Guard<T> {
         // hyper closes after failing on the poison: the 400 goes out first.
         if this.poisoned && !this.answered && this.on_drop.is_some() {
             while this.sent < RESPONSE_400.len() {
-                match ready!(Pin::new(&mut this.inner).poll_write(cx, &RESPONSE_400[this.sent..])) {
+                match ready!(
+                    Pin::new(inner_mut(&mut this.inner)).poll_write(cx, &RESPONSE_400[this.sent..])
+                ) {
                     Ok(n) if n > 0 => this.sent += n,
                     _ => break,
                 }
             }
             this.on_drop = None;
-            let _ = ready!(Pin::new(&mut this.inner).poll_flush(cx));
+            let _ = ready!(Pin::new(inner_mut(&mut this.inner)).poll_flush(cx));
         }
-        Pin::new(&mut this.inner).poll_shutdown(cx)
+        Pin::new(inner_mut(&mut this.inner)).poll_shutdown(cx)
     }
 }
 

@@ -16,6 +16,8 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use tokio_rustls::server::TlsStream;
+
 use super::drain::{Drain, Signal};
 use super::http1;
 use super::io::{self as tio, ConnState, TimedIo};
@@ -171,10 +173,140 @@ pub fn spawn(
     let signal = drain.signal();
     tokio::spawn(async move {
         let here = super::pack::OpenHere::new();
-        serve(stream, peer, local, ctx, signal).await;
+        serve(stream, peer, local, ctx, signal, guard).await;
         drop(here);
-        drop(guard);
     });
+}
+
+/// A client connection handed from one worker to another between two
+/// requests (`server::balance`): the socket, detached from the first
+/// worker's reactor, with its TLS session, if any.
+pub struct Arrival {
+    transport: Detached,
+    info: ConnInfo,
+    ctx: Arc<ConnCtx>,
+    open: OpenGuard,
+}
+
+enum Detached {
+    Plain(std::net::TcpStream),
+    Tls(std::net::TcpStream, Box<TlsStream<Movable>>),
+}
+
+/// Goes on serving a connection another worker handed over.
+pub fn resume(a: Arrival, drain: &Drain) {
+    let signal = drain.signal();
+    tokio::spawn(async move {
+        let here = super::pack::OpenHere::new();
+        let Arrival {
+            transport,
+            info,
+            ctx,
+            open,
+        } = a;
+        match transport {
+            Detached::Plain(s) => match TcpStream::from_std(s) {
+                Ok(s) => serve_plain(s, info, ctx, signal, open).await,
+                Err(e) => tracing::debug!("connection from {}: {e}", info.peer),
+            },
+            Detached::Tls(s, mut tls) => match TcpStream::from_std(s) {
+                Ok(s) => {
+                    tls.get_mut().0.0 = Some(s);
+                    serve_h1(*tls, info, ctx, None, signal, open).await
+                }
+                Err(e) => tracing::debug!("connection from {}: {e}", info.peer),
+            },
+        }
+        drop(here);
+    });
+}
+
+/// A TCP stream that can be taken out from under the TLS session wrapped
+/// around it, so the session (which tokio-rustls cannot rebuild from its
+/// parts) moves to another worker whole and only the socket is re-registered.
+struct Movable(Option<TcpStream>);
+
+fn moved() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::NotConnected, "connection moved")
+}
+
+impl AsyncRead for Movable {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match &mut self.get_mut().0 {
+            Some(s) => Pin::new(s).poll_read(cx, buf),
+            None => std::task::Poll::Ready(Err(moved())),
+        }
+    }
+}
+
+impl AsyncWrite for Movable {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match &mut self.get_mut().0 {
+            Some(s) => Pin::new(s).poll_write(cx, buf),
+            None => std::task::Poll::Ready(Err(moved())),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match &mut self.get_mut().0 {
+            Some(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            None => std::task::Poll::Ready(Err(moved())),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match &mut self.get_mut().0 {
+            Some(s) => Pin::new(s).poll_flush(cx),
+            None => std::task::Poll::Ready(Err(moved())),
+        }
+    }
+
+    fn poll_shutdown(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match &mut self.get_mut().0 {
+            Some(s) => Pin::new(s).poll_shutdown(cx),
+            None => std::task::Poll::Ready(Err(moved())),
+        }
+    }
+}
+
+/// A transport weir's HTTP/1.1 loop runs on, detachable for a move.
+trait Detach: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    fn detach(self) -> std::io::Result<Detached>;
+}
+
+impl Detach for ZeroCopy {
+    fn detach(self) -> std::io::Result<Detached> {
+        Ok(Detached::Plain(self.into_inner().into_std()?))
+    }
+}
+
+impl Detach for TlsStream<Movable> {
+    fn detach(mut self) -> std::io::Result<Detached> {
+        let s = self.get_mut().0.0.take().ok_or_else(moved)?;
+        Ok(Detached::Tls(s.into_std()?, Box::new(self)))
+    }
 }
 
 async fn serve(
@@ -183,8 +315,8 @@ async fn serve(
     local: SocketAddr,
     ctx: Arc<ConnCtx>,
     signal: Signal,
+    open: OpenGuard,
 ) {
-    let state = Arc::new(ConnState::default());
     let mut info = ConnInfo {
         peer,
         local,
@@ -215,53 +347,8 @@ async fn serve(
         }
     }
     let peer = info.peer;
-    // Plain TCP only: large cached files go out with sendfile (zero_copy).
-    let regions = ctx.tls.is_none().then(|| Arc::new(Regions::default()));
-    let svc = {
-        let ctx = ctx.clone();
-        let state = state.clone();
-        let regions = regions.clone();
-        hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-            let ctx = ctx.clone();
-            state.request_started();
-            let in_flight = InFlight(state.clone());
-            let regions = regions.clone();
-            async move {
-                let mut resp = ctx.listener.handle(req, &info).await;
-                if let Some(r) = resp.extensions_mut().remove::<FileRegion>()
-                    && let Some(regions) = &regions
-                {
-                    regions.push(r);
-                }
-                drop(in_flight);
-                Ok::<_, Infallible>(resp)
-            }
-        })
-    };
-
-    // What weir's HTTP/1.1 loop needs, for either kind of listener
-    // (`regions` is `None` on TLS ones).
-    let shared = http1::Shared {
-        listener: &ctx.listener,
-        info: &info,
-        state: &state,
-        regions: regions.as_ref(),
-        max_head: ctx.limits.header_size,
-    };
     let Some(acceptor) = &ctx.tls else {
-        // Built inside a block so that only the boxed future, not the
-        // moved-from layers (about 1.5 KiB each), is kept across the await.
-        let conn = {
-            let stream = ZeroCopy::new(stream, regions.clone().unwrap_or_default());
-            // Request-smuggling checks on the raw bytes before anyone parses them.
-            let io = Guard::new(
-                TimedIo::new(stream, state.clone(), ctx.timeouts, true),
-                ctx.limits.header_size,
-                peer,
-            );
-            Box::pin(serve_http1(io, &ctx, shared, svc, signal))
-        };
-        conn.await;
+        serve_plain(stream, info, ctx, signal, open).await;
         return;
     };
 
@@ -270,7 +357,7 @@ async fn serve(
     // Boxed, as are the hyper connections below: a task's memory is its
     // largest state, and an idle keep-alive connection should pay only for
     // the state it is in (BENCHMARKS.md, idle).
-    let handshake = Box::pin(acceptor.accept(stream, &ctx.handshakes));
+    let handshake = Box::pin(acceptor.accept(Movable(Some(stream)), &ctx.handshakes));
     let handshake = tokio::time::timeout(ctx.timeouts.header, handshake);
     // The connection's future is built in a block that ends before it runs,
     // so the TLS stream (about 1.4 KiB) is not also kept in this task.
@@ -289,33 +376,112 @@ async fn serve(
             }
         };
         if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
-            let io = TimedIo::new(tls, state.clone(), ctx.timeouts, false);
+            let state = Arc::new(ConnState::default());
+            let svc = service(ctx.clone(), state.clone(), None, info);
+            let io = TimedIo::new(tls, state, ctx.timeouts, false);
             let conn = signal.watch(ctx.h2.serve_connection(TokioIo::new(io), svc));
             Box::pin(async move {
                 if let Err(e) = conn.await {
                     tracing::debug!("connection from {peer}: {e}");
                 }
+                drop(open);
             })
         } else {
-            let io = TimedIo::new(tls, state.clone(), ctx.timeouts, true);
-            let io = Guard::new(io, ctx.limits.header_size, peer);
-            Box::pin(serve_http1(io, &ctx, shared, svc, signal))
+            serve_h1(tls, info, ctx.clone(), None, signal, open)
         }
     };
     conn.await;
 }
 
+/// A plain TCP connection: HTTP/1.1 (or h2c), large cached files with sendfile.
+fn serve_plain(
+    stream: TcpStream,
+    info: ConnInfo,
+    ctx: Arc<ConnCtx>,
+    signal: Signal,
+    open: OpenGuard,
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    let regions = Arc::new(Regions::default());
+    let stream = ZeroCopy::new(stream, regions.clone());
+    serve_h1(stream, info, ctx, Some(regions), signal, open)
+}
+
+/// hyper's service for the connection: every request to the listener.
+/// `regions`: where a response's file region is recorded for sendfile
+/// (plain TCP only).
+fn service(
+    ctx: Arc<ConnCtx>,
+    state: Arc<ConnState>,
+    regions: Option<Arc<Regions>>,
+    info: ConnInfo,
+) -> impl hyper::service::Service<
+    hyper::Request<Incoming>,
+    Response = hyper::Response<crate::body::Body>,
+    Error = Infallible,
+    Future: Send + 'static,
+> + Send
++ 'static {
+    hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let ctx = ctx.clone();
+        state.request_started();
+        let in_flight = InFlight(state.clone());
+        let regions = regions.clone();
+        async move {
+            let mut resp = ctx.listener.handle(req, &info).await;
+            if let Some(r) = resp.extensions_mut().remove::<FileRegion>()
+                && let Some(regions) = &regions
+            {
+                regions.push(r);
+            }
+            drop(in_flight);
+            Ok::<_, Infallible>(resp)
+        }
+    })
+}
+
+/// HTTP/1.1 over `transport`, behind the timeouts and the smuggling guard.
+/// Built outside the boxed future, so only the future, not the moved-from
+/// layers (about 1.5 KiB each), is kept across its awaits.
+fn serve_h1<T: Detach>(
+    transport: T,
+    info: ConnInfo,
+    ctx: Arc<ConnCtx>,
+    regions: Option<Arc<Regions>>,
+    signal: Signal,
+    open: OpenGuard,
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    let state = Arc::new(ConnState::default());
+    let svc = service(ctx.clone(), state.clone(), regions.clone(), info);
+    // Request-smuggling checks on the raw bytes before anyone parses them.
+    let io = Guard::new(
+        TimedIo::new(transport, state.clone(), ctx.timeouts, true),
+        ctx.limits.header_size,
+        info.peer,
+    );
+    Box::pin(async move {
+        let shared = http1::Shared {
+            listener: &ctx.listener,
+            info: &info,
+            state: &state,
+            regions: regions.as_ref(),
+            max_head: ctx.limits.header_size,
+        };
+        serve_http1(io, &ctx, shared, svc, signal, open).await;
+    })
+}
+
 /// HTTP/1.1 (or h2c by prior knowledge): weir's loop while requests are
 /// simple, then hyper, with upgrades (the proxy tunnels WebSocket and other
 /// Upgrades) and the bytes the loop had read.
-async fn serve_http1<IO, S>(
-    io: IO,
-    ctx: &ConnCtx,
+async fn serve_http1<T, S>(
+    mut io: Guard<TimedIo<T>>,
+    ctx: &Arc<ConnCtx>,
     shared: http1::Shared<'_>,
     svc: S,
     signal: Signal,
+    open: OpenGuard,
 ) where
-    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: Detach,
     S: hyper::service::Service<
             hyper::Request<Incoming>,
             Response = hyper::Response<crate::body::Body>,
@@ -324,12 +490,15 @@ async fn serve_http1<IO, S>(
         + 'static,
     S::Future: Send + 'static,
 {
-    let peer = shared.info.peer;
-    let mut io = io;
+    let info = *shared.info;
     let read = if ctx.fast_h1 {
         match http1::serve(&mut io, shared, &signal).await {
-            Some(read) => read,
-            None => return,
+            http1::Outcome::Hyper(read) => read,
+            http1::Outcome::Closed => return,
+            http1::Outcome::Move(to) => {
+                hand_over(io, to, info, ctx.clone(), open);
+                return;
+            }
         }
     } else {
         bytes::Bytes::new()
@@ -345,6 +514,36 @@ async fn serve_http1<IO, S>(
         ),
     );
     if let Err(e) = conn.await {
-        tracing::debug!("connection from {peer}: {e}");
+        tracing::debug!("connection from {}: {e}", info.peer);
+    }
+    drop(open);
+}
+
+/// Sends a connection at rest to worker `to`'s mailbox.
+fn hand_over<T: Detach>(
+    io: Guard<TimedIo<T>>,
+    to: usize,
+    info: ConnInfo,
+    ctx: Arc<ConnCtx>,
+    open: OpenGuard,
+) {
+    let transport = match io.into_inner().into_inner().detach() {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::debug!("connection from {}: cannot move: {e}", info.peer);
+            return;
+        }
+    };
+    let a = Arrival {
+        transport,
+        info,
+        ctx,
+        open,
+    };
+    // Only a worker that is shutting down has no mailbox; the connection
+    // was idle, and closes as idle ones do at shutdown.
+    match super::balance::send(to, a) {
+        Ok(()) => tracing::debug!("connection from {} moved to worker {to}", info.peer),
+        Err(_) => tracing::debug!("connection from {}: worker {to} is gone", info.peer),
     }
 }

@@ -165,11 +165,35 @@ pub struct Shared<'a> {
     pub max_head: usize,
 }
 
-/// Serves requests until the connection ends (`None`) or a request needs
-/// hyper (`Some`: the bytes read from that request on, for a [`Handoff`]).
-pub async fn serve<IO>(io: &mut IO, sh: Shared<'_>, signal: &Signal) -> Option<Bytes>
+/// How [`serve`] left the connection.
+pub enum Outcome {
+    /// It has ended.
+    Closed,
+    /// A request needs hyper: the bytes read from that request on, for a
+    /// [`Handoff`].
+    Hyper(Bytes),
+    /// Between requests, with nothing read: it goes on on worker `.0`
+    /// (`server::balance`).
+    Move(usize),
+}
+
+/// A stream that can tell whether it holds bytes read from the client but
+/// not yet handed on.
+pub trait AtRest {
+    fn at_rest(&self) -> bool;
+}
+
+impl<T> AtRest for crate::proxy::smuggling::Guard<T> {
+    fn at_rest(&self) -> bool {
+        crate::proxy::smuggling::Guard::at_rest(self)
+    }
+}
+
+/// Serves requests until the connection ends, a request needs hyper, or the
+/// connection is to move to another worker.
+pub async fn serve<IO>(io: &mut IO, sh: Shared<'_>, signal: &Signal) -> Outcome
 where
-    IO: AsyncRead + AsyncWrite + Unpin,
+    IO: AsyncRead + AsyncWrite + Unpin + AtRest,
 {
     // Owned clone for the idle wait, so `signal` stays free for the hand-off.
     let mut drained = pin!({
@@ -182,7 +206,7 @@ where
         while !pending.is_empty() {
             let (req, keep_alive) = match parse(&mut pending, sh.max_head) {
                 Parsed::NeedMore => break,
-                Parsed::Hyper => return Some(pending.freeze()),
+                Parsed::Hyper => return Outcome::Hyper(pending.freeze()),
                 Parsed::Request(req, keep_alive) => (req, keep_alive),
             };
             let is_head = req.method() == Method::HEAD;
@@ -197,7 +221,9 @@ where
             sh.state.request_done();
             // The client closed (or the stream failed) mid-request: drop the
             // handler, as hyper does without half-close.
-            let mut resp = handled?;
+            let Some(mut resp) = handled else {
+                return Outcome::Closed;
+            };
             if let Some(r) = resp.extensions_mut().remove::<FileRegion>()
                 && let Some(regions) = sh.regions
             {
@@ -208,16 +234,24 @@ where
                 Ok(true) => {}
                 Ok(false) => {
                     let _ = io.shutdown().await;
-                    return None;
+                    return Outcome::Closed;
                 }
                 Err(e) => {
                     tracing::debug!("connection from {}: {e}", sh.info.peer);
-                    return None;
+                    return Outcome::Closed;
                 }
             }
         }
         // Wait for more bytes; while idle, for the drain signal too.
         let idle = pending.is_empty();
+        if idle
+            && super::balance::wants_move()
+            && io.at_rest()
+            && !signal.is_signaled()
+            && let Some(to) = super::balance::take_move()
+        {
+            return Outcome::Move(to);
+        }
         let read = poll_fn(|cx| poll_read_into(io, cx, &mut pending));
         let n = if idle {
             tokio::select! {
@@ -226,18 +260,18 @@ where
                 _ = drained.as_mut() => {
                     // Shutting down: an idle connection closes at once.
                     let _ = io.shutdown().await;
-                    return None;
+                    return Outcome::Closed;
                 }
             }
         } else {
             read.await
         };
         match n {
-            Ok(0) => return None,
+            Ok(0) => return Outcome::Closed,
             Ok(_) => {}
             Err(e) => {
                 tracing::debug!("connection from {}: {e}", sh.info.peer);
-                return None;
+                return Outcome::Closed;
             }
         }
     }

@@ -31,6 +31,7 @@ pub struct ConnState {
 
 impl ConnState {
     pub fn request_started(&self) {
+        super::balance::request_started();
         self.started.fetch_add(1, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
     }
@@ -72,6 +73,11 @@ pub struct TimedIo<T> {
 }
 
 impl<T> TimedIo<T> {
+    /// The stream, without its timers (they belong to this worker's runtime).
+    pub fn into_inner(self) -> T {
+        self.inner
+    }
+
     pub fn new(inner: T, state: Arc<ConnState>, limits: Limits, h1: bool) -> Self {
         let now = Instant::now();
         let armed = now + limits.keepalive.min(limits.header);

@@ -12,6 +12,7 @@
 //! On SIGTERM or SIGINT every worker stops accepting, lets in-flight requests
 //! finish for `server.grace_period`, then the process exits 0.
 
+mod balance;
 mod conn;
 mod drain;
 pub mod http1;
@@ -126,6 +127,7 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
 
     let workers = cfg.server.workers.max(1);
     let (stop_tx, stop_rx) = watch::channel(false);
+    let balance_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let grace = cfg.server.grace_period;
 
     let handles = match cfg.server.runtime {
@@ -161,10 +163,34 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                 }
             }
             let mut handles = Vec::new();
-            for (i, socks) in per_worker.into_iter().enumerate() {
+            // With "adaptive", a controller thread places the connections
+            // (`balance`) and each worker has a mailbox for those handed to it.
+            let mut mailboxes = Vec::new();
+            if cfg.server.accept == AcceptSteering::Adaptive && workers > 1 {
+                let (b, boxes) = balance::Balance::new(workers);
+                let mut groups = Vec::new();
+                for (j, ep) in endpoints.iter().enumerate() {
+                    let dup =
+                        per_worker[0][j]
+                            .0
+                            .try_clone()
+                            .map_err(|source| ServerError::Bind {
+                                addr: ep.addr,
+                                source,
+                            })?;
+                    groups.push(std::os::fd::OwnedFd::from(dup));
+                }
+                handles.push(
+                    balance::start(b, groups, balance_stop.clone()).map_err(ServerError::Worker)?,
+                );
+                mailboxes = boxes.into_iter().map(|rx| Some((b, rx))).collect();
+            }
+            mailboxes.resize_with(workers, || None);
+            for ((i, socks), mailbox) in per_worker.into_iter().enumerate().zip(mailboxes) {
                 let stop = stop_rx.clone();
                 // With "pack", worker 0 steers each socket group by how busy it is.
                 let packs = i == 0 && workers > 1 && cfg.server.accept == AcceptSteering::Pack;
+                let mailbox = mailbox.map(|(b, rx)| (b, i, rx));
                 let h = std::thread::Builder::new()
                     .name(format!("weir-worker-{i}"))
                     .spawn(move || {
@@ -175,7 +201,7 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                                 .on_thread_unpark(pack::unparked);
                         }
                         let rt = rt.build().expect("tokio runtime");
-                        rt.block_on(worker(socks, stop, grace, packs));
+                        rt.block_on(worker(socks, stop, grace, packs, mailbox));
                     })
                     .map_err(ServerError::Worker)?;
                 handles.push(h);
@@ -201,7 +227,7 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                         .max_blocking_threads(BLOCKING_THREADS * workers)
                         .build()
                         .expect("tokio runtime");
-                    rt.block_on(worker(socks, stop, grace, false));
+                    rt.block_on(worker(socks, stop, grace, false, None));
                 })
                 .map_err(ServerError::Worker)?;
             vec![h]
@@ -241,6 +267,7 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
         Ok::<(), ServerError>(())
     })?;
     let _ = stop_tx.send(true);
+    balance_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for h in handles.into_iter().chain(h3) {
         let _ = h.join();
     }
@@ -250,15 +277,39 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
 
 /// One worker: accept on its sockets until told to stop, then drain.
 /// `packs`: this is worker 0 with `server.accept = "pack"`; each of its
-/// accept loops steers its socket group (`pack`).
+/// accept loops steers its socket group (`pack`). `mailbox`: with
+/// `"adaptive"`, the balance, this worker's index in it and the connections
+/// other workers hand to it.
 async fn worker(
     socks: Vec<(std::net::TcpListener, Endpoint)>,
     mut stop: watch::Receiver<bool>,
     grace: std::time::Duration,
     packs: bool,
+    mailbox: Option<(
+        &'static balance::Balance,
+        usize,
+        tokio::sync::mpsc::UnboundedReceiver<conn::Arrival>,
+    )>,
 ) {
     let watcher = Arc::new(drain::Drain::new());
     let mut accept_tasks = Vec::new();
+    if let Some((b, i, mut rx)) = mailbox {
+        b.enter(i);
+        let watcher = watcher.clone();
+        let mut stop = stop.clone();
+        accept_tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = stop.changed() => break,
+                    a = rx.recv() => match a {
+                        Some(a) => conn::resume(a, &watcher),
+                        None => break,
+                    }
+                }
+            }
+        }));
+    }
     for (sock, ep) in socks {
         let listener = match tokio::net::TcpListener::from_std(sock) {
             Ok(l) => l,

@@ -109,6 +109,7 @@ pub struct OpenHere(());
 impl OpenHere {
     pub fn new() -> OpenHere {
         OPEN_HERE.with(|c| c.set(c.get() + 1));
+        super::balance::connection(1);
         OpenHere(())
     }
 }
@@ -116,6 +117,7 @@ impl OpenHere {
 impl Drop for OpenHere {
     fn drop(&mut self) {
         let _ = OPEN_HERE.try_with(|c| c.set(c.get().saturating_sub(1)));
+        super::balance::connection(-1);
     }
 }
 
@@ -174,7 +176,7 @@ impl Packer {
 }
 
 /// Attaches the one-instruction program `ret k` to the group of `sock`.
-fn attach(sock: &impl AsFd, k: u32) -> io::Result<()> {
+pub(super) fn attach(sock: &impl AsFd, k: u32) -> io::Result<()> {
     let mut prog = [libc::sock_filter {
         code: 0x06, // BPF_RET|BPF_K
         jt: 0,

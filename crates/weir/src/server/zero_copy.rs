@@ -136,6 +136,11 @@ impl ZeroCopy {
         ZeroCopy { io, regions }
     }
 
+    /// The socket (its regions stay behind: none is in use between requests).
+    pub fn into_inner(self) -> TcpStream {
+        self.io
+    }
+
     /// Runs a non-blocking socket call when the socket is writable.
     fn poll_io(
         &self,

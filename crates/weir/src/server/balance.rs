@@ -1,0 +1,488 @@
+//! `server.accept = "adaptive"`: the client connections are either packed on
+//! the first worker or spread over all of them, whichever serves more
+//! requests, found by trying both; keep-alive connections move between
+//! workers at a request boundary to follow.
+//!
+//! Why: on a machine a server shares with busy clients (a load generator, an
+//! application server on the same host), cheap requests served from memory
+//! go faster with every connection on one worker, because each extra
+//! runnable weir thread takes a CPU from the clients and wakes across CPUs
+//! (BENCHMARKS.md §6 "Packing, spinning and the upstream pool": 26,500
+//! against 260 context switches a second, a p99 of 3.8–5.2 ms against
+//! 1.5–2.0). Large files and proxied requests go faster spread. Neither CPU
+//! use nor the connection count tells the two apart (a packed worker is
+//! busy either way), and the right placement of the connections already
+//! open matters as much as that of new ones. So a controller thread tries:
+//! every epoch (100 ms) it reads the requests each worker started; after a
+//! few steady epochs it switches to the other placement, lets the
+//! connections move, measures, and keeps whichever served more. A trial that
+//! loses makes the next wait four times as long (2 s, 8 s, then 30 s); a
+//! steady request rate 40 % away from the last one starts one at once.
+//!
+//! The placement acts in two places:
+//! - new connections: a one-instruction classic BPF program on each
+//!   SO_REUSEPORT group returns socket 0 (pack) or an index past the end,
+//!   which makes the kernel fall back to its own hash (spread), as in
+//!   `server::pack`;
+//! - open connections: the controller tells each worker how many of its
+//!   connections to give up and to whom. weir's HTTP/1.1 loop checks that
+//!   one counter between requests, when it holds no unread bytes, and hands
+//!   the socket (with its TLS session) to the other worker's mailbox
+//!   (`server::conn`). Connections that hyper serves (HTTP/2, upgrades)
+//!   stay where they are.
+//!
+//! Per request this costs one store to a counter in the worker's own cache
+//! line and one load of another.
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use super::conn::Arrival;
+
+/// How often the controller reads the counters.
+const EPOCH: Duration = Duration::from_millis(100);
+/// Epochs of steady load in one placement before the other is tried.
+const STEADY_EPOCHS: usize = 4;
+/// Epochs a trial waits for the connections to move before it measures.
+const SETTLE_EPOCHS: u32 = 2;
+/// Epochs a trial measures.
+const MEASURE_EPOCHS: u32 = 4;
+/// Requests a second below which nothing is tried (nothing to gain).
+const MIN_RATE: f64 = 200.0;
+/// The placement tried must serve this much more than the one before it to
+/// be kept: a tie keeps what was there, so noise does not flap it.
+const MARGIN: f64 = 0.05;
+/// A change of the request rate by this share ends a steady stretch.
+const SHIFT: f64 = 0.4;
+const MIN_HOLD: Duration = Duration::from_secs(2);
+const MAX_HOLD: Duration = Duration::from_secs(30);
+
+/// Where the client connections go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// All on worker 0.
+    Pack,
+    /// Evenly over every worker.
+    Spread,
+}
+
+impl Placement {
+    fn other(self) -> Placement {
+        match self {
+            Placement::Pack => Placement::Spread,
+            Placement::Spread => Placement::Pack,
+        }
+    }
+}
+
+/// One worker's counters, each in a cache line of its own: the worker
+/// writes `served` and `open`, the controller `shed` and `target`.
+#[repr(align(128))]
+#[derive(Default)]
+struct Slot {
+    /// Requests started on this worker (single writer: the worker).
+    served: AtomicU64,
+    /// Client connections open on this worker (single writer: the worker).
+    open: AtomicUsize,
+    /// Connections this worker should hand over at their next boundary.
+    shed: AtomicUsize,
+    /// The worker they go to.
+    target: AtomicUsize,
+}
+
+/// What the workers and the controller share for one run of the server.
+pub struct Balance {
+    slots: Box<[Slot]>,
+    mail: Vec<mpsc::UnboundedSender<Arrival>>,
+}
+
+thread_local! {
+    /// The balance this worker thread takes part in, and its index.
+    static HERE: Cell<Option<(&'static Balance, usize)>> = const { Cell::new(None) };
+}
+
+impl Balance {
+    /// A balance for `workers` workers, and each worker's mailbox for the
+    /// connections handed to it. Leaked: it lives as long as the process's
+    /// one server run.
+    pub fn new(workers: usize) -> (&'static Balance, Vec<mpsc::UnboundedReceiver<Arrival>>) {
+        let (mail, boxes) = (0..workers).map(|_| mpsc::unbounded_channel()).unzip();
+        let b = Balance {
+            slots: (0..workers).map(|_| Slot::default()).collect(),
+            mail,
+        };
+        (Box::leak(Box::new(b)), boxes)
+    }
+
+    /// Makes the calling thread worker `index` of this balance.
+    pub fn enter(&'static self, index: usize) {
+        HERE.with(|h| h.set(Some((self, index))));
+    }
+}
+
+/// Counts a request started on the calling worker (if it takes part).
+#[inline]
+pub fn request_started() {
+    HERE.with(|h| {
+        if let Some((b, i)) = h.get() {
+            let s = &b.slots[i].served;
+            s.store(s.load(Relaxed).wrapping_add(1), Relaxed);
+        }
+    });
+}
+
+/// Counts a client connection opened (`+1`) or closed (`-1`) on the
+/// calling worker.
+pub fn connection(delta: isize) {
+    // `try_with`: also called from drops while the thread ends.
+    let _ = HERE.try_with(|h| {
+        if let Some((b, i)) = h.get() {
+            let o = &b.slots[i].open;
+            o.store(o.load(Relaxed).saturating_add_signed(delta), Relaxed);
+        }
+    });
+}
+
+/// Whether the calling worker has connections to hand over: one load.
+#[inline]
+pub fn wants_move() -> bool {
+    HERE.with(|h| {
+        h.get()
+            .is_some_and(|(b, i)| b.slots[i].shed.load(Relaxed) > 0)
+    })
+}
+
+/// Takes one of the calling worker's hand-overs: the worker to move a
+/// connection to.
+pub fn take_move() -> Option<usize> {
+    let (b, i) = HERE.with(Cell::get)?;
+    let slot = &b.slots[i];
+    slot.shed
+        .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+        .ok()?;
+    let to = slot.target.load(Relaxed);
+    (to != i && to < b.slots.len()).then_some(to)
+}
+
+/// Hands a connection to worker `to`; gives it back if that worker is gone
+/// (shutting down).
+pub fn send(to: usize, a: Arrival) -> Result<(), Arrival> {
+    let Some((b, _)) = HERE.with(Cell::get) else {
+        return Err(a);
+    };
+    b.mail[to].send(a).map_err(|e| e.0)
+}
+
+/// Decides the placement from the request rate of each epoch.
+pub struct Controller {
+    placement: Placement,
+    /// Rates of the last steady epochs, in the current placement.
+    recent: VecDeque<f64>,
+    /// The mean rate of the last steady stretch, across pauses in the load.
+    steady: Option<f64>,
+    hold: Duration,
+    next_trial: Instant,
+    trial: Option<Trial>,
+}
+
+struct Trial {
+    from: Placement,
+    /// The mean rate of the steady epochs before it.
+    base: f64,
+    epochs: u32,
+    sum: f64,
+    measured: u32,
+}
+
+fn mean(v: &VecDeque<f64>) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+impl Controller {
+    pub fn new(now: Instant) -> Controller {
+        Controller {
+            placement: Placement::Spread,
+            recent: VecDeque::with_capacity(STEADY_EPOCHS + 1),
+            steady: None,
+            hold: MIN_HOLD,
+            next_trial: now,
+            trial: None,
+        }
+    }
+
+    #[cfg(test)]
+    fn placement(&self) -> Placement {
+        self.placement
+    }
+
+    /// One epoch's rate of requests a second; the placement for the next.
+    pub fn epoch(&mut self, now: Instant, rate: f64) -> Placement {
+        if let Some(t) = &mut self.trial {
+            t.epochs += 1;
+            if rate < MIN_RATE / 2.0 {
+                // The load went away mid-trial: nothing to learn.
+                self.placement = t.from;
+                self.trial = None;
+                self.recent.clear();
+                return self.placement;
+            }
+            if t.epochs > SETTLE_EPOCHS {
+                t.sum += rate;
+                t.measured += 1;
+            }
+            if t.measured == MEASURE_EPOCHS {
+                let tried = t.sum / f64::from(t.measured);
+                let keep = tried > t.base * (1.0 + MARGIN);
+                tracing::debug!(
+                    "accept: tried {:?} at {tried:.0} req/s against {:?} at {:.0}: {}",
+                    self.placement,
+                    t.from,
+                    t.base,
+                    if keep { "kept" } else { "back" }
+                );
+                if keep {
+                    self.hold = MIN_HOLD;
+                    // The new placement's rate is not a change of load.
+                    self.steady = None;
+                } else {
+                    self.placement = t.from;
+                    self.hold = (self.hold * 4).min(MAX_HOLD);
+                }
+                self.next_trial = now + self.hold;
+                self.trial = None;
+                self.recent.clear();
+            }
+            return self.placement;
+        }
+        if rate < MIN_RATE {
+            self.recent.clear();
+            return self.placement;
+        }
+        if let Some(m) = mean(&self.recent)
+            && (rate - m).abs() > SHIFT * m
+        {
+            // Not steady (a load starting or ending).
+            self.recent.clear();
+        }
+        self.recent.push_back(rate);
+        if self.recent.len() > STEADY_EPOCHS {
+            self.recent.pop_front();
+        }
+        if self.recent.len() < STEADY_EPOCHS {
+            return self.placement;
+        }
+        let m = mean(&self.recent).unwrap_or(0.0);
+        if let Some(before) = self.steady
+            && (m - before).abs() > SHIFT * before
+        {
+            // A different load from the last steady one (a pause between
+            // two runs of the same load is not): try again now.
+            self.next_trial = now;
+        }
+        self.steady = Some(m);
+        if now >= self.next_trial {
+            self.trial = Some(Trial {
+                from: self.placement,
+                base: m,
+                epochs: 0,
+                sum: 0.0,
+                measured: 0,
+            });
+            self.placement = self.placement.other();
+        }
+        self.placement
+    }
+}
+
+/// How many connections each worker should hand over, and to whom, for
+/// `placement` given the connections open on each: `(shed, target)`.
+fn hand_overs(placement: Placement, open: &[usize]) -> Vec<(usize, usize)> {
+    match placement {
+        Placement::Pack => open
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| if i == 0 { (0, 0) } else { (n, 0) })
+            .collect(),
+        Placement::Spread => {
+            let total: usize = open.iter().sum();
+            let fair = total.div_ceil(open.len().max(1));
+            let least = (0..open.len()).min_by_key(|&i| open[i]).unwrap_or(0);
+            open.iter()
+                .map(|&n| {
+                    // Only a clear excess moves: the hash is never exact.
+                    if n > fair + fair / 4 + 1 {
+                        (n - fair, least)
+                    } else {
+                        (0, least)
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+/// Runs the controller on a thread of its own until `stop` is set.
+/// `groups`: the first socket of each listening group (duplicates of worker
+/// 0's), where the accept program goes.
+pub fn start(
+    b: &'static Balance,
+    groups: Vec<OwnedFd>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("weir-balance".into())
+        .spawn(move || {
+            let mut c = Controller::new(Instant::now());
+            let mut applied = Placement::Spread;
+            let mut last = (Instant::now(), total_served(b));
+            while !stop.load(Relaxed) {
+                std::thread::sleep(EPOCH);
+                let now = Instant::now();
+                let served = total_served(b);
+                let dt = now.duration_since(last.0).as_secs_f64();
+                let rate = served.wrapping_sub(last.1) as f64 / dt.max(1e-3);
+                last = (now, served);
+                let p = c.epoch(now, rate);
+                if p != applied {
+                    for g in &groups {
+                        let k = if p == Placement::Pack { 0 } else { u32::MAX };
+                        if let Err(e) = super::pack::attach(g, k) {
+                            tracing::warn!("accept: cannot switch to {p:?}: {e}");
+                        }
+                    }
+                    tracing::debug!("accept: {p:?}");
+                    applied = p;
+                }
+                let open: Vec<usize> = b.slots.iter().map(|s| s.open.load(Relaxed)).collect();
+                for (s, (shed, to)) in b.slots.iter().zip(hand_overs(p, &open)) {
+                    s.target.store(to, Relaxed);
+                    s.shed.store(shed, Relaxed);
+                }
+            }
+        })
+}
+
+fn total_served(b: &Balance) -> u64 {
+    b.slots.iter().map(|s| s.served.load(Relaxed)).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `rates` one epoch apart; the placements chosen after each.
+    fn run(
+        c: &mut Controller,
+        start: &mut Instant,
+        rate: impl Fn(Placement) -> f64,
+        n: usize,
+    ) -> Vec<Placement> {
+        (0..n)
+            .map(|_| {
+                *start += EPOCH;
+                let r = rate(c.placement());
+                c.epoch(*start, r)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keeps_pack_when_it_serves_more_and_spread_when_it_does_not() {
+        let mut t = Instant::now();
+        let mut c = Controller::new(t);
+        // Packing serves 25 % more: after the first trial it stays packed.
+        let p = run(
+            &mut c,
+            &mut t,
+            |p| {
+                if p == Placement::Pack {
+                    125_000.0
+                } else {
+                    100_000.0
+                }
+            },
+            20,
+        );
+        assert_eq!(p[2], Placement::Spread);
+        assert_eq!(
+            p[3],
+            Placement::Pack,
+            "the trial starts after 4 steady epochs"
+        );
+        assert!(p[4..].iter().all(|&x| x == Placement::Pack), "{p:?}");
+        // A later trial of spreading loses, and the next waits twice as long.
+        let p = run(
+            &mut c,
+            &mut t,
+            |p| {
+                if p == Placement::Pack {
+                    125_000.0
+                } else {
+                    100_000.0
+                }
+            },
+            200,
+        );
+        let spread: usize = p.iter().filter(|&&x| x == Placement::Spread).count();
+        assert!(spread > 0 && spread <= 3 * 6, "{spread} epochs spread");
+        assert_eq!(*p.last().unwrap(), Placement::Pack);
+
+        let mut c = Controller::new(t);
+        // Packing serves 30 % less: it is tried and dropped.
+        let p = run(
+            &mut c,
+            &mut t,
+            |p| {
+                if p == Placement::Pack {
+                    70_000.0
+                } else {
+                    100_000.0
+                }
+            },
+            100,
+        );
+        assert!(p[..3].iter().all(|&x| x == Placement::Spread));
+        assert_eq!(p[3], Placement::Pack);
+        assert!(
+            p[9..].iter().take(10).all(|&x| x == Placement::Spread),
+            "{p:?}"
+        );
+        let packed = p.iter().filter(|&&x| x == Placement::Pack).count();
+        assert!(packed <= 4 * 6, "{packed} epochs packed in 10 s");
+    }
+
+    #[test]
+    fn a_tie_keeps_what_was_there_and_light_load_tries_nothing() {
+        let mut t = Instant::now();
+        let mut c = Controller::new(t);
+        let p = run(&mut c, &mut t, |_| 100_000.0, 60);
+        assert_eq!(*p.last().unwrap(), Placement::Spread);
+        let mut c = Controller::new(t);
+        let p = run(&mut c, &mut t, |_| 100.0, 60);
+        assert!(p.iter().all(|&x| x == Placement::Spread));
+    }
+
+    #[test]
+    fn hands_every_connection_to_worker_0_to_pack_and_the_excess_to_spread() {
+        assert_eq!(hand_overs(Placement::Pack, &[3, 50]), vec![(0, 0), (50, 0)]);
+        assert_eq!(
+            hand_overs(Placement::Spread, &[100, 0]),
+            vec![(50, 1), (0, 1)]
+        );
+        // The hash's usual unevenness moves nothing.
+        assert_eq!(
+            hand_overs(Placement::Spread, &[56, 44]),
+            vec![(0, 1), (0, 1)]
+        );
+        assert_eq!(
+            hand_overs(Placement::Spread, &[0, 0, 9]),
+            vec![(0, 0), (0, 0), (6, 0)]
+        );
+    }
+}
