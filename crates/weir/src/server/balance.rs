@@ -398,23 +398,24 @@ mod tests {
             .collect()
     }
 
+    /// Rates where packing serves `packed` requests a second and spreading
+    /// 100,000.
+    fn packing_serves(packed: f64) -> impl Fn(Placement) -> f64 {
+        move |p| {
+            if p == Placement::Pack {
+                packed
+            } else {
+                100_000.0
+            }
+        }
+    }
+
     #[test]
     fn keeps_pack_when_it_serves_more_and_spread_when_it_does_not() {
         let mut t = Instant::now();
         let mut c = Controller::new(t);
         // Packing serves 25 % more: after the first trial it stays packed.
-        let p = run(
-            &mut c,
-            &mut t,
-            |p| {
-                if p == Placement::Pack {
-                    125_000.0
-                } else {
-                    100_000.0
-                }
-            },
-            20,
-        );
+        let p = run(&mut c, &mut t, packing_serves(125_000.0), 20);
         assert_eq!(p[2], Placement::Spread);
         assert_eq!(
             p[3],
@@ -422,37 +423,15 @@ mod tests {
             "the trial starts after 4 steady epochs"
         );
         assert!(p[4..].iter().all(|&x| x == Placement::Pack), "{p:?}");
-        // A later trial of spreading loses, and the next waits twice as long.
-        let p = run(
-            &mut c,
-            &mut t,
-            |p| {
-                if p == Placement::Pack {
-                    125_000.0
-                } else {
-                    100_000.0
-                }
-            },
-            200,
-        );
+        // Later trials of spreading lose and end early; each waits longer.
+        let p = run(&mut c, &mut t, packing_serves(125_000.0), 200);
         let spread: usize = p.iter().filter(|&&x| x == Placement::Spread).count();
         assert!(spread > 0 && spread <= 3 * 6, "{spread} epochs spread");
         assert_eq!(*p.last().unwrap(), Placement::Pack);
 
         let mut c = Controller::new(t);
         // Packing serves 30 % less: it is tried and dropped.
-        let p = run(
-            &mut c,
-            &mut t,
-            |p| {
-                if p == Placement::Pack {
-                    70_000.0
-                } else {
-                    100_000.0
-                }
-            },
-            100,
-        );
+        let p = run(&mut c, &mut t, packing_serves(70_000.0), 100);
         assert!(p[..3].iter().all(|&x| x == Placement::Spread));
         assert_eq!(p[3], Placement::Pack);
         assert!(
