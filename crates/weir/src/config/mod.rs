@@ -239,7 +239,7 @@ impl ServerConfig {
         ServerConfig {
             workers: default_workers(),
             runtime: RuntimeMode::PerCore,
-            accept: AcceptSteering::Hash,
+            accept: AcceptSteering::Adaptive,
             http1: Http1Engine::Fast,
             log_level: "info".into(),
             log_json: false,
@@ -654,6 +654,11 @@ fn validate_server(c: &mut Collector<'_>, s: &RawServer) -> ServerConfig {
                 format!("server.runtime: `{o}` is unknown; use \"per-core\" or \"shared\""),
             ),
         }
+    }
+    if s.accept.is_none() && out.runtime == RuntimeMode::Shared {
+        // The default, "adaptive", moves connections among per-core
+        // workers; one shared runtime has none to move them among.
+        out.accept = AcceptSteering::Hash;
     }
     if let Some(a) = &s.accept {
         match a.get_ref().as_str() {
@@ -1136,6 +1141,10 @@ mod tests {
         let cfg = load("[server]\naccept = \"cpu\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
         assert_eq!(cfg.server.accept, AcceptSteering::Cpu);
         let cfg = load("[site.\"a\"]\nroot = \".\"\n").unwrap();
+        assert_eq!(cfg.server.accept, AcceptSteering::Adaptive);
+        let cfg = load("[server]\nruntime = \"shared\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
+        assert_eq!(cfg.server.accept, AcceptSteering::Hash);
+        let cfg = load("[server]\naccept = \"hash\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
         assert_eq!(cfg.server.accept, AcceptSteering::Hash);
         let cfg = load("[server]\naccept = \"pack\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
         assert_eq!(cfg.server.accept, AcceptSteering::Pack);
