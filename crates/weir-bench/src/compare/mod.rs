@@ -152,6 +152,10 @@ pub struct Row {
     pub generator_cpu: f64,
     /// The generator was CPU-bound in some repeat.
     pub generator_cpu_bound: bool,
+    /// Share of the machine's CPU time the hypervisor took during the
+    /// measured seconds, percent: median and highest over the repeats.
+    pub stolen_pct: f64,
+    pub stolen_pct_max: f64,
 }
 
 /// One repeat's raw record.
@@ -166,6 +170,8 @@ struct RepeatRecord<'a> {
     server_cpu_cores: f64,
     backend_cpu_cores: Option<f64>,
     rss_peak_bytes: u64,
+    /// Share of the machine's CPU time stolen by the hypervisor, percent.
+    machine_stolen_pct: f64,
     load: &'a LoadReport,
 }
 
@@ -577,6 +583,7 @@ struct Measured {
     reports: Vec<LoadReport>,
     cpus: Vec<f64>,
     bcpus: Vec<f64>,
+    stolen: Vec<f64>,
     idle_rss: Vec<u64>,
     peak_rss: u64,
 }
@@ -612,6 +619,8 @@ impl Measured {
             rss_peak_mib: self.peak_rss as f64 / 1048576.0,
             generator_cpu: med(&|r| r.generator.cores.unwrap_or(0.0)),
             generator_cpu_bound: reports.iter().any(|r| r.generator.cpu_bound),
+            stolen_pct: median(self.stolen.clone()),
+            stolen_pct_max: self.stolen.iter().copied().fold(0.0, f64::max),
         }
     }
 }
@@ -708,21 +717,24 @@ fn measure_repeat(
     let measure_from = Instant::now() + lc.warmup;
     let report = load::run(&lc).map_err(|e| format!("failed: {e}"))?;
     let samples = sampler.finish();
-    let window: Vec<_> = samples.iter().filter(|s| s.0 >= measure_from).collect();
-    let (cpu, bcpu) = match (window.first(), window.last()) {
-        (Some(a), Some(b)) if b.0 > a.0 => {
-            let dt = b.0.duration_since(a.0).as_secs_f64();
+    let window: Vec<_> = samples.iter().filter(|s| s.at >= measure_from).collect();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let (cpu, bcpu, stolen) = match (window.first(), window.last()) {
+        (Some(a), Some(b)) if b.at > a.at => {
+            let dt = b.at.duration_since(a.at).as_secs_f64();
             (
-                b.1.cpu.saturating_sub(a.1.cpu).as_secs_f64() / dt,
-                b.2.cpu.saturating_sub(a.2.cpu).as_secs_f64() / dt,
+                b.server.cpu.saturating_sub(a.server.cpu).as_secs_f64() / dt,
+                b.backend.cpu.saturating_sub(a.backend.cpu).as_secs_f64() / dt,
+                100.0 * b.steal.saturating_sub(a.steal).as_secs_f64() / (dt * cpus),
             )
         }
-        _ => (0.0, 0.0),
+        _ => (0.0, 0.0, 0.0),
     };
-    let rss_peak = samples.iter().map(|s| s.1.rss).max().unwrap_or(0);
+    let rss_peak = samples.iter().map(|s| s.server.rss).max().unwrap_or(0);
     into.peak_rss = into.peak_rss.max(rss_peak);
     into.cpus.push(cpu);
     into.bcpus.push(bcpu);
+    into.stolen.push(stolen);
     let rec = RepeatRecord {
         server: server.name(),
         scenario: scenario.name(),
@@ -732,6 +744,7 @@ fn measure_repeat(
         server_cpu_cores: cpu,
         backend_cpu_cores: backend_pid.map(|_| bcpu),
         rss_peak_bytes: rss_peak,
+        machine_stolen_pct: stolen,
         load: &report,
     };
     let path = raw_dir.join(format!("{}-{}.json", server.name(), repeat + 1));
@@ -1002,9 +1015,29 @@ fn run_idle(
 }
 
 /// Samples a process tree every 200 ms on a thread until stopped.
+/// One reading of the sampler.
+struct Tick {
+    at: Instant,
+    server: procstat::TreeSample,
+    backend: procstat::TreeSample,
+    /// The machine's stolen CPU time so far.
+    steal: Duration,
+}
+
+impl Tick {
+    fn now(server: u32, backend: Option<u32>) -> Tick {
+        Tick {
+            at: Instant::now(),
+            server: procstat::sample(&[server]),
+            backend: backend.map(|b| procstat::sample(&[b])).unwrap_or_default(),
+            steal: procstat::machine_steal().unwrap_or_default(),
+        }
+    }
+}
+
 struct Sampler {
     stop: Arc<AtomicBool>,
-    handle: std::thread::JoinHandle<Vec<(Instant, procstat::TreeSample, procstat::TreeSample)>>,
+    handle: std::thread::JoinHandle<Vec<Tick>>,
 }
 
 impl Sampler {
@@ -1014,18 +1047,16 @@ impl Sampler {
         let handle = std::thread::spawn(move || {
             let mut v = Vec::new();
             while !s.load(Ordering::Relaxed) {
-                let b = backend.map(|b| procstat::sample(&[b])).unwrap_or_default();
-                v.push((Instant::now(), procstat::sample(&[server]), b));
+                v.push(Tick::now(server, backend));
                 std::thread::sleep(Duration::from_millis(200));
             }
-            let b = backend.map(|b| procstat::sample(&[b])).unwrap_or_default();
-            v.push((Instant::now(), procstat::sample(&[server]), b));
+            v.push(Tick::now(server, backend));
             v
         });
         Sampler { stop, handle }
     }
 
-    fn finish(self) -> Vec<(Instant, procstat::TreeSample, procstat::TreeSample)> {
+    fn finish(self) -> Vec<Tick> {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().unwrap_or_default()
     }

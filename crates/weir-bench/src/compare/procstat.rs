@@ -35,6 +35,22 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// CPU time the hypervisor gave to other guests while this machine's CPUs
+/// wanted to run ("steal" in /proc/stat), summed over the CPUs. On a shared
+/// virtual machine it is why one repeat runs slower than the next: the
+/// reports show it beside every row, so a noisy run reads as noisy.
+pub fn machine_steal() -> Option<Duration> {
+    let s = fs::read_to_string("/proc/stat").ok()?;
+    steal_of(&s)
+}
+
+fn steal_of(stat: &str) -> Option<Duration> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    // cpu user nice system idle iowait irq softirq steal ...
+    let ticks: u64 = line.split_whitespace().nth(8)?.parse().ok()?;
+    Some(Duration::from_secs_f64(ticks as f64 / ticks_per_sec()))
+}
+
 /// `pid` and all its live descendants.
 pub fn process_tree(pid: u32) -> Vec<u32> {
     let mut parents: Vec<(u32, u32)> = Vec::new();
@@ -91,5 +107,17 @@ mod tests {
         assert!(rss_bytes(me).unwrap() > 0);
         assert!(cpu_time(me).is_some());
         assert!(process_tree(me).contains(&me));
+        assert!(machine_steal().is_some());
+    }
+
+    #[test]
+    fn steal_is_the_eighth_figure_of_the_cpu_line() {
+        let stat = "cpu  9641034 699 1433332 4336980 22544 0 469808 207005 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
+        let ticks = ticks_per_sec();
+        assert_eq!(
+            steal_of(stat),
+            Some(Duration::from_secs_f64(207005.0 / ticks))
+        );
+        assert_eq!(steal_of("intr 1 2 3\n"), None);
     }
 }

@@ -11,7 +11,7 @@ use super::startup::StartupRow;
 use super::{CompareConfig, Row, Summary};
 
 /// Columns of every scenario table, in order (tests check them).
-pub const COLUMNS: [&str; 17] = [
+pub const COLUMNS: [&str; 18] = [
     "case",
     "server",
     "req/s (median)",
@@ -27,6 +27,7 @@ pub const COLUMNS: [&str; 17] = [
     "idle RSS MiB",
     "peak RSS MiB",
     "generator CPU",
+    "CPU stolen % (median, max)",
     "weir ÷ this",
     "weir ÷ this, per round (median)",
 ];
@@ -85,7 +86,9 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
         "Median of {} repeats of {:.1} s after {:.1} s warm-up (fixed-count cases: each repeat runs its count), \
          run in rounds: each round starts and measures every server once, in turn, so drift of the machine \
          over minutes falls on all of them alike; spread is min–max. Latency p99 is measured from each request's send; the corrected column adds \
-         coordinated-omission correction. Requests/s count 2xx/3xx only. The last column pairs each round's \
+         coordinated-omission correction. Requests/s count 2xx/3xx only. CPU stolen is the share of the \
+         machine's CPU time a hypervisor gave to other guests during the measured seconds (0 on bare metal): \
+         repeats with much stolen time ran slow for reasons outside the servers. The last column pairs each round's \
          repeats (weir's and this server's, measured a minute apart at most) and gives the median of those ratios.\n",
         cfg.repeats,
         cfg.duration.as_secs_f64(),
@@ -126,7 +129,7 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
         );
         let _ = writeln!(
             o,
-            "| {} | {} | {:.0} | {:.0}–{:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {} | {} |",
+            "| {} | {} | {:.0} | {:.0}–{:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {:.1} ({:.1}) | {} | {} |",
             r.case,
             r.server,
             r.rps_median,
@@ -143,6 +146,8 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
             r.rss_idle_mib,
             r.rss_peak_mib,
             gen_cpu,
+            r.stolen_pct,
+            r.stolen_pct_max,
             weir_ratio(rows, r),
             weir_round_ratio(rows, r)
         );
