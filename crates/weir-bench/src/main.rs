@@ -313,6 +313,21 @@ struct CompareArgs {
     /// whichever serves more; open connections move to follow).
     #[arg(long, value_parser = ["hash", "cpu", "pack", "adaptive"])]
     weir_accept: Option<String>,
+    /// Measure a round again (every server of it) when the hypervisor stole
+    /// more than this percentage of the machine's CPU during one of its
+    /// repeats (shared VMs; 100 turns it off).
+    #[arg(long, default_value_t = 10.0, value_parser = parse_percent)]
+    max_stolen: f64,
+    /// How many times one round may be measured again for stolen CPU.
+    #[arg(long, default_value_t = 2)]
+    stolen_retries: usize,
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(v) if (0.0..=100.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a percentage from 0 to 100")),
+    }
 }
 
 fn run_compare(a: CompareArgs) -> Result<()> {
@@ -373,6 +388,8 @@ fn run_compare(a: CompareArgs) -> Result<()> {
         port: a.port,
         workers: a.workers,
         weir_accept: a.weir_accept,
+        max_stolen_pct: a.max_stolen,
+        stolen_retries: a.stolen_retries,
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let summary = compare::run(&cfg)?;

@@ -304,7 +304,10 @@ fn connections_still_opening_at_the_end_are_unanswered() {
 /// with requests: a connect the kernel has finished is seen at once. When
 /// all of a thread's connections were futures joined in one task, the busy
 /// ones kept the others from being polled, and these connects took 1.4 s
-/// (median) of a 2 s run; half of c10000's waited until its end.
+/// (median) of a 2 s run; half of c10000's waited until its end. The bound
+/// is a share of the run, not a speed: the bug's median grows with the run
+/// (about 70 % of it), a prompt one does not (0.3–0.65 s here, most of it
+/// the kernel's accepts, slower when other tests share the CPUs).
 #[test]
 fn connects_are_seen_promptly_while_other_connections_are_busy() {
     weir_bench::compare::limits::raise_nofile();
@@ -318,12 +321,13 @@ fn connects_are_seen_promptly_while_other_connections_are_busy() {
     let mut c = cfg(&format!("http://{}/", b.addr));
     c.connections = 3000;
     c.threads = 1;
-    c.duration = Some(Duration::from_secs(2));
+    c.duration = Some(Duration::from_secs(4));
     c.timeout = Duration::from_secs(10);
     let r = run(&c).unwrap();
     assert_eq!(r.errors.total(), 0, "{:?}", r.errors);
     assert_eq!(r.connections_opened, 3000);
-    assert!(r.connect_ms.p50 < 600.0, "connect {:?}", r.connect_ms);
+    // Under 40 % of the 4 s run.
+    assert!(r.connect_ms.p50 < 1600.0, "connect {:?}", r.connect_ms);
 }
 
 /// The same over HTTP/2 and HTTP/3: a connection still opening at the end

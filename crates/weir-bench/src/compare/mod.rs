@@ -7,9 +7,11 @@
 //! checked (status and exact body) before measuring, warmed up, measured;
 //! `repeats` rounds, each running every server of the case once in turn, so
 //! the machine's drift over minutes (±15 % on a shared VM) lands on every
-//! server alike and the ratios hold. The tables show the median and min–max spread, server
-//! CPU and RSS (idle before load, peak during) from /proc, and the
-//! generator's own CPU. A server whose binary is missing is reported as
+//! server alike and the ratios hold. A round during which the hypervisor
+//! stole more than `max_stolen_pct` of the CPU (`/proc/stat`) is measured
+//! again, all of it. The tables show the median and min–max spread, server
+//! CPU and RSS (idle before load, peak during) from /proc, the generator's
+//! own CPU and the CPU stolen. A server whose binary is missing is reported as
 //! "not installed", loudly, never silently dropped.
 
 pub mod idle;
@@ -95,8 +97,14 @@ pub struct CompareConfig {
     pub port: u16,
     /// Workers/threads per server.
     pub workers: usize,
-    /// weir's `server.accept` (`None`: weir's default, the kernel's hash).
+    /// weir's `server.accept` (`None`: weir's default, `"adaptive"`).
     pub weir_accept: Option<String>,
+    /// A round in which the hypervisor stole more than this share of the
+    /// machine's CPU (percent) during any server's measured seconds is
+    /// measured again, all of its servers, up to `stolen_retries` times.
+    pub max_stolen_pct: f64,
+    /// How many times one round may be measured again for stolen CPU.
+    pub stolen_retries: usize,
     /// The command line, recorded in the report.
     pub command: String,
 }
@@ -156,6 +164,9 @@ pub struct Row {
     /// measured seconds, percent: median and highest over the repeats.
     pub stolen_pct: f64,
     pub stolen_pct_max: f64,
+    /// Rounds measured again because the hypervisor stole more than
+    /// `--max-stolen` of the CPU during one of their repeats.
+    pub rounds_remeasured: usize,
 }
 
 /// One repeat's raw record.
@@ -452,38 +463,72 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
             // up, measured, stopped), so a slow minute of the machine falls
             // on all of them alike instead of on whichever ran then.
             for repeat in 0..cfg.repeats.max(1) {
-                for (server, setup, row, measured) in &mut contenders {
-                    if !row.status.is_empty() {
-                        continue; // failed in an earlier round
+                let mut attempt = 0;
+                loop {
+                    // This round's repeats, kept apart until the round is
+                    // accepted: a round with too much stolen CPU is measured
+                    // again for every server, so rounds stay paired.
+                    let mut this_round: Vec<Measured> = Vec::new();
+                    for (server, setup, row, _) in &mut contenders {
+                        let mut m = Measured::default();
+                        if row.status.is_empty() {
+                            eprintln!(
+                                "-- {} / {} / {} (round {} of {}{})",
+                                scenario.name(),
+                                case.label,
+                                server.name(),
+                                repeat + 1,
+                                cfg.repeats.max(1),
+                                if attempt > 0 {
+                                    format!(", measured again: {attempt}")
+                                } else {
+                                    String::new()
+                                }
+                            );
+                            let r = run_server_round(
+                                cfg,
+                                *server,
+                                setup,
+                                &case,
+                                scenario,
+                                &expected,
+                                server_cpu,
+                                backend_pid,
+                                repeat,
+                                &mut m,
+                            );
+                            if let Err(status) = r {
+                                eprintln!(
+                                    "weir-bench compare: *** {} {}: {status} ***",
+                                    server.name(),
+                                    case.label
+                                );
+                                row.status = status;
+                            }
+                        }
+                        this_round.push(m);
                     }
-                    eprintln!(
-                        "-- {} / {} / {} (round {} of {})",
-                        scenario.name(),
-                        case.label,
-                        server.name(),
-                        repeat + 1,
-                        cfg.repeats.max(1)
-                    );
-                    let r = run_server_round(
-                        cfg,
-                        *server,
-                        setup,
-                        &case,
-                        scenario,
-                        &expected,
-                        server_cpu,
-                        backend_pid,
-                        repeat,
-                        measured,
-                    );
-                    if let Err(status) = r {
+                    let stolen = this_round
+                        .iter()
+                        .flat_map(|m| m.stolen.iter().copied())
+                        .fold(0.0, f64::max);
+                    if remeasure(stolen, cfg.max_stolen_pct, attempt, cfg.stolen_retries) {
+                        attempt += 1;
                         eprintln!(
-                            "weir-bench compare: *** {} {}: {status} ***",
-                            server.name(),
-                            case.label
+                            "   round {}: the hypervisor stole {stolen:.1} % of the CPU (more than --max-stolen {:.0} %): measuring it again",
+                            repeat + 1,
+                            cfg.max_stolen_pct
                         );
-                        row.status = status;
+                        for (server, _, _, _) in &contenders {
+                            keep_discarded(cfg, scenario, &case.label, *server, repeat, attempt);
+                        }
+                        continue;
                     }
+                    for ((_, _, _, measured), m) in contenders.iter_mut().zip(this_round) {
+                        measured.append(m);
+                        measured.remeasured += usize::from(attempt > 0);
+                    }
+                    break;
                 }
             }
             for (server, _, row, measured) in contenders {
@@ -586,9 +631,22 @@ struct Measured {
     stolen: Vec<f64>,
     idle_rss: Vec<u64>,
     peak_rss: u64,
+    /// Rounds measured again for stolen CPU.
+    remeasured: usize,
 }
 
 impl Measured {
+    /// Adds one round's repeat.
+    fn append(&mut self, round: Measured) {
+        self.reports.extend(round.reports);
+        self.cpus.extend(round.cpus);
+        self.bcpus.extend(round.bcpus);
+        self.stolen.extend(round.stolen);
+        self.idle_rss.extend(round.idle_rss);
+        self.peak_rss = self.peak_rss.max(round.peak_rss);
+        self.remeasured += round.remeasured;
+    }
+
     /// The row: medians over the repeats, min–max of req/s, the highest peak.
     fn row(self, scenario: Scenario, case: &Case, server: ServerKind, backend: bool) -> Row {
         let reports = &self.reports;
@@ -621,8 +679,39 @@ impl Measured {
             generator_cpu_bound: reports.iter().any(|r| r.generator.cpu_bound),
             stolen_pct: median(self.stolen.clone()),
             stolen_pct_max: self.stolen.iter().copied().fold(0.0, f64::max),
+            rounds_remeasured: self.remeasured,
         }
     }
+}
+
+/// Whether a round whose repeats saw `stolen` % of the machine's CPU taken
+/// by the hypervisor (the most of any of its servers) is measured again:
+/// above `max`, while `attempt` (times already measured again) is below
+/// `retries`. The last attempt is kept whatever it saw, and the report's
+/// stolen column shows it.
+fn remeasure(stolen: f64, max: f64, attempt: usize, retries: usize) -> bool {
+    stolen > max && attempt < retries
+}
+
+/// Renames a discarded repeat's raw record `<server>-<n>.json` to
+/// `<server>-<n>-stolen-<attempt>.json`, so the run folder keeps it and the
+/// next attempt's record takes its name.
+fn keep_discarded(
+    cfg: &CompareConfig,
+    scenario: Scenario,
+    case: &str,
+    server: ServerKind,
+    repeat: usize,
+    attempt: usize,
+) {
+    let dir = cfg.out.join("raw").join(scenario.name()).join(slug(case));
+    let from = dir.join(format!("{}-{}.json", server.name(), repeat + 1));
+    let to = dir.join(format!(
+        "{}-{}-stolen-{attempt}.json",
+        server.name(),
+        repeat + 1
+    ));
+    let _ = std::fs::rename(from, to);
 }
 
 /// One round for one server: start it, check its answer, measure repeat
@@ -1078,4 +1167,43 @@ fn load_config(cfg: &CompareConfig, setup: &ServerSetup, case: &Case) -> LoadCon
         Amount::Requests(n) => l.requests = Some(n),
     }
     l
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_with_too_much_stolen_cpu_is_measured_again_a_bounded_number_of_times() {
+        assert!(!remeasure(4.0, 10.0, 0, 2), "under the bound: kept");
+        assert!(!remeasure(10.0, 10.0, 0, 2), "at the bound: kept");
+        assert!(remeasure(10.5, 10.0, 0, 2));
+        assert!(remeasure(40.0, 10.0, 1, 2));
+        assert!(!remeasure(40.0, 10.0, 2, 2), "retries spent: kept");
+        assert!(
+            !remeasure(40.0, 100.0, 0, 2),
+            "--max-stolen 100 never retries"
+        );
+    }
+
+    #[test]
+    fn an_accepted_round_adds_its_repeat_and_keeps_the_highest_peak() {
+        let round = |stolen: f64, peak: u64, remeasured: usize| Measured {
+            cpus: vec![1.0],
+            bcpus: vec![0.5],
+            stolen: vec![stolen],
+            idle_rss: vec![peak / 2],
+            peak_rss: peak,
+            remeasured,
+            ..Measured::default()
+        };
+        let mut m = Measured::default();
+        m.append(round(2.0, 300, 0));
+        m.append(round(30.0, 200, 1));
+        assert_eq!(m.stolen, vec![2.0, 30.0]);
+        assert_eq!(m.cpus.len(), 2);
+        assert_eq!(m.idle_rss, vec![150, 100]);
+        assert_eq!(m.peak_rss, 300);
+        assert_eq!(m.remeasured, 1);
+    }
 }

@@ -88,11 +88,14 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
          over minutes falls on all of them alike; spread is min–max. Latency p99 is measured from each request's send; the corrected column adds \
          coordinated-omission correction. Requests/s count 2xx/3xx only. CPU stolen is the share of the \
          machine's CPU time a hypervisor gave to other guests during the measured seconds (0 on bare metal): \
-         repeats with much stolen time ran slow for reasons outside the servers. The last column pairs each round's \
+         repeats with much stolen time ran slow for reasons outside the servers, so a round in which it passed {:.0} % \
+         for any server is measured again, every server of it, at most {} times. The last column pairs each round's \
          repeats (weir's and this server's, measured a minute apart at most) and gives the median of those ratios.\n",
         cfg.repeats,
         cfg.duration.as_secs_f64(),
-        cfg.warmup.as_secs_f64()
+        cfg.warmup.as_secs_f64(),
+        cfg.max_stolen_pct,
+        cfg.stolen_retries
     );
     if let Some(a) = &cfg.weir_accept {
         let _ = writeln!(
@@ -153,6 +156,29 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
         );
     }
     o.push('\n');
+    let mut cases: Vec<&str> = rows.iter().map(|r| r.case.as_str()).collect();
+    cases.dedup();
+    for case in cases {
+        let of_case = || {
+            rows.iter()
+                .filter(move |r| r.case == case && r.status == "ok")
+        };
+        let again = of_case().map(|r| r.rounds_remeasured).max().unwrap_or(0);
+        if again > 0 {
+            let _ = writeln!(
+                o,
+                "`{case}`: {again} round(s) measured again for stolen CPU; the discarded repeats are in `raw/` as `*-stolen-*.json`.\n"
+            );
+        }
+        let worst = of_case().map(|r| r.stolen_pct_max).fold(0.0, f64::max);
+        if worst > cfg.max_stolen_pct {
+            let _ = writeln!(
+                o,
+                "**`{case}` ran on a noisy machine**: the hypervisor still stole up to {worst:.1} % of the CPU in a kept repeat (limit {:.0} %); its ratios say more about the machine than about the servers.\n",
+                cfg.max_stolen_pct
+            );
+        }
+    }
     o
 }
 
