@@ -524,9 +524,9 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                         }
                         continue;
                     }
-                    for ((_, _, _, measured), m) in contenders.iter_mut().zip(this_round) {
+                    for ((_, _, _, measured), mut m) in contenders.iter_mut().zip(this_round) {
+                        m.remeasured = usize::from(attempt > 0);
                         measured.append(m);
-                        measured.remeasured += usize::from(attempt > 0);
                     }
                     break;
                 }
@@ -704,14 +704,20 @@ fn keep_discarded(
     repeat: usize,
     attempt: usize,
 ) {
-    let dir = cfg.out.join("raw").join(scenario.name()).join(slug(case));
-    let from = dir.join(format!("{}-{}.json", server.name(), repeat + 1));
-    let to = dir.join(format!(
-        "{}-{}-stolen-{attempt}.json",
-        server.name(),
-        repeat + 1
-    ));
-    let _ = std::fs::rename(from, to);
+    let dir = raw_dir(cfg, scenario, case);
+    let name = raw_name(server, repeat);
+    let kept = name.replace(".json", &format!("-stolen-{attempt}.json"));
+    let _ = std::fs::rename(dir.join(name), dir.join(kept));
+}
+
+/// The folder of one case's raw records.
+fn raw_dir(cfg: &CompareConfig, scenario: Scenario, case: &str) -> PathBuf {
+    cfg.out.join("raw").join(scenario.name()).join(slug(case))
+}
+
+/// The raw record's name of `server`'s repeat `repeat` (from 0).
+fn raw_name(server: ServerKind, repeat: usize) -> String {
+    format!("{}-{}.json", server.name(), repeat + 1)
 }
 
 /// One round for one server: start it, check its answer, measure repeat
@@ -783,11 +789,7 @@ fn measure_repeat(
     let idle = procstat::sample(&[pid]);
     into.idle_rss.push(idle.rss);
     into.peak_rss = into.peak_rss.max(idle.rss);
-    let raw_dir = cfg
-        .out
-        .join("raw")
-        .join(scenario.name())
-        .join(slug(&case.label));
+    let raw_dir = raw_dir(cfg, scenario, &case.label);
     std::fs::create_dir_all(&raw_dir).map_err(|e| format!("failed: {e}"))?;
     let mut lc = load_config(cfg, setup, case);
     if let Amount::Requests(_) = case.amount {
@@ -836,7 +838,7 @@ fn measure_repeat(
         machine_stolen_pct: stolen,
         load: &report,
     };
-    let path = raw_dir.join(format!("{}-{}.json", server.name(), repeat + 1));
+    let path = raw_dir.join(raw_name(server, repeat));
     std::fs::write(
         &path,
         serde_json::to_string_pretty(&rec).unwrap_or_default(),
