@@ -441,7 +441,10 @@ fn service(
 
 /// HTTP/1.1 over `transport`, behind the timeouts and the smuggling guard.
 /// Built outside the boxed future, so only the future, not the moved-from
-/// layers (about 1.5 KiB each), is kept across its awaits.
+/// layers (about 1.5 KiB each), is kept across its awaits. The box holds
+/// `serve_http1`'s future itself: an async block around it would keep its
+/// own copy of every value it passes in (the TLS stream among them) for the
+/// connection's whole life.
 fn serve_h1<T: Detach>(
     transport: T,
     info: ConnInfo,
@@ -451,72 +454,73 @@ fn serve_h1<T: Detach>(
     open: OpenGuard,
 ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
     let state = Arc::new(ConnState::default());
-    let svc = service(ctx.clone(), state.clone(), regions.clone(), info);
     // Request-smuggling checks on the raw bytes before anyone parses them.
     let io = Guard::new(
         TimedIo::new(transport, state.clone(), ctx.timeouts, true),
         ctx.limits.header_size,
         info.peer,
     );
-    Box::pin(async move {
-        let shared = http1::Shared {
-            listener: &ctx.listener,
-            info: &info,
-            state: &state,
-            regions: regions.as_ref(),
-            max_head: ctx.limits.header_size,
-        };
-        serve_http1(io, &ctx, shared, svc, signal, open).await;
-    })
+    Box::pin(serve_http1(io, ctx, info, state, regions, signal, open))
 }
 
 /// HTTP/1.1 (or h2c by prior knowledge): weir's loop while requests are
 /// simple, then hyper, with upgrades (the proxy tunnels WebSocket and other
 /// Upgrades) and the bytes the loop had read.
-async fn serve_http1<T, S>(
+///
+/// A function returning an async block rather than an `async fn`: an
+/// `async fn` moves its arguments from where it captured them into locals
+/// and its future keeps room for both, so the stream (1.5 KiB over TLS)
+/// would be stored twice in every connection. Together with the point
+/// above: 7,336 → 3,872 bytes a TLS connection (BENCHMARKS.md §6, "Each
+/// connection's future, stored once").
+// The layout above is the point, so not `async fn`.
+#[allow(clippy::manual_async_fn)]
+fn serve_http1<T: Detach>(
     mut io: Guard<TimedIo<T>>,
-    ctx: &Arc<ConnCtx>,
-    shared: http1::Shared<'_>,
-    svc: S,
+    ctx: Arc<ConnCtx>,
+    info: ConnInfo,
+    state: Arc<ConnState>,
+    regions: Option<Arc<Regions>>,
     signal: Signal,
     open: OpenGuard,
-) where
-    T: Detach,
-    S: hyper::service::Service<
-            hyper::Request<Incoming>,
-            Response = hyper::Response<crate::body::Body>,
-            Error = Infallible,
-        > + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    let info = *shared.info;
-    let read = if ctx.fast_h1 {
-        match http1::serve(&mut io, shared, &signal).await {
-            http1::Outcome::Hyper(read) => read,
-            http1::Outcome::Closed => return,
-            http1::Outcome::Move(to) => {
-                hand_over(io, to, info, ctx.clone(), open);
-                return;
+) -> impl Future<Output = ()> + Send {
+    async move {
+        let read = if ctx.fast_h1 {
+            let shared = http1::Shared {
+                listener: &ctx.listener,
+                info: &info,
+                state: &state,
+                regions: regions.as_ref(),
+                max_head: ctx.limits.header_size,
+            };
+            match http1::serve(&mut io, shared, &signal).await {
+                http1::Outcome::Hyper(read) => read,
+                http1::Outcome::Closed => return,
+                http1::Outcome::Move(to) => {
+                    hand_over(io, to, info, ctx.clone(), open);
+                    return;
+                }
             }
+        } else {
+            bytes::Bytes::new()
+        };
+        let svc = service(ctx.clone(), state, regions, info);
+        // The auto builder (same HTTP/1 settings) because hyper's own
+        // upgradeable HTTP/1 connection cannot be watched for graceful
+        // shutdown. Boxed: this state is rare, and hyper's connection is
+        // about 3 KiB.
+        let conn = Box::pin(
+            signal.watch(
+                ctx.auto
+                    .serve_connection_with_upgrades(TokioIo::new(http1::Handoff { io, read }), svc)
+                    .into_owned(),
+            ),
+        );
+        if let Err(e) = conn.await {
+            tracing::debug!("connection from {}: {e}", info.peer);
         }
-    } else {
-        bytes::Bytes::new()
-    };
-    // The auto builder (same HTTP/1 settings) because hyper's own
-    // upgradeable HTTP/1 connection cannot be watched for graceful shutdown.
-    // Boxed: this state is rare, and hyper's connection is about 3 KiB.
-    let conn = Box::pin(
-        signal.watch(
-            ctx.auto
-                .serve_connection_with_upgrades(TokioIo::new(http1::Handoff { io, read }), svc)
-                .into_owned(),
-        ),
-    );
-    if let Err(e) = conn.await {
-        tracing::debug!("connection from {}: {e}", info.peer);
+        drop(open);
     }
-    drop(open);
 }
 
 /// Sends a connection at rest to worker `to`'s mailbox.
@@ -545,5 +549,84 @@ fn hand_over<T: Detach>(
     match super::balance::send(to, a) {
         Ok(()) => tracing::debug!("connection from {} moved to worker {to}", info.peer),
         Err(_) => tracing::debug!("connection from {}: worker {to} is gone", info.peer),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An idle keep-alive connection's memory is mostly its boxed future
+    /// (BENCHMARKS.md §6, "Each connection's future, stored once"): it must hold
+    /// the stream and weir's loop once, plus the few small values the
+    /// connection keeps, not a second copy of the stream beside them.
+    #[tokio::test]
+    async fn a_connection_future_holds_its_stream_once() {
+        let cfg = crate::config::Config::builtin_welcome();
+        let sites = crate::site::build_sites(&cfg).unwrap();
+        let listener = Listener::new(&sites, &[0], 0, cfg.server.limits.clone());
+        let timeouts = tio::Limits {
+            header: cfg.server.timeouts.header,
+            keepalive: cfg.server.timeouts.keepalive,
+            write: cfg.server.timeouts.write,
+        };
+        let open = Arc::new(AtomicUsize::new(1));
+        let ctx = Arc::new(ConnCtx::new(
+            listener,
+            None,
+            cfg.server.limits.clone(),
+            timeouts,
+            open.clone(),
+            Arc::new(tokio::sync::Semaphore::new(1)),
+        ));
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let client = TcpStream::connect(addr).await.unwrap();
+        let (server, peer) = tcp.accept().await.unwrap();
+        let info = ConnInfo {
+            peer,
+            local: addr,
+            tls: false,
+        };
+        let drain = Drain::new();
+
+        // The loop's own future, over a stream of the same type.
+        let regions = Arc::new(Regions::default());
+        let state = Arc::new(ConnState::default());
+        let mut io = Guard::new(
+            TimedIo::new(
+                ZeroCopy::new(client, regions.clone()),
+                state.clone(),
+                ctx.timeouts,
+                true,
+            ),
+            ctx.limits.header_size,
+            peer,
+        );
+        let signal = drain.signal();
+        let shared = http1::Shared {
+            listener: &ctx.listener,
+            info: &info,
+            state: &state,
+            regions: Some(&regions),
+            max_head: ctx.limits.header_size,
+        };
+        let stream = std::mem::size_of_val(&io);
+        let inner = std::mem::size_of_val(&http1::serve(&mut io, shared, &signal));
+
+        let conn = serve_plain(
+            server,
+            info,
+            ctx.clone(),
+            drain.signal(),
+            OpenGuard(open.clone()),
+        );
+        let whole = std::mem::size_of_val(&*conn);
+        // ctx, info, state, regions, signal, open: 128 bytes; the rest is
+        // alignment.
+        assert!(
+            whole <= stream + inner + 256,
+            "connection future {whole} bytes: stream {stream} + loop {inner} + 256 at most"
+        );
     }
 }
