@@ -107,7 +107,8 @@ pub struct Limits {
     pub body: u64,
     pub connections: usize,
     pub h2_streams: u32,
-    /// TLS handshakes answered at once (the signature; the rest wait for a turn).
+    /// Most TLS handshakes a worker answers in one pass over its other work
+    /// (`tls::turns`).
     pub tls_handshakes: usize,
 }
 

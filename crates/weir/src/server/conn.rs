@@ -25,6 +25,7 @@ use super::zero_copy::{FileRegion, Regions, ZeroCopy};
 use crate::config::Limits;
 use crate::proxy::smuggling::Guard;
 use crate::site::{ConnInfo, Listener};
+use crate::tls::turns::Turns;
 
 /// hyper's `DEFAULT_MAX_HEADERS`: the header array it keeps on the stack.
 const HYPER_INLINE_HEADERS: usize = 100;
@@ -37,8 +38,6 @@ pub struct ConnCtx {
     timeouts: tio::Limits,
     /// Open connections across the whole process.
     open: Arc<AtomicUsize>,
-    /// Turns for TLS handshakes, across the process (`limits.tls_handshakes`).
-    handshakes: Arc<tokio::sync::Semaphore>,
     /// HTTP/1.1 with h2c prior-knowledge detection, for plain listeners.
     auto: auto::Builder<TokioExecutor>,
     /// PROXY protocol header expected from trusted sources.
@@ -56,7 +55,6 @@ impl ConnCtx {
         limits: Limits,
         timeouts: tio::Limits,
         open: Arc<AtomicUsize>,
-        handshakes: Arc<tokio::sync::Semaphore>,
     ) -> Self {
         // hyper's own limits sit above ours: when hyper trips one it closes
         // the connection without an answer, so `site::Listener::handle`
@@ -98,7 +96,6 @@ impl ConnCtx {
             limits,
             timeouts,
             open,
-            handshakes,
             auto,
             h2,
             accept_pp: None,
@@ -152,6 +149,7 @@ pub fn spawn(
     bound: SocketAddr,
     ctx: Arc<ConnCtx>,
     drain: &Drain,
+    turns: &Turns,
 ) {
     if ctx.open.fetch_add(1, Ordering::Relaxed) >= ctx.limits.connections {
         ctx.open.fetch_sub(1, Ordering::Relaxed);
@@ -171,9 +169,10 @@ pub fn spawn(
         bound
     };
     let signal = drain.signal();
+    let turns = turns.clone();
     tokio::spawn(async move {
         let here = super::pack::OpenHere::new();
-        serve(stream, peer, local, ctx, signal, guard).await;
+        serve(stream, peer, local, ctx, signal, guard, turns).await;
         drop(here);
     });
 }
@@ -316,6 +315,7 @@ async fn serve(
     ctx: Arc<ConnCtx>,
     signal: Signal,
     open: OpenGuard,
+    turns: Turns,
 ) {
     let mut info = ConnInfo {
         peer,
@@ -357,7 +357,7 @@ async fn serve(
     // Boxed, as are the hyper connections below: a task's memory is its
     // largest state, and an idle keep-alive connection should pay only for
     // the state it is in (BENCHMARKS.md, idle).
-    let handshake = Box::pin(acceptor.accept(Movable(Some(stream)), &ctx.handshakes));
+    let handshake = Box::pin(acceptor.accept(Movable(Some(stream)), &turns));
     let handshake = tokio::time::timeout(ctx.timeouts.header, handshake);
     // The connection's future is built in a block that ends before it runs,
     // so the TLS stream (about 1.4 KiB) is not also kept in this task.
@@ -577,7 +577,6 @@ mod tests {
             cfg.server.limits.clone(),
             timeouts,
             open.clone(),
-            Arc::new(tokio::sync::Semaphore::new(1)),
         ));
         let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = tcp.local_addr().unwrap();

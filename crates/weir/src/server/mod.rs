@@ -71,9 +71,6 @@ struct Endpoint {
 pub fn run(cfg: Config) -> Result<(), ServerError> {
     let sites = site::build_sites(&cfg)?;
     let connections = Arc::new(AtomicUsize::new(0));
-    let handshakes = Arc::new(tokio::sync::Semaphore::new(
-        cfg.server.limits.tls_handshakes,
-    ));
     let timeouts = io::Limits {
         header: cfg.server.timeouts.header,
         keepalive: cfg.server.timeouts.keepalive,
@@ -117,7 +114,6 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                     cfg.server.limits.clone(),
                     timeouts,
                     connections.clone(),
-                    handshakes.clone(),
                 )
                 .accept_proxy_protocol(l.proxy_protocol.clone())
                 .fast_http1(cfg.server.http1 == Http1Engine::Fast),
@@ -129,6 +125,7 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let balance_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let grace = cfg.server.grace_period;
+    let batch = cfg.server.limits.tls_handshakes;
 
     let handles = match cfg.server.runtime {
         RuntimeMode::PerCore => {
@@ -201,7 +198,7 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                                 .on_thread_unpark(pack::unparked);
                         }
                         let rt = rt.build().expect("tokio runtime");
-                        rt.block_on(worker(socks, stop, grace, packs, mailbox));
+                        rt.block_on(worker(socks, stop, grace, batch, packs, mailbox));
                     })
                     .map_err(ServerError::Worker)?;
                 handles.push(h);
@@ -227,7 +224,7 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                         .max_blocking_threads(BLOCKING_THREADS * workers)
                         .build()
                         .expect("tokio runtime");
-                    rt.block_on(worker(socks, stop, grace, false, None));
+                    rt.block_on(worker(socks, stop, grace, batch, false, None));
                 })
                 .map_err(ServerError::Worker)?;
             vec![h]
@@ -276,6 +273,7 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
 }
 
 /// One worker: accept on its sockets until told to stop, then drain.
+/// `batch`: the most TLS handshakes it answers in one pass (`tls::turns`).
 /// `packs`: this is worker 0 with `server.accept = "pack"`; each of its
 /// accept loops steers its socket group (`pack`). `mailbox`: with
 /// `"adaptive"`, the balance, this worker's index in it and the connections
@@ -284,6 +282,7 @@ async fn worker(
     socks: Vec<(std::net::TcpListener, Endpoint)>,
     mut stop: watch::Receiver<bool>,
     grace: std::time::Duration,
+    batch: usize,
     packs: bool,
     mailbox: Option<(
         &'static balance::Balance,
@@ -292,6 +291,7 @@ async fn worker(
     )>,
 ) {
     let watcher = Arc::new(drain::Drain::new());
+    let turns = crate::tls::turns::Turns::start(batch);
     let mut accept_tasks = Vec::new();
     if let Some((b, i, mut rx)) = mailbox {
         b.enter(i);
@@ -333,6 +333,7 @@ async fn worker(
             None
         };
         let watcher = watcher.clone();
+        let turns = turns.clone();
         let mut stop = stop.clone();
         accept_tasks.push(tokio::spawn(async move {
             loop {
@@ -344,7 +345,7 @@ async fn worker(
                             if let Some(p) = &mut packer {
                                 p.on_accept(&listener);
                             }
-                            conn::spawn(stream, peer, ep.addr, ep.ctx.clone(), &watcher)
+                            conn::spawn(stream, peer, ep.addr, ep.ctx.clone(), &watcher, &turns)
                         }
                         Err(e) => {
                             // EMFILE and friends: back off instead of spinning.

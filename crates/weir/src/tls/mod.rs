@@ -13,6 +13,7 @@
 //! - [`acme`]: ACME orders (HTTP-01, TLS-ALPN-01), [`renew`]: when to renew
 //! - [`ondemand`]: certificates at the first handshake, behind `ask`
 //! - [`storage`]: the storage directory
+//! - [`turns`]: when a worker answers a ClientHello (the signature)
 //!
 //! Never lets a failed renewal or reload replace a certificate in use.
 
@@ -24,6 +25,7 @@ pub mod ondemand;
 pub mod reload;
 pub mod renew;
 pub mod storage;
+pub mod turns;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -193,18 +195,13 @@ impl Acceptor {
     /// The handshake. `Ok(None)`: the connection was an ACME validation and
     /// is done.
     ///
-    /// Once the ClientHello is in, answering it waits for a turn from
-    /// `turns`: it costs a signature (0.4 ms of CPU for RSA-2048 here), and a
-    /// worker runs its ready tasks in order, so thousands of simultaneous
-    /// handshakes would otherwise queue ahead of every request on
-    /// established connections (seconds of p99 at c5000). A turn covers only
-    /// that CPU work: it is never held across a wait for the client, so a
-    /// client that stalls cannot keep others waiting, and one that sends
-    /// nothing never takes a turn.
+    /// Once the ClientHello is in, answering it (a signature) waits for a
+    /// turn from the worker's `turns`, which share the worker between new
+    /// handshakes and the connections already open.
     pub async fn accept<IO>(
         &self,
         stream: IO,
-        turns: &tokio::sync::Semaphore,
+        turns: &turns::Turns,
     ) -> std::io::Result<Option<tokio_rustls::server::TlsStream<IO>>>
     where
         IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -233,13 +230,11 @@ impl Acceptor {
                 return Err(std::io::Error::other(format!("no certificate for {name}")));
             }
         }
-        let turn = turns.acquire().await.ok();
+        let turn = turns.take().await;
         // `into_stream` signs (rustls answers the ClientHello in
         // `Accepted::into_connection`); one poll writes the server's flight.
-        // Then the turn goes back: the rest is waiting a round trip for the
-        // client's Finished, which costs no CPU, and holding a turn through it
-        // let 128 turns pass only 128 handshakes per client round trip
-        // (seconds for 10,000 new connections on a busy client).
+        // Then the turn ends: the rest is waiting a round trip for the
+        // client's Finished, which costs no CPU.
         let mut handshake = std::pin::pin!(start.into_stream(self.config.clone()));
         if let std::task::Poll::Ready(r) = futures_util::poll!(handshake.as_mut()) {
             return r.map(Some);
