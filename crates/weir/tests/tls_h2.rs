@@ -1,6 +1,7 @@
 //! TLS and HTTP/2 against the real binary: ALPN, h2c with prior knowledge,
 //! TLS 1.2 and 1.3, SNI choosing among sites, the HTTP-to-HTTPS redirect,
-//! and an HTTP/2 rapid-reset flood that must not hurt anyone else.
+//! an HTTP/2 rapid-reset flood that must not hurt anyone else, and TLS
+//! handshakes taking turns with the connections already open.
 
 mod support;
 
@@ -307,4 +308,120 @@ async fn stalled_handshakes_do_not_hold_the_turns() {
         started.elapsed()
     );
     drop(held);
+}
+
+/// A storm of new TLS clients shares the worker with the connections
+/// already open (`tls::turns`): a request on an open connection is answered
+/// while most of the storm still waits for its handshake, and every client
+/// of the storm gets its answer too. Before, a worker signed every
+/// ClientHello it had queued before it read the request.
+#[tokio::test]
+async fn an_open_connection_is_served_during_a_handshake_storm() {
+    use std::io::Write;
+    use tokio::io::AsyncWriteExt;
+    const STORM: usize = 400;
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("index.html"), "open\n").unwrap();
+    let (c, k, ca) = make_cert(dir.path(), "a", &["a.test"]);
+    // One worker, so the storm and the open connection share its queue;
+    // turns granted at most 32 a pass, so a slow pass cannot let the whole
+    // storm through at once.
+    let cfg = format!(
+        "[server]\nworkers = 1\n[server.limits]\ntls_handshakes = 32\n\
+         [site.\"a.test\"]\nlisten = \"127.0.0.1:{port}\"\n\
+         root = \"{}\"\ntls = {{ cert = \"{}\", key = \"{}\" }}\n",
+        dir.path().display(),
+        c.display(),
+        k.display()
+    );
+    let _w = Weir::start(&cfg, &[port]);
+
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let client = Arc::new(client);
+    let name = ServerName::try_from("a.test").unwrap();
+
+    // The open keep-alive connection, one request answered.
+    let tcp = tokio::net::TcpStream::connect(addr(port)).await.unwrap();
+    let mut open = tokio_rustls::TlsConnector::from(client.clone())
+        .connect(name.clone(), tcp)
+        .await
+        .unwrap();
+    let get = b"GET /index.html HTTP/1.1\r\nHost: a.test\r\n\r\n";
+    open.write_all(get).await.unwrap();
+    read_until_body(&mut open, "open\n").await;
+
+    // The storm: connected first, then every ClientHello sent at once.
+    let mut storm = Vec::new();
+    for _ in 0..STORM {
+        storm.push(std::net::TcpStream::connect(addr(port)).unwrap());
+    }
+    let hellos: Vec<Vec<u8>> = (0..STORM)
+        .map(|_| {
+            let mut conn = rustls::ClientConnection::new(client.clone(), name.clone()).unwrap();
+            let mut hello = Vec::new();
+            conn.write_tls(&mut hello).unwrap();
+            hello
+        })
+        .collect();
+    for (s, hello) in storm.iter_mut().zip(&hellos) {
+        s.write_all(hello).unwrap();
+    }
+    // The open connection's next request.
+    open.write_all(get).await.unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        read_until_body(&mut open, "open\n"),
+    )
+    .await
+    .expect("the open connection's request is answered");
+    let answered = storm
+        .iter()
+        .filter(|s| {
+            s.set_nonblocking(true).unwrap();
+            matches!(s.peek(&mut [0u8; 1]), Ok(1))
+        })
+        .count();
+    assert!(
+        answered < STORM / 2,
+        "{answered} of {STORM} new clients answered before one request on an open connection"
+    );
+    // And the storm is served: every client gets the server's answer.
+    for s in &storm {
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        assert_eq!(s.peek(&mut [0u8; 1]).unwrap(), 1);
+    }
+}
+
+/// Reads an HTTP/1.1 response until it ends with `body`.
+async fn read_until_body<S: tokio::io::AsyncRead + Unpin>(s: &mut S, body: &str) {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(body.as_bytes()) {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(
+            n > 0,
+            "connection closed: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    got.clear();
 }
