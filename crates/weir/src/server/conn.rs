@@ -565,11 +565,7 @@ mod tests {
         let cfg = crate::config::Config::builtin_welcome();
         let sites = crate::site::build_sites(&cfg).unwrap();
         let listener = Listener::new(&sites, &[0], 0, cfg.server.limits.clone());
-        let timeouts = tio::Limits {
-            header: cfg.server.timeouts.header,
-            keepalive: cfg.server.timeouts.keepalive,
-            write: cfg.server.timeouts.write,
-        };
+        let timeouts = tio::Limits::from(&cfg.server.timeouts);
         let open = Arc::new(AtomicUsize::new(1));
         let ctx = Arc::new(ConnCtx::new(
             listener,

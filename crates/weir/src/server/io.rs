@@ -41,11 +41,22 @@ impl ConnState {
     }
 }
 
+/// The timeouts a connection's I/O enforces (`server.timeouts`).
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub header: Duration,
     pub keepalive: Duration,
     pub write: Duration,
+}
+
+impl From<&crate::config::Timeouts> for Limits {
+    fn from(t: &crate::config::Timeouts) -> Self {
+        Limits {
+            header: t.header,
+            keepalive: t.keepalive,
+            write: t.write,
+        }
+    }
 }
 
 const RESPONSE_408: &[u8] =

@@ -71,11 +71,7 @@ struct Endpoint {
 pub fn run(cfg: Config) -> Result<(), ServerError> {
     let sites = site::build_sites(&cfg)?;
     let connections = Arc::new(AtomicUsize::new(0));
-    let timeouts = io::Limits {
-        header: cfg.server.timeouts.header,
-        keepalive: cfg.server.timeouts.keepalive,
-        write: cfg.server.timeouts.write,
-    };
+    let timeouts = io::Limits::from(&cfg.server.timeouts);
 
     // Certificates: loaded, issued or ordered in the background; never
     // waits for the network.
