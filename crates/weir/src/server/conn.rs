@@ -169,7 +169,8 @@ pub fn spawn(
         bound
     };
     let signal = drain.signal();
-    let turns = turns.clone();
+    // Only a TLS connection takes turns (its handshake).
+    let turns = ctx.tls.is_some().then(|| turns.clone());
     tokio::spawn(async move {
         let here = super::pack::OpenHere::new();
         serve(stream, peer, local, ctx, signal, guard, turns).await;
@@ -315,7 +316,7 @@ async fn serve(
     ctx: Arc<ConnCtx>,
     signal: Signal,
     open: OpenGuard,
-    turns: Turns,
+    turns: Option<Turns>,
 ) {
     let mut info = ConnInfo {
         peer,
@@ -347,7 +348,7 @@ async fn serve(
         }
     }
     let peer = info.peer;
-    let Some(acceptor) = &ctx.tls else {
+    let (Some(acceptor), Some(turns)) = (&ctx.tls, turns) else {
         serve_plain(stream, info, ctx, signal, open).await;
         return;
     };

@@ -44,8 +44,6 @@ const FIRST_COST: Duration = Duration::from_micros(500);
 pub struct Turns(Arc<Inner>);
 
 struct Inner {
-    /// Most turns granted in one pass.
-    batch: usize,
     /// Clients waiting for a turn.
     waiting: AtomicUsize,
     /// Turns granted and not yet taken.
@@ -62,14 +60,13 @@ impl Turns {
     /// runtime does. `batch` is the most turns granted in one pass.
     pub fn start(batch: usize) -> Turns {
         let turns = Turns(Arc::new(Inner {
-            batch: batch.max(1),
             waiting: AtomicUsize::new(0),
             grants: Semaphore::new(0),
             wake: Notify::new(),
             spent_ns: AtomicU64::new(0),
             ended: AtomicU64::new(0),
         }));
-        tokio::spawn(gate(turns.0.clone()));
+        tokio::spawn(gate(turns.0.clone(), batch.max(1)));
         turns
     }
 
@@ -117,9 +114,9 @@ impl Drop for Turn<'_> {
 }
 
 /// Grants turns once per pass through the run queue, to the clients
-/// waiting and not yet granted one.
-async fn gate(inner: Arc<Inner>) {
-    let mut pace = Pace::new(inner.batch);
+/// waiting and not yet granted one, at most `batch` a pass.
+async fn gate(inner: Arc<Inner>, batch: usize) {
+    let mut pace = Pace::new(batch);
     let mut last = Instant::now();
     loop {
         if inner.waiting.load(Relaxed) == 0 {
