@@ -298,17 +298,12 @@ impl Conn {
 
     /// Reads the final response head (1xx interim responses are skipped, as
     /// hyper's client does). `head_request`: the request was HEAD.
-    pub async fn read_head(
-        &mut self,
-        head_request: bool,
-    ) -> Result<(http::response::Parts, Framing, bool), ClientError> {
+    pub async fn read_head(&mut self, head_request: bool) -> Result<Head, ClientError> {
         loop {
             if !self.buf.is_empty() {
                 match parse_head(&mut self.buf, head_request)? {
                     Some(Parsed::Interim) => continue,
-                    Some(Parsed::Final(parts, framing, keep_alive)) => {
-                        return Ok((parts, framing, keep_alive));
-                    }
+                    Some(Parsed::Final(head)) => return Ok(head),
                     None => {}
                 }
                 if self.buf.len() > MAX_HEAD {
@@ -452,9 +447,63 @@ impl<'a> Encoded<'a> {
     }
 }
 
+/// A final response head, read.
+#[derive(Debug)]
+pub struct Head {
+    pub parts: http::response::Parts,
+    pub framing: Framing,
+    /// The connection can take another request once the body is read.
+    pub keep_alive: bool,
+    /// A hop-by-hop field is among `parts.headers` (rarely: the proxy
+    /// strips them only then).
+    pub hop_by_hop: bool,
+}
+
+thread_local! {
+    static NAMES: RefCell<Names> = const { RefCell::new(Names { known: Vec::new(), next: 0 }) };
+}
+
+/// The field names met in upstream response heads, as they were spelled,
+/// each with the `HeaderName` made of it and its `Present` class.
+///
+/// Why by hand: `HeaderName::from_bytes` lowercases a name into a scratch
+/// buffer and matches it against http's standard names, about 156
+/// instructions a field (callgrind, BENCHMARKS.md §6), and classing it for
+/// `Present` costs more again; an upstream spells the same few names the
+/// same way in every response, and comparing their bytes is a few dozen.
+/// At most [`NAMES_KEPT`] per worker, replaced in turn, so an upstream
+/// that sends ever new names costs a miss each, never memory.
+struct Names {
+    known: Vec<(Box<[u8]>, HeaderName, Present)>,
+    /// The entry a new name replaces once `known` is full.
+    next: usize,
+}
+
+const NAMES_KEPT: usize = 32;
+
+impl Names {
+    /// `raw`: a field name as httparse found it (a token, any case).
+    fn get(&mut self, raw: &[u8]) -> Result<(HeaderName, Present), ClientError> {
+        if let Some((_, name, class)) = self.known.iter().find(|(k, ..)| **k == *raw) {
+            return Ok((name.clone(), *class));
+        }
+        let name = HeaderName::from_bytes(raw).map_err(|_| ClientError::BadField)?;
+        let mut class = Present::default();
+        class.add_raw(raw);
+        let entry = (Box::from(raw), name.clone(), class);
+        if self.known.len() < NAMES_KEPT {
+            self.known.push(entry);
+        } else {
+            self.known[self.next] = entry;
+            self.next = (self.next + 1) % NAMES_KEPT;
+        }
+        Ok((name, class))
+    }
+}
+
 enum Parsed {
     Interim,
-    Final(http::response::Parts, Framing, bool),
+    Final(Head),
 }
 
 /// Parses one response head off the front of `buf`. `None`: incomplete.
@@ -513,16 +562,18 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
     // instructions, on every response.
     let mut headers = crate::header_maps::take(n + 2);
     let mut present = Present::default();
-    for &(name_at, name_len, value_at, value_len) in &spans[..n] {
-        let (name_at, name_len) = (name_at as usize, name_len as usize);
-        let (value_at, value_len) = (value_at as usize, value_len as usize);
-        let name = HeaderName::from_bytes(&head[name_at..name_at + name_len])
-            .map_err(|_| ClientError::BadField)?;
-        present.add(&name);
-        let value = HeaderValue::from_maybe_shared(head.slice(value_at..value_at + value_len))
-            .map_err(|_| ClientError::BadField)?;
-        headers.append(name, value);
-    }
+    NAMES.with_borrow_mut(|names| {
+        for &(name_at, name_len, value_at, value_len) in &spans[..n] {
+            let (name_at, name_len) = (name_at as usize, name_len as usize);
+            let (value_at, value_len) = (value_at as usize, value_len as usize);
+            let (name, class) = names.get(&head[name_at..name_at + name_len])?;
+            present.add_all(class);
+            let value = HeaderValue::from_maybe_shared(head.slice(value_at..value_at + value_len))
+                .map_err(|_| ClientError::BadField)?;
+            headers.append(name, value);
+        }
+        Ok::<_, ClientError>(())
+    })?;
 
     let mut parts = http::Response::new(()).into_parts().0;
     parts.status = status;
@@ -541,7 +592,12 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
         keep_alive &= connection_keeps_alive(&headers, version);
     }
     parts.headers = headers;
-    Ok(Some(Parsed::Final(parts, framing, keep_alive)))
+    Ok(Some(Parsed::Final(Head {
+        parts,
+        framing,
+        keep_alive,
+        hop_by_hop: present.has(Present::HOP_BY_HOP),
+    })))
 }
 
 /// The body's framing, and whether it leaves the connection reusable.
@@ -922,7 +978,7 @@ fn decode_in_steps(input: &[u8], step: usize) -> Outcome {
     };
     let (parts, framing, keep_alive) = loop {
         match parse_head(&mut buf, false) {
-            Ok(Some(Parsed::Final(p, f, k))) => break (p, f, k),
+            Ok(Some(Parsed::Final(h))) => break (h.parts, h.framing, h.keep_alive),
             Ok(Some(Parsed::Interim)) => continue,
             Ok(None) => {
                 if !feed(&mut buf) {

@@ -675,12 +675,13 @@ impl Proxy {
         let r = timer.within(timeout, exchange).await.ok_or(());
         c.put_timer(timer);
         match r {
-            Ok(Ok((rp, framing, keep_alive))) => Ok((
-                rp,
+            Ok(Ok(head)) => Ok((
+                head.parts,
                 FromUpstream::Own {
                     conn: c,
-                    framing,
-                    keep_alive,
+                    framing: head.framing,
+                    keep_alive: head.keep_alive,
+                    hop_by_hop: head.hop_by_hop,
                 },
             )),
             Ok(Err((e, nothing_sent))) => {
@@ -736,7 +737,16 @@ impl Proxy {
         // (RFC 9110 §6.2): an HTTP/1.0 upstream does not make the client's
         // response HTTP/1.0.
         rp.version = Version::HTTP_11;
-        forward::strip_hop_by_hop(&mut rp.headers, false);
+        // weir's own client saw every field's name as it parsed the head.
+        if !matches!(
+            from,
+            FromUpstream::Own {
+                hop_by_hop: false,
+                ..
+            }
+        ) {
+            forward::strip_hop_by_hop(&mut rp.headers, false);
+        }
         if self.cfg.via {
             forward::append_via(&mut rp.headers, via_for(version));
         }
@@ -763,6 +773,7 @@ impl Proxy {
                 mut conn,
                 framing,
                 keep_alive,
+                ..
             } => match conn.take_buffered(framing) {
                 // The whole body has arrived: one frame, no copy.
                 Some(bytes) => {
@@ -1010,6 +1021,8 @@ enum FromUpstream {
         conn: h1_client::Conn,
         framing: h1_client::Framing,
         keep_alive: bool,
+        /// The head holds a hop-by-hop field (else nothing to strip).
+        hop_by_hop: bool,
     },
 }
 

@@ -8,10 +8,57 @@ fn head_of(
     loop {
         match parse_head(&mut buf, head_request)? {
             Some(Parsed::Interim) => continue,
-            Some(Parsed::Final(p, f, k)) => return Ok((p, f, k)),
+            Some(Parsed::Final(h)) => return Ok((h.parts, h.framing, h.keep_alive)),
             None => panic!("incomplete head"),
         }
     }
+}
+
+fn hop_by_hop_in(raw: &[u8]) -> bool {
+    match parse_head(&mut BytesMut::from(raw), false) {
+        Ok(Some(Parsed::Final(h))) => h.hop_by_hop,
+        _ => panic!("not a final head"),
+    }
+}
+
+#[test]
+fn field_names_mean_the_same_however_spelled_and_remembered() {
+    // The same name in three spellings, each remembered apart: every one
+    // frames the body and lands in the map under its lower-case name.
+    for _ in 0..2 {
+        for name in ["Content-Length", "CONTENT-LENGTH", "content-length"] {
+            let raw = format!("HTTP/1.1 200 OK\r\n{name}: 3\r\nX-Up: 1\r\n\r\nabc");
+            let (p, framing, keep) = head_of(raw.as_bytes(), false).unwrap();
+            assert_eq!(framing, Framing::Length(3), "{name}");
+            assert!(keep);
+            assert_eq!(p.headers["content-length"], "3");
+            assert_eq!(p.headers["x-up"], "1");
+        }
+    }
+    // Hop-by-hop fields are noticed in any spelling, and only they.
+    for (field, hop) in [
+        ("Keep-Alive: timeout=5", true),
+        ("PROXY-CONNECTION: keep-alive", true),
+        ("connection: close", true),
+        ("Upgrade: h2c", true),
+        ("Proxy-Authenticate: Basic", true),
+        ("Te: trailers", true),
+        ("Keep-Alives: 1", false),
+        ("Content-Type: text/plain", false),
+    ] {
+        let raw = format!("HTTP/1.1 200 OK\r\n{field}\r\ncontent-length: 0\r\n\r\n");
+        assert_eq!(hop_by_hop_in(raw.as_bytes()), hop, "{field}");
+    }
+    // Ever new names: each one still right, and the worker keeps a bounded
+    // number of them.
+    for i in 0..3 * NAMES_KEPT {
+        let raw = format!("HTTP/1.1 204 No Content\r\nX-Field-{i}: v\r\n\r\n");
+        let (p, ..) = head_of(raw.as_bytes(), false).unwrap();
+        assert_eq!(p.headers[format!("x-field-{i}").as_str()], "v");
+    }
+    NAMES.with_borrow(|n| assert_eq!(n.known.len(), NAMES_KEPT));
+    // A name that is not a token is refused whether remembered or not.
+    assert!(head_of(b"HTTP/1.1 200 OK\r\nBad Name: 1\r\n\r\n", false).is_err());
 }
 
 #[test]
@@ -140,7 +187,7 @@ fn interim_responses_are_skipped_and_101_refused() {
     let (p, f) = loop {
         match parse_head(&mut buf, false).unwrap() {
             Some(Parsed::Interim) => seen += 1,
-            Some(Parsed::Final(p, f, _)) => break (p, f),
+            Some(Parsed::Final(h)) => break (h.parts, h.framing),
             None => panic!("incomplete"),
         }
     };
@@ -277,9 +324,10 @@ async fn body_after(
     let told = Outcome::default();
     let mut conn = Conn::new(Box::new(ours));
     theirs.write_all(sent).await.unwrap();
-    let (_, framing, keep) = conn.read_head(false).await.unwrap();
+    let head = conn.read_head(false).await.unwrap();
+    let framing = head.framing;
     assert!(conn.take_buffered(framing).is_none());
-    let body = ResponseBody::new(conn, framing, keep, Told(told.clone()));
+    let body = ResponseBody::new(conn, framing, head.keep_alive, Told(told.clone()));
     (body, told, framing, theirs)
 }
 
