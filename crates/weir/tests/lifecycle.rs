@@ -90,6 +90,55 @@ fn sigterm_finishes_in_flight_requests_then_exits_zero() {
 }
 
 #[test]
+fn sigterm_closes_idle_keep_alive_connections_at_once() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/a.txt"), b"hello").unwrap();
+    let mut w = Weir::start_in(
+        dir,
+        &format!("[server]\ngrace_period = \"30s\"\n[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"),
+        &[port],
+    );
+    // Keep-alive connections that have each waited idle more than once
+    // (the first wait and the later ones take different paths), and one
+    // that never sent anything.
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        let mut s = TcpStream::connect(addr(port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        for _ in 0..3 {
+            s.write_all(b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.ends_with(b"hello") {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "closed mid-response");
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        conns.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    w.terminate();
+    // Each idle connection is closed with no bytes, well before the grace
+    // period, and the server exits.
+    for mut s in conns {
+        let mut buf = [0u8; 64];
+        assert_eq!(s.read(&mut buf).unwrap(), 0, "idle connection got bytes");
+    }
+    let status = w
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits without waiting out the grace period");
+    assert!(status.success(), "exit status {status}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}
+
+#[test]
 fn grace_period_bounds_shutdown() {
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();

@@ -38,7 +38,7 @@ use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll, Waker, ready};
 
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderName, HeaderValue};
@@ -62,6 +62,11 @@ const MAX_HEADERS: usize = 100;
 /// The per-thread read buffer: large enough for any head the smuggling
 /// guard releases in one piece.
 const READ_BUF_LEN: usize = 16 * 1024;
+
+/// The largest head buffer a thread keeps for the next response; a body
+/// that fits in it with its head is copied behind the head and the two go
+/// out in one plain write.
+const HEAD_BUF_KEPT: usize = 4096;
 
 thread_local! {
     static READ_BUF: RefCell<Box<[u8]>> = RefCell::new(vec![0; READ_BUF_LEN].into_boxed_slice());
@@ -200,6 +205,8 @@ where
         let mut s = signal.clone();
         async move { s.signaled().await }
     });
+    // The waker `drained` was last polled with.
+    let mut drain_waker: Option<Waker> = None;
     let mut pending = BytesMut::new();
     loop {
         // Every complete request already read, in order (pipelining).
@@ -252,19 +259,37 @@ where
         {
             return Outcome::Move(to);
         }
-        let read = poll_fn(|cx| poll_read_into(io, cx, &mut pending));
         let n = if idle {
-            tokio::select! {
-                biased;
-                r = read => r,
-                _ = drained.as_mut() => {
+            // The drain future is polled again only once shutdown has begun
+            // or the task's waker has changed; in between it stays
+            // registered. Polled at every idle wait, it was about 220
+            // instructions a request (the watch channel's lock and version,
+            // callgrind, BENCHMARKS.md §6).
+            let read = poll_fn(|cx| {
+                if let Poll::Ready(r) = poll_read_into(io, cx, &mut pending) {
+                    return Poll::Ready(Some(r));
+                }
+                let registered = drain_waker
+                    .as_ref()
+                    .is_some_and(|w: &Waker| w.will_wake(cx.waker()));
+                if !registered || signal.is_signaled() {
+                    if drained.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(None);
+                    }
+                    drain_waker = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            });
+            match read.await {
+                Some(r) => r,
+                None => {
                     // Shutting down: an idle connection closes at once.
                     let _ = io.shutdown().await;
                     return Outcome::Closed;
                 }
             }
         } else {
-            read.await
+            poll_fn(|cx| poll_read_into(io, cx, &mut pending)).await
         };
         match n {
             Ok(0) => return Outcome::Closed,
@@ -457,9 +482,9 @@ where
     let framing = encode_head(&mut parts, length, is_head, &mut close, &mut head);
     // The fields are in `head` now: the map's table serves a later message.
     crate::header_maps::give(std::mem::take(&mut parts.headers));
-    let r = write_body(io, &head, &mut body, framing).await;
+    let r = write_body(io, &mut head, &mut body, framing).await;
     head.clear();
-    if head.capacity() <= 4096 {
+    if head.capacity() <= HEAD_BUF_KEPT {
         HEAD_BUF.set(head);
     }
     match r {
@@ -475,7 +500,7 @@ where
 /// did not match its length.
 async fn write_body<IO>(
     io: &mut IO,
-    head: &[u8],
+    head: &mut Vec<u8>,
     body: &mut Body,
     framing: Framing,
 ) -> io::Result<bool>
@@ -511,11 +536,25 @@ where
         if data.is_empty() {
             continue;
         }
-        let h = head.take().unwrap_or_default();
+        let h = head.take();
         match framing {
             Framing::Length(_) => {
                 let n = (data.len() as u64).min(left) as usize;
-                write_all(io, &mut [IoSlice::new(h), IoSlice::new(&data[..n])]).await?;
+                match h {
+                    // A small body goes out copied behind its head, in one
+                    // `send`: the `writev` layer (importing the vector, the
+                    // file write path) cost about 2 % of the proxy's time
+                    // for a 164-byte response (perf, BENCHMARKS.md §6), and
+                    // a copy of a few hundred bytes costs far less.
+                    Some(h) if h.len() + n <= HEAD_BUF_KEPT => {
+                        h.extend_from_slice(&data[..n]);
+                        write_all(io, &mut [IoSlice::new(h)]).await?;
+                    }
+                    h => {
+                        let h = h.map_or(&[][..], |h| &h[..]);
+                        write_all(io, &mut [IoSlice::new(h), IoSlice::new(&data[..n])]).await?;
+                    }
+                }
                 left -= n as u64;
                 if n < data.len() {
                     ok = false;
@@ -528,7 +567,7 @@ where
                 write_all(
                     io,
                     &mut [
-                        IoSlice::new(h),
+                        IoSlice::new(h.map_or(&[][..], |h| &h[..])),
                         IoSlice::new(size),
                         IoSlice::new(&data),
                         IoSlice::new(b"\r\n"),
@@ -539,7 +578,7 @@ where
         }
         flush(io).await?;
     }
-    let h = head.take().unwrap_or_default();
+    let h = head.take().map_or(&[][..], |h| &h[..]);
     match framing {
         Framing::Length(n) => {
             if !h.is_empty() {
@@ -578,13 +617,19 @@ fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
     &buf[i..]
 }
 
+/// Writes every slice; one slice goes out with a plain write (`send`), not
+/// a vectored one.
 async fn write_all<IO: AsyncWrite + Unpin>(
     io: &mut IO,
     mut bufs: &mut [IoSlice<'_>],
 ) -> io::Result<()> {
     IoSlice::advance_slices(&mut bufs, 0);
     while !bufs.is_empty() {
-        let n = poll_fn(|cx| Pin::new(&mut *io).poll_write_vectored(cx, bufs)).await?;
+        let n = if let [one] = bufs {
+            poll_fn(|cx| Pin::new(&mut *io).poll_write(cx, one)).await?
+        } else {
+            poll_fn(|cx| Pin::new(&mut *io).poll_write_vectored(cx, bufs)).await?
+        };
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
