@@ -63,7 +63,7 @@ const MIN_RATE: f64 = 200.0;
 /// be kept: a tie keeps what was there, so noise does not flap it.
 const MARGIN: f64 = 0.05;
 /// Packing must serve this much more to be kept. It leaves cores idle, and
-/// its wins where it belongs are wide (static pages from memory: 37–53 %
+/// its wins where it belongs are wide (static pages from memory: 35–53 %
 /// more in the trials); a narrower lead is what the trials' noise and the
 /// moves themselves produce (proxied requests: packing measured 6–16 %
 /// ahead in four of nine trials, yet spreading served 10 % more than
