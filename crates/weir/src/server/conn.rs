@@ -260,15 +260,11 @@ impl AsyncWrite for Movable {
         cx: &mut std::task::Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> std::task::Poll<std::io::Result<usize>> {
-        match (&mut self.get_mut().0, bufs) {
-            // rustls hands over what it has sealed as a list of records:
-            // nearly always one, a whole small response. One slice goes out
-            // with a plain `send`, whose system call costs less than a
-            // one-slice `writev` (BENCHMARKS.md §6: 0.8–1.0 % of weir's
-            // samples against 2.0 %).
-            (Some(s), [one]) => Pin::new(s).poll_write(cx, one),
-            (Some(s), _) => Pin::new(s).poll_write_vectored(cx, bufs),
-            (None, _) => std::task::Poll::Ready(Err(moved())),
+        match &mut self.get_mut().0 {
+            // rustls hands over what it has sealed as a list of records,
+            // nearly always one.
+            Some(s) => super::io::poll_write_slices(Pin::new(s), cx, bufs),
+            None => std::task::Poll::Ready(Err(moved())),
         }
     }
 

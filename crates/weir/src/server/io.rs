@@ -9,6 +9,8 @@
 //! the service when a request is in flight ([`ConnState`]); it keeps one timer
 //! per connection and re-arms it only when a deadline moves earlier, so the
 //! steady keep-alive path does not touch the timer wheel per request.
+//!
+//! Also the one rule every stream below it writes by ([`poll_write_slices`]).
 
 use std::io;
 use std::pin::Pin;
@@ -19,6 +21,21 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
+
+/// Writes `bufs` to a socket: a single slice (nearly always: a whole small
+/// response, or one sealed TLS record) with a plain `send`, several with
+/// `writev`. The kernel's vectored path costs more for one slice
+/// (BENCHMARKS.md §6: 2.0 % of weir's samples against 0.8–1.0 %).
+pub fn poll_write_slices<W: AsyncWrite + ?Sized>(
+    w: Pin<&mut W>,
+    cx: &mut Context<'_>,
+    bufs: &[io::IoSlice<'_>],
+) -> Poll<io::Result<usize>> {
+    match bufs {
+        [one] => w.poll_write(cx, one),
+        _ => w.poll_write_vectored(cx, bufs),
+    }
+}
 
 /// What the service tells the byte stream about the requests on it.
 #[derive(Debug, Default)]
@@ -330,6 +347,57 @@ mod tests {
             .await
             .expect("the connection's timer did not wake it")
             .unwrap();
+    }
+
+    /// Records which write a caller used.
+    #[derive(Default)]
+    struct Calls {
+        plain: Vec<usize>,
+        vectored: Vec<usize>,
+    }
+
+    impl AsyncWrite for Calls {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.get_mut().plain.push(buf.len());
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_write_vectored(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            bufs: &[io::IoSlice<'_>],
+        ) -> Poll<io::Result<usize>> {
+            let n = bufs.iter().map(|b| b.len()).sum();
+            self.get_mut().vectored.push(bufs.len());
+            Poll::Ready(Ok(n))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[test]
+    fn one_slice_is_a_plain_send_and_several_a_writev() {
+        let mut w = Calls::default();
+        let mut cx = Context::from_waker(Waker::noop());
+        let one = [io::IoSlice::new(b"HTTP/1.1 200 OK\r\n\r\n")];
+        let two = [io::IoSlice::new(b"head"), io::IoSlice::new(b"body")];
+        assert!(matches!(
+            poll_write_slices(Pin::new(&mut w), &mut cx, &one),
+            Poll::Ready(Ok(19))
+        ));
+        assert!(matches!(
+            poll_write_slices(Pin::new(&mut w), &mut cx, &two),
+            Poll::Ready(Ok(8))
+        ));
+        assert_eq!(w.plain, [19]);
+        assert_eq!(w.vectored, [2]);
     }
 
     fn conn() -> (

@@ -158,11 +158,7 @@ impl ZeroCopy {
 
     fn write(&mut self, cx: &mut Context<'_>, bufs: &[IoSlice<'_>]) -> Poll<io::Result<usize>> {
         let Some((i, file, offset, ends)) = self.regions.find(bufs) else {
-            return match bufs {
-                // A plain `send`: the vectored path costs the kernel more.
-                [one] => Pin::new(&mut self.io).poll_write(cx, one),
-                _ => Pin::new(&mut self.io).poll_write_vectored(cx, bufs),
-            };
+            return super::io::poll_write_slices(Pin::new(&mut self.io), cx, bufs);
         };
         let fd = self.io.as_raw_fd();
         if i > 0 {
