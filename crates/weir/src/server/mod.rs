@@ -299,7 +299,20 @@ async fn worker(
                     biased;
                     _ = stop.changed() => break,
                     a = rx.recv() => match a {
-                        Some(a) => conn::resume(a, &watcher),
+                        Some(a) => {
+                            conn::resume(a, &watcher);
+                            // Every arrival waiting, now: `recv` alone
+                            // takes 128 a turn (tokio's budget), and a turn
+                            // comes once per pass through the worker's run
+                            // queue, which at c10000 over TLS is a fifth of
+                            // a second. 5,000 connections moving waited up
+                            // to 8 s for their next response that way
+                            // (BENCHMARKS.md §6 "Every read before any send;
+                            // fifteen repeats").
+                            while let Ok(a) = rx.try_recv() {
+                                conn::resume(a, &watcher);
+                            }
+                        }
                         None => break,
                     }
                 }
