@@ -36,6 +36,16 @@ use tokio::sync::{Notify, Semaphore};
 /// three quarters of a worker busy with both.
 const SHARE: u32 = 3;
 
+/// Clients waiting for a turn on every worker together, for the placement
+/// controller (`server::balance`): a storm of handshakes is no time to
+/// measure request rates, nor to pack.
+static WAITING_EVERYWHERE: AtomicUsize = AtomicUsize::new(0);
+
+/// Clients waiting for a turn now, on all workers.
+pub fn waiting_everywhere() -> usize {
+    WAITING_EVERYWHERE.load(Relaxed)
+}
+
 /// The cost of a turn assumed before any was measured.
 const FIRST_COST: Duration = Duration::from_micros(500);
 
@@ -75,6 +85,7 @@ impl Turns {
     pub async fn take(&self) -> Turn<'_> {
         let inner = &*self.0;
         inner.waiting.fetch_add(1, Relaxed);
+        WAITING_EVERYWHERE.fetch_add(1, Relaxed);
         let _waiting = Waiting(inner);
         inner.wake.notify_one();
         inner
@@ -96,6 +107,7 @@ struct Waiting<'a>(&'a Inner);
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
         self.0.waiting.fetch_sub(1, Relaxed);
+        WAITING_EVERYWHERE.fetch_sub(1, Relaxed);
     }
 }
 
