@@ -21,7 +21,10 @@
 //! loses makes the next wait four times as long (2 s, 8 s, then 30 s); one
 //! that wins, 8 s. A steady request rate 40 % away from the last one starts
 //! a trial at once, and so does a kept placement serving 15 % less than its
-//! trial measured.
+//! trial measured. While a storm of TLS handshakes is on (64 or more clients
+//! waiting for a turn, `tls::turns`), the connections are spread and nothing
+//! is tried: every worker signs, and an epoch's request rate then says
+//! nothing about either placement.
 //!
 //! The placement acts in two places:
 //! - new connections: a one-instruction classic BPF program on each
@@ -255,8 +258,8 @@ impl Controller {
     /// says nothing about either placement: a trial taken in one at
     /// c10000 kept packing at 4,875 against 3,559 req/s, which left one
     /// worker to answer the rest of the storm and the clients that moved to
-    /// it waiting seconds for their next response (BENCHMARKS.md §6
-    /// "Every read before any send; fifteen repeats"). Trials start again
+    /// it waiting seconds for their next response (BENCHMARKS.md §6,
+    /// "... moving connections in a handshake storm"). Trials start again
     /// once the load is steady after it.
     pub fn storm(&mut self, now: Instant) -> Placement {
         self.placement = Placement::Spread;

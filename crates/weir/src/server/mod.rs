@@ -305,10 +305,11 @@ async fn worker(
                             // takes 128 a turn (tokio's budget), and a turn
                             // comes once per pass through the worker's run
                             // queue, which at c10000 over TLS is a fifth of
-                            // a second. 5,000 connections moving waited up
-                            // to 8 s for their next response that way
-                            // (BENCHMARKS.md §6 "Every read before any send;
-                            // fifteen repeats").
+                            // a second. Clients whose connections were
+                            // among 5,000 moving waited seconds for their
+                            // next response that way (BENCHMARKS.md §6,
+                            // "... moving connections in a handshake
+                            // storm").
                             while let Ok(a) = rx.try_recv() {
                                 conn::resume(a, &watcher);
                             }
