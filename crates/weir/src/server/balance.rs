@@ -76,11 +76,13 @@ const PACK_MARGIN: f64 = 0.15;
 const LOSING: f64 = 0.15;
 /// A change of the request rate by this share ends a steady stretch.
 const SHIFT: f64 = 0.4;
+/// A handshake storm: this many TLS clients waiting for a turn
+/// (`tls::turns`) at an epoch's end, on all workers together. Their RSA
+/// signatures are about 30 ms of a core's work (0.4–0.8 ms each), more than
+/// a steady trickle of new clients leaves waiting.
+const STORM: usize = 64;
 /// The wait before the next trial after one that lost; four times as long
 /// after each further loss, up to `MAX_HOLD`.
-/// A handshake storm: this many TLS clients waiting for a turn
-/// (`tls::turns`) at an epoch's end, on all workers together.
-const STORM: usize = 64;
 const MIN_HOLD: Duration = Duration::from_secs(2);
 const MAX_HOLD: Duration = Duration::from_secs(30);
 /// The wait before the next trial after one that won. A placement that just
