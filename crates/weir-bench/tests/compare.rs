@@ -129,7 +129,8 @@ fn quick_compare_writes_the_expected_shape() {
 }
 
 /// Repeats go in rounds: every server runs once per round, so the machine's
-/// drift over minutes cannot favour whichever server ran in a fast stretch.
+/// drift over minutes cannot favour whichever server ran in a fast stretch,
+/// and the order within a round changes, so no server always runs first.
 /// (weir runs with `--weir-accept cpu` here, so its repeats also show that
 /// setting serving.)
 #[test]
@@ -162,10 +163,17 @@ fn repeats_alternate_between_servers() {
         assert_eq!(v["repeat"], repeat - 1);
         v["started_unix_ms"].as_u64().expect("started_unix_ms")
     };
-    // weir, nginx, weir, nginx, weir, nginx: each start after the one before.
-    let order: Vec<u64> = (1..=3)
-        .flat_map(|r| [started("weir", r), started("nginx", r)])
-        .collect();
+    // Rounds one after another, and the order turns from round to round so
+    // neither server always runs first: weir, nginx; nginx, weir; weir,
+    // nginx. Each start comes after the one before.
+    let order: Vec<u64> = vec![
+        started("weir", 1),
+        started("nginx", 1),
+        started("nginx", 2),
+        started("weir", 2),
+        started("weir", 3),
+        started("nginx", 3),
+    ];
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
 
     // The per-round column: the median of weir's req/s over nginx's, round

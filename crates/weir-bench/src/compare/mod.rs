@@ -5,9 +5,10 @@
 //!
 //! Method: each server is started by hand (foreground, stopped by PID),
 //! checked (status and exact body) before measuring, warmed up, measured;
-//! `repeats` rounds, each running every server of the case once in turn, so
-//! the machine's drift over minutes (±15 % on a shared VM) lands on every
-//! server alike and the ratios hold. A round during which the hypervisor
+//! `repeats` rounds, each running every server of the case once, so the
+//! machine's drift over minutes (±15 % on a shared VM) lands on every server
+//! alike and the ratios hold; the order changes from round to round
+//! ([`round_order`]), so no server always runs first or after the same one. A round during which the hypervisor
 //! stole more than `max_stolen_pct` of the CPU (`/proc/stat`) is measured
 //! again, all of it. The tables show the median and min–max spread, server
 //! CPU and RSS (idle before load, peak during) from /proc, the generator's
@@ -468,9 +469,11 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                     // This round's repeats, kept apart until the round is
                     // accepted: a round with too much stolen CPU is measured
                     // again for every server, so rounds stay paired.
-                    let mut this_round: Vec<Measured> = Vec::new();
-                    for (server, setup, row, _) in &mut contenders {
-                        let mut m = Measured::default();
+                    let mut this_round: Vec<Measured> =
+                        contenders.iter().map(|_| Measured::default()).collect();
+                    for at in round_order(repeat, contenders.len()) {
+                        let (server, setup, row, _) = &mut contenders[at];
+                        let m = &mut this_round[at];
                         if row.status.is_empty() {
                             eprintln!(
                                 "-- {} / {} / {} (round {} of {}{})",
@@ -495,7 +498,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                                 server_cpu,
                                 backend_pid,
                                 repeat,
-                                &mut m,
+                                m,
                             );
                             if let Err(status) = r {
                                 eprintln!(
@@ -506,7 +509,6 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                                 row.status = status;
                             }
                         }
-                        this_round.push(m);
                     }
                     let stolen = this_round
                         .iter()
@@ -718,6 +720,39 @@ fn raw_dir(cfg: &CompareConfig, scenario: Scenario, case: &str) -> PathBuf {
 /// The raw record's name of `server`'s repeat `repeat` (from 0).
 fn raw_name(server: ServerKind, repeat: usize) -> String {
     format!("{}-{}.json", server.name(), repeat + 1)
+}
+
+/// The order in which round `round` runs `n` servers: a Williams design.
+///
+/// A fixed order gives each server the same place in every round and the
+/// same server before it, so whatever a place or a predecessor does to a
+/// measurement (the backend still closing the last proxy's connections, a
+/// machine that slows through a round) falls on one server every time and
+/// becomes part of its ratio. In a Williams square each server runs first,
+/// second, … equally often, and directly after each other server equally
+/// often: over `n` rounds for an even `n`, over `2n` (the square and its
+/// mirror) for an odd one. Rounds beyond that start the cycle again.
+fn round_order(round: usize, n: usize) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
+    }
+    // The first row: 0, 1, n-1, 2, n-2, 3, …
+    let first: Vec<usize> = (0..n)
+        .map(|j| {
+            if j % 2 == 1 {
+                j.div_ceil(2)
+            } else {
+                (n - j / 2) % n
+            }
+        })
+        .collect();
+    let rows = if n.is_multiple_of(2) { n } else { 2 * n };
+    let r = round % rows;
+    let mut order: Vec<usize> = first.iter().map(|&f| (f + r % n) % n).collect();
+    if r >= n {
+        order.reverse();
+    }
+    order
 }
 
 /// One round for one server: start it, check its answer, measure repeat
@@ -1174,6 +1209,48 @@ fn load_config(cfg: &CompareConfig, setup: &ServerSetup, case: &Case) -> LoadCon
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rounds_give_every_server_each_place_and_each_predecessor_equally_often() {
+        for n in 1..=6usize {
+            let rows = if n.is_multiple_of(2) { n } else { 2 * n };
+            let mut place = vec![vec![0usize; n]; n];
+            let mut after = vec![vec![0usize; n]; n];
+            for round in 0..rows {
+                let order = round_order(round, n);
+                let mut sorted = order.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, (0..n).collect::<Vec<_>>(), "n={n} round {round}");
+                for (at, &s) in order.iter().enumerate() {
+                    place[s][at] += 1;
+                }
+                for w in order.windows(2) {
+                    after[w[1]][w[0]] += 1;
+                }
+                // The cycle starts again after `rows` rounds.
+                assert_eq!(round_order(round + rows, n), order);
+            }
+            let per_place = rows / n;
+            assert!(
+                place.iter().flatten().all(|&c| c == per_place),
+                "n={n}: {place:?}"
+            );
+            if n > 1 {
+                let per_pair = rows / n;
+                for (s, row) in after.iter().enumerate() {
+                    for (p, &c) in row.iter().enumerate() {
+                        let want = if s == p { 0 } else { per_pair };
+                        assert_eq!(c, want, "n={n}: {s} after {p}: {after:?}");
+                    }
+                }
+            }
+        }
+        // Not the fixed order any more: the first round is weir first, the
+        // second is not.
+        assert_eq!(round_order(0, 3)[0], 0);
+        assert_ne!(round_order(1, 3)[0], 0);
+        assert!(round_order(0, 0).is_empty());
+    }
 
     #[test]
     fn a_round_with_too_much_stolen_cpu_is_measured_again_a_bounded_number_of_times() {

@@ -84,8 +84,9 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
     let _ = writeln!(
         o,
         "Median of {} repeats of {:.1} s after {:.1} s warm-up (fixed-count cases: each repeat runs its count), \
-         run in rounds: each round starts and measures every server once, in turn, so drift of the machine \
-         over minutes falls on all of them alike; spread is min–max. Latency p99 is measured from each request's send; the corrected column adds \
+         run in rounds: each round starts and measures every server once, so drift of the machine \
+         over minutes falls on all of them alike, in an order that changes from round to round (a Williams design: \
+         each server runs in each place, and right after each other server, equally often); spread is min–max. Latency p99 is measured from each request's send; the corrected column adds \
          coordinated-omission correction. Requests/s count 2xx/3xx only. CPU stolen is the share of the \
          machine's CPU time a hypervisor gave to other guests during the measured seconds (0 on bare metal): \
          repeats with much stolen time ran slow for reasons outside the servers, so a round in which it passed {:.0} % \
