@@ -57,7 +57,8 @@ fn response(size: usize) -> Vec<u8> {
     r
 }
 
-fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+/// A non-blocking `SO_REUSEPORT` listener on `addr`.
+pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let domain = if addr.is_ipv4() {
         socket2::Domain::IPV4
     } else {

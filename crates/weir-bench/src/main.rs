@@ -1,4 +1,5 @@
-//! The `weir-bench` command line: `load`, `backend`, `hold` and `compare`.
+//! The `weir-bench` command line: `load`, `backend`, `hold`, `relay` and
+//! `compare`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -6,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
-use weir_bench::{backend, compare, hold, load};
+use weir_bench::{backend, compare, hold, load, relay};
 
 #[derive(Parser)]
 #[command(
@@ -29,6 +30,22 @@ enum Cmd {
     Compare(CompareArgs),
     /// Open N connections (one GET each, keep-alive) and hold them idle.
     Hold(HoldArgs),
+    /// Copy bytes between each client and its own upstream connection, with
+    /// no HTTP at all: the fastest any proxy could be on this machine.
+    Relay(RelayArgs),
+}
+
+#[derive(Args)]
+struct RelayArgs {
+    /// Listen address.
+    #[arg(long, default_value = "127.0.0.1:9001")]
+    listen: std::net::SocketAddr,
+    /// Upstream address every connection is relayed to.
+    #[arg(long)]
+    to: std::net::SocketAddr,
+    /// Threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
 }
 
 #[derive(Args)]
@@ -180,6 +197,17 @@ fn main() -> Result<()> {
         }
         Cmd::Compare(a) => run_compare(a),
         Cmd::Hold(a) => run_hold(a),
+        Cmd::Relay(a) => {
+            let addr = relay::start(&relay::RelayConfig {
+                listen: a.listen,
+                to: a.to,
+                threads: a.threads,
+            })?;
+            eprintln!("weir-bench relay listening on {addr}, relaying to {}", a.to);
+            loop {
+                std::thread::park();
+            }
+        }
     }
 }
 

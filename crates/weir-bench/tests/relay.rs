@@ -1,0 +1,52 @@
+//! `weir-bench relay` passes bytes through unchanged, both ways, with one
+//! upstream connection per client connection.
+
+use std::io::{Read, Write};
+use std::sync::atomic::Ordering;
+
+use weir_bench::backend::{BackendConfig, start as start_backend};
+use weir_bench::load::{LoadConfig, run};
+use weir_bench::relay::{RelayConfig, start as start_relay};
+
+#[test]
+fn the_relay_passes_requests_and_responses_through_byte_for_byte() {
+    let backend = start_backend(&BackendConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        size: 10,
+        delay: std::time::Duration::ZERO,
+        threads: 1,
+    })
+    .unwrap();
+    let relay = start_relay(&RelayConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        to: backend.addr,
+        threads: 2,
+    })
+    .unwrap();
+
+    // Two pipelined requests on one connection: both answers, exactly the
+    // backend's bytes, in order.
+    let mut c = std::net::TcpStream::connect(relay).unwrap();
+    c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    c.write_all(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    c.read_to_end(&mut got).unwrap();
+    let one = "HTTP/1.1 200 OK\r\nServer: weir-bench-backend\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nabcdefghij";
+    assert_eq!(String::from_utf8(got).unwrap(), format!("{one}{one}"));
+
+    // Under load: every request reaches the backend once and every answer
+    // comes back whole.
+    let before = backend.requests.load(Ordering::Relaxed);
+    let mut cfg = LoadConfig::new(&format!("http://{relay}/"));
+    cfg.progress = false;
+    cfg.connections = 8;
+    cfg.threads = 1;
+    cfg.requests = Some(3000);
+    let r = run(&cfg).unwrap();
+    assert_eq!(r.successes, 3000);
+    assert_eq!(r.errors.total(), 0);
+    assert_eq!(r.connections_opened, 8);
+    assert_eq!(backend.requests.load(Ordering::Relaxed) - before, 3000);
+}
