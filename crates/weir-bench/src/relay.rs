@@ -50,7 +50,7 @@ pub fn start(cfg: &RelayConfig) -> Result<SocketAddr, RelayError> {
     for (i, l) in listeners.into_iter().enumerate() {
         let to = cfg.to;
         let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_io()
+            .enable_all()
             .build()
             .map_err(RelayError::Thread)?;
         std::thread::Builder::new()

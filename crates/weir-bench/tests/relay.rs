@@ -6,7 +6,16 @@ use std::sync::atomic::Ordering;
 
 use weir_bench::backend::{BackendConfig, start as start_backend};
 use weir_bench::load::{LoadConfig, run};
-use weir_bench::relay::{RelayConfig, start as start_relay};
+
+/// Kills the relay when the test ends, however it ends.
+struct Stop(std::process::Child);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 #[test]
 fn the_relay_passes_requests_and_responses_through_byte_for_byte() {
@@ -17,12 +26,30 @@ fn the_relay_passes_requests_and_responses_through_byte_for_byte() {
         threads: 1,
     })
     .unwrap();
-    let relay = start_relay(&RelayConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        to: backend.addr,
-        threads: 2,
-    })
-    .unwrap();
+    // The command a user runs, not only the library function.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let relay: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_weir-bench"))
+        .args([
+            "relay",
+            "--listen",
+            &relay.to_string(),
+            "--to",
+            &backend.addr.to_string(),
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _stop = Stop(child);
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(relay).is_err() {
+        assert!(started.elapsed().as_secs() < 10, "the relay never listened");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 
     // Two pipelined requests on one connection: both answers, exactly the
     // backend's bytes, in order.
