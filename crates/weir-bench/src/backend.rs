@@ -15,14 +15,14 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Errors starting the backend.
+/// Errors starting the backend or the relay ([`crate::relay`]).
 #[derive(Debug, thiserror::Error)]
-pub enum BackendError {
+pub enum StartError {
     /// Binding the listen address failed.
     #[error("cannot listen on {0}: {1}")]
     Bind(SocketAddr, std::io::Error),
     /// A thread or runtime could not be started.
-    #[error("cannot start backend thread: {0}")]
+    #[error("cannot start a serving thread: {0}")]
     Thread(std::io::Error),
 }
 
@@ -58,7 +58,7 @@ fn response(size: usize) -> Vec<u8> {
 }
 
 /// A non-blocking `SO_REUSEPORT` listener on `addr`.
-pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let domain = if addr.is_ipv4() {
         socket2::Domain::IPV4
     } else {
@@ -74,27 +74,48 @@ pub(crate) fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 }
 
 /// Starts the backend on background threads and returns once it listens.
-pub fn start(cfg: &BackendConfig) -> Result<Backend, BackendError> {
-    let first = bind(cfg.listen).map_err(|e| BackendError::Bind(cfg.listen, e))?;
-    let addr = first
-        .local_addr()
-        .map_err(|e| BackendError::Bind(cfg.listen, e))?;
+pub fn start(cfg: &BackendConfig) -> Result<Backend, StartError> {
     let requests = Arc::new(AtomicU64::new(0));
     let resp: Arc<[u8]> = response(cfg.size).into();
+    let counted = requests.clone();
+    let delay = cfg.delay;
+    let addr = serve_on_threads(cfg.listen, cfg.threads, "backend", move |s| {
+        let _ = s.set_nodelay(true);
+        serve(s, resp.clone(), delay, counted.clone())
+    })?;
+    Ok(Backend { addr, requests })
+}
+
+/// Listens on `listen` with `threads` `SO_REUSEPORT` sockets, each accepted
+/// on its own thread (`{name}-{i}`) by a current-thread runtime that spawns
+/// `conn(stream)` for every connection; returns the bound address (useful
+/// with port 0). The shape weir itself has, for the backend and the relay.
+pub(crate) fn serve_on_threads<F, Fut>(
+    listen: SocketAddr,
+    threads: usize,
+    name: &str,
+    conn: F,
+) -> Result<SocketAddr, StartError>
+where
+    F: Fn(TcpStream) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let first = bind(listen).map_err(|e| StartError::Bind(listen, e))?;
+    let addr = first
+        .local_addr()
+        .map_err(|e| StartError::Bind(listen, e))?;
     let mut listeners = vec![first];
-    for _ in 1..cfg.threads.max(1) {
-        listeners.push(bind(addr).map_err(|e| BackendError::Bind(addr, e))?);
+    for _ in 1..threads.max(1) {
+        listeners.push(bind(addr).map_err(|e| StartError::Bind(addr, e))?);
     }
     for (i, l) in listeners.into_iter().enumerate() {
-        let resp = resp.clone();
-        let requests = requests.clone();
-        let delay = cfg.delay;
+        let conn = conn.clone();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(BackendError::Thread)?;
+            .map_err(StartError::Thread)?;
         std::thread::Builder::new()
-            .name(format!("backend-{i}"))
+            .name(format!("{name}-{i}"))
             .spawn(move || {
                 rt.block_on(async move {
                     let Ok(l) = TcpListener::from_std(l) else {
@@ -104,14 +125,13 @@ pub fn start(cfg: &BackendConfig) -> Result<Backend, BackendError> {
                         let Ok((s, _)) = l.accept().await else {
                             continue;
                         };
-                        let _ = s.set_nodelay(true);
-                        tokio::spawn(serve(s, resp.clone(), delay, requests.clone()));
+                        tokio::spawn(conn(s));
                     }
                 })
             })
-            .map_err(BackendError::Thread)?;
+            .map_err(StartError::Thread)?;
     }
-    Ok(Backend { addr, requests })
+    Ok(addr)
 }
 
 /// Serves one connection until the client closes it.

@@ -12,18 +12,9 @@
 
 use std::net::SocketAddr;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
-/// Errors starting the relay.
-#[derive(Debug, thiserror::Error)]
-pub enum RelayError {
-    /// Binding the listen address failed.
-    #[error("cannot listen on {0}: {1}")]
-    Bind(SocketAddr, std::io::Error),
-    /// A thread or runtime could not be started.
-    #[error("cannot start relay thread: {0}")]
-    Thread(std::io::Error),
-}
+use crate::backend::StartError;
 
 /// Relay settings.
 #[derive(Debug, Clone)]
@@ -38,39 +29,9 @@ pub struct RelayConfig {
 
 /// Starts the relay on background threads; returns the bound address once
 /// it listens.
-pub fn start(cfg: &RelayConfig) -> Result<SocketAddr, RelayError> {
-    let first = crate::backend::bind(cfg.listen).map_err(|e| RelayError::Bind(cfg.listen, e))?;
-    let addr = first
-        .local_addr()
-        .map_err(|e| RelayError::Bind(cfg.listen, e))?;
-    let mut listeners = vec![first];
-    for _ in 1..cfg.threads.max(1) {
-        listeners.push(crate::backend::bind(addr).map_err(|e| RelayError::Bind(addr, e))?);
-    }
-    for (i, l) in listeners.into_iter().enumerate() {
-        let to = cfg.to;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(RelayError::Thread)?;
-        std::thread::Builder::new()
-            .name(format!("relay-{i}"))
-            .spawn(move || {
-                rt.block_on(async move {
-                    let Ok(l) = TcpListener::from_std(l) else {
-                        return;
-                    };
-                    loop {
-                        let Ok((c, _)) = l.accept().await else {
-                            continue;
-                        };
-                        tokio::spawn(relay(c, to));
-                    }
-                })
-            })
-            .map_err(RelayError::Thread)?;
-    }
-    Ok(addr)
+pub fn start(cfg: &RelayConfig) -> Result<SocketAddr, StartError> {
+    let to = cfg.to;
+    crate::backend::serve_on_threads(cfg.listen, cfg.threads, "relay", move |c| relay(c, to))
 }
 
 /// Copies one client connection to a new upstream connection and back
