@@ -1,8 +1,8 @@
 //! `weir-bench relay`: the floor for any proxy on this machine. Each client
 //! connection gets its own upstream connection and bytes are copied both
 //! ways, with no HTTP at all: no parsing, no fields added, no pool, no
-//! timeouts. A real proxy does all of that and more, so its requests per
-//! second against the same backend and generator can only be lower; the
+//! timeouts. A real proxy does all of that and more, so against the same
+//! backend and generator its requests per second should not be higher; the
 //! relay's rate says how much of a proxy benchmark is the machine (the
 //! generator, the backend and the kernel's loopback TCP) and how much is
 //! left for the proxy to win or lose (BENCHMARKS.md §6).
