@@ -415,7 +415,11 @@ fn pack_spreads_by_256_connections_on_the_first_worker_and_packs_again_after() {
         ],
         &[port],
     );
-    assert!(w.stderr().contains("Pack accept"), "{}", w.stderr());
+    assert!(
+        w.wait_log("Pack accept", Duration::from_secs(10)),
+        "{}",
+        w.stderr()
+    );
     let get = |s: &mut TcpStream| {
         s.write_all(b"GET /index.html HTTP/1.1\r\nHost: a\r\n\r\n")
             .unwrap();

@@ -90,6 +90,19 @@ impl Weir {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
+    /// Waits until the log has `needle`: a line logged as the server starts
+    /// may come after its port already accepts connections.
+    pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.stderr().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
