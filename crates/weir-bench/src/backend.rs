@@ -73,6 +73,23 @@ fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(s.into())
 }
 
+/// Fails with `AddrInUse` if anything is bound to `addr` already: without
+/// this, a `SO_REUSEPORT` listener of the same user (a backend or relay left
+/// over from an earlier run) would be joined silently and take part of the
+/// connections. A socket without the option cannot join such a group. (The
+/// same check as weir's `server::listen::ensure_unbound`; the two binaries
+/// share no crate for it.)
+fn ensure_unbound(addr: SocketAddr) -> std::io::Result<()> {
+    let domain = if addr.is_ipv4() {
+        socket2::Domain::IPV4
+    } else {
+        socket2::Domain::IPV6
+    };
+    let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    s.bind(&addr.into())
+}
+
 /// Starts the backend on background threads and returns once it listens.
 pub fn start(cfg: &BackendConfig) -> Result<Backend, StartError> {
     let requests = Arc::new(AtomicU64::new(0));
@@ -100,6 +117,9 @@ where
     F: Fn(TcpStream) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
+    if listen.port() != 0 {
+        ensure_unbound(listen).map_err(|e| StartError::Bind(listen, e))?;
+    }
     let first = bind(listen).map_err(|e| StartError::Bind(listen, e))?;
     let addr = first
         .local_addr()

@@ -76,4 +76,52 @@ fn the_relay_passes_requests_and_responses_through_byte_for_byte() {
     assert_eq!(r.errors.total(), 0);
     assert_eq!(r.connections_opened, 8);
     assert_eq!(backend.requests.load(Ordering::Relaxed) - before, 3000);
+
+    // A second relay, or a backend, on the port the first relay holds must
+    // refuse to start and say why, not join its SO_REUSEPORT group and take
+    // part of its connections.
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_weir-bench"))
+        .args([
+            "relay",
+            "--listen",
+            &relay.to_string(),
+            "--to",
+            &backend.addr.to_string(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut second = Stop(second);
+    let exited = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = second.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            exited.elapsed().as_secs() < 10,
+            "a second relay on a held port kept running"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    let mut err = String::new();
+    second
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        err.contains(&format!("cannot listen on {relay}")) && err.contains("in use"),
+        "{err}"
+    );
+    let held = start_backend(&BackendConfig {
+        listen: relay,
+        size: 10,
+        delay: std::time::Duration::ZERO,
+        threads: 1,
+    });
+    assert!(held.is_err(), "a backend joined the relay's port");
 }

@@ -124,10 +124,25 @@ fn main() -> ExitCode {
     match real_main(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("weir: {e:#}");
+            eprintln!("weir: {}", error_chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each once: many of weir's errors already
+/// name their cause in their own message ("cannot listen on ...: Address
+/// already in use"), and anyhow's `{:#}` would print it a second time.
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -403,4 +418,30 @@ fn file_server_toml(
     let mut doc = toml::Table::new();
     doc.insert("site".into(), sites.into());
     Ok(toml::to_string(&doc)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("cannot listen on 127.0.0.1:80: {source}")]
+    struct Bind {
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated_and_a_new_one_is_kept() {
+        let io = || std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address already in use");
+        let e = anyhow::Error::new(Bind { source: io() });
+        assert_eq!(
+            error_chain(&e),
+            "cannot listen on 127.0.0.1:80: Address already in use"
+        );
+        let e = anyhow::Error::new(io()).context("starting the server");
+        assert_eq!(
+            error_chain(&e),
+            "starting the server: Address already in use"
+        );
+    }
 }

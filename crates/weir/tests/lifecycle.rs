@@ -381,6 +381,8 @@ fn second_instance_on_a_taken_port_refuses_to_start() {
         err.contains(&format!("cannot listen on 127.0.0.1:{port}")) && err.contains("in use"),
         "{err}"
     );
+    // The cause is said once, not again by the error chain.
+    assert_eq!(err.matches("in use").count(), 1, "{err}");
     let resp = raw(
         port,
         b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
