@@ -46,6 +46,84 @@ async fn active_http_check_takes_a_sick_upstream_out_and_503_when_all_are_down()
     );
 }
 
+/// Upstreams that refuse connections, with the default retries: after the
+/// last one failed the client gets 502 (an upstream failed), not 503 (none
+/// was available), and the log names that upstream and why; an upstream
+/// the passive check has taken out is then a 503, with no attempt.
+#[tokio::test]
+async fn refused_connections_end_in_a_502_that_names_the_last_upstream_and_its_cause() {
+    let (dead_a, dead_b) = (free_port(), free_port());
+    let w = Weir::start_logged(&format!(
+        "[site.\"127.0.0.1:{{PORT}}\"]\ndefault = true\n\
+         proxy = {{ to = [\"127.0.0.1:{dead_a}\", \"127.0.0.1:{dead_b}\"] }}\n\
+         [site.\"one.test\"]\nlisten = \"127.0.0.1:{{PORT}}\"\n\
+         proxy = {{ to = [\"127.0.0.1:{dead_a}\"], passive = {{ failures = 1 }} }}\n\
+         [site.\"ws.test\"]\nlisten = \"127.0.0.1:{{PORT}}\"\n\
+         proxy = {{ to = [\"127.0.0.1:{dead_b}\"] }}\n"
+    ));
+    let c = client();
+    let r = c.get(w.url("/both")).send().await.unwrap();
+    assert_eq!(r.status(), 502);
+    assert_eq!(
+        r.text().await.unwrap(),
+        "502 Bad Gateway: the upstream server failed\n"
+    );
+    let r = c
+        .get(w.url("/one"))
+        .header("host", "one.test")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    let log = w.log();
+    for path in ["/both", "/one"] {
+        let line = log
+            .lines()
+            .find(|l| l.contains(&format!("proxy GET {path}: cannot connect")))
+            .unwrap_or_else(|| panic!("no failure logged for {path}:\n{log}"));
+        assert!(line.contains("refused") && line.contains("502"), "{line}");
+        let named = if path == "/one" {
+            line.contains(&format!("127.0.0.1:{dead_a}"))
+        } else {
+            line.contains(&format!("127.0.0.1:{dead_a}"))
+                || line.contains(&format!("127.0.0.1:{dead_b}"))
+        };
+        assert!(named, "{line}");
+    }
+    // A WebSocket upgrade takes its own path to the upstream: the same.
+    let r = c
+        .get(w.url("/ws"))
+        .header("host", "ws.test")
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    assert!(
+        w.log()
+            .lines()
+            .any(|l| l.contains("proxy GET /ws: cannot connect")
+                && l.contains(&format!("127.0.0.1:{dead_b}"))),
+        "{}",
+        w.log()
+    );
+    // That failure took one.test's only upstream out: no attempt now.
+    let r = c
+        .get(w.url("/later"))
+        .header("host", "one.test")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(
+        r.text().await.unwrap(),
+        "503 Service Unavailable: no upstream server is available\n"
+    );
+}
+
 #[tokio::test]
 async fn tcp_check_and_rise_bring_an_upstream_back() {
     let port = free_port();

@@ -304,9 +304,16 @@ impl Proxy {
 
         let mut tried: Vec<usize> = Vec::new();
         let mut attempt = 0u32;
+        // The failure that sent this request on to another upstream: when
+        // none is left, the client and the log get it (a 502 "cannot
+        // connect" naming the upstream), not "no upstream is available".
+        let mut last: Option<(usize, ProxyError)> = None;
         loop {
             let Some(idx) = self.pick(key, sticky, &tried) else {
-                return self.fail(parts, None, ProxyError::NoneAvailable);
+                return match last {
+                    Some((i, e)) => self.fail(parts, Some(&self.ups[i]), e),
+                    None => self.fail(parts, None, ProxyError::NoneAvailable),
+                };
             };
             let up = &self.ups[idx];
             let permit = if up.limit.is_none() {
@@ -339,6 +346,7 @@ impl Proxy {
                         tracing::info!("proxy: {}: {e}; retrying on another upstream", up.cfg.name);
                         tried.push(idx);
                         attempt += 1;
+                        last = Some((idx, e));
                         continue;
                     }
                     return self.fail(parts, Some(up), e);
@@ -404,6 +412,7 @@ impl Proxy {
                         if failure != Failure::Stale {
                             attempt += 1;
                         }
+                        last = Some((idx, e));
                         continue;
                     }
                     return self.fail(parts, Some(up), e);

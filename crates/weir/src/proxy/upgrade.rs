@@ -139,9 +139,14 @@ async fn tunnel(
     let mut body = Some(body);
     let mut tried = Vec::new();
     let mut attempt = 0;
+    // As in `Proxy::serve`: the failure that moved on, if none is left.
+    let mut last: Option<(usize, ProxyError)> = None;
     loop {
         let Some(idx) = p.pick(key, sticky, &tried) else {
-            return p.fail(parts, None, ProxyError::NoneAvailable);
+            return match last {
+                Some((i, e)) => p.fail(parts, Some(&p.ups[i]), e),
+                None => p.fail(parts, None, ProxyError::NoneAvailable),
+            };
         };
         let up = p.ups[idx].clone();
         let permit = match p.admit(&up).await {
@@ -165,6 +170,7 @@ async fn tunnel(
                 if may_retry(Failure::Connect, false, false, attempt, p.cfg.retries) {
                     tried.push(idx);
                     attempt += 1;
+                    last = Some((idx, e));
                     continue;
                 }
                 return p.fail(parts, Some(&up), e);

@@ -333,6 +333,21 @@ impl Weir {
     /// Starts weir with `config`, where `{PORT}` is replaced by a free port
     /// and `{DIR}` by a temporary directory.
     pub fn start(config: &str) -> Weir {
+        Self::start_with(config, false)
+    }
+
+    /// As [`Weir::start`], with weir's log (at its default level) kept in
+    /// the directory for [`Weir::log`] instead of shown with the test's.
+    pub fn start_logged(config: &str) -> Weir {
+        Self::start_with(config, true)
+    }
+
+    /// The log so far, if started with [`Weir::start_logged`].
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
+    }
+
+    fn start_with(config: &str, logged: bool) -> Weir {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let text = config
@@ -343,18 +358,20 @@ impl Weir {
             .unwrap()
             .write_all(text.as_bytes())
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .args(["run", "-c"])
-            .arg(&path)
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+        cmd.args(["run", "-c"]).arg(&path).stdout(Stdio::null());
+        if logged {
+            let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
+            cmd.stderr(log);
+        } else {
             // WEIR_TEST_LOG=weir=debug shows more when chasing a failure.
-            .env(
+            cmd.env(
                 "WEIR_LOG",
                 std::env::var("WEIR_TEST_LOG").unwrap_or_else(|_| "weir=warn".into()),
             )
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::inherit());
+        }
+        let child = cmd.spawn().unwrap();
         Self::wait(child, port, dir)
     }
 
