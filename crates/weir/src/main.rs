@@ -376,9 +376,14 @@ fn init_logging(level: &str, json: bool) -> anyhow::Result<()> {
         Err(_) => EnvFilter::try_new(format!("weir={level},warn"))
             .with_context(|| format!("log level `{level}`"))?,
     };
+    // Colours only on a terminal (and not with NO_COLOR set): a log that
+    // goes to a file, a pipe or journald must not carry escape codes.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_target(false);
     if json {
         builder.json().init();

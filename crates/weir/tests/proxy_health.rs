@@ -76,6 +76,8 @@ async fn refused_connections_end_in_a_502_that_names_the_last_upstream_and_its_c
         .unwrap();
     assert_eq!(r.status(), 502);
     let log = w.log();
+    // A log written to a file carries no terminal colour codes.
+    assert!(!log.contains('\x1b'), "{log}");
     for path in ["/both", "/one"] {
         let line = log
             .lines()
