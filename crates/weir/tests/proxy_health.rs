@@ -53,13 +53,17 @@ async fn active_http_check_takes_a_sick_upstream_out_and_503_when_all_are_down()
 #[tokio::test]
 async fn refused_connections_end_in_a_502_that_names_the_last_upstream_and_its_cause() {
     let (dead_a, dead_b) = (free_port(), free_port());
+    let live = Upstream::start("live").await;
     let w = Weir::start_logged(&format!(
         "[site.\"127.0.0.1:{{PORT}}\"]\ndefault = true\n\
          proxy = {{ to = [\"127.0.0.1:{dead_a}\", \"127.0.0.1:{dead_b}\"] }}\n\
          [site.\"one.test\"]\nlisten = \"127.0.0.1:{{PORT}}\"\n\
          proxy = {{ to = [\"127.0.0.1:{dead_a}\"], passive = {{ failures = 1 }} }}\n\
          [site.\"ws.test\"]\nlisten = \"127.0.0.1:{{PORT}}\"\n\
-         proxy = {{ to = [\"127.0.0.1:{dead_b}\"] }}\n"
+         proxy = {{ to = [\"127.0.0.1:{dead_b}\"] }}\n\
+         [site.\"mixed.test\"]\nlisten = \"127.0.0.1:{{PORT}}\"\n\
+         proxy = {{ to = [\"127.0.0.1:{dead_b}\", \"{}\"], balance = \"first\" }}\n",
+        live.addr
     ));
     let c = client();
     let r = c.get(w.url("/both")).send().await.unwrap();
@@ -109,6 +113,25 @@ async fn refused_connections_end_in_a_502_that_names_the_last_upstream_and_its_c
             .lines()
             .any(|l| l.contains("proxy GET /ws: cannot connect")
                 && l.contains(&format!("127.0.0.1:{dead_b}"))),
+        "{}",
+        w.log()
+    );
+    // A retry that finds a live upstream: answered, and the log says which
+    // upstream failed, why, and which one took the request.
+    let r = c
+        .get(w.url("/mixed"))
+        .header("host", "mixed.test")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "live");
+    let retried = format!("proxy: 127.0.0.1:{dead_b}: cannot connect");
+    let on = format!("retrying on {}", live.addr);
+    assert!(
+        w.log()
+            .lines()
+            .any(|l| l.contains(&retried) && l.contains(&on)),
         "{}",
         w.log()
     );

@@ -316,6 +316,13 @@ impl Proxy {
                 };
             };
             let up = &self.ups[idx];
+            if let Some((i, e)) = &last {
+                tracing::info!(
+                    "proxy: {}: {e}; retrying on {}",
+                    self.ups[*i].cfg.name,
+                    up.cfg.name
+                );
+            }
             let permit = if up.limit.is_none() {
                 None
             } else {
@@ -343,7 +350,6 @@ impl Proxy {
                         attempt,
                         self.cfg.retries,
                     ) {
-                        tracing::info!("proxy: {}: {e}; retrying on another upstream", up.cfg.name);
                         tried.push(idx);
                         attempt += 1;
                         last = Some((idx, e));
@@ -405,7 +411,6 @@ impl Proxy {
                     }
                     let replayable = body.replayable() || untouched;
                     if may_retry(failure, idempotent, replayable, attempt, self.cfg.retries) {
-                        tracing::info!("proxy: {}: {e}; retrying", up.cfg.name);
                         if !untouched {
                             tried.push(idx);
                         }
