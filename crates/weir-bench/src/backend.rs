@@ -59,13 +59,7 @@ fn response(size: usize) -> Vec<u8> {
 
 /// A non-blocking `SO_REUSEPORT` listener on `addr`.
 fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let domain = if addr.is_ipv4() {
-        socket2::Domain::IPV4
-    } else {
-        socket2::Domain::IPV6
-    };
-    let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
-    s.set_reuse_address(true)?;
+    let s = tcp_socket(addr)?;
     s.set_reuse_port(true)?;
     s.set_nonblocking(true)?;
     s.bind(&addr.into())?;
@@ -80,6 +74,12 @@ fn bind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
 /// same check as weir's `server::listen::ensure_unbound`; the two binaries
 /// share no crate for it.)
 fn ensure_unbound(addr: SocketAddr) -> std::io::Result<()> {
+    tcp_socket(addr)?.bind(&addr.into())
+}
+
+/// A TCP socket for `addr`'s family with `SO_REUSEADDR` (a restarted
+/// backend can take its port while old connections sit in TIME_WAIT).
+fn tcp_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
     let domain = if addr.is_ipv4() {
         socket2::Domain::IPV4
     } else {
@@ -87,7 +87,7 @@ fn ensure_unbound(addr: SocketAddr) -> std::io::Result<()> {
     };
     let s = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))?;
     s.set_reuse_address(true)?;
-    s.bind(&addr.into())
+    Ok(s)
 }
 
 /// Starts the backend on background threads and returns once it listens.

@@ -33,14 +33,7 @@ fn the_relay_passes_requests_and_responses_through_byte_for_byte() {
         .unwrap()
         .port();
     let relay: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_weir-bench"))
-        .args([
-            "relay",
-            "--listen",
-            &relay.to_string(),
-            "--to",
-            &backend.addr.to_string(),
-        ])
+    let child = relay_command(relay, backend.addr)
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -80,14 +73,7 @@ fn the_relay_passes_requests_and_responses_through_byte_for_byte() {
     // A second relay, or a backend, on the port the first relay holds must
     // refuse to start and say why, not join its SO_REUSEPORT group and take
     // part of its connections.
-    let second = std::process::Command::new(env!("CARGO_BIN_EXE_weir-bench"))
-        .args([
-            "relay",
-            "--listen",
-            &relay.to_string(),
-            "--to",
-            &backend.addr.to_string(),
-        ])
+    let second = relay_command(relay, backend.addr)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -124,4 +110,17 @@ fn the_relay_passes_requests_and_responses_through_byte_for_byte() {
         threads: 1,
     });
     assert!(held.is_err(), "a backend joined the relay's port");
+}
+
+/// `weir-bench relay --listen LISTEN --to TO`.
+fn relay_command(listen: std::net::SocketAddr, to: std::net::SocketAddr) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_weir-bench"));
+    c.args([
+        "relay",
+        "--listen",
+        &listen.to_string(),
+        "--to",
+        &to.to_string(),
+    ]);
+    c
 }
