@@ -90,6 +90,63 @@ fn sigterm_finishes_in_flight_requests_then_exits_zero() {
 }
 
 #[test]
+fn sighup_is_ignored_with_a_warning_and_the_server_keeps_serving() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/a.txt"), b"hello").unwrap();
+    let mut w = Weir::start_in(
+        dir,
+        &format!("[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"),
+        &[port],
+    );
+    let get = b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut kept = TcpStream::connect(addr(port)).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let read_hello = |s: &mut TcpStream| {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.ends_with(b"hello") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed mid-response");
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"), "{got:?}");
+    };
+    kept.write_all(get).unwrap();
+    read_hello(&mut kept);
+
+    // A reload signal as nginx takes it: weir neither dies nor drops a
+    // connection, and its log says the signal changed nothing.
+    w.signal("HUP");
+    assert!(
+        w.wait_log("SIGHUP ignored", Duration::from_secs(5)),
+        "{}",
+        w.stderr()
+    );
+    assert!(
+        w.wait_exit(Duration::from_millis(300)).is_none(),
+        "exited on SIGHUP"
+    );
+    kept.write_all(get).unwrap();
+    read_hello(&mut kept);
+    let mut fresh = TcpStream::connect(addr(port)).unwrap();
+    fresh
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    fresh.write_all(get).unwrap();
+    read_hello(&mut fresh);
+
+    // SIGTERM still stops it, cleanly.
+    w.terminate();
+    let status = w
+        .wait_exit(Duration::from_secs(15))
+        .expect("exits on SIGTERM");
+    assert!(status.success(), "exit status {status}");
+}
+
+#[test]
 fn sigterm_closes_idle_keep_alive_connections_at_once() {
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();

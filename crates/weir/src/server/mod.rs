@@ -253,9 +253,25 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate()).map_err(ServerError::Worker)?;
         let mut int = signal(SignalKind::interrupt()).map_err(ServerError::Worker)?;
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: shutting down gracefully (grace period {:?})", grace),
-            _ = int.recv() => tracing::info!("SIGINT: shutting down gracefully (grace period {:?})", grace),
+        // SIGHUP's default action ends the process: an operator used to
+        // nginx (`kill -HUP` reloads it) or a unit file's `ExecReload`
+        // would take the site down. weir ignores it, and says so.
+        let mut hup = signal(SignalKind::hangup()).map_err(ServerError::Worker)?;
+        loop {
+            tokio::select! {
+                _ = term.recv() => {
+                    tracing::info!("SIGTERM: shutting down gracefully (grace period {:?})", grace);
+                    break;
+                }
+                _ = int.recv() => {
+                    tracing::info!("SIGINT: shutting down gracefully (grace period {:?})", grace);
+                    break;
+                }
+                _ = hup.recv() => tracing::warn!(
+                    "SIGHUP ignored: weir does not reload its configuration on a signal; \
+                     restart it to apply a changed config (SIGTERM stops it gracefully)"
+                ),
+            }
         }
         Ok::<(), ServerError>(())
     })?;
