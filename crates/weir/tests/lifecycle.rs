@@ -89,31 +89,40 @@ fn sigterm_finishes_in_flight_requests_then_exits_zero() {
     );
 }
 
-#[test]
-fn sighup_is_ignored_with_a_warning_and_the_server_keeps_serving() {
+/// weir serving `www/a.txt` ("hello") on a free port, after the `[server]`
+/// lines in `server`.
+fn hello_site(server: &str) -> (Weir, u16) {
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("www")).unwrap();
     std::fs::write(dir.path().join("www/a.txt"), b"hello").unwrap();
-    let mut w = Weir::start_in(
+    let w = Weir::start_in(
         dir,
-        &format!("[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"),
+        &format!("{server}[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"),
         &[port],
     );
+    (w, port)
+}
+
+/// Reads one whole 200 response for `/a.txt` of [`hello_site`].
+fn read_hello(s: &mut TcpStream) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"hello") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed mid-response");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"), "{got:?}");
+}
+
+#[test]
+fn sighup_is_ignored_with_a_warning_and_the_server_keeps_serving() {
+    let (mut w, port) = hello_site("");
     let get = b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n";
     let mut kept = TcpStream::connect(addr(port)).unwrap();
     kept.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let read_hello = |s: &mut TcpStream| {
-        let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !got.ends_with(b"hello") {
-            let n = s.read(&mut buf).unwrap();
-            assert!(n > 0, "closed mid-response");
-            got.extend_from_slice(&buf[..n]);
-        }
-        assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"), "{got:?}");
-    };
     kept.write_all(get).unwrap();
     read_hello(&mut kept);
 
@@ -148,15 +157,7 @@ fn sighup_is_ignored_with_a_warning_and_the_server_keeps_serving() {
 
 #[test]
 fn sigterm_closes_idle_keep_alive_connections_at_once() {
-    let port = free_port();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("www")).unwrap();
-    std::fs::write(dir.path().join("www/a.txt"), b"hello").unwrap();
-    let mut w = Weir::start_in(
-        dir,
-        &format!("[server]\ngrace_period = \"30s\"\n[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"),
-        &[port],
-    );
+    let (mut w, port) = hello_site("[server]\ngrace_period = \"30s\"\n");
     // Keep-alive connections that have each waited idle more than once
     // (the first wait and the later ones take different paths), and one
     // that never sent anything.
@@ -167,14 +168,7 @@ fn sigterm_closes_idle_keep_alive_connections_at_once() {
         for _ in 0..3 {
             s.write_all(b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n")
                 .unwrap();
-            let mut got = Vec::new();
-            let mut buf = [0u8; 4096];
-            while !got.ends_with(b"hello") {
-                let n = s.read(&mut buf).unwrap();
-                assert!(n > 0, "closed mid-response");
-                got.extend_from_slice(&buf[..n]);
-            }
-            assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"));
+            read_hello(&mut s);
             std::thread::sleep(Duration::from_millis(20));
         }
         conns.push(s);

@@ -39,11 +39,7 @@ async fn active_http_check_takes_a_sick_upstream_out_and_503_when_all_are_down()
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 503);
-    assert_eq!(
-        r.text().await.unwrap(),
-        "503 Service Unavailable: no upstream server is available\n"
-    );
+    no_upstream_available(r).await;
 }
 
 /// Upstreams that refuse connections, with the default retries: after the
@@ -141,11 +137,7 @@ async fn refused_connections_end_in_a_502_that_names_the_last_upstream_and_its_c
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), 503);
-    assert_eq!(
-        r.text().await.unwrap(),
-        "503 Service Unavailable: no upstream server is available\n"
-    );
+    no_upstream_available(r).await;
 }
 
 #[tokio::test]
@@ -251,4 +243,13 @@ async fn upstream_killed_during_a_load_of_gets_no_client_error() {
         &errors[..errors.len().min(5)]
     );
     assert!(b.count() > 240);
+}
+
+/// `r` is weir's 503 for a site none of whose upstreams could be tried.
+async fn no_upstream_available(r: reqwest::Response) {
+    assert_eq!(r.status(), 503);
+    assert_eq!(
+        r.text().await.unwrap(),
+        "503 Service Unavailable: no upstream server is available\n"
+    );
 }
