@@ -6,6 +6,7 @@
 //! response itself: sites are chosen by comparing bytes, headers that never
 //! change are `HeaderValue::from_static`.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -69,6 +70,10 @@ pub struct Listener {
     /// Whether any site here writes an access log (which times requests):
     /// without one, no clock is read for it.
     logs: bool,
+    /// The proxy whose requests may take the plain-proxy lane
+    /// (`proxy::plain`): the listener's one site only proxies, and nothing
+    /// here adds to or changes its responses but `Server`.
+    plain: Option<Arc<crate::proxy::Proxy>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +164,7 @@ async fn leaf<B>(
     body: B,
     conn: &ConnInfo,
     path: Option<&str>,
+    resume: Option<Box<crate::proxy::plain::Resume>>,
 ) -> Response<Body>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -176,7 +182,9 @@ where
         // Boxed: the proxy's future is large, and hyper moves the request
         // future into place on every request; static requests must not pay
         // for copying it.
-        Handler::Proxy(p) => Box::pin(p.serve(parts, upstream_body(body), conn, path)).await,
+        Handler::Proxy(p) => {
+            Box::pin(p.serve_resumed(parts, upstream_body(body), conn, path, resume)).await
+        }
         Handler::Routes { .. } => error(StatusCode::NOT_FOUND),
     }
 }
@@ -189,19 +197,23 @@ impl Listener {
             .iter()
             .chain([&default])
             .any(|s| s.access_log.is_some());
-        Listener {
+        let mut l = Listener {
             logs,
             sites,
             default,
             limits,
             alt_svc: None,
             acme: None,
-        }
+            plain: None,
+        };
+        l.plain = l.plain_proxy();
+        l
     }
 
     /// Advertise HTTP/3 on `port` (UDP) in every response.
     pub fn set_alt_svc(&mut self, port: u16) {
         self.alt_svc = HeaderValue::from_str(&format!("h3=\":{port}\"; ma=86400")).ok();
+        self.plain = self.plain_proxy();
     }
 
     /// Answer `/.well-known/acme-challenge/<token>` from `c` before any site
@@ -210,9 +222,86 @@ impl Listener {
         self.acme = Some(c);
     }
 
+    fn plain_proxy(&self) -> Option<Arc<crate::proxy::Proxy>> {
+        let site = &self.default;
+        let alone = self.sites.len() <= 1
+            && self.alt_svc.is_none()
+            && !self.logs
+            && site.cfg.error_pages.is_empty()
+            && site.cfg.headers.is_empty();
+        match &site.handler {
+            Handler::Proxy(p) if alone && p.plain_ok() => Some(p.clone()),
+            _ => None,
+        }
+    }
+
+    /// Whether requests here may take the plain-proxy lane.
+    pub fn plain(&self) -> bool {
+        self.plain.is_some()
+    }
+
+    /// Takes `r` into the plain-proxy lane, if it is within the limits
+    /// [`Listener::handle`] checks and the proxy can take it now; if not,
+    /// what the general path goes on from (`Proxy::plain_start`).
+    #[allow(clippy::type_complexity)]
+    pub fn plain_start(
+        &self,
+        r: &crate::proxy::plain::PlainRequest<'_>,
+        conn: &ConnInfo,
+    ) -> Result<
+        (&crate::proxy::Proxy, crate::proxy::plain::Started),
+        Option<Box<crate::proxy::plain::Resume>>,
+    > {
+        let Some(p) = self.plain.as_deref() else {
+            return Err(None);
+        };
+        let target_len = r.target.len();
+        // ACME's answers come first (`handle`).
+        if (self.acme.is_some() && r.target.starts_with("/.well-known/acme-challenge/"))
+            || target_len > self.limits.uri
+            || r.fields.len() > self.limits.headers
+            || target_len
+                + r.fields
+                    .iter()
+                    .map(|f| f.name.len() + f.value.len() + 4)
+                    .sum::<usize>()
+                > self.limits.header_size
+        {
+            return Err(None);
+        }
+        Ok((p, p.plain_start(r, conn)?))
+    }
+
+    /// What [`Listener::handle`] adds to a response from the plain-proxy
+    /// lane's proxy that the lane did not encode itself.
+    pub fn finish_plain(&self, resp: &mut Response<Body>, head: bool) {
+        finish(&self.default.cfg, resp, head);
+    }
+
     /// Answers one request. `B` is the request body as the protocol layer
     /// delivers it (hyper's `Incoming` for HTTP/1 and HTTP/2).
-    pub async fn handle<B>(&self, req: Request<B>, conn: &ConnInfo) -> Response<Body>
+    pub fn handle<'a, B>(
+        &'a self,
+        req: Request<B>,
+        conn: &'a ConnInfo,
+    ) -> impl Future<Output = Response<Body>> + Send + 'a
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<crate::body::BodyError>,
+    {
+        // Not an `async fn` around `handle_resumed`: its future would hold
+        // that one's, a little larger than it.
+        self.handle_resumed(req, conn, None)
+    }
+
+    /// [`Listener::handle`] for a request whose first attempt the
+    /// plain-proxy lane made (`resume`).
+    pub async fn handle_resumed<B>(
+        &self,
+        req: Request<B>,
+        conn: &ConnInfo,
+        resume: Option<Box<crate::proxy::plain::Resume>>,
+    ) -> Response<Body>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<crate::body::BodyError>,
@@ -286,12 +375,12 @@ impl Listener {
                         .await
                     }
                     None => match fallback {
-                        Some(h) => leaf(h, &mut parts, body, conn, None).await,
+                        Some(h) => leaf(h, &mut parts, body, conn, None, None).await,
                         None => error(StatusCode::NOT_FOUND),
                     },
                 }
             }
-            h => leaf(h, &mut parts, body, conn, None).await,
+            h => leaf(h, &mut parts, body, conn, None, resume).await,
         };
         finish(&site.cfg, &mut resp, parts.method == http::Method::HEAD);
         if let Some(v) = &self.alt_svc {
@@ -540,5 +629,32 @@ mod tests {
         let size = std::mem::size_of_val(&fut);
         eprintln!("proxy future: {size} bytes");
         assert!(size <= 1536, "proxy future is {size} bytes");
+    }
+
+    /// The plain-proxy lane (`proxy::plain`) is offered where the one site
+    /// only proxies and nothing else adds to its responses or picks its
+    /// upstream from more than the request line; nowhere else.
+    #[test]
+    fn plain_lane_is_offered_only_to_a_lone_plain_proxy() {
+        let plain = |site: &str, extra: &str| {
+            let text = format!(
+                "{extra}[site.\"a\"]\nlisten = [\"127.0.0.1:1\"]\nproxy = {{ to = [\"127.0.0.1:2\", \"127.0.0.1:3\"]{site} }}\n"
+            );
+            let cfg = crate::config::load_str("t.toml", &text, std::path::Path::new("."))
+                .unwrap_or_else(|e| panic!("{text}: {e}"));
+            let sites = build_sites(&cfg).unwrap();
+            Listener::new(&sites, &[0], 0, cfg.server.limits.clone()).plain()
+        };
+        assert!(plain("", ""));
+        assert!(plain(
+            ", forwarded = false, via = false, x_forwarded = false",
+            ""
+        ));
+        assert!(plain(", balance = \"least_conn\", retries = 3", ""));
+        assert!(!plain(", sticky_cookie = \"s\"", ""));
+        assert!(!plain(", balance = \"ip_hash\"", ""));
+        assert!(!plain(", max_conns = 10", ""));
+        assert!(!plain(", trusted_proxies = [\"10.0.0.0/8\"]", ""));
+        assert!(!plain("", "[server]\nhttp1 = \"hyper\"\n"));
     }
 }

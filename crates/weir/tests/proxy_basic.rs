@@ -3,11 +3,10 @@
 
 mod proxy_support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use proxy_support::{Upstream, Weir, client, free_port};
+use proxy_support::{Upstream, Weir, client, free_port, scripted_upstream};
 
 fn two(a: &Upstream, b: &Upstream) -> String {
     format!("[\"{}\", \"{}\"]", a.addr, b.addr)
@@ -388,55 +387,6 @@ async fn server_sent_events_are_not_buffered() {
     assert_eq!(rest, b"data: 1\n\ndata: 2\n\n");
 }
 
-/// A raw upstream that answers each request head with the canned bytes its
-/// path names, and closes after the ones that must close.
-async fn scripted_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let conns = Arc::new(AtomicUsize::new(0));
-    let c2 = conns.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            c2.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                loop {
-                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        let mut b = [0u8; 4096];
-                        match s.read(&mut b).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&b[..n]),
-                        }
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-                    buf.drain(..end + 4);
-                    let path = head.split(' ').nth(1).unwrap_or("/").to_string();
-                    let (resp, close): (&[u8], bool) = match path.as_str() {
-                        "/chunked" => (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Sum: 9\r\n\r\n", false),
-                        "/early" => (b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody", false),
-                        "/until-close" => (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nall until the close", true),
-                        "/http10" => (b"HTTP/1.0 200 OK\r\nContent-Length: 6\r\n\r\nold ok", true),
-                        "/both" => (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", true),
-                        "/bad-length" => (b"HTTP/1.1 200 OK\r\nContent-Length: 1, 2\r\n\r\nab", true),
-                        "/nothing" => (b"", true),
-                        "/reason" => (b"HTTP/1.1 200 Quite Fine\r\nContent-Length: 2\r\n\r\nok", false),
-                        "/hop" => (b"HTTP/1.1 200 OK\r\nConnection: x-private, keep-alive\r\nX-Private: secret\r\nKeep-Alive: timeout=5\r\nContent-Length: 3\r\n\r\nhop", false),
-                        "/close" => (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\nclose", true),
-                        "/cut" => (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this", true),
-                        _ => (b"HTTP/1.1 204 No Content\r\n\r\n", false),
-                    };
-                    if s.write_all(resp).await.is_err() || close {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (addr, conns)
-}
-
 /// weir's own HTTP/1.1 upstream client (the default) and hyper's
 /// (`server.http1 = "hyper"`) give the client the same bytes, `date` aside,
 /// for the response shapes an upstream can send: chunked with trailers and
@@ -445,7 +395,7 @@ async fn scripted_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
 /// `Connection: close`; and both answer 502 to what cannot be framed.
 #[tokio::test]
 async fn own_upstream_client_answers_like_hypers() {
-    let (up, _) = scripted_upstream().await;
+    let up = scripted_upstream().await.addr;
     let start = |engine: &str| {
         Weir::start(&format!(
             "[server]\nhttp1 = \"{engine}\"\n[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{up}\"], retries = 0, passive = {{ failures = 0 }} }}\n"
@@ -546,7 +496,8 @@ async fn a_worker_keeps_an_idle_connection_for_each_request_it_had_in_flight() {
 /// or closed never puts its connection back in the pool.
 #[tokio::test]
 async fn pooled_connections_closed_by_the_upstream_lose_nothing() {
-    let (up, conns) = scripted_upstream().await;
+    let scripted = scripted_upstream().await;
+    let (up, conns) = (scripted.addr, scripted.conns);
     let w = Weir::start(&format!(
         "[server]\nworkers = 1\n[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{up}\"] }}\n"
     ));

@@ -360,31 +360,8 @@ impl<'a> UpstreamFields<'a> {
                 v.extend_from_slice(prev.as_bytes());
                 v.extend_from_slice(b", ");
             }
-            v.extend_from_slice(b"for=");
-            if peer.is_ipv6() {
-                v.extend_from_slice(b"\"[");
-                push_ip(&mut v, peer);
-                v.extend_from_slice(b"]\"");
-            } else {
-                push_ip(&mut v, peer);
-            }
-            match self.host.as_ref().and_then(|h| h.to_str().ok()) {
-                Some(host) if is_token(host) => {
-                    v.extend_from_slice(b";host=");
-                    v.extend_from_slice(host.as_bytes());
-                }
-                Some(host) if !host.contains(['"', '\\']) => {
-                    v.extend_from_slice(b";host=\"");
-                    v.extend_from_slice(host.as_bytes());
-                    v.push(b'"');
-                }
-                _ => {}
-            }
-            v.extend_from_slice(if f.tls {
-                b";proto=https"
-            } else {
-                b";proto=http"
-            });
+            let host = self.host.as_ref().and_then(|h| h.to_str().ok());
+            forwarded_element(&mut v, peer, host, f.tls);
             self.forwarded = HeaderValue::from_bytes(&v).ok();
         } else if !trusted {
             self.drop |= DROP_FORWARDED;
@@ -483,7 +460,7 @@ impl<'a> UpstreamFields<'a> {
 
 /// A header value being built: on the stack unless it is long (a trusted
 /// proxy's long chain), so the value itself is the only allocation.
-type ValueBuf = smallvec::SmallVec<[u8; 96]>;
+pub(crate) type ValueBuf = smallvec::SmallVec<[u8; 96]>;
 
 /// The X-Forwarded-For weir sends: usually the peer's address alone, kept
 /// on the stack. It was a `HeaderValue`, allocated, copied and freed on
@@ -508,13 +485,13 @@ impl Xff {
 /// hand, a table lookup per octet: `Display` goes through the formatting
 /// machinery, which made the forwarding fields cost about 1,000
 /// instructions a request (callgrind, BENCHMARKS.md §6).
-struct IpText {
+pub(crate) struct IpText {
     buf: [u8; 46],
     len: u8,
 }
 
 impl IpText {
-    fn new(ip: IpAddr) -> Self {
+    pub(crate) fn new(ip: IpAddr) -> Self {
         let mut t = IpText {
             buf: [0; 46],
             len: 0,
@@ -544,7 +521,7 @@ impl IpText {
         t
     }
 
-    fn as_bytes(&self) -> &[u8] {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
         &self.buf[..self.len as usize]
     }
 }
@@ -567,6 +544,33 @@ const OCTETS: [([u8; 3], u8); 256] = {
     }
     t
 };
+
+/// One RFC 7239 element for a client connection from `peer`:
+/// `for=...;host=...;proto=...` (the host quoted when it is not a token,
+/// left out when it cannot be quoted).
+pub(crate) fn forwarded_element(v: &mut ValueBuf, peer: IpAddr, host: Option<&str>, tls: bool) {
+    v.extend_from_slice(b"for=");
+    if peer.is_ipv6() {
+        v.extend_from_slice(b"\"[");
+        push_ip(v, peer);
+        v.extend_from_slice(b"]\"");
+    } else {
+        push_ip(v, peer);
+    }
+    match host {
+        Some(host) if is_token(host) => {
+            v.extend_from_slice(b";host=");
+            v.extend_from_slice(host.as_bytes());
+        }
+        Some(host) if !host.contains(['"', '\\']) => {
+            v.extend_from_slice(b";host=\"");
+            v.extend_from_slice(host.as_bytes());
+            v.push(b'"');
+        }
+        _ => {}
+    }
+    v.extend_from_slice(if tls { b";proto=https" } else { b";proto=http" });
+}
 
 /// Writes an address as text ([`IpText`]).
 fn push_ip(out: &mut ValueBuf, ip: IpAddr) {

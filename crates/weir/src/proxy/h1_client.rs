@@ -299,11 +299,36 @@ impl Conn {
     /// Reads the final response head (1xx interim responses are skipped, as
     /// hyper's client does). `head_request`: the request was HEAD.
     pub async fn read_head(&mut self, head_request: bool) -> Result<Head, ClientError> {
+        match self.read_head_or_raw(head_request, None).await? {
+            Final::Head(h) => Ok(h),
+            Final::Raw { .. } => unreachable!("no raw encoder was given"),
+        }
+    }
+
+    /// [`Conn::read_head`], except that a head whose body has a length
+    /// (or none at all) is handed to `raw` as it arrived and no
+    /// `http::response::Parts` is built for it (the plain-proxy lane,
+    /// `proxy::plain`); chunked and close-delimited ones come back as a
+    /// [`Head`].
+    pub async fn read_head_or_raw(
+        &mut self,
+        head_request: bool,
+        mut raw: Option<&mut RawEncoder<'_>>,
+    ) -> Result<Final, ClientError> {
         loop {
             if !self.buf.is_empty() {
-                match parse_head(&mut self.buf, head_request)? {
+                match parse_head_with(&mut self.buf, head_request, raw.as_deref_mut())? {
                     Some(Parsed::Interim) => continue,
-                    Some(Parsed::Final(head)) => return Ok(head),
+                    Some(Parsed::Final(head)) => return Ok(Final::Head(head)),
+                    Some(Parsed::Raw {
+                        framing,
+                        keep_alive,
+                    }) => {
+                        return Ok(Final::Raw {
+                            framing,
+                            keep_alive,
+                        });
+                    }
                     None => {}
                 }
                 if self.buf.len() > MAX_HEAD {
@@ -427,6 +452,21 @@ pub struct Encoded<'a> {
     body: Option<&'a Bytes>,
 }
 
+impl Encoded<'static> {
+    /// A request head encoded by the caller into [`request_buffer`]'s
+    /// buffer, with no body.
+    pub fn head_only(out: Vec<u8>) -> Self {
+        Encoded { out, body: None }
+    }
+}
+
+/// The worker's reused buffer for a request head, emptied.
+pub fn request_buffer() -> Vec<u8> {
+    let mut out = REQ_BUF.with(|b| std::mem::take(&mut *b.borrow_mut()));
+    out.clear();
+    out
+}
+
 impl<'a> Encoded<'a> {
     pub fn new<'f, F>(req: RequestHead<'_, F>, body: Option<&'a Bytes>) -> Self
     where
@@ -504,10 +544,67 @@ impl Names {
 enum Parsed {
     Interim,
     Final(Head),
+    /// Handed to the raw encoder.
+    Raw {
+        framing: Framing,
+        keep_alive: bool,
+    },
+}
+
+/// A final response head read by [`Conn::read_head_or_raw`].
+pub enum Final {
+    Head(Head),
+    /// The raw encoder has seen it; the body follows by `framing`.
+    Raw {
+        framing: Framing,
+        keep_alive: bool,
+    },
+}
+
+/// What takes a response head as it arrived.
+pub type RawEncoder<'a> = dyn FnMut(&RawHead<'_>) + Send + 'a;
+
+/// A final response head as httparse found it, with its framing worked out.
+pub struct RawHead<'h> {
+    pub status: StatusCode,
+    /// The reason phrase as sent (`None` or empty when there was none).
+    pub reason: Option<&'h [u8]>,
+    head: &'h [u8],
+    spans: &'h [(u32, u32, u32, u32)],
+    /// Which framing and hop-by-hop fields are among the fields.
+    pub present: Present,
+    pub framing: Framing,
+}
+
+impl<'h> RawHead<'h> {
+    /// Every field as sent: name (any case, a token) and value.
+    pub fn fields(&self) -> impl Iterator<Item = (&'h [u8], &'h [u8])> + Clone + 'h {
+        raw_fields(self.head, self.spans)
+    }
+}
+
+fn raw_fields<'h>(
+    head: &'h [u8],
+    spans: &'h [(u32, u32, u32, u32)],
+) -> impl Iterator<Item = (&'h [u8], &'h [u8])> + Clone + 'h {
+    spans.iter().map(move |&(na, nl, va, vl)| {
+        let (na, nl, va, vl) = (na as usize, nl as usize, va as usize, vl as usize);
+        (&head[na..na + nl], &head[va..va + vl])
+    })
 }
 
 /// Parses one response head off the front of `buf`. `None`: incomplete.
 fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, ClientError> {
+    parse_head_with(buf, head_request, None)
+}
+
+/// [`parse_head`]; with `raw`, a head whose body has a length or none is
+/// handed to it instead of being made into `Parts`.
+fn parse_head_with(
+    buf: &mut BytesMut,
+    head_request: bool,
+    raw: Option<&mut RawEncoder<'_>>,
+) -> Result<Option<Parsed>, ClientError> {
     let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut []);
     let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
@@ -555,19 +652,45 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
         let (value_at, value_len) = offset(h.value);
         *s = (name_at, name_len, value_at, value_len);
     }
+    let spans = &spans[..n];
+    let mut present = Present::default();
+    for (name, _) in raw_fields(&buf[..len], spans) {
+        present.add_raw(name);
+    }
+    let fields = || raw_fields(&buf[..len], spans);
+    let (framing, mut keep_alive) = framing(fields(), present, status, head_request)?;
+    // Only `Connection` can end a keep-alive HTTP/1.1 response's connection.
+    if version == Version::HTTP_10 || present.has(Present::CONNECTION) {
+        keep_alive &= connection_keeps_alive(fields(), version);
+    }
+    if let Some(raw) = raw
+        && matches!(framing, Framing::None | Framing::Length(_))
+    {
+        raw(&RawHead {
+            status,
+            reason: reason.map(|(a, l)| &buf[a as usize..(a + l) as usize]),
+            head: &buf[..len],
+            spans,
+            present,
+            framing,
+        });
+        buf.advance(len);
+        return Ok(Some(Parsed::Raw {
+            framing,
+            keep_alive,
+        }));
+    }
     let head = buf.split_to(len).freeze();
 
     // Room for the two fields the proxy adds on the way out (Server, Via):
     // a full map grows by reallocating and rehashing, about 1,000
     // instructions, on every response.
     let mut headers = crate::header_maps::take(n + 2);
-    let mut present = Present::default();
     NAMES.with_borrow_mut(|names| {
-        for &(name_at, name_len, value_at, value_len) in &spans[..n] {
+        for &(name_at, name_len, value_at, value_len) in spans {
             let (name_at, name_len) = (name_at as usize, name_len as usize);
             let (value_at, value_len) = (value_at as usize, value_len as usize);
-            let (name, class) = names.get(&head[name_at..name_at + name_len])?;
-            present.add_all(class);
+            let (name, _) = names.get(&head[name_at..name_at + name_len])?;
             let value = HeaderValue::from_maybe_shared(head.slice(value_at..value_at + value_len))
                 .map_err(|_| ClientError::BadField)?;
             headers.append(name, value);
@@ -586,11 +709,6 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
             parts.extensions.insert(p);
         }
     }
-    let (framing, mut keep_alive) = framing(&headers, present, status, head_request)?;
-    // Only `Connection` can end a keep-alive HTTP/1.1 response's connection.
-    if version == Version::HTTP_10 || present.has(Present::CONNECTION) {
-        keep_alive &= connection_keeps_alive(&headers, version);
-    }
     parts.headers = headers;
     Ok(Some(Parsed::Final(Head {
         parts,
@@ -601,8 +719,9 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
 }
 
 /// The body's framing, and whether it leaves the connection reusable.
-fn framing(
-    h: &HeaderMap,
+/// `fields`: the head's fields as sent (names in any case).
+fn framing<'h>(
+    fields: impl Iterator<Item = (&'h [u8], &'h [u8])> + Clone,
     present: Present,
     status: StatusCode,
     head_request: bool,
@@ -612,30 +731,29 @@ fn framing(
     }
     if present.has(Present::TRANSFER_ENCODING) {
         // The last coding decides; with a Content-Length too, the message
-        // is suspect and the connection is not reused (RFC 9112 §6.3).
-        let last = h
-            .get_all(header::TRANSFER_ENCODING)
-            .iter()
-            .next_back()
-            .and_then(|v| v.to_str().ok())
-            .and_then(|s| s.rsplit(',').next())
-            .map(str::trim);
+        // is suspect and the connection is not reused (RFC 9112 §6.3). A
+        // value that is not visible ASCII names no coding weir knows.
+        let last = fields
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"transfer-encoding"))
+            .last()
+            .map(|(_, v)| v)
+            .filter(|v| v.iter().all(|&b| b == b'\t' || (b' '..0x7f).contains(&b)))
+            .and_then(|v| v.rsplit(|&b| b == b',').next())
+            .map(<[u8]>::trim_ascii);
         let reuse = !present.has(Present::CONTENT_LENGTH);
         return Ok(match last {
-            Some(c) if c.eq_ignore_ascii_case("chunked") => (Framing::Chunked, reuse),
+            Some(c) if c.eq_ignore_ascii_case(b"chunked") => (Framing::Chunked, reuse),
             _ => (Framing::Close, false),
         });
     }
     let mut len: Option<u64> = None;
-    // Walked, not looked up by hash (`Present`): a response has few fields.
     // Without a Content-Length the walk stops at once.
-    let lengths = h
-        .iter()
+    let lengths = fields
         .take_while(|_| present.has(Present::CONTENT_LENGTH))
-        .filter(|&(n, _)| n == header::CONTENT_LENGTH)
+        .filter(|(n, _)| n.eq_ignore_ascii_case(b"content-length"))
         .map(|(_, v)| v);
     for v in lengths {
-        for part in v.as_bytes().split(|&b| b == b',') {
+        for part in v.split(|&b| b == b',') {
             let part = part.trim_ascii();
             if part.is_empty() || !part.iter().all(u8::is_ascii_digit) || part.len() > 19 {
                 return Err(ClientError::BadLength);
@@ -658,11 +776,14 @@ fn framing(
 
 /// HTTP/1.1 stays open unless `Connection: close`; HTTP/1.0 only with
 /// `Connection: keep-alive`.
-fn connection_keeps_alive(h: &HeaderMap, version: Version) -> bool {
+fn connection_keeps_alive<'h>(
+    fields: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+    version: Version,
+) -> bool {
     let mut close = false;
     let mut keep = false;
-    for v in h.get_all(header::CONNECTION) {
-        for tok in v.as_bytes().split(|&b| b == b',') {
+    for (_, v) in fields.filter(|(n, _)| n.eq_ignore_ascii_case(b"connection")) {
+        for tok in v.split(|&b| b == b',') {
             let tok = tok.trim_ascii();
             close |= tok.eq_ignore_ascii_case(b"close");
             keep |= tok.eq_ignore_ascii_case(b"keep-alive");
@@ -980,6 +1101,7 @@ fn decode_in_steps(input: &[u8], step: usize) -> Outcome {
         match parse_head(&mut buf, false) {
             Ok(Some(Parsed::Final(h))) => break (h.parts, h.framing, h.keep_alive),
             Ok(Some(Parsed::Interim)) => continue,
+            Ok(Some(Parsed::Raw { .. })) => unreachable!("no raw encoder was given"),
             Ok(None) => {
                 if !feed(&mut buf) {
                     return Outcome::Incomplete;
@@ -1054,6 +1176,58 @@ pub fn check_response(input: &[u8], step: usize) {
         if let Framing::Length(n) = framing {
             assert!(body.len() as u64 <= *n);
         }
+    }
+    check_raw_heads(input);
+}
+
+/// The plain-proxy lane's view of the same input (`proxy::plain`): the same
+/// heads are interim or final, with the same framing, keep-alive, status
+/// and fields, or the same failure; the lane takes exactly the final heads
+/// whose body has a length or none, and what it encodes for the client is
+/// one well-formed head (`plain::check_encoded`).
+fn check_raw_heads(input: &[u8]) {
+    let mut general = BytesMut::from(input);
+    let mut lane = BytesMut::from(input);
+    for head_request in [false, true] {
+        loop {
+            let g = parse_head(&mut general, head_request);
+            let mut seen = None;
+            let mut encode = |raw: &RawHead<'_>| {
+                crate::proxy::plain::check_encoded(raw, head_request);
+                seen = Some((raw.status, raw.fields().count()));
+            };
+            let l = parse_head_with(&mut lane, head_request, Some(&mut encode));
+            assert_eq!(&general[..], &lane[..], "both leave the same rest");
+            match (g, l) {
+                (Ok(Some(Parsed::Interim)), Ok(Some(Parsed::Interim))) => continue,
+                (Ok(Some(Parsed::Final(h))), Ok(Some(Parsed::Final(r)))) => {
+                    assert!(matches!(h.framing, Framing::Chunked | Framing::Close));
+                    assert_eq!((h.framing, h.keep_alive), (r.framing, r.keep_alive));
+                }
+                (
+                    Ok(Some(Parsed::Final(h))),
+                    Ok(Some(Parsed::Raw {
+                        framing,
+                        keep_alive,
+                    })),
+                ) => {
+                    assert!(matches!(framing, Framing::None | Framing::Length(_)));
+                    assert_eq!((h.framing, h.keep_alive), (framing, keep_alive));
+                    let (status, fields) = seen.expect("the encoder saw the head");
+                    assert_eq!(status, h.parts.status);
+                    assert_eq!(fields, h.parts.headers.len());
+                }
+                (Ok(None), Ok(None)) | (Err(_), Err(_)) => {}
+                (g, l) => panic!(
+                    "the lane and the general path disagree: {:?} / {:?}",
+                    g.map(|p| p.map(|_| ())),
+                    l.map(|p| p.map(|_| ()))
+                ),
+            }
+            break;
+        }
+        general = BytesMut::from(input);
+        lane = BytesMut::from(input);
     }
 }
 

@@ -21,7 +21,11 @@
 //!    h2c, a malformed or oversized head) goes to hyper with the bytes read
 //!    so far, and hyper serves the rest of the connection: its answers to
 //!    bad input (400, 414, 431) and its body handling stay the only ones;
-//! 3. call the same `site::Listener::handle` hyper's service calls;
+//! 3. call the same `site::Listener::handle` hyper's service calls; or,
+//!    on a listener whose one site only proxies, first offer the request to
+//!    the plain-proxy lane (`proxy::plain`), which sends it upstream and
+//!    encodes the client's response head from the upstream's bytes (its
+//!    `Exchanged` says what is left for the steps below);
 //! 4. [`encode_head`] the response by hyper's rules (status line, header
 //!    order, implicit `content-length`, chunked for unknown lengths, no body
 //!    for `HEAD`/204/304, `connection: close` when closing, a cached `date`),
@@ -50,6 +54,7 @@ use super::drain::Signal;
 use super::io::ConnState;
 use super::zero_copy::{FileRegion, Regions};
 use crate::body::Body;
+use crate::proxy::plain::{Exchanged, PlainRequest};
 use crate::site::{ConnInfo, Listener};
 
 /// hyper's request-target limit (`MAX_URI_LEN`); longer targets go to hyper,
@@ -211,25 +216,109 @@ where
     loop {
         // Every complete request already read, in order (pipelining).
         while !pending.is_empty() {
-            let (req, keep_alive) = match parse(&mut pending, sh.max_head) {
+            let mut started = None;
+            // What the general path goes on from when the lane declines.
+            let mut declined = None;
+            let parsed = if sh.listener.plain() {
+                let mut take = |r: &PlainRequest<'_>| match sh.listener.plain_start(r, sh.info) {
+                    Ok(s) => {
+                        started = Some(s);
+                        true
+                    }
+                    Err(d) => {
+                        declined = d;
+                        false
+                    }
+                };
+                parse_with(&mut pending, sh.max_head, Some(&mut take))
+            } else {
+                parse(&mut pending, sh.max_head)
+            };
+            let (mut resp, is_head, keep_alive) = match parsed {
                 Parsed::NeedMore => break,
                 Parsed::Hyper => return Outcome::Hyper(pending.freeze()),
-                Parsed::Request(req, keep_alive) => (req, keep_alive),
-            };
-            let is_head = req.method() == Method::HEAD;
-            sh.state.request_started();
-            // Pinned here and lent to `handle_reading`: passed by value, the
-            // handler's future (about 1.2 KiB) would be stored twice in this
-            // connection's state.
-            let handled = {
-                let handler = pin!(sh.listener.handle(req, sh.info));
-                handle_reading(handler, io, &mut pending, sh.max_head).await
-            };
-            sh.state.request_done();
-            // The client closed (or the stream failed) mid-request: drop the
-            // handler, as hyper does without half-close.
-            let Some(mut resp) = handled else {
-                return Outcome::Closed;
+                Parsed::Plain {
+                    head,
+                    keep_alive,
+                    head_request,
+                } => {
+                    let Some((proxy, started)) = started else {
+                        unreachable!("the lane took the request")
+                    };
+                    sh.state.request_started();
+                    let close_now = || !keep_alive || signal.is_signaled();
+                    // Boxed, as the general path's proxy future is: kept in
+                    // this future, it would make every connection larger.
+                    let mut lane = Box::pin(proxy.plain_exchange(started, &close_now));
+                    let exchanged =
+                        handle_reading(lane.as_mut(), io, &mut pending, sh.max_head).await;
+                    drop(lane);
+                    let resp = match exchanged {
+                        None => {
+                            sh.state.request_done();
+                            return Outcome::Closed;
+                        }
+                        Some(Exchanged::Served {
+                            mut head,
+                            body,
+                            length,
+                            close,
+                        }) => {
+                            sh.state.request_done();
+                            let r = write_encoded(io, &mut head, body, length, close).await;
+                            give_head_buf(head);
+                            match r {
+                                Ok(true) => continue,
+                                Ok(false) => {
+                                    let _ = io.shutdown().await;
+                                    return Outcome::Closed;
+                                }
+                                Err(e) => {
+                                    tracing::debug!("connection from {}: {e}", sh.info.peer);
+                                    return Outcome::Closed;
+                                }
+                            }
+                        }
+                        Some(Exchanged::Response(mut resp)) => {
+                            sh.listener.finish_plain(&mut resp, head_request);
+                            Some(resp)
+                        }
+                        Some(Exchanged::Resume(resume)) => {
+                            // The general path goes on from the failed attempt,
+                            // with the request made from its head as usual.
+                            let (Parsed::Request(req, _), _) = parse_head(&head, sh.max_head, None)
+                            else {
+                                unreachable!("the lane takes only heads the general path takes")
+                            };
+                            let mut handler =
+                                Box::pin(sh.listener.handle_resumed(req, sh.info, Some(resume)));
+                            handle_reading(handler.as_mut(), io, &mut pending, sh.max_head).await
+                        }
+                    };
+                    sh.state.request_done();
+                    let Some(resp) = resp else {
+                        return Outcome::Closed;
+                    };
+                    (resp, head_request, keep_alive)
+                }
+                Parsed::Request(req, keep_alive) => {
+                    let is_head = req.method() == Method::HEAD;
+                    sh.state.request_started();
+                    // Pinned here and lent to `handle_reading`: passed by value, the
+                    // handler's future (about 1.2 KiB) would be stored twice in this
+                    // connection's state.
+                    let handled = {
+                        let handler = pin!(sh.listener.handle_resumed(req, sh.info, declined));
+                        handle_reading(handler, io, &mut pending, sh.max_head).await
+                    };
+                    sh.state.request_done();
+                    // The client closed (or the stream failed) mid-request: drop the
+                    // handler, as hyper does without half-close.
+                    let Some(resp) = handled else {
+                        return Outcome::Closed;
+                    };
+                    (resp, is_head, keep_alive)
+                }
             };
             if let Some(r) = resp.extensions_mut().remove::<FileRegion>()
                 && let Some(regions) = sh.regions
@@ -361,25 +450,45 @@ pub enum Parsed {
     NeedMore,
     /// Not for this loop: hyper takes the connection from this request on.
     Hyper,
+    /// Taken by the plain-proxy lane (`proxy::plain`), which has encoded it
+    /// for its upstream: its head (for the general path, should the lane's
+    /// attempt fail), whether the connection stays open, whether it is HEAD.
+    Plain {
+        head: Bytes,
+        keep_alive: bool,
+        head_request: bool,
+    },
 }
 
 /// Parses the head at the start of `pending` and, if it is one this loop
 /// serves, takes it out of `pending`; otherwise `pending` is left as it was.
 pub fn parse(pending: &mut BytesMut, max_head: usize) -> Parsed {
+    parse_with(pending, max_head, None)
+}
+
+/// What offers a request to the plain-proxy lane: `true` if it took it.
+pub type TakePlain<'a> = dyn FnMut(&PlainRequest<'_>) -> bool + 'a;
+
+/// [`parse`], first offering a request this loop serves to `plain`.
+pub fn parse_with(
+    pending: &mut BytesMut,
+    max_head: usize,
+    plain: Option<&mut TakePlain<'_>>,
+) -> Parsed {
     let buf = std::mem::take(pending).freeze();
-    let (parsed, used) = parse_head(&buf, max_head);
+    let (parsed, used) = parse_head(&buf, max_head, plain);
     *pending = match parsed {
         // Usually nothing is left and `pending` holds no memory; a pipelined
         // remainder is copied out so the served head's memory can go.
-        Parsed::Request(..) if used == buf.len() => BytesMut::new(),
-        Parsed::Request(..) => BytesMut::from(&buf[used..]),
+        Parsed::Request(..) | Parsed::Plain { .. } if used == buf.len() => BytesMut::new(),
+        Parsed::Request(..) | Parsed::Plain { .. } => BytesMut::from(&buf[used..]),
         _ => BytesMut::from(buf),
     };
     parsed
 }
 
 /// The request at the start of `buf` and the length of its head.
-fn parse_head(buf: &Bytes, max_head: usize) -> (Parsed, usize) {
+fn parse_head(buf: &Bytes, max_head: usize, plain: Option<&mut TakePlain<'_>>) -> (Parsed, usize) {
     let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut []);
     let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(
@@ -406,6 +515,45 @@ fn parse_head(buf: &Bytes, max_head: usize) -> (Parsed, usize) {
     let Ok(uri) = http::Uri::from_maybe_shared(buf.slice_ref(path.as_bytes())) else {
         return (Parsed::Hyper, 0);
     };
+    if let Some(take) = plain {
+        // The same checks as below, on the names as sent (httparse has
+        // checked them and the values as `HeaderName` and `HeaderValue`
+        // would), without making a map.
+        let mut keep_alive = true;
+        let mut host = None;
+        for h in req.headers.iter() {
+            let n = h.name.as_bytes();
+            let is = |s: &[u8]| n.eq_ignore_ascii_case(s);
+            match n.len() {
+                14 if is(b"content-length") => return (Parsed::Hyper, 0),
+                17 if is(b"transfer-encoding") => return (Parsed::Hyper, 0),
+                7 if is(b"upgrade") => return (Parsed::Hyper, 0),
+                6 if is(b"expect") => return (Parsed::Hyper, 0),
+                10 if is(b"connection") => match connection_keeps_alive(h.value) {
+                    Some(k) => keep_alive &= k,
+                    None => return (Parsed::Hyper, 0),
+                },
+                4 if is(b"host") && host.is_none() => host = Some(h.value),
+                _ => {}
+            }
+        }
+        let head_request = method == Method::HEAD;
+        let r = PlainRequest {
+            head_request,
+            // As the general path sends it (a fragment is not sent).
+            target: uri.path_and_query().map_or("/", |p| p.as_str()),
+            fields: req.headers,
+            host,
+        };
+        if take(&r) {
+            let plain = Parsed::Plain {
+                head: buf.slice(..len),
+                keep_alive,
+                head_request,
+            };
+            return (plain, len);
+        }
+    }
     let mut keep_alive = true;
     let mut map = crate::header_maps::take(req.headers.len());
     for h in req.headers.iter() {
@@ -417,16 +565,10 @@ fn parse_head(buf: &Bytes, max_head: usize) -> (Parsed, usize) {
             | header::TRANSFER_ENCODING
             | header::UPGRADE
             | header::EXPECT => return (Parsed::Hyper, 0),
-            header::CONNECTION => {
-                for token in h.value.split(|&b| b == b',') {
-                    let token = token.trim_ascii();
-                    if token.eq_ignore_ascii_case(b"close") {
-                        keep_alive = false;
-                    } else if !token.is_empty() && !token.eq_ignore_ascii_case(b"keep-alive") {
-                        return (Parsed::Hyper, 0);
-                    }
-                }
-            }
+            header::CONNECTION => match connection_keeps_alive(h.value) {
+                Some(k) => keep_alive &= k,
+                None => return (Parsed::Hyper, 0),
+            },
             _ => {}
         }
         let Ok(value) = HeaderValue::from_maybe_shared(buf.slice_ref(h.value)) else {
@@ -440,6 +582,51 @@ fn parse_head(buf: &Bytes, max_head: usize) -> (Parsed, usize) {
     *r.version_mut() = Version::HTTP_11;
     *r.headers_mut() = map;
     (Parsed::Request(r, keep_alive), len)
+}
+
+/// A request's `Connection` value: `Some(false)` for `close`; `None` if it
+/// names anything but `close` or `keep-alive` (hyper serves that).
+fn connection_keeps_alive(value: &[u8]) -> Option<bool> {
+    let mut keep_alive = true;
+    for token in value.split(|&b| b == b',') {
+        let token = token.trim_ascii();
+        if token.eq_ignore_ascii_case(b"close") {
+            keep_alive = false;
+        } else if !token.is_empty() && !token.eq_ignore_ascii_case(b"keep-alive") {
+            return None;
+        }
+    }
+    Some(keep_alive)
+}
+
+/// The worker's spare head buffer, empty (a new one if it is lent out).
+pub(crate) fn take_head_buf() -> Vec<u8> {
+    let mut head = HEAD_BUF.take();
+    head.clear();
+    head
+}
+
+/// Gives a head buffer back for the next response.
+pub(crate) fn give_head_buf(mut head: Vec<u8>) {
+    head.clear();
+    if head.capacity() <= HEAD_BUF_KEPT {
+        HEAD_BUF.set(head);
+    }
+}
+
+/// Writes a response whose head the plain-proxy lane encoded into `head`;
+/// `Ok(false)` when the connection must close after it.
+async fn write_encoded<IO>(
+    io: &mut IO,
+    head: &mut Vec<u8>,
+    mut body: Body,
+    length: u64,
+    close: bool,
+) -> io::Result<bool>
+where
+    IO: AsyncWrite + Unpin,
+{
+    Ok(write_body(io, head, &mut body, Framing::Length(length)).await? && !close)
 }
 
 /// How the body follows the head.
@@ -477,16 +664,12 @@ where
             None => BodyLength::Unknown,
         }
     };
-    let mut head = HEAD_BUF.take();
-    head.clear();
+    let mut head = take_head_buf();
     let framing = encode_head(&mut parts, length, is_head, &mut close, &mut head);
     // The fields are in `head` now: the map's table serves a later message.
     crate::header_maps::give(std::mem::take(&mut parts.headers));
     let r = write_body(io, &mut head, &mut body, framing).await;
-    head.clear();
-    if head.capacity() <= HEAD_BUF_KEPT {
-        HEAD_BUF.set(head);
-    }
+    give_head_buf(head);
     match r {
         Ok(true) => Ok(!close),
         // The body did not end as its head announced: the client cannot
@@ -647,13 +830,13 @@ fn extend(dst: &mut Vec<u8>, b: &[u8]) {
 }
 
 /// `HEAD`, 1xx, 204 and 304 never have a body.
-fn can_have_body(is_head: bool, status: StatusCode) -> bool {
+pub(crate) fn can_have_body(is_head: bool, status: StatusCode) -> bool {
     !is_head
         && !status.is_informational()
         && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
 }
 
-fn can_have_content_length(status: StatusCode) -> bool {
+pub(crate) fn can_have_content_length(status: StatusCode) -> bool {
     !status.is_informational()
         && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
 }
@@ -822,7 +1005,7 @@ fn has_token(value: &[u8], token: &[u8]) -> bool {
 }
 
 /// The `Date` header value, formatted once a second per thread.
-mod date {
+pub(crate) mod date {
     use std::cell::RefCell;
     use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -856,7 +1039,47 @@ mod date {
 #[doc(hidden)]
 pub fn check_parse(input: &[u8], max_head: usize) {
     let mut b = BytesMut::from(input);
-    match parse(&mut b, max_head) {
+    let general = parse(&mut b, max_head);
+    // The plain-proxy lane's view of the same input: it takes exactly the
+    // heads the general path takes, with the same length and keep-alive.
+    let mut lane = BytesMut::from(input);
+    let mut seen = None;
+    let mut take = |r: &PlainRequest<'_>| {
+        seen = Some((
+            r.head_request,
+            r.target.to_string(),
+            r.fields.len(),
+            r.host.map(<[u8]>::to_vec),
+        ));
+        true
+    };
+    let plain = parse_with(&mut lane, max_head, Some(&mut take));
+    assert_eq!(&lane[..], &b[..], "the lane leaves the same rest");
+    match (&general, &plain) {
+        (
+            Parsed::Request(r, keep_alive),
+            Parsed::Plain {
+                keep_alive: k,
+                head_request,
+                head,
+            },
+        ) => {
+            assert_eq!(keep_alive, k, "the lane keeps the connection alive alike");
+            let (h, target, fields, host) = seen.take().expect("offered to the lane");
+            assert_eq!(h, *head_request);
+            assert_eq!(h, r.method() == Method::HEAD);
+            assert_eq!(target, r.uri().path_and_query().map_or("", |p| p.as_str()));
+            assert_eq!(fields, r.headers().len());
+            assert_eq!(
+                host.as_deref(),
+                r.headers().get(header::HOST).map(HeaderValue::as_bytes)
+            );
+            assert_eq!(head.len(), input.len() - b.len());
+        }
+        (Parsed::NeedMore, Parsed::NeedMore) | (Parsed::Hyper, Parsed::Hyper) => {}
+        _ => panic!("the lane and the general path disagree on {input:?}"),
+    }
+    match general {
         Parsed::Request(r, _) => {
             let used = input.len() - b.len();
             assert_eq!(&input[used..], &b[..], "the rest is left as it was");
@@ -880,6 +1103,7 @@ pub fn check_parse(input: &[u8], max_head: usize) {
             assert_eq!(r.headers().len(), req.headers.len());
         }
         Parsed::NeedMore | Parsed::Hyper => assert_eq!(&b[..], input),
+        Parsed::Plain { .. } => unreachable!("no lane was offered"),
     }
 }
 

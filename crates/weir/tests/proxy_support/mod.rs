@@ -460,3 +460,90 @@ pub fn client() -> reqwest::Client {
         .build()
         .unwrap()
 }
+
+/// A raw upstream (see [`scripted_upstream`]).
+pub struct Scripted {
+    pub addr: SocketAddr,
+    /// Connections accepted.
+    pub conns: Arc<AtomicUsize>,
+    /// Every request head received, in order, as sent.
+    pub heads: Arc<Mutex<Vec<String>>>,
+}
+
+/// The response `path` names on a [`scripted_upstream`], and whether the
+/// connection closes after it.
+fn scripted_response(path: &str) -> (Vec<u8>, bool) {
+    let (resp, close): (&[u8], bool) = match path {
+        "/chunked" => (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Sum: 9\r\n\r\n", false),
+        "/early" => (b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody", false),
+        "/until-close" => (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nall until the close", true),
+        "/http10" => (b"HTTP/1.0 200 OK\r\nContent-Length: 6\r\n\r\nold ok", true),
+        "/http10-keep" => (b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 4\r\n\r\nkept", false),
+        "/both" => (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", true),
+        "/bad-length" => (b"HTTP/1.1 200 OK\r\nContent-Length: 1, 2\r\n\r\nab", true),
+        "/same-length" => (b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nab", false),
+        "/nothing" => (b"", true),
+        "/reason" => (b"HTTP/1.1 200 Quite Fine\r\nContent-Length: 2\r\n\r\nok", false),
+        "/no-reason" => (b"HTTP/1.1 404 \r\nContent-Length: 4\r\n\r\ngone", false),
+        "/hop" => (b"HTTP/1.1 200 OK\r\nConnection: x-private, keep-alive\r\nX-Private: secret\r\nKeep-Alive: timeout=5\r\nContent-Length: 3\r\n\r\nhop", false),
+        "/close" => (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\nclose", true),
+        "/cut" => (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this", true),
+        "/server-via" => (b"HTTP/1.1 200 OK\r\nServer: upstream/1.0\r\nVia: 1.0 cache-a\r\nContent-Type: text/plain\r\nvia: 1.1 cache-b\r\nContent-Length: 2\r\n\r\nsv", false),
+        "/not-modified" => (b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nContent-Length: 10\r\nTrailer: X-Sum\r\n\r\n", false),
+        "/no-content" => (b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nTrailer: X-Sum\r\n\r\n", false),
+        "/zero" => (b"HTTP/1.1 200 OK\r\nX-Before: 1\r\nContent-Length: 0\r\nX-After: 2\r\n\r\n", false),
+        "/mixed" => (b"HTTP/1.1 201 Created\r\nX-Mixed-Case: Yes\r\nCONTENT-length: 3\r\nProxy-Authenticate: Basic\r\nTE: gzip\r\n\r\nabc", false),
+        "/big" => {
+            let body = vec![b'b'; 100_000];
+            let mut r = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            r.extend_from_slice(&body);
+            return (r, false);
+        }
+        _ => (b"HTTP/1.1 204 No Content\r\n\r\n", false),
+    };
+    (resp.to_vec(), close)
+}
+
+/// A raw upstream that answers each request head with the canned bytes its
+/// path names ([`scripted_response`]), closes after the ones that must
+/// close, and keeps every head it was sent.
+pub async fn scripted_upstream() -> Scripted {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let (c2, h2) = (conns.clone(), heads.clone());
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            c2.fetch_add(1, Ordering::SeqCst);
+            let heads = h2.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        let mut b = [0u8; 4096];
+                        match s.read(&mut b).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&b[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                    buf.drain(..end + 4);
+                    let path = head.split(' ').nth(1).unwrap_or("/").to_string();
+                    heads.lock().unwrap().push(head);
+                    let (resp, close) = scripted_response(&path);
+                    if s.write_all(&resp).await.is_err() || close {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Scripted { addr, conns, heads }
+}

@@ -9,6 +9,7 @@ fn request(p: Parsed) -> (Request<Body>, bool) {
         Parsed::Request(r, ka) => (r, ka),
         Parsed::NeedMore => panic!("NeedMore"),
         Parsed::Hyper => panic!("Hyper"),
+        Parsed::Plain { .. } => panic!("Plain"),
     }
 }
 
