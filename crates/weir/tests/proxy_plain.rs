@@ -9,13 +9,22 @@
 
 mod proxy_support;
 
-use proxy_support::{Upstream, Weir, raw, scripted_upstream};
+use proxy_support::{Scripted, Upstream, Weir, raw, scripted_upstream};
 
 fn start(up: std::net::SocketAddr, lane: bool, extra: &str) -> Weir {
     let limit = if lane { "" } else { ", max_conns = 1000" };
     Weir::start_logged(&format!(
         "[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{up}\"], retries = 0, passive = {{ failures = 0 }}{limit}{extra} }}\n"
     ))
+}
+
+/// Two scripted upstreams, one behind the lane and one behind the general
+/// path.
+async fn pair() -> (Scripted, Weir, Scripted, Weir) {
+    let (lane_up, general_up) = (scripted_upstream().await, scripted_upstream().await);
+    let lane = start(lane_up.addr, true, "");
+    let general = start(general_up.addr, false, "");
+    (lane_up, lane, general_up, general)
 }
 
 /// Date lines aside (weir's own date may fall in another second).
@@ -36,9 +45,7 @@ fn twice(method: &str, path: &str) -> String {
 
 #[tokio::test]
 async fn the_lane_answers_every_response_shape_as_the_general_path() {
-    let (lane_up, general_up) = (scripted_upstream().await, scripted_upstream().await);
-    let lane = start(lane_up.addr, true, "");
-    let general = start(general_up.addr, false, "");
+    let (_, lane, _, general) = pair().await;
     let paths = [
         "/reason",
         "/no-reason",
@@ -106,9 +113,7 @@ async fn the_lane_answers_every_response_shape_as_the_general_path() {
 
 #[tokio::test]
 async fn the_lane_sends_upstream_what_the_general_path_sends() {
-    let (lane_up, general_up) = (scripted_upstream().await, scripted_upstream().await);
-    let lane = start(lane_up.addr, true, "");
-    let general = start(general_up.addr, false, "");
+    let (lane_up, lane, general_up, general) = pair().await;
     let lean_up = scripted_upstream().await;
     let lean = start(lean_up.addr, true, ", forwarded = false, via = false");
     let requests = [
@@ -139,7 +144,7 @@ async fn the_lane_sends_upstream_what_the_general_path_sends() {
         }
     }
     // Each upstream's own address (the Host without a client's) as one.
-    let heads = |s: &proxy_support::Scripted| {
+    let heads = |s: &Scripted| {
         let own = s.addr.to_string();
         s.heads
             .lock()
@@ -196,7 +201,7 @@ async fn a_failed_first_attempt_goes_on_like_the_general_path() {
         second.starts_with("HTTP/1.1 200 OK\r\n") && second.ends_with("\r\n\r\ny"),
         "{r}"
     );
-    let paths = |s: &proxy_support::Scripted| {
+    let paths = |s: &Scripted| {
         s.heads
             .lock()
             .unwrap()

@@ -815,22 +815,11 @@ impl Proxy {
                 }
             }
             FromUpstream::Own {
-                mut conn,
+                conn,
                 framing,
                 keep_alive,
                 ..
-            } => match conn.take_buffered(framing) {
-                // The whole body has arrived: one frame, no copy.
-                Some(bytes) => {
-                    let reuse = keep_alive && conn.is_clean();
-                    done.sender = Some(Sender::Own(conn));
-                    done.release(reuse);
-                    Body::full(bytes)
-                }
-                None => Body::stream(h1_client::ResponseBody::new(
-                    conn, framing, keep_alive, done,
-                )),
-            },
+            } => own_body(conn, framing, keep_alive, done),
         };
         Response::from_parts(rp, body)
     }
@@ -891,6 +880,28 @@ impl Proxy {
             parts.uri.path()
         );
         error_response(&e)
+    }
+}
+
+/// The body that follows a response head read on one of weir's own
+/// connections; the connection goes back to the pool once it has ended.
+fn own_body(
+    mut conn: h1_client::Conn,
+    framing: h1_client::Framing,
+    keep_alive: bool,
+    mut done: Done,
+) -> Body {
+    match conn.take_buffered(framing) {
+        // The whole body has arrived: one frame, no copy.
+        Some(bytes) => {
+            let reuse = keep_alive && conn.is_clean();
+            done.sender = Some(Sender::Own(conn));
+            done.release(reuse);
+            Body::full(bytes)
+        }
+        None => Body::stream(h1_client::ResponseBody::new(
+            conn, framing, keep_alive, done,
+        )),
     }
 }
 

@@ -40,7 +40,8 @@ use super::forward::{IpText, ValueBuf, forwarded_element};
 use super::h1_client::{self, Encoded, Final, Framing, RawHead};
 use super::pool::{self, Sender};
 use super::{
-    ActiveGuard, Done, Failure, FromUpstream, Proxy, ProxyError, may_retry, upstream_host_bytes,
+    ActiveGuard, Done, Failure, FromUpstream, Proxy, ProxyError, may_retry, own_body,
+    upstream_host_bytes,
 };
 use crate::body::Body;
 use crate::config::proxy::Balance;
@@ -235,7 +236,7 @@ impl Proxy {
         };
         let r = timer.within(timeout, exchange).await;
         conn.put_timer(timer);
-        let mut done = Done {
+        let done = Done {
             key: (self.id, idx),
             sender: None,
             max_idle: self.cfg.max_idle,
@@ -251,18 +252,7 @@ impl Proxy {
                     Framing::Length(n) => n,
                     _ => 0,
                 };
-                let body = match conn.take_buffered(framing) {
-                    // The whole body has arrived: one frame, no copy.
-                    Some(bytes) => {
-                        let reuse = keep_alive && conn.is_clean();
-                        done.sender = Some(Sender::Own(conn));
-                        done.release(reuse);
-                        Body::full(bytes)
-                    }
-                    None => Body::stream(h1_client::ResponseBody::new(
-                        conn, framing, keep_alive, done,
-                    )),
-                };
+                let body = own_body(conn, framing, keep_alive, done);
                 return Exchanged::Served {
                     head,
                     body,

@@ -267,16 +267,9 @@ where
                             sh.state.request_done();
                             let r = write_encoded(io, &mut head, body, length, close).await;
                             give_head_buf(head);
-                            match r {
-                                Ok(true) => continue,
-                                Ok(false) => {
-                                    let _ = io.shutdown().await;
-                                    return Outcome::Closed;
-                                }
-                                Err(e) => {
-                                    tracing::debug!("connection from {}: {e}", sh.info.peer);
-                                    return Outcome::Closed;
-                                }
+                            match after_write(io, r, sh.info).await {
+                                Some(end) => return end,
+                                None => continue,
                             }
                         }
                         Some(Exchanged::Response(mut resp)) => {
@@ -326,16 +319,9 @@ where
                 regions.push(r);
             }
             let close = !keep_alive || signal.is_signaled();
-            match write_response(io, resp, is_head, close).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    let _ = io.shutdown().await;
-                    return Outcome::Closed;
-                }
-                Err(e) => {
-                    tracing::debug!("connection from {}: {e}", sh.info.peer);
-                    return Outcome::Closed;
-                }
+            let r = write_response(io, resp, is_head, close).await;
+            if let Some(end) = after_write(io, r, sh.info).await {
+                return end;
             }
         }
         // Wait for more bytes; while idle, for the drain signal too.
@@ -387,6 +373,26 @@ where
                 tracing::debug!("connection from {}: {e}", sh.info.peer);
                 return Outcome::Closed;
             }
+        }
+    }
+}
+
+/// What a written response leaves of the connection: `None`, it goes on;
+/// else it has ended (closed after the response, or failed).
+async fn after_write<IO: AsyncWrite + Unpin>(
+    io: &mut IO,
+    written: io::Result<bool>,
+    info: &ConnInfo,
+) -> Option<Outcome> {
+    match written {
+        Ok(true) => None,
+        Ok(false) => {
+            let _ = io.shutdown().await;
+            Some(Outcome::Closed)
+        }
+        Err(e) => {
+            tracing::debug!("connection from {}: {e}", info.peer);
+            Some(Outcome::Closed)
         }
     }
 }
