@@ -257,19 +257,33 @@ impl Listener {
         };
         let target_len = r.target.len();
         // ACME's answers come first (`handle`).
+        let fields = r.fields.iter().map(|f| (f.name.len(), f.value.len()));
         if (self.acme.is_some() && r.target.starts_with("/.well-known/acme-challenge/"))
-            || target_len > self.limits.uri
-            || r.fields.len() > self.limits.headers
-            || target_len
-                + r.fields
-                    .iter()
-                    .map(|f| f.name.len() + f.value.len() + 4)
-                    .sum::<usize>()
-                > self.limits.header_size
+            || self
+                .head_over_limits(target_len, r.fields.len(), fields)
+                .is_some()
         {
             return Err(None);
         }
         Ok((p, p.plain_start(r, conn)?))
+    }
+
+    /// The limits on a request head hyper does not enforce for us: the
+    /// answer when the target (`target_len` bytes) or the `count` fields
+    /// (each a name's and a value's length) are past them.
+    fn head_over_limits(
+        &self,
+        target_len: usize,
+        count: usize,
+        fields: impl Iterator<Item = (usize, usize)>,
+    ) -> Option<StatusCode> {
+        if target_len > self.limits.uri {
+            return Some(StatusCode::URI_TOO_LONG);
+        }
+        let too_many = count > self.limits.headers;
+        let size = target_len + fields.map(|(n, v)| n + v + 4).sum::<usize>();
+        (too_many || size > self.limits.header_size)
+            .then_some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
     }
 
     /// What [`Listener::handle`] adds to a response from the plain-proxy
@@ -311,19 +325,12 @@ impl Listener {
 
         // Limits hyper does not enforce for us.
         let target_len = parts.uri.path_and_query().map_or(0, |p| p.as_str().len());
-        if target_len > self.limits.uri {
-            return closing(error(StatusCode::URI_TOO_LONG));
-        }
-        if parts.headers.len() > self.limits.headers
-            || target_len
-                + parts
-                    .headers
-                    .iter()
-                    .map(|(k, v)| k.as_str().len() + v.len() + 4)
-                    .sum::<usize>()
-                > self.limits.header_size
-        {
-            return closing(error(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE));
+        let fields = parts
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str().len(), v.len()));
+        if let Some(status) = self.head_over_limits(target_len, parts.headers.len(), fields) {
+            return closing(error(status));
         }
         if let Some(len) = parts.headers.get(header::CONTENT_LENGTH)
             && len

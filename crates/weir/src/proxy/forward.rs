@@ -607,6 +607,12 @@ fn joined(h: &HeaderMap, name: &HeaderName) -> Option<String> {
     out
 }
 
+/// Whether `HeaderValue::to_str` takes these bytes (visible ASCII, space
+/// and tab), for a value seen as raw bytes.
+pub fn is_text(v: &[u8]) -> bool {
+    v.iter().all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
+}
+
 fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()

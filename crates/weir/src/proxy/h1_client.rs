@@ -737,7 +737,7 @@ fn framing<'h>(
             .filter(|(n, _)| n.eq_ignore_ascii_case(b"transfer-encoding"))
             .last()
             .map(|(_, v)| v)
-            .filter(|v| v.iter().all(|&b| b == b'\t' || (b' '..0x7f).contains(&b)))
+            .filter(|v| crate::proxy::forward::is_text(v))
             .and_then(|v| v.rsplit(|&b| b == b',').next())
             .map(<[u8]>::trim_ascii);
         let reuse = !present.has(Present::CONTENT_LENGTH);

@@ -36,7 +36,7 @@ use std::net::IpAddr;
 
 use http::{Response, StatusCode, Version};
 
-use super::forward::{IpText, ValueBuf, forwarded_element};
+use super::forward::{IpText, ValueBuf, forwarded_element, is_text};
 use super::h1_client::{self, Encoded, Final, Framing, RawHead};
 use super::pool::{self, Sender};
 use super::{
@@ -336,11 +336,6 @@ fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
-}
-
-/// Whether `HeaderValue::to_str` takes these bytes.
-fn is_text(v: &[u8]) -> bool {
-    v.iter().all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
 }
 
 fn forwarded(info: &ConnInfo, host: Option<&[u8]>) -> ValueBuf {
