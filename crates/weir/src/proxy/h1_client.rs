@@ -504,17 +504,17 @@ thread_local! {
 }
 
 /// The field names met in upstream response heads, as they were spelled,
-/// each with the `HeaderName` made of it and its `Present` class.
+/// each with the `HeaderName` made of it (its `Present` class is taken by
+/// `Present::add_raw`, a switch on the length, for every head).
 ///
 /// Why by hand: `HeaderName::from_bytes` lowercases a name into a scratch
 /// buffer and matches it against http's standard names, about 156
-/// instructions a field (callgrind, BENCHMARKS.md §6), and classing it for
-/// `Present` costs more again; an upstream spells the same few names the
+/// instructions a field (callgrind, BENCHMARKS.md §6); an upstream spells the same few names the
 /// same way in every response, and comparing their bytes is a few dozen.
 /// At most [`NAMES_KEPT`] per worker, replaced in turn, so an upstream
 /// that sends ever new names costs a miss each, never memory.
 struct Names {
-    known: Vec<(Box<[u8]>, HeaderName, Present)>,
+    known: Vec<(Box<[u8]>, HeaderName)>,
     /// The entry a new name replaces once `known` is full.
     next: usize,
 }
@@ -523,21 +523,19 @@ const NAMES_KEPT: usize = 32;
 
 impl Names {
     /// `raw`: a field name as httparse found it (a token, any case).
-    fn get(&mut self, raw: &[u8]) -> Result<(HeaderName, Present), ClientError> {
-        if let Some((_, name, class)) = self.known.iter().find(|(k, ..)| **k == *raw) {
-            return Ok((name.clone(), *class));
+    fn get(&mut self, raw: &[u8]) -> Result<HeaderName, ClientError> {
+        if let Some((_, name)) = self.known.iter().find(|(k, _)| **k == *raw) {
+            return Ok(name.clone());
         }
         let name = HeaderName::from_bytes(raw).map_err(|_| ClientError::BadField)?;
-        let mut class = Present::default();
-        class.add_raw(raw);
-        let entry = (Box::from(raw), name.clone(), class);
+        let entry = (Box::from(raw), name.clone());
         if self.known.len() < NAMES_KEPT {
             self.known.push(entry);
         } else {
             self.known[self.next] = entry;
             self.next = (self.next + 1) % NAMES_KEPT;
         }
-        Ok((name, class))
+        Ok(name)
     }
 }
 
@@ -690,7 +688,7 @@ fn parse_head_with(
         for &(name_at, name_len, value_at, value_len) in spans {
             let (name_at, name_len) = (name_at as usize, name_len as usize);
             let (value_at, value_len) = (value_at as usize, value_len as usize);
-            let (name, _) = names.get(&head[name_at..name_at + name_len])?;
+            let name = names.get(&head[name_at..name_at + name_len])?;
             let value = HeaderValue::from_maybe_shared(head.slice(value_at..value_at + value_len))
                 .map_err(|_| ClientError::BadField)?;
             headers.append(name, value);
