@@ -213,7 +213,6 @@ impl Listener {
     /// Advertise HTTP/3 on `port` (UDP) in every response.
     pub fn set_alt_svc(&mut self, port: u16) {
         self.alt_svc = HeaderValue::from_str(&format!("h3=\":{port}\"; ma=86400")).ok();
-        self.plain = self.plain_proxy();
     }
 
     /// Answer `/.well-known/acme-challenge/<token>` from `c` before any site
@@ -225,7 +224,6 @@ impl Listener {
     fn plain_proxy(&self) -> Option<Arc<crate::proxy::Proxy>> {
         let site = &self.default;
         let alone = self.sites.len() <= 1
-            && self.alt_svc.is_none()
             && !self.logs
             && site.cfg.error_pages.is_empty()
             && site.cfg.headers.is_empty();
@@ -286,10 +284,19 @@ impl Listener {
             .then_some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
     }
 
+    /// The `Alt-Svc` value every response here carries (HTTP/3 offered),
+    /// for the lane to encode as [`Listener::handle`] inserts it.
+    pub fn alt_svc(&self) -> Option<&[u8]> {
+        self.alt_svc.as_ref().map(HeaderValue::as_bytes)
+    }
+
     /// What [`Listener::handle`] adds to a response from the plain-proxy
     /// lane's proxy that the lane did not encode itself.
     pub fn finish_plain(&self, resp: &mut Response<Body>, head: bool) {
         finish(&self.default.cfg, resp, head);
+        if let Some(v) = &self.alt_svc {
+            resp.headers_mut().insert(header::ALT_SVC, v.clone());
+        }
     }
 
     /// Answers one request. `B` is the request body as the protocol layer
@@ -639,8 +646,8 @@ mod tests {
     }
 
     /// The plain-proxy lane (`proxy::plain`) is offered where the one site
-    /// only proxies and nothing else adds to its responses or picks its
-    /// upstream from more than the request line; nowhere else.
+    /// only proxies and nothing but Alt-Svc adds to its responses or picks
+    /// its upstream from more than the request line; nowhere else.
     #[test]
     fn plain_lane_is_offered_only_to_a_lone_plain_proxy() {
         let plain = |site: &str, extra: &str| {
@@ -650,7 +657,13 @@ mod tests {
             let cfg = crate::config::load_str("t.toml", &text, std::path::Path::new("."))
                 .unwrap_or_else(|e| panic!("{text}: {e}"));
             let sites = build_sites(&cfg).unwrap();
-            Listener::new(&sites, &[0], 0, cfg.server.limits.clone()).plain()
+            let mut l = Listener::new(&sites, &[0], 0, cfg.server.limits.clone());
+            let plain = l.plain();
+            // HTTP/3 offered: the lane encodes the Alt-Svc field itself.
+            l.set_alt_svc(443);
+            assert_eq!(l.plain(), plain, "{text}");
+            assert_eq!(l.alt_svc(), Some(&b"h3=\":443\"; ma=86400"[..]));
+            plain
         };
         assert!(plain("", ""));
         assert!(plain(

@@ -6,8 +6,12 @@
 //! The general path is the same proxy with `max_conns` set, which the lane
 //! does not take (a queue slot is the general path's) and which changes
 //! nothing in what is sent.
+//!
+//! Over HTTPS too: there the listener offers HTTP/3 (`Alt-Svc`, on by
+//! default), which the lane adds to every response itself.
 
 mod proxy_support;
+mod tls_support;
 
 use proxy_support::{Scripted, Upstream, Weir, raw, scripted_upstream};
 
@@ -54,6 +58,7 @@ async fn the_lane_answers_every_response_shape_as_the_general_path() {
         "/not-modified",
         "/no-content",
         "/zero",
+        "/alt-svc",
         "/mixed",
         "/same-length",
         "/http10-keep",
@@ -218,4 +223,97 @@ async fn a_failed_first_attempt_goes_on_like_the_general_path() {
             && log.contains(&format!("retrying on {}", y.addr)),
         "{log}"
     );
+}
+
+/// Sends `req` over TLS (HTTP/1.1) to `port` and reads until weir closes.
+async fn tls_raw(port: u16, ca: &str, req: &[u8]) -> String {
+    use rustls::pki_types::ServerName;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cfg =
+        tls_support::client_config(tls_support::roots_from_pem(ca.as_bytes()), &[b"http/1.1"]);
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let name = ServerName::try_from("a.test").unwrap();
+    let mut s = tokio_rustls::TlsConnector::from(std::sync::Arc::new(cfg))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    s.write_all(req).await.unwrap();
+    let mut out = Vec::new();
+    let read = async {
+        let mut b = [0u8; 16384];
+        while let Ok(n @ 1..) = s.read(&mut b).await {
+            out.extend_from_slice(&b[..n]);
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(3), read)
+        .await
+        .expect("weir kept the connection open");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Over HTTPS, where the listener offers HTTP/3, the lane answers as the
+/// general path does: weir's `Alt-Svc` on every response, in place of an
+/// upstream's (the first line of them; the others dropped), else after
+/// `Server`.
+#[tokio::test]
+async fn over_https_the_lane_adds_alt_svc_as_the_general_path() {
+    tls_support::install_crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, ca) = tls_support::make_cert(dir.path(), "a", &["a.test"]);
+    let start = |up: std::net::SocketAddr, lane: bool| {
+        let port = tls_support::free_port();
+        let limit = if lane { "" } else { ", max_conns = 1000" };
+        let sub = dir.path().join(format!("w{port}"));
+        std::fs::create_dir(&sub).unwrap();
+        let cfg = format!(
+            "[site.\"a.test\"]\nlisten = \"127.0.0.1:{port}\"\n\
+             tls = {{ cert = \"{}\", key = \"{}\" }}\n\
+             proxy = {{ to = [\"{up}\"], retries = 0{limit} }}\n",
+            cert.display(),
+            key.display()
+        );
+        (tls_support::Weir::start(&sub, &cfg, port), port)
+    };
+    let (lane_up, general_up) = (scripted_upstream().await, scripted_upstream().await);
+    let (_lane, lane_port) = start(lane_up.addr, true);
+    let (_general, general_port) = start(general_up.addr, false);
+    for p in [
+        "/alt-svc",
+        "/server-via",
+        "/zero",
+        "/not-modified",
+        "/chunked",
+        "/big",
+    ] {
+        for m in ["GET", "HEAD"] {
+            let case = twice(m, p);
+            let a = tls_raw(lane_port, &ca, case.as_bytes()).await;
+            let b = tls_raw(general_port, &ca, case.as_bytes()).await;
+            assert!(b.starts_with("HTTP/1.1 "), "no answer to {case:?}: {b}");
+            // Each names its own UDP port.
+            let a = without_date(a.replace(&format!(":{lane_port}\""), ":PORT\""));
+            let b = without_date(b.replace(&format!(":{general_port}\""), ":PORT\""));
+            assert_eq!(a, b, "answers differ for {case:?}");
+        }
+    }
+    let ours = format!("alt-svc: h3=\":{lane_port}\"; ma=86400\r\n");
+    let r = tls_raw(lane_port, &ca, twice("GET", "/alt-svc").as_bytes()).await;
+    let second = &r[r.rfind("HTTP/1.1 200").unwrap()..];
+    assert!(
+        second.starts_with(&format!(
+            "HTTP/1.1 200 OK\r\n{ours}x-mid: 1\r\ncontent-length: 2\r\nvia: 1.1 weir\r\nserver: weir\r\n"
+        )),
+        "{second}"
+    );
+    assert!(!r.contains("h2=") && !r.contains("clear"), "{r}");
+    let r = tls_raw(lane_port, &ca, twice("GET", "/zero").as_bytes()).await;
+    assert!(
+        r.contains(&format!(
+            "via: 1.1 weir\r\nserver: weir\r\n{ours}content-length: 0\r\n"
+        )),
+        "{r}"
+    );
+    assert_eq!(r.matches(&ours).count(), 2, "{r}");
 }

@@ -198,12 +198,14 @@ impl Proxy {
     }
 
     /// Sends the request and reads the response head, encoding the client's
-    /// head when its body has a length or none. `close_now`: whether the
-    /// client connection closes after this response, asked as the response
-    /// head arrives.
+    /// head when its body has a length or none (with the listener's
+    /// `alt_svc`, if it offers HTTP/3). `close_now`: whether the client
+    /// connection closes after this response, asked as the response head
+    /// arrives.
     pub async fn plain_exchange(
         &self,
         s: Started,
+        alt_svc: Option<&[u8]>,
         close_now: &(dyn Fn() -> bool + Sync),
     ) -> Exchanged {
         let Started {
@@ -216,7 +218,10 @@ impl Proxy {
         let up = &self.ups[idx];
         let reused = conn.reused();
         let timeout = self.cfg.response_timeout;
-        let via = self.cfg.via.then_some(VIA);
+        let added = Added {
+            via: self.cfg.via.then_some(VIA),
+            alt_svc,
+        };
         let mut close = false;
         let mut head = Vec::new();
         let mut timer = conn.take_timer();
@@ -228,7 +233,7 @@ impl Proxy {
             let mut encode = |raw: &RawHead<'_>| {
                 close = close_now();
                 head = take_head_buf();
-                encode_response_head(raw, via, head_request, close, &mut head);
+                encode_response_head(raw, &added, head_request, close, &mut head);
             };
             conn.read_head_or_raw(head_request, Some(&mut encode))
                 .await
@@ -348,19 +353,30 @@ fn forwarded(info: &ConnInfo, host: Option<&[u8]>) -> ValueBuf {
     v
 }
 
+/// The fields weir adds to every response of the lane, when configured.
+struct Added<'a> {
+    /// weir's own `Via` element (`via = true`).
+    via: Option<&'a str>,
+    /// The listener's `Alt-Svc` (HTTP/3 offered).
+    alt_svc: Option<&'a [u8]>,
+}
+
 /// The client's response head for an upstream head, as the general path
 /// makes it: hop-by-hop fields removed and `Via` joined
 /// (`Proxy::respond_from`), `Server: weir` in place of the upstream's
-/// (`site::finish`), then hyper's rules (`server::http1::encode_head`):
+/// (`site::finish`), the listener's `Alt-Svc` in place of the upstream's
+/// (`site::Listener::handle`), each appended in that order when the
+/// upstream sent none, then hyper's rules (`server::http1::encode_head`):
 /// a kept custom reason phrase, `Content-Length` for what the body is,
 /// `Connection: close` when closing, a `Date` when there is none.
 fn encode_response_head(
     raw: &RawHead<'_>,
-    via: Option<&str>,
+    added: &Added<'_>,
     is_head: bool,
     close: bool,
     out: &mut Vec<u8>,
 ) {
+    let Added { via, alt_svc } = *added;
     use crate::server::http1::{can_have_body, can_have_content_length, date};
     let status = raw.status;
     let reason = raw
@@ -386,6 +402,7 @@ fn encode_response_head(
     let mut wrote_date = false;
     let mut wrote_server = false;
     let mut wrote_via = false;
+    let mut wrote_alt_svc = false;
     for (name, value) in raw.fields() {
         if hop && is_hop_by_hop(name, raw) {
             continue;
@@ -416,6 +433,15 @@ fn encode_response_head(
                 }
                 continue;
             }
+            7 if is(b"alt-svc") => {
+                if let Some(v) = alt_svc {
+                    if !wrote_alt_svc {
+                        push_field(out, b"alt-svc", v);
+                        wrote_alt_svc = true;
+                    }
+                    continue;
+                }
+            }
             _ => {}
         }
         push_field(out, name, value);
@@ -427,6 +453,11 @@ fn encode_response_head(
     }
     if !wrote_server {
         push_field(out, b"server", b"weir");
+    }
+    if let Some(v) = alt_svc
+        && !wrote_alt_svc
+    {
+        push_field(out, b"alt-svc", v);
     }
     if close {
         push_field(out, b"connection", b"close");
@@ -481,13 +512,16 @@ fn push_via(out: &mut Vec<u8>, raw: &RawHead<'_>, via: &str) {
 
 /// The property the `h1_response` fuzzer checks on every head the lane
 /// takes: what it encodes for the client, closing or not, with or without
-/// Via, is one complete head with the status, one `server: weir`, one
-/// `date`, at most one `content-length`, and no hop-by-hop field.
+/// Via and Alt-Svc, is one complete head with the status, one
+/// `server: weir`, one `date`, at most one `content-length`, weir's
+/// `alt-svc` alone when it offers one, and no hop-by-hop field.
 #[doc(hidden)]
 pub fn check_encoded(raw: &RawHead<'_>, is_head: bool) {
-    for (via, close) in [(None, false), (Some(VIA), true)] {
+    const H3: &[u8] = b"h3=\":443\"; ma=86400";
+    for (via, alt_svc, close) in [(None, None, false), (Some(VIA), Some(H3), true)] {
         let mut out = Vec::new();
-        encode_response_head(raw, via, is_head, close, &mut out);
+        let added = Added { via, alt_svc };
+        encode_response_head(raw, &added, is_head, close, &mut out);
         let mut fields = [httparse::EMPTY_HEADER; 128];
         let mut resp = httparse::Response::new(&mut fields);
         assert_eq!(
@@ -507,6 +541,11 @@ pub fn check_encoded(raw: &RawHead<'_>, is_head: bool) {
         assert_eq!(count("date"), 1);
         assert!(count("content-length") <= 1);
         assert_eq!(count("via"), usize::from(via.is_some()));
+        if let Some(v) = alt_svc {
+            let ours = |h: &&httparse::Header<'_>| h.name.eq_ignore_ascii_case("alt-svc");
+            let values: Vec<&[u8]> = resp.headers.iter().filter(ours).map(|h| h.value).collect();
+            assert_eq!(values, [v]);
+        }
         assert_eq!(count("connection"), usize::from(close));
         for h in resp.headers.iter() {
             let mut p = Present::default();

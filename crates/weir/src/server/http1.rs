@@ -249,7 +249,8 @@ where
                     let close_now = || !keep_alive || signal.is_signaled();
                     // Boxed, as the general path's proxy future is: kept in
                     // this future, it would make every connection larger.
-                    let mut lane = Box::pin(proxy.plain_exchange(started, &close_now));
+                    let alt_svc = sh.listener.alt_svc();
+                    let mut lane = Box::pin(proxy.plain_exchange(started, alt_svc, &close_now));
                     let exchanged =
                         handle_reading(lane.as_mut(), io, &mut pending, sh.max_head).await;
                     drop(lane);

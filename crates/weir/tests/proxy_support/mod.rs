@@ -492,6 +492,7 @@ fn scripted_response(path: &str) -> (Vec<u8>, bool) {
         "/not-modified" => (b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\nContent-Length: 10\r\nTrailer: X-Sum\r\n\r\n", false),
         "/no-content" => (b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nTrailer: X-Sum\r\n\r\n", false),
         "/zero" => (b"HTTP/1.1 200 OK\r\nX-Before: 1\r\nContent-Length: 0\r\nX-After: 2\r\n\r\n", false),
+        "/alt-svc" => (b"HTTP/1.1 200 OK\r\nAlt-Svc: h2=\":9\"; ma=1\r\nalt-svc: clear\r\nX-Mid: 1\r\nContent-Length: 2\r\n\r\nas", false),
         "/mixed" => (b"HTTP/1.1 201 Created\r\nX-Mixed-Case: Yes\r\nCONTENT-length: 3\r\nProxy-Authenticate: Basic\r\nTE: gzip\r\n\r\nabc", false),
         "/big" => {
             let body = vec![b'b'; 100_000];
