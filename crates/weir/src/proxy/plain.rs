@@ -332,12 +332,13 @@ fn dropped_upstream(name: &[u8], via: bool) -> bool {
 }
 
 /// `name: value\r\n`, the name in lower case (as `HeaderName` writes it).
+/// Copied, then lowered in place: one reservation, no per-byte push (a
+/// mapped `extend` was 8 % of the lane's instructions, callgrind).
 fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    if name.iter().any(u8::is_ascii_uppercase) {
-        out.extend(name.iter().map(u8::to_ascii_lowercase));
-    } else {
-        out.extend_from_slice(name);
-    }
+    out.reserve(name.len() + value.len() + 4);
+    let at = out.len();
+    out.extend_from_slice(name);
+    out[at..].make_ascii_lowercase();
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
