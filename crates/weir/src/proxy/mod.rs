@@ -711,13 +711,15 @@ impl Proxy {
         let reused = c.reused();
         let timeout = self.cfg.response_timeout;
         let mut timer = c.take_timer();
-        let exchange = async {
-            c.send(request).await?;
-            c.read_head(parts.method == Method::HEAD)
-                .await
-                .map_err(|e| (e, false))
+        let r = {
+            let exchange = std::pin::pin!(async {
+                c.send(request).await?;
+                c.read_head(parts.method == Method::HEAD)
+                    .await
+                    .map_err(|e| (e, false))
+            });
+            timer.within(timeout, exchange).await.ok_or(())
         };
-        let r = timer.within(timeout, exchange).await.ok_or(());
         c.put_timer(timer);
         match r {
             Ok(Ok(head)) => Ok((

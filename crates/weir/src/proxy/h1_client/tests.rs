@@ -412,18 +412,37 @@ async fn the_response_timer_times_each_exchange_from_its_start() {
     use tokio::time::{Instant, sleep};
     let ms = Duration::from_millis;
     let mut t = Deadline::new();
-    assert_eq!(t.within(ms(100), sleep(ms(60))).await, Some(()));
+    assert_eq!(
+        t.within(ms(100), std::pin::pin!(sleep(ms(60)))).await,
+        Some(())
+    );
     // Idle past the first deadline: the timer fires with no one waiting.
     sleep(ms(500)).await;
-    assert_eq!(t.within(ms(100), sleep(ms(90))).await, Some(()));
-    assert_eq!(t.within(ms(100), sleep(ms(99))).await, Some(()));
+    assert_eq!(
+        t.within(ms(100), std::pin::pin!(sleep(ms(90)))).await,
+        Some(())
+    );
+    assert_eq!(
+        t.within(ms(100), std::pin::pin!(sleep(ms(99)))).await,
+        Some(())
+    );
     let start = Instant::now();
-    assert_eq!(t.within(ms(100), sleep(ms(150))).await, None);
+    assert_eq!(
+        t.within(ms(100), std::pin::pin!(sleep(ms(150)))).await,
+        None
+    );
     assert_eq!(start.elapsed(), ms(100));
     // A longer limit, then a shorter one than the timer is armed for.
-    assert_eq!(t.within(ms(10_000), sleep(ms(5))).await, Some(()));
+    assert_eq!(
+        t.within(ms(10_000), std::pin::pin!(sleep(ms(5)))).await,
+        Some(())
+    );
     let start = Instant::now();
-    assert_eq!(t.within(ms(50), std::future::pending::<()>()).await, None);
+    assert_eq!(
+        t.within(ms(50), std::pin::pin!(std::future::pending::<()>()))
+            .await,
+        None
+    );
     assert_eq!(start.elapsed(), ms(50));
 }
 
@@ -443,10 +462,13 @@ mod deadline {
     async fn an_answer_in_time_is_returned() {
         let mut d = Deadline::new();
         let got = d
-            .within(Duration::from_secs(5), async {
-                sleep(Duration::from_secs(1)).await;
-                7
-            })
+            .within(
+                Duration::from_secs(5),
+                std::pin::pin!(async {
+                    sleep(Duration::from_secs(1)).await;
+                    7
+                }),
+            )
             .await;
         assert_eq!(got, Some(7));
     }
@@ -455,7 +477,11 @@ mod deadline {
     async fn time_runs_out_at_the_limit() {
         let mut d = Deadline::new();
         let start = Instant::now();
-        let got = bounded(d.within(Duration::from_secs(3), std::future::pending::<()>())).await;
+        let got = bounded(d.within(
+            Duration::from_secs(3),
+            std::pin::pin!(std::future::pending::<()>()),
+        ))
+        .await;
         assert_eq!(got, None);
         assert_eq!(start.elapsed(), Duration::from_secs(3));
     }
@@ -465,21 +491,32 @@ mod deadline {
     #[tokio::test(start_paused = true)]
     async fn an_earlier_exchanges_deadline_does_not_cut_a_later_one_short() {
         let mut d = Deadline::new();
-        assert_eq!(d.within(Duration::from_secs(2), async { 1 }).await, Some(1));
+        assert_eq!(
+            d.within(Duration::from_secs(2), std::pin::pin!(async { 1 }))
+                .await,
+            Some(1)
+        );
         sleep(Duration::from_secs(1)).await;
         // Deadline now + 5 s; the timer is still armed for the first one's
         // (1 s from now).
         let start = Instant::now();
-        let got = bounded(d.within(Duration::from_secs(5), async {
-            sleep(Duration::from_secs(4)).await;
-            2
-        }))
+        let got = bounded(d.within(
+            Duration::from_secs(5),
+            std::pin::pin!(async {
+                sleep(Duration::from_secs(4)).await;
+                2
+            }),
+        ))
         .await;
         assert_eq!(got, Some(2));
         assert_eq!(start.elapsed(), Duration::from_secs(4));
         // And the next one still times out on time.
         let start = Instant::now();
-        let got = bounded(d.within(Duration::from_secs(3), std::future::pending::<()>())).await;
+        let got = bounded(d.within(
+            Duration::from_secs(3),
+            std::pin::pin!(std::future::pending::<()>()),
+        ))
+        .await;
         assert_eq!(got, None);
         assert_eq!(start.elapsed(), Duration::from_secs(3));
     }
@@ -491,7 +528,11 @@ mod deadline {
         let d = Deadline::new();
         let d = tokio::spawn(async move {
             let mut d = d;
-            assert_eq!(d.within(Duration::from_secs(1), async { 1 }).await, Some(1));
+            assert_eq!(
+                d.within(Duration::from_secs(1), std::pin::pin!(async { 1 }))
+                    .await,
+                Some(1)
+            );
             d
         })
         .await
@@ -500,7 +541,10 @@ mod deadline {
         let waiting = tokio::spawn(async move {
             let mut d = d;
             let got = d
-                .within(Duration::from_secs(2), std::future::pending::<()>())
+                .within(
+                    Duration::from_secs(2),
+                    std::pin::pin!(std::future::pending::<()>()),
+                )
                 .await;
             (got, d)
         });
@@ -516,12 +560,19 @@ mod deadline {
         let mut d = Deadline::new();
         let cut = tokio::time::timeout(
             Duration::from_millis(500),
-            d.within(Duration::from_secs(10), std::future::pending::<()>()),
+            d.within(
+                Duration::from_secs(10),
+                std::pin::pin!(std::future::pending::<()>()),
+            ),
         )
         .await;
         assert!(cut.is_err());
         let start = Instant::now();
-        let got = bounded(d.within(Duration::from_secs(1), std::future::pending::<()>())).await;
+        let got = bounded(d.within(
+            Duration::from_secs(1),
+            std::pin::pin!(std::future::pending::<()>()),
+        ))
+        .await;
         assert_eq!(got, None);
         assert_eq!(start.elapsed(), Duration::from_secs(1));
     }
