@@ -569,8 +569,8 @@ mod tests {
 
     /// The lane's future is boxed per request (`server::http1::serve`):
     /// it must fit glibc's per-thread cache of small blocks (1,032 bytes),
-    /// where an allocation and its free cost about 100 instructions, not
-    /// the 900 they cost past it (callgrind; `Deadline::within`).
+    /// past which its allocation and free cost about 200 instructions more
+    /// (callgrind; `Deadline::within`).
     #[tokio::test]
     async fn the_lane_future_fits_the_small_block_cache() {
         let cfg = crate::config::load_str(
