@@ -11,7 +11,7 @@ use super::startup::StartupRow;
 use super::{CompareConfig, Row, Summary};
 
 /// Columns of every scenario table, in order (tests check them).
-pub const COLUMNS: [&str; 18] = [
+pub const COLUMNS: [&str; 19] = [
     "case",
     "server",
     "req/s (median)",
@@ -30,6 +30,7 @@ pub const COLUMNS: [&str; 18] = [
     "CPU stolen % (median, max)",
     "weir ÷ this",
     "weir ÷ this, per round (median)",
+    "per-round median: interval (confidence)",
 ];
 
 /// weir's measured row for `r`'s case, if it has one.
@@ -51,31 +52,76 @@ fn weir_ratio(rows: &[Row], r: &Row) -> String {
     }
 }
 
+/// weir's req/s divided by `r`'s, round by round (`None` if a round of
+/// either is missing or `r` is weir itself).
+fn round_ratios(rows: &[Row], r: &Row) -> Option<Vec<f64>> {
+    let w = weir_row(rows, r)?;
+    if r.status != "ok"
+        || r.server == "weir"
+        || w.rps_by_round.is_empty()
+        || w.rps_by_round.len() != r.rps_by_round.len()
+        || r.rps_by_round.iter().any(|&x| x <= 0.0)
+    {
+        return None;
+    }
+    Some(
+        w.rps_by_round
+            .iter()
+            .zip(&r.rps_by_round)
+            .map(|(a, b)| a / b)
+            .collect(),
+    )
+}
+
 /// The median over rounds of weir's req/s divided by `r`'s in the same
 /// round. Both ran within a minute of each other, so drift of the machine
 /// (often ±15 % between minutes here) cancels out of each ratio, which the
 /// ratio of the two medians does not guarantee.
 fn weir_round_ratio(rows: &[Row], r: &Row) -> String {
-    let Some(w) = weir_row(rows, r) else {
-        return "n/a".into();
-    };
-    if r.status != "ok"
-        || w.rps_by_round.is_empty()
-        || w.rps_by_round.len() != r.rps_by_round.len()
-        || r.rps_by_round.iter().any(|&x| x <= 0.0)
-    {
-        return "n/a".into();
+    match round_ratios(rows, r) {
+        Some(ratios) => format!("{:.2}", super::median(ratios)),
+        None if r.server == "weir" && weir_row(rows, r).is_some() => "1.00".into(),
+        None => "n/a".into(),
     }
-    if r.server == "weir" {
-        return "1.00".into();
+}
+
+/// How sure the per-round median is: the interval between two of the
+/// rounds' ratios that holds the true median with at least 90 % confidence
+/// (see [`median_interval`]), e.g. `1.09–1.13 (96 %)`.
+fn weir_round_interval(rows: &[Row], r: &Row) -> String {
+    match round_ratios(rows, r).and_then(|v| median_interval(v, 0.90)) {
+        Some((lo, hi, conf)) => format!("{lo:.2}–{hi:.2} ({:.0} %)", conf * 100.0),
+        None => "n/a".into(),
     }
-    let ratios: Vec<f64> = w
-        .rps_by_round
-        .iter()
-        .zip(&r.rps_by_round)
-        .map(|(a, b)| a / b)
-        .collect();
-    format!("{:.2}", super::median(ratios))
+}
+
+/// A distribution-free confidence interval for the median of `v`: the
+/// `j`th smallest and `j`th largest values, with the largest `j` whose
+/// confidence, `1 − 2·P(Binomial(n, ½) < j)`, is at least `level` (each
+/// sample falls below the true median with probability ½, whatever the
+/// distribution). Returns `(low, high, confidence)`, or `None` when even
+/// the smallest and largest values are not enough (fewer than 5 samples
+/// for 90 %). Exact, and the same on every run: no resampling.
+fn median_interval(mut v: Vec<f64>, level: f64) -> Option<(f64, f64, f64)> {
+    let n = v.len();
+    if n == 0 {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    // below[k] = P(Binomial(n, 1/2) <= k), built from the binomial terms.
+    let mut term = 0.5f64.powi(n as i32);
+    let mut below = Vec::with_capacity(n);
+    let mut sum = 0.0;
+    for k in 0..n {
+        sum += term;
+        below.push(sum);
+        term *= (n - k) as f64 / (k + 1) as f64;
+    }
+    let conf = |j: usize| 1.0 - 2.0 * below[j - 1];
+    let j = (1..=n.div_ceil(2))
+        .take_while(|&j| conf(j) >= level - 1e-12)
+        .last()?;
+    Some((v[j - 1], v[n - j], conf(j)))
 }
 
 /// The Markdown table of one scenario.
@@ -90,8 +136,11 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
          coordinated-omission correction. Requests/s count 2xx/3xx only. CPU stolen is the share of the \
          machine's CPU time a hypervisor gave to other guests during the measured seconds (0 on bare metal): \
          repeats with much stolen time ran slow for reasons outside the servers, so a round in which it passed {:.0} % \
-         for any server is measured again, every server of it, at most {} times. The last column pairs each round's \
-         repeats (weir's and this server's, measured a minute apart at most) and gives the median of those ratios.\n",
+         for any server is measured again, every server of it, at most {} times. The per-round column pairs each round's \
+         repeats (weir's and this server's, measured a minute apart at most) and gives the median of those ratios; \
+         the last column, two of those ratios that hold the true median between them with the confidence shown \
+         (at least 90 %, from the order of the rounds' ratios alone, with no assumption about their distribution; \
+         it needs 5 rounds): a target inside the interval is not told apart from weir's ratio by this run.\n",
         cfg.repeats,
         cfg.duration.as_secs_f64(),
         cfg.warmup.as_secs_f64(),
@@ -133,7 +182,7 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
         );
         let _ = writeln!(
             o,
-            "| {} | {} | {:.0} | {:.0}–{:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {:.1} ({:.1}) | {} | {} |",
+            "| {} | {} | {:.0} | {:.0}–{:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {:.1} ({:.1}) | {} | {} | {} |",
             r.case,
             r.server,
             r.rps_median,
@@ -153,7 +202,8 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
             r.stolen_pct,
             r.stolen_pct_max,
             weir_ratio(rows, r),
-            weir_round_ratio(rows, r)
+            weir_round_ratio(rows, r),
+            weir_round_interval(rows, r)
         );
     }
     o.push('\n');
@@ -547,6 +597,92 @@ mod tests {
         // Medians 100 / 70 = 1.43; per round 1.43, 1.05, 1.20: median 1.20.
         assert_eq!(weir_ratio(&skew, &skew[1]), "1.43");
         assert_eq!(weir_round_ratio(&skew, &skew[1]), "1.20");
+    }
+
+    #[test]
+    fn the_median_interval_is_two_order_statistics_with_their_exact_confidence() {
+        // n = 5: only the smallest and largest, 1 - 2/32 = 93.75 %.
+        let (lo, hi, c) = median_interval(vec![5.0, 1.0, 4.0, 2.0, 3.0], 0.90).unwrap();
+        assert_eq!((lo, hi), (1.0, 5.0));
+        assert!((c - 0.9375).abs() < 1e-12, "{c}");
+        // n = 4: 1 - 2/16 = 87.5 % < 90 %: no interval; at 80 % there is.
+        assert_eq!(median_interval(vec![1.0, 2.0, 3.0, 4.0], 0.90), None);
+        assert_eq!(
+            median_interval(vec![1.0, 2.0, 3.0, 4.0], 0.80),
+            Some((1.0, 4.0, 0.875))
+        );
+        assert_eq!(median_interval(vec![], 0.90), None);
+        // n = 15: P(B <= 3) = 576/32768, so the 4th and 12th values, 96.5 %;
+        // the 5th and 11th would give only 88.2 %.
+        let v: Vec<f64> = (1..=15).rev().map(f64::from).collect();
+        let (lo, hi, c) = median_interval(v, 0.90).unwrap();
+        assert_eq!((lo, hi), (4.0, 12.0));
+        assert!((c - (1.0 - 2.0 * 576.0 / 32768.0)).abs() < 1e-12, "{c}");
+        // n = 30: P(B <= 10) = 0.0494 (90.1 %), P(B <= 11) = 0.1002: the
+        // 11th and 20th values.
+        let v: Vec<f64> = (1..=30).map(f64::from).collect();
+        let (lo, hi, c) = median_interval(v, 0.90).unwrap();
+        assert_eq!((lo, hi), (11.0, 20.0));
+        assert!(c > 0.900 && c < 0.902, "{c}");
+    }
+
+    #[test]
+    fn the_median_interval_covers_the_true_median_as_often_as_it_says() {
+        // Samples from a skewed distribution whose median is known: 1 + e^x
+        // for x uniform on [-1, 2) has median 1 + e^0.5. Over many runs of 15
+        // rounds, the interval must hold it at least 90 % of the time.
+        let truth = 1.0 + 0.5f64.exp();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut uniform = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let runs = 4000;
+        let mut held = 0;
+        for _ in 0..runs {
+            let v: Vec<f64> = (0..15)
+                .map(|_| 1.0 + (uniform() * 3.0 - 1.0).exp())
+                .collect();
+            let (lo, hi, _) = median_interval(v, 0.90).unwrap();
+            held += usize::from(lo <= truth && truth <= hi);
+        }
+        let share = held as f64 / runs as f64;
+        assert!((0.95..=0.98).contains(&share), "held {share}");
+    }
+
+    #[test]
+    fn the_interval_column_reads_the_per_round_ratios() {
+        let rows = vec![
+            row("weir", &[110.0, 120.0, 100.0, 130.0, 90.0]),
+            row("haproxy", &[100.0, 100.0, 100.0, 100.0, 100.0]),
+            row("nginx", &[100.0, 100.0, 100.0]),
+        ];
+        assert_eq!(weir_round_ratio(&rows, &rows[1]), "1.10");
+        assert_eq!(weir_round_interval(&rows, &rows[1]), "0.90–1.30 (94 %)");
+        assert_eq!(weir_round_interval(&rows, &rows[0]), "n/a");
+        assert_eq!(weir_round_interval(&rows, &rows[2]), "n/a");
+        let cfg = CompareConfig {
+            scenarios: vec![Scenario::Proxy],
+            servers: Vec::new(),
+            repeats: 5,
+            duration: std::time::Duration::from_secs(4),
+            warmup: std::time::Duration::from_secs(1),
+            pin: false,
+            quick: false,
+            out: "out".into(),
+            weir: "weir".into(),
+            require: false,
+            port: 28080,
+            workers: 2,
+            weir_accept: None,
+            max_stolen_pct: 10.0,
+            stolen_retries: 2,
+            command: String::new(),
+        };
+        let md = markdown(Scenario::Proxy, &rows, &cfg);
+        assert!(md.contains("| 1.10 | 1.10 | 0.90–1.30 (94 %) |"), "{md}");
     }
 
     #[test]
