@@ -209,6 +209,19 @@ fn repeats_alternate_between_servers() {
         "n/a",
         "{row}"
     );
+    // summary.json records the same ratio.
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let ratio = summary["ratios"]
+        .as_array()
+        .expect("ratios")
+        .iter()
+        .find(|r| r["case"] == "http" && r["server"] == "nginx")
+        .expect("nginx's http ratio");
+    assert_eq!(ratio["scenario"], "proxy");
+    let per_round = ratio["per_round"].as_f64().unwrap();
+    assert!((per_round - ratios[1]).abs() < 1e-9, "{ratio}");
+    assert!(ratio["interval"].is_null(), "{ratio}");
 }
 
 /// The weir binary of this workspace, built if it is not there yet.

@@ -212,6 +212,9 @@ pub struct Summary {
     pub startup: Vec<StartupRow>,
     /// Rows of the `idle` scenario.
     pub idle: Vec<IdleRow>,
+    /// weir's ratio to each competitor of the load scenarios, by medians
+    /// and per round, with the per-round median's interval.
+    pub ratios: Vec<report::Ratio>,
 }
 
 /// `YYYY-MM-DD-hostname`, the default run folder name.
@@ -569,6 +572,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
         repeats: cfg.repeats,
         duration_s: cfg.duration.as_secs_f64(),
         warmup_s: cfg.warmup.as_secs_f64(),
+        ratios: report::ratios(&rows),
         rows,
         startup: startup_rows,
         idle: idle_rows,

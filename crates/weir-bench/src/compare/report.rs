@@ -33,10 +33,11 @@ pub const COLUMNS: [&str; 19] = [
     "per-round median: interval (confidence)",
 ];
 
-/// weir's measured row for `r`'s case, if it has one.
+/// weir's measured row for `r`'s scenario and case, if it has one.
 fn weir_row<'a>(rows: &'a [Row], r: &Row) -> Option<&'a Row> {
-    rows.iter()
-        .find(|w| w.case == r.case && w.server == "weir" && w.status == "ok")
+    rows.iter().find(|w| {
+        w.scenario == r.scenario && w.case == r.case && w.server == "weir" && w.status == "ok"
+    })
 }
 
 fn weir_ratio(rows: &[Row], r: &Row) -> String {
@@ -83,6 +84,41 @@ fn weir_round_ratio(rows: &[Row], r: &Row) -> String {
         None if r.server == "weir" && weir_row(rows, r).is_some() => "1.00".into(),
         None => "n/a".into(),
     }
+}
+
+/// weir against one competitor in one case, as summary.json records it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Ratio {
+    pub scenario: String,
+    pub case: String,
+    /// The competitor.
+    pub server: String,
+    /// weir's median req/s over the competitor's.
+    pub of_medians: f64,
+    /// The median of the rounds' ratios.
+    pub per_round: f64,
+    /// `[low, high, confidence]` for `per_round` ([`median_interval`] at
+    /// 90 %); absent with fewer than 5 rounds.
+    pub interval: Option<[f64; 3]>,
+}
+
+/// Every competitor's [`Ratio`], for rows where both it and weir measured
+/// every round.
+pub fn ratios(rows: &[Row]) -> Vec<Ratio> {
+    rows.iter()
+        .filter_map(|r| {
+            let w = weir_row(rows, r)?;
+            let v = round_ratios(rows, r)?;
+            Some(Ratio {
+                scenario: r.scenario.clone(),
+                case: r.case.clone(),
+                server: r.server.clone(),
+                of_medians: w.rps_median / r.rps_median,
+                per_round: super::median(v.clone()),
+                interval: median_interval(v, 0.90).map(|(lo, hi, c)| [lo, hi, c]),
+            })
+        })
+        .collect()
 }
 
 /// How sure the per-round median is: the interval between two of the
@@ -683,6 +719,17 @@ mod tests {
         };
         let md = markdown(Scenario::Proxy, &rows, &cfg);
         assert!(md.contains("| 1.10 | 1.10 | 0.90–1.30 (94 %) |"), "{md}");
+        // summary.json's record of the same: haproxy's, not nginx's (a
+        // round missing) nor weir's own.
+        let r = ratios(&rows);
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!((r[0].server.as_str(), r[0].per_round), ("haproxy", 1.1));
+        assert!((r[0].of_medians - 1.1).abs() < 1e-12);
+        assert_eq!(r[0].interval, Some([0.9, 1.3, 0.9375]));
+        // Another scenario's weir row with the same case is not paired.
+        let mut other = rows.clone();
+        other[0].scenario = "static".into();
+        assert!(ratios(&other).is_empty());
     }
 
     #[test]
