@@ -144,14 +144,15 @@ fn median_interval(mut v: Vec<f64>, level: f64) -> Option<(f64, f64, f64)> {
         return None;
     }
     v.sort_by(|a, b| a.total_cmp(b));
-    // below[k] = P(Binomial(n, 1/2) <= k), built from the binomial terms.
-    let mut term = 0.5f64.powi(n as i32);
+    // below[k] = P(Binomial(n, 1/2) <= k), summing the terms C(n, k) / 2^n
+    // from their logarithms (2^-n alone underflows past n = 1,074).
+    let mut ln_term = n as f64 * 0.5f64.ln();
     let mut below = Vec::with_capacity(n);
     let mut sum = 0.0;
     for k in 0..n {
-        sum += term;
+        sum += ln_term.exp();
         below.push(sum);
-        term *= (n - k) as f64 / (k + 1) as f64;
+        ln_term += ((n - k) as f64 / (k + 1) as f64).ln();
     }
     let conf = |j: usize| 1.0 - 2.0 * below[j - 1];
     let j = (1..=n.div_ceil(2))
@@ -660,6 +661,12 @@ mod tests {
         let (lo, hi, c) = median_interval(v, 0.90).unwrap();
         assert_eq!((lo, hi), (11.0, 20.0));
         assert!(c > 0.900 && c < 0.902, "{c}");
+        // n = 2,001: about 1.645 standard deviations (sqrt(n) / 2 = 22.4)
+        // either side of the middle, the 964th and 1,038th values.
+        let v: Vec<f64> = (1..=2001).map(f64::from).collect();
+        let (lo, hi, c) = median_interval(v, 0.90).unwrap();
+        assert_eq!((lo, hi), (964.0, 1038.0));
+        assert!(c > 0.900 && c < 0.91, "{c}");
     }
 
     #[test]
