@@ -298,7 +298,8 @@ struct CompareArgs {
         default_value = "static,proxy,sizes,concurrency,ab,startup,idle"
     )]
     scenarios: Vec<String>,
-    /// Servers: weir, nginx, apache, caddy, haproxy, varnish, lighttpd (comma-separated).
+    /// Servers: weir, nginx, apache, caddy, haproxy, varnish, lighttpd, and
+    /// weir-b with `--weir-b` (comma-separated).
     #[arg(
         long,
         value_delimiter = ',',
@@ -326,6 +327,10 @@ struct CompareArgs {
     /// The weir binary (default: next to weir-bench, else `weir` on PATH).
     #[arg(long)]
     weir: Option<PathBuf>,
+    /// A second weir build, run as the server `weir-b` (add it to
+    /// `--servers`): an A/B of two builds, each ratio weir ÷ weir-b.
+    #[arg(long)]
+    weir_b: Option<PathBuf>,
     /// Fail if a server is not installed instead of reporting it.
     #[arg(long)]
     require: bool,
@@ -376,6 +381,13 @@ fn run_compare(a: CompareArgs) -> Result<()> {
             .map(|s| ServerKind::parse(s).with_context(|| format!("unknown server `{s}`")))
             .collect::<Result<Vec<_>>>()?
     };
+    match (servers.contains(&ServerKind::WeirB), &a.weir_b) {
+        (true, None) => {
+            bail!("--servers has weir-b but no --weir-b: give the path of the second weir build")
+        }
+        (false, Some(_)) => bail!("--weir-b is given but --servers has no weir-b"),
+        _ => {}
+    }
     let explicit_scen =
         std::env::args().any(|x| x == "--scenarios" || x.starts_with("--scenarios="));
     let scenarios = if a.quick && !explicit_scen {
@@ -412,6 +424,7 @@ fn run_compare(a: CompareArgs) -> Result<()> {
                 .unwrap_or_else(|| PathBuf::from("bench/runs").join(compare::run_name())),
         )?,
         weir: a.weir.unwrap_or_else(compare::default_weir),
+        weir_b: a.weir_b,
         require: a.require,
         port: a.port,
         workers: a.workers,

@@ -335,3 +335,77 @@ fn quick_startup_and_idle_write_one_row_per_server() {
     let svg = std::fs::read_to_string(out.join("idle.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("nginx") && svg.contains("weir"));
 }
+
+/// `weir-b`: a second weir build in the same rounds, with weir's configs,
+/// so two versions are compared as any two servers are (here the same
+/// build twice).
+#[test]
+fn weir_b_runs_a_second_build_against_weir() {
+    let weir = weir_binary();
+    let out = quick_compare(
+        "weir-b",
+        &weir,
+        &[
+            "--servers",
+            "weir,weir-b",
+            "--scenarios",
+            "proxy",
+            "--weir-b",
+            weir.to_str().unwrap(),
+        ],
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let versions = summary["versions"].as_array().unwrap();
+    assert!(
+        versions
+            .iter()
+            .any(|v| v[0] == "weir-b" && v[1].as_str().unwrap().starts_with("weir ")),
+        "{versions:?}"
+    );
+    // weir's own config, run by the second build.
+    let a = std::fs::read_to_string(out.join("configs/proxy/http/weir/weir.toml")).unwrap();
+    let b = std::fs::read_to_string(out.join("configs/proxy/http/weir-b/weir.toml")).unwrap();
+    assert!(b.contains("proxy"), "{b}");
+    assert_eq!(a.replace("/weir/", "/weir-b/"), b);
+    for case in ["http", "https"] {
+        let row = summary["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["case"] == case && r["server"] == "weir-b")
+            .unwrap_or_else(|| panic!("weir-b's {case} row"));
+        assert_eq!(row["status"], "ok", "{row}");
+        assert!(row["rps_median"].as_f64().unwrap() > 0.0, "{row}");
+        assert_eq!(row["non_2xx"], 0, "{row}");
+        let ratio = summary["ratios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["case"] == case && r["server"] == "weir-b")
+            .unwrap_or_else(|| panic!("weir ÷ weir-b over {case}"));
+        assert!(ratio["per_round"].as_f64().unwrap() > 0.0, "{ratio}");
+    }
+    let md = std::fs::read_to_string(out.join("proxy.md")).unwrap();
+    assert!(md.contains("| http | weir-b | "), "{md}");
+}
+
+/// `weir-b` and `--weir-b` go together.
+#[test]
+fn weir_b_needs_its_build_and_its_build_needs_weir_b() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_weir-bench"))
+            .args(["compare", "--quick", "--scenarios", "proxy"])
+            .args(args)
+            .output()
+            .expect("run weir-bench")
+    };
+    let o = run(&["--servers", "weir,weir-b"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no --weir-b"), "{err}");
+    let o = run(&["--servers", "weir,nginx", "--weir-b", "/usr/bin/true"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--servers has no weir-b"), "{err}");
+}

@@ -92,6 +92,8 @@ pub struct CompareConfig {
     pub out: PathBuf,
     /// The weir binary.
     pub weir: PathBuf,
+    /// A second weir build, run as the server `weir-b` (`--weir-b`).
+    pub weir_b: Option<PathBuf>,
     /// Fail instead of skipping missing servers.
     pub require: bool,
     /// Server port; the backend uses `port + 1`.
@@ -108,6 +110,16 @@ pub struct CompareConfig {
     pub stolen_retries: usize,
     /// The command line, recorded in the report.
     pub command: String,
+}
+
+impl CompareConfig {
+    /// The weir builds this comparison runs.
+    pub fn weirs(&self) -> servers::Weirs<'_> {
+        servers::Weirs {
+            weir: &self.weir,
+            weir_b: self.weir_b.as_deref(),
+        }
+    }
 }
 
 /// One (scenario, case, server) result, aggregated over repeats.
@@ -348,9 +360,9 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
     let mut versions = Vec::new();
     let mut missing = Vec::new();
     for &s in &cfg.servers {
-        let bin = s.binary(&cfg.weir);
+        let bin = s.binary(cfg.weirs());
         if servers::installed(&bin) {
-            versions.push((s.name().to_string(), s.version(&cfg.weir)));
+            versions.push((s.name().to_string(), s.version(cfg.weirs())));
         } else {
             if cfg.require {
                 return Err(CompareError::Required(s.name().into()));
@@ -774,7 +786,7 @@ fn run_server_round(
     repeat: usize,
     into: &mut Measured,
 ) -> Result<(), String> {
-    let launch = prepare_validated(server, setup, &cfg.weir)?;
+    let launch = prepare_validated(server, setup, cfg.weirs())?;
     if !process::port_free(setup.port) {
         return Err(format!("failed: port {} in use", setup.port));
     }
@@ -900,9 +912,9 @@ fn measure_repeat(
 fn prepare_validated(
     server: ServerKind,
     setup: &ServerSetup,
-    weir: &Path,
+    weirs: servers::Weirs<'_>,
 ) -> Result<servers::Launch, String> {
-    let launch = server.prepare(setup, weir).map_err(|e| e.to_string())?;
+    let launch = server.prepare(setup, weirs).map_err(|e| e.to_string())?;
     if let Some(v) = &launch.validate {
         let out = std::process::Command::new(&v[0])
             .args(&v[1..])
@@ -1006,7 +1018,7 @@ fn run_startup(
             weir_accept: cfg.weir_accept.clone(),
         };
         let measured = usable.and_then(|()| {
-            let launch = prepare_validated(server, &setup, &cfg.weir)?;
+            let launch = prepare_validated(server, &setup, cfg.weirs())?;
             startup::measure(
                 &launch,
                 &setup.dir,
@@ -1100,7 +1112,7 @@ fn run_idle(
                 },
             };
             let measured = usable.and_then(|()| {
-                let launch = prepare_validated(server, &setup, &cfg.weir)?;
+                let launch = prepare_validated(server, &setup, cfg.weirs())?;
                 std::fs::create_dir_all(&raw_dir).map_err(|e| format!("failed: {e}"))?;
                 let mut recs = Vec::new();
                 for r in 1..=cfg.repeats.max(1) {

@@ -716,6 +716,7 @@ mod tests {
             quick: false,
             out: "out".into(),
             weir: "weir".into(),
+            weir_b: None,
             require: false,
             port: 28080,
             workers: 2,

@@ -22,6 +22,9 @@ use super::CompareError;
 pub enum ServerKind {
     /// weir itself.
     Weir,
+    /// A second weir build (`--weir-b`), to measure `weir` against: an
+    /// A/B of two versions with the same configs, rounds and ratios.
+    WeirB,
     /// nginx.
     Nginx,
     /// Apache httpd, event MPM.
@@ -34,6 +37,15 @@ pub enum ServerKind {
     Varnish,
     /// lighttpd.
     Lighttpd,
+}
+
+/// Where the weir builds of a comparison are.
+#[derive(Debug, Clone, Copy)]
+pub struct Weirs<'a> {
+    /// `weir`: the build every ratio is of.
+    pub weir: &'a Path,
+    /// `weir-b`, if the comparison has it.
+    pub weir_b: Option<&'a Path>,
 }
 
 /// What a server is asked to do in a case.
@@ -87,8 +99,9 @@ pub struct Launch {
 
 impl ServerKind {
     /// All servers, in table order.
-    pub const ALL: [ServerKind; 7] = [
+    pub const ALL: [ServerKind; 8] = [
         ServerKind::Weir,
+        ServerKind::WeirB,
         ServerKind::Nginx,
         ServerKind::Apache,
         ServerKind::Caddy,
@@ -101,6 +114,7 @@ impl ServerKind {
     pub fn name(self) -> &'static str {
         match self {
             ServerKind::Weir => "weir",
+            ServerKind::WeirB => "weir-b",
             ServerKind::Nginx => "nginx",
             ServerKind::Apache => "apache",
             ServerKind::Caddy => "caddy",
@@ -115,10 +129,13 @@ impl ServerKind {
         ServerKind::ALL.into_iter().find(|k| k.name() == s.trim())
     }
 
-    /// The binary (weir's is given by `--weir`).
-    pub fn binary(self, weir: &Path) -> PathBuf {
+    /// The binary (weir's is given by `--weir`, weir-b's by `--weir-b`).
+    pub fn binary(self, weirs: Weirs<'_>) -> PathBuf {
         match self {
-            ServerKind::Weir => weir.to_path_buf(),
+            ServerKind::Weir => weirs.weir.to_path_buf(),
+            ServerKind::WeirB => weirs
+                .weir_b
+                .map_or_else(|| PathBuf::from("weir-b"), Path::to_path_buf),
             ServerKind::Nginx => find("nginx"),
             ServerKind::Apache => find("apache2"),
             ServerKind::Caddy => find("caddy"),
@@ -138,6 +155,7 @@ impl ServerKind {
         matches!(
             self,
             ServerKind::Weir
+                | ServerKind::WeirB
                 | ServerKind::Nginx
                 | ServerKind::Caddy
                 | ServerKind::Haproxy
@@ -151,20 +169,14 @@ impl ServerKind {
     }
 
     /// The version string the binary reports.
-    pub fn version(self, weir: &Path) -> String {
-        let bin = self.binary(weir);
+    pub fn version(self, weirs: Weirs<'_>) -> String {
+        let bin = self.binary(weirs);
         let arg: &[&str] = match self {
-            ServerKind::Weir | ServerKind::Haproxy | ServerKind::Lighttpd | ServerKind::Apache => {
-                &["-v"]
-            }
+            ServerKind::Weir | ServerKind::WeirB => &["--version"],
+            ServerKind::Haproxy | ServerKind::Lighttpd | ServerKind::Apache => &["-v"],
             ServerKind::Nginx => &["-v"],
             ServerKind::Caddy => &["version"],
             ServerKind::Varnish => &["-V"],
-        };
-        let arg: &[&str] = if self == ServerKind::Weir {
-            &["--version"]
-        } else {
-            arg
         };
         match std::process::Command::new(&bin).args(arg).output() {
             Ok(o) => {
@@ -185,12 +197,12 @@ impl ServerKind {
     }
 
     /// Writes the config into `s.dir` and returns how to start the server.
-    pub fn prepare(self, s: &ServerSetup, weir: &Path) -> Result<Launch, CompareError> {
+    pub fn prepare(self, s: &ServerSetup, weirs: Weirs<'_>) -> Result<Launch, CompareError> {
         std::fs::create_dir_all(&s.dir).map_err(|e| CompareError::io(&s.dir, e))?;
-        let bin = self.binary(weir);
+        let bin = self.binary(weirs);
         let d = s.dir.display().to_string();
         let (file, text, args, env, validate): Prepared = match self {
-            ServerKind::Weir => {
+            ServerKind::Weir | ServerKind::WeirB => {
                 let cfg = s.dir.join("weir.toml");
                 let c = cfg.display().to_string();
                 (
