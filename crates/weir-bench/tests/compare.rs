@@ -368,22 +368,22 @@ fn weir_b_runs_a_second_build_against_weir() {
     let b = std::fs::read_to_string(out.join("configs/proxy/http/weir-b/weir.toml")).unwrap();
     assert!(b.contains("proxy"), "{b}");
     assert_eq!(a.replace("/weir/", "/weir-b/"), b);
-    for case in ["http", "https"] {
-        let row = summary["rows"]
+    // weir-b's entry of `list` ("rows" or "ratios") for `case`.
+    let weir_b = |list: &str, case: &str| {
+        summary[list]
             .as_array()
             .unwrap()
             .iter()
             .find(|r| r["case"] == case && r["server"] == "weir-b")
-            .unwrap_or_else(|| panic!("weir-b's {case} row"));
+            .unwrap_or_else(|| panic!("weir-b's {case} entry in {list}"))
+            .clone()
+    };
+    for case in ["http", "https"] {
+        let row = weir_b("rows", case);
         assert_eq!(row["status"], "ok", "{row}");
         assert!(row["rps_median"].as_f64().unwrap() > 0.0, "{row}");
         assert_eq!(row["non_2xx"], 0, "{row}");
-        let ratio = summary["ratios"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["case"] == case && r["server"] == "weir-b")
-            .unwrap_or_else(|| panic!("weir ÷ weir-b over {case}"));
+        let ratio = weir_b("ratios", case);
         assert!(ratio["per_round"].as_f64().unwrap() > 0.0, "{ratio}");
     }
     let md = std::fs::read_to_string(out.join("proxy.md")).unwrap();
@@ -393,19 +393,19 @@ fn weir_b_runs_a_second_build_against_weir() {
 /// `weir-b` and `--weir-b` go together.
 #[test]
 fn weir_b_needs_its_build_and_its_build_needs_weir_b() {
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_weir-bench"))
+    let refused = |args: &[&str], why: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
             .args(["compare", "--quick", "--scenarios", "proxy"])
             .args(args)
             .output()
-            .expect("run weir-bench")
+            .expect("run weir-bench");
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(why), "{err}");
     };
-    let o = run(&["--servers", "weir,weir-b"]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("no --weir-b"), "{err}");
-    let o = run(&["--servers", "weir,nginx", "--weir-b", "/usr/bin/true"]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--servers has no weir-b"), "{err}");
+    refused(&["--servers", "weir,weir-b"], "no --weir-b");
+    refused(
+        &["--servers", "weir,nginx", "--weir-b", "/usr/bin/true"],
+        "--servers has no weir-b",
+    );
 }

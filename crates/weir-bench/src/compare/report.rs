@@ -53,9 +53,9 @@ fn weir_ratio(rows: &[Row], r: &Row) -> String {
     }
 }
 
-/// weir's req/s divided by `r`'s, round by round (`None` if a round of
-/// either is missing or `r` is weir itself).
-fn round_ratios(rows: &[Row], r: &Row) -> Option<Vec<f64>> {
+/// weir's row for `r`, and weir's req/s divided by `r`'s, round by round
+/// (`None` if a round of either is missing or `r` is weir itself).
+fn round_ratios<'a>(rows: &'a [Row], r: &Row) -> Option<(&'a Row, Vec<f64>)> {
     let w = weir_row(rows, r)?;
     if r.status != "ok"
         || r.server == "weir"
@@ -65,13 +65,13 @@ fn round_ratios(rows: &[Row], r: &Row) -> Option<Vec<f64>> {
     {
         return None;
     }
-    Some(
-        w.rps_by_round
-            .iter()
-            .zip(&r.rps_by_round)
-            .map(|(a, b)| a / b)
-            .collect(),
-    )
+    let ratios = w
+        .rps_by_round
+        .iter()
+        .zip(&r.rps_by_round)
+        .map(|(a, b)| a / b)
+        .collect();
+    Some((w, ratios))
 }
 
 /// The median over rounds of weir's req/s divided by `r`'s in the same
@@ -80,7 +80,7 @@ fn round_ratios(rows: &[Row], r: &Row) -> Option<Vec<f64>> {
 /// ratio of the two medians does not guarantee.
 fn weir_round_ratio(rows: &[Row], r: &Row) -> String {
     match round_ratios(rows, r) {
-        Some(ratios) => format!("{:.2}", super::median(ratios)),
+        Some((_, ratios)) => format!("{:.2}", super::median(ratios)),
         None if r.server == "weir" && weir_row(rows, r).is_some() => "1.00".into(),
         None => "n/a".into(),
     }
@@ -107,8 +107,7 @@ pub struct Ratio {
 pub fn ratios(rows: &[Row]) -> Vec<Ratio> {
     rows.iter()
         .filter_map(|r| {
-            let w = weir_row(rows, r)?;
-            let v = round_ratios(rows, r)?;
+            let (w, v) = round_ratios(rows, r)?;
             Some(Ratio {
                 scenario: r.scenario.clone(),
                 case: r.case.clone(),
@@ -125,7 +124,7 @@ pub fn ratios(rows: &[Row]) -> Vec<Ratio> {
 /// rounds' ratios that holds the true median with at least 90 % confidence
 /// (see [`median_interval`]), e.g. `1.09–1.13 (96 %)`.
 fn weir_round_interval(rows: &[Row], r: &Row) -> String {
-    match round_ratios(rows, r).and_then(|v| median_interval(v, 0.90)) {
+    match round_ratios(rows, r).and_then(|(_, v)| median_interval(v, 0.90)) {
         Some((lo, hi, conf)) => format!("{lo:.2}–{hi:.2} ({:.0} %)", conf * 100.0),
         None => "n/a".into(),
     }
