@@ -10,6 +10,7 @@
 
 pub mod access_log;
 pub mod body;
+pub mod clock;
 pub mod config;
 pub mod header_maps;
 pub mod http3;

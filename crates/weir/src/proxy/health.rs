@@ -126,11 +126,17 @@ fn to_nanos(t: Instant) -> u64 {
 impl Shared {
     /// Lock-free: whether requests may go to this upstream at `now`.
     pub fn is_up(&self, now: Instant) -> bool {
+        self.is_up_with(|| now)
+    }
+
+    /// [`Shared::is_up`], reading the clock only for an upstream in a
+    /// passive cool-down.
+    pub fn is_up_with(&self, now: impl FnOnce() -> Instant) -> bool {
         if self.active_down.load(Ordering::Relaxed) {
             return false;
         }
         let until = self.down_until.load(Ordering::Relaxed);
-        until == 0 || to_nanos(now) >= until
+        until == 0 || to_nanos(now()) >= until
     }
 
     pub fn active_result(&self, ok: bool, rise: u32, fall: u32) -> Option<Transition> {

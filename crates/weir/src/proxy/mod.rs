@@ -509,24 +509,26 @@ impl Proxy {
 
     /// Chooses an upstream among the healthy ones not yet tried.
     fn pick(&self, key: Option<u64>, sticky: Option<usize>, tried: &[usize]) -> Option<usize> {
-        let now = Instant::now();
+        // Read once, and only if an upstream is in a passive cool-down.
+        let now = std::cell::LazyCell::new(crate::clock::now);
+        let is_up = |u: &Upstream| u.health.is_up_with(|| *now);
         if let Some(i) = sticky
             && !tried.contains(&i)
-            && self.ups[i].health.is_up(now)
+            && is_up(&self.ups[i])
         {
             return Some(i);
         }
         if self.ups.len() == 1 {
             // Every algorithm picks the only upstream when it may be used:
             // no candidate list and no balancer state to touch.
-            return (!tried.contains(&0) && self.ups[0].health.is_up(now)).then_some(0);
+            return (!tried.contains(&0) && is_up(&self.ups[0])).then_some(0);
         }
         let cands: Vec<Candidate> = self
             .ups
             .iter()
             .enumerate()
             .map(|(i, u)| Candidate {
-                eligible: !tried.contains(&i) && u.health.is_up(now),
+                eligible: !tried.contains(&i) && is_up(u),
                 weight: u.cfg.weight,
                 active: u.active.load(Ordering::Relaxed),
                 full: u.limit.as_ref().is_some_and(|s| s.available_permits() == 0),

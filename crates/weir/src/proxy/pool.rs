@@ -71,7 +71,7 @@ pub fn checkout(key: Key, idle_timeout: Duration) -> Option<Sender> {
                 p.h2.remove(&key);
             }
             let q = p.h1.get_mut(&key)?;
-            let now = Instant::now();
+            let now = crate::clock::now();
             // Oldest at the front: drop the expired ones.
             while q
                 .front()
@@ -109,7 +109,7 @@ pub fn checkin(key: Key, tx: Sender, max_idle: usize) {
         let mut p = p.borrow_mut();
         let q = p.h1.entry(key).or_default();
         q.push_back(Idle {
-            since: Instant::now(),
+            since: crate::clock::now(),
             tx,
         });
         while q.len() > max_idle {

@@ -1014,7 +1014,6 @@ fn has_token(value: &[u8], token: &[u8]) -> bool {
 /// The `Date` header value, formatted once a second per thread.
 pub(crate) mod date {
     use std::cell::RefCell;
-    use std::time::{SystemTime, UNIX_EPOCH};
 
     struct Cached {
         second: u64,
@@ -1025,12 +1024,13 @@ pub(crate) mod date {
         static DATE: RefCell<Cached> = const { RefCell::new(Cached { second: u64::MAX, value: [0; 29] }) };
     }
 
+    /// The second comes from the coarse clock (`crate::clock`): it turns
+    /// at most one kernel tick late.
     pub fn extend(dst: &mut Vec<u8>) {
-        let now = SystemTime::now();
-        let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let second = crate::clock::unix_secs();
         DATE.with_borrow_mut(|c| {
             if c.second != second {
-                let s = httpdate::fmt_http_date(now);
+                let s = httpdate::fmt_http_date(crate::clock::system_time(second));
                 if s.len() == c.value.len() {
                     c.value.copy_from_slice(s.as_bytes());
                     c.second = second;
