@@ -102,6 +102,10 @@ pub enum Exchanged {
 }
 
 static VIA: &str = "1.1 weir";
+/// weir's `Via` alone, as a whole line.
+static VIA_LINE: &[u8] = b"via: 1.1 weir\r\n";
+/// The `Server` field weir puts on every response.
+static SERVER_LINE: &[u8] = b"server: weir\r\n";
 
 impl Proxy {
     /// Whether this proxy's requests can take the lane at all.
@@ -167,25 +171,25 @@ impl Proxy {
             }
         }
         if self.cfg.x_forwarded {
-            push_field(
+            push_own(
                 &mut out,
-                b"x-forwarded-for",
+                b"x-forwarded-for: ",
                 IpText::new(info.peer.ip()).as_bytes(),
             );
-            push_field(
-                &mut out,
-                b"x-forwarded-proto",
-                if info.tls { b"https" } else { b"http" },
-            );
+            out.extend_from_slice(if info.tls {
+                b"x-forwarded-proto: https\r\n"
+            } else {
+                b"x-forwarded-proto: http\r\n"
+            });
             if let Some(h) = r.host {
-                push_field(&mut out, b"x-forwarded-host", h);
+                push_own(&mut out, b"x-forwarded-host: ", h);
             }
         }
         if self.cfg.forwarded {
-            push_field(&mut out, b"forwarded", &forwarded(info, r.host));
+            push_own(&mut out, b"forwarded: ", &forwarded(info, r.host));
         }
         if self.cfg.via {
-            push_field(&mut out, b"via", VIA.as_bytes());
+            out.extend_from_slice(VIA_LINE);
         }
         out.extend_from_slice(b"\r\n");
         Ok(Started {
@@ -346,6 +350,16 @@ fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// `name: value\r\n` for a field of weir's own, `name_colon` already in
+/// lower case with its `": "`: no pass over the name (weir's fields were
+/// 4 of the 6 lines a proxied request writes, callgrind).
+fn push_own(out: &mut Vec<u8>, name_colon: &[u8], value: &[u8]) {
+    out.reserve(name_colon.len() + value.len() + 2);
+    out.extend_from_slice(name_colon);
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
 fn forwarded(info: &ConnInfo, host: Option<&[u8]>) -> ValueBuf {
     let mut v = ValueBuf::new();
     let host = host
@@ -424,7 +438,7 @@ fn encode_response_head(
             7 if !chunkable && is(b"trailer") => continue,
             6 if is(b"server") => {
                 if !wrote_server {
-                    push_field(out, b"server", b"weir");
+                    out.extend_from_slice(SERVER_LINE);
                     wrote_server = true;
                 }
                 continue;
@@ -439,7 +453,7 @@ fn encode_response_head(
             7 if is(b"alt-svc") => {
                 if let Some(v) = alt_svc {
                     if !wrote_alt_svc {
-                        push_field(out, b"alt-svc", v);
+                        push_own(out, b"alt-svc: ", v);
                         wrote_alt_svc = true;
                     }
                     continue;
@@ -452,18 +466,18 @@ fn encode_response_head(
     if let Some(v) = via
         && !wrote_via
     {
-        push_field(out, b"via", v.as_bytes());
+        push_own(out, b"via: ", v.as_bytes());
     }
     if !wrote_server {
-        push_field(out, b"server", b"weir");
+        out.extend_from_slice(SERVER_LINE);
     }
     if let Some(v) = alt_svc
         && !wrote_alt_svc
     {
-        push_field(out, b"alt-svc", v);
+        push_own(out, b"alt-svc: ", v);
     }
     if close {
-        push_field(out, b"connection", b"close");
+        out.extend_from_slice(b"connection: close\r\n");
     }
     if !wrote_length && empty && can_have_content_length(status) && !is_head {
         out.extend_from_slice(b"content-length: 0\r\n");
