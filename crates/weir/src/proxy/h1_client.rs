@@ -186,7 +186,7 @@ impl Deadline {
         limit: std::time::Duration,
         mut fut: Pin<&mut F>,
     ) -> Option<F::Output> {
-        let deadline = tokio::time::Instant::now() + limit;
+        let deadline = crate::clock::tokio_now() + limit;
         let mut t = self.0.as_mut().project();
         if deadline < *t.armed {
             *t.armed = deadline;

@@ -200,7 +200,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for TimedIo<T> {
                             this.h1 = false;
                         }
                     }
-                    let now = Instant::now();
+                    let now = crate::clock::tokio_now();
                     this.last_activity = now;
                     if this.phase() == Phase::Idle {
                         this.head_started = Some((now, this.state.started.load(Ordering::Relaxed)));
@@ -268,7 +268,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> TimedIo<T> {
         match r {
             Poll::Ready(Ok(v)) => {
                 if progress(&v) {
-                    self.last_activity = Instant::now();
+                    self.last_activity = crate::clock::tokio_now();
                 }
                 self.write_waiting_since = None;
                 Poll::Ready(Ok(v))
