@@ -33,6 +33,16 @@ enum Cmd {
     /// Copy bytes between each client and its own upstream connection, with
     /// no HTTP at all: the fastest any proxy could be on this machine.
     Relay(RelayArgs),
+    /// weir's per-round ratio to each competitor over the rounds of several
+    /// compare runs together, with the interval of its median (Markdown).
+    Pool(PoolArgs),
+}
+
+#[derive(Args)]
+struct PoolArgs {
+    /// Run folders written by `compare --out` (each holds a summary.json).
+    #[arg(required = true)]
+    runs: Vec<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -197,6 +207,14 @@ fn main() -> Result<()> {
         }
         Cmd::Compare(a) => run_compare(a),
         Cmd::Hold(a) => run_hold(a),
+        Cmd::Pool(a) => {
+            let pooled = compare::pool::pool(&a.runs)?;
+            if pooled.is_empty() {
+                anyhow::bail!("no round of weir and a competitor to pool in these runs");
+            }
+            print!("{}", compare::pool::markdown(&pooled));
+            Ok(())
+        }
         Cmd::Relay(a) => {
             let addr = relay::start(&relay::RelayConfig {
                 listen: a.listen,

@@ -222,6 +222,35 @@ fn repeats_alternate_between_servers() {
     let per_round = ratio["per_round"].as_f64().unwrap();
     assert!((per_round - ratios[1]).abs() < 1e-9, "{ratio}");
     assert!(ratio["interval"].is_null(), "{ratio}");
+
+    // `pool` over the folder twice: six rounds, the same median, and now an
+    // interval (the smallest and largest of six: 96.9 %).
+    let pooled = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
+        .arg("pool")
+        .args([&out, &out])
+        .output()
+        .expect("run weir-bench pool");
+    assert!(pooled.status.success(), "{pooled:?}");
+    let table = String::from_utf8(pooled.stdout).unwrap();
+    let name = out.file_name().unwrap().to_str().unwrap();
+    let expected = format!(
+        "| proxy | http | nginx | 2 | 6 | {m:.2} | {lo:.2}–{hi:.2} (97 %) | {name}: {m:.2} (3), {name}: {m:.2} (3) |",
+        m = ratios[1],
+        lo = ratios[0],
+        hi = ratios[2],
+    );
+    assert!(table.lines().any(|l| l == expected), "{expected}\n{table}");
+    // A folder without a run in it is named in the error.
+    let bad = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
+        .args(["pool", "/nonexistent-run"])
+        .output()
+        .expect("run weir-bench pool");
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("cannot read /nonexistent-run/summary.json"),
+        "{err}"
+    );
 }
 
 /// The weir binary of this workspace, built if it is not there yet.

@@ -17,6 +17,7 @@
 
 pub mod idle;
 pub mod limits;
+pub mod pool;
 pub mod process;
 pub mod procstat;
 pub mod report;
@@ -122,8 +123,10 @@ impl CompareConfig {
     }
 }
 
-/// One (scenario, case, server) result, aggregated over repeats.
-#[derive(Debug, Clone, Default, Serialize)]
+/// One (scenario, case, server) result, aggregated over repeats. Read back
+/// by `pool` from older runs too, whose summaries lack later fields.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Row {
     /// Scenario name.
     pub scenario: String,

@@ -55,7 +55,7 @@ fn weir_ratio(rows: &[Row], r: &Row) -> String {
 
 /// weir's row for `r`, and weir's req/s divided by `r`'s, round by round
 /// (`None` if a round of either is missing or `r` is weir itself).
-fn round_ratios<'a>(rows: &'a [Row], r: &Row) -> Option<(&'a Row, Vec<f64>)> {
+pub(super) fn round_ratios<'a>(rows: &'a [Row], r: &Row) -> Option<(&'a Row, Vec<f64>)> {
     let w = weir_row(rows, r)?;
     if r.status != "ok"
         || r.server == "weir"
@@ -137,7 +137,7 @@ fn weir_round_interval(rows: &[Row], r: &Row) -> String {
 /// distribution). Returns `(low, high, confidence)`, or `None` when even
 /// the smallest and largest values are not enough (fewer than 5 samples
 /// for 90 %). Exact, and the same on every run: no resampling.
-fn median_interval(mut v: Vec<f64>, level: f64) -> Option<(f64, f64, f64)> {
+pub(super) fn median_interval(mut v: Vec<f64>, level: f64) -> Option<(f64, f64, f64)> {
     let n = v.len();
     if n == 0 {
         return None;
