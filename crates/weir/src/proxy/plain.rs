@@ -102,8 +102,6 @@ pub enum Exchanged {
 }
 
 static VIA: &str = "1.1 weir";
-/// weir's `Via` alone, as a whole line.
-static VIA_LINE: &[u8] = b"via: 1.1 weir\r\n";
 /// The `Server` field weir puts on every response.
 static SERVER_LINE: &[u8] = b"server: weir\r\n";
 
@@ -189,7 +187,7 @@ impl Proxy {
             push_own(&mut out, b"forwarded: ", &forwarded(info, r.host));
         }
         if self.cfg.via {
-            out.extend_from_slice(VIA_LINE);
+            push_own(&mut out, b"via: ", VIA.as_bytes());
         }
         out.extend_from_slice(b"\r\n");
         Ok(Started {
