@@ -164,6 +164,11 @@ struct LoadArgs {
     /// Warm-up excluded from the results.
     #[arg(long, value_parser = parse_duration, default_value = "0s")]
     warmup: Duration,
+    /// Copy HTTP/1.1 bodies into the generator's memory, as a client that
+    /// keeps them would (default over cleartext: dropped in the kernel with
+    /// MSG_TRUNC, counted but never copied)
+    #[arg(long)]
+    copy_bodies: bool,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -298,6 +303,7 @@ fn run_load(a: LoadArgs) -> Result<()> {
     cfg.sni = a.sni;
     cfg.timeout = a.timeout;
     cfg.warmup = a.warmup;
+    cfg.copy_bodies = a.copy_bodies;
     let report = load::run(&cfg)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -372,6 +378,11 @@ struct CompareArgs {
     /// How many times one round may be measured again for stolen CPU.
     #[arg(long, default_value_t = 2)]
     stolen_retries: usize,
+    /// The generator copies response bodies into its memory, as `load
+    /// --copy-bodies` (default: dropped in the kernel over cleartext, so
+    /// large files measure the servers, not the generator's copying)
+    #[arg(long)]
+    copy_bodies: bool,
 }
 
 fn parse_percent(s: &str) -> Result<f64, String> {
@@ -449,6 +460,7 @@ fn run_compare(a: CompareArgs) -> Result<()> {
         weir_accept: a.weir_accept,
         max_stolen_pct: a.max_stolen,
         stolen_retries: a.stolen_retries,
+        copy_bodies: a.copy_bodies,
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
     let summary = compare::run(&cfg)?;

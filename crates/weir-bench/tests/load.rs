@@ -356,3 +356,88 @@ fn h2_and_h3_connections_still_opening_at_the_end_are_unanswered() {
     };
     assert_no_answer(&url, h3, 6);
 }
+
+/// A server whose responses carry a `size`-byte body; on every odd request
+/// it writes that response and the next one in one go, so the tail of one
+/// body and the head of the next response reach the client together.
+fn large_body_server(size: usize) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n");
+    let mut one = head.into_bytes();
+    one.extend((0..size).map(|i| (i % 251) as u8));
+    let two = [one.clone(), one.clone()].concat();
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            let two = two.clone();
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = [0u8; 4096];
+                let mut pending = Vec::new();
+                let mut answered = 0u64;
+                loop {
+                    let n = match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    pending.extend_from_slice(&buf[..n]);
+                    while let Some(p) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                        pending.drain(..p + 4);
+                        // Odd requests get two responses; even ones were answered already.
+                        if answered.is_multiple_of(2) && s.write_all(&two).is_err() {
+                            return;
+                        }
+                        answered += 1;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// Bodies larger than the read buffer, dropped in the kernel by default and
+/// copied with `copy_bodies`: every byte counted, and the response that
+/// arrives behind a body's last byte still read (nothing dropped past it).
+#[test]
+fn large_bodies_are_dropped_or_copied_exactly() {
+    let size = 3 * 1024 * 1024 + 7;
+    let port = large_body_server(size);
+    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n").len() as u64;
+    for copy in [false, true] {
+        let mut c = cfg(&format!("http://127.0.0.1:{port}/big"));
+        c.connections = 3;
+        c.requests = Some(60);
+        c.copy_bodies = copy;
+        let r = run(&c).unwrap();
+        assert_eq!(r.errors.total(), 0, "copy {copy}: {:?}", r.errors);
+        assert_eq!(r.status.get(&200), Some(&60), "copy {copy}");
+        assert_eq!(r.bytes, 60 * (head + size as u64), "copy {copy}");
+    }
+}
+
+/// A body cut short by the server closing is a reset, not a success.
+#[test]
+fn a_body_cut_short_is_an_error() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2000000\r\n\r\n");
+            let _ = s.write_all(&vec![b'x'; 1_500_000]);
+        }
+    });
+    for copy in [false, true] {
+        let mut c = cfg(&format!("http://127.0.0.1:{port}/"));
+        c.connections = 1;
+        c.requests = Some(3);
+        c.copy_bodies = copy;
+        let r = run(&c).unwrap();
+        assert_eq!(r.successes, 0, "copy {copy}");
+        assert_eq!(r.errors.reset, 3, "copy {copy}: {:?}", r.errors);
+    }
+}

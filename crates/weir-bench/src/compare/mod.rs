@@ -109,6 +109,9 @@ pub struct CompareConfig {
     pub max_stolen_pct: f64,
     /// How many times one round may be measured again for stolen CPU.
     pub stolen_retries: usize,
+    /// The generator copies HTTP/1.1 bodies into its memory instead of
+    /// dropping them in the kernel (`load::LoadConfig::copy_bodies`).
+    pub copy_bodies: bool,
     /// The command line, recorded in the report.
     pub command: String,
 }
@@ -215,6 +218,9 @@ pub struct Summary {
     pub cpus: usize,
     /// Pinned?
     pub pinned: bool,
+    /// Did the generator copy response bodies (`--copy-bodies`)? Runs made
+    /// before the option existed copied them.
+    pub generator_copies_bodies: bool,
     /// Repeats.
     pub repeats: usize,
     /// Seconds measured per repeat.
@@ -584,6 +590,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
         versions,
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         pinned: cfg.pin,
+        generator_copies_bodies: cfg.copy_bodies,
         repeats: cfg.repeats,
         duration_s: cfg.duration.as_secs_f64(),
         warmup_s: cfg.warmup.as_secs_f64(),
@@ -1218,6 +1225,7 @@ fn load_config(cfg: &CompareConfig, setup: &ServerSetup, case: &Case) -> LoadCon
     l.headers = vec![("Host".into(), "localhost".into())];
     l.timeout = case.timeout;
     l.warmup = cfg.warmup;
+    l.copy_bodies = cfg.copy_bodies;
     match case.amount {
         Amount::Duration => l.duration = Some(cfg.duration),
         Amount::Requests(n) => l.requests = Some(n),

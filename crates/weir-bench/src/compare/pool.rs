@@ -37,7 +37,19 @@ pub enum PoolError {
 struct RunRows {
     #[serde(default)]
     rows: Vec<Row>,
+    /// Runs made before `--copy-bodies` existed copied the bodies.
+    #[serde(default = "copied")]
+    generator_copies_bodies: bool,
 }
+
+fn copied() -> bool {
+    true
+}
+
+/// The case label a copying generator's rounds pool under when the runs
+/// mix both generators: a generator that copies large bodies is the limit
+/// at their size, so its rounds are not pooled with the others'.
+const COPIED: &str = " (bodies copied)";
 
 /// weir against one competitor in one case, over every pooled run.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,8 +80,20 @@ impl Pooled {
 /// and competitor, in that order.
 pub fn pool(dirs: &[PathBuf]) -> Result<Vec<Pooled>, PoolError> {
     let mut out: BTreeMap<(String, String, String), Pooled> = BTreeMap::new();
-    for dir in dirs {
-        let rows = read(dir)?;
+    let runs = dirs
+        .iter()
+        .map(|d| read(d))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mixed = runs
+        .iter()
+        .any(|r| r.generator_copies_bodies != runs[0].generator_copies_bodies);
+    for (dir, run_rows) in dirs.iter().zip(runs) {
+        let rows = run_rows.rows;
+        let suffix = if mixed && run_rows.generator_copies_bodies {
+            COPIED
+        } else {
+            ""
+        };
         let run = dir.file_name().map_or_else(
             || dir.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
@@ -78,10 +102,11 @@ pub fn pool(dirs: &[PathBuf]) -> Result<Vec<Pooled>, PoolError> {
             let Some((_, v)) = round_ratios(&rows, r) else {
                 continue;
             };
-            let key = (r.scenario.clone(), r.case.clone(), r.server.clone());
+            let case = format!("{}{suffix}", r.case);
+            let key = (r.scenario.clone(), case.clone(), r.server.clone());
             let p = out.entry(key).or_insert_with(|| Pooled {
                 scenario: r.scenario.clone(),
-                case: r.case.clone(),
+                case,
                 server: r.server.clone(),
                 runs: Vec::new(),
                 ratios: Vec::new(),
@@ -94,15 +119,13 @@ pub fn pool(dirs: &[PathBuf]) -> Result<Vec<Pooled>, PoolError> {
     Ok(out.into_values().collect())
 }
 
-fn read(dir: &Path) -> Result<Vec<Row>, PoolError> {
+fn read(dir: &Path) -> Result<RunRows, PoolError> {
     let path = dir.join("summary.json");
     let text = std::fs::read_to_string(&path).map_err(|cause| PoolError::Read {
         path: path.clone(),
         cause,
     })?;
-    let run: RunRows =
-        serde_json::from_str(&text).map_err(|cause| PoolError::Parse { path, cause })?;
-    Ok(run.rows)
+    serde_json::from_str(&text).map_err(|cause| PoolError::Parse { path, cause })
 }
 
 /// The pooled ratios as a Markdown table.
@@ -212,6 +235,36 @@ mod tests {
             md.contains("| proxy | http | haproxy | 2 | 5 | 1.10 | 0.90–1.30 (94 %) | a: 1.20 (3), b: 1.00 (2) |"),
             "{md}"
         );
+    }
+
+    #[test]
+    fn rounds_of_a_copying_generator_pool_apart_from_the_others() {
+        let t = tempfile::tempdir().unwrap();
+        let rows = || {
+            vec![
+                row("weir", "http", &[110.0, 120.0, 130.0]),
+                row("nginx", "http", &[100.0, 100.0, 100.0]),
+            ]
+        };
+        // An older run (no field: it copied) and a newer one that copied.
+        let old = run(t.path(), "old", rows());
+        let copied = t.path().join("copied");
+        std::fs::create_dir_all(&copied).unwrap();
+        let summary = serde_json::json!({ "rows": rows(), "generator_copies_bodies": true });
+        std::fs::write(copied.join("summary.json"), summary.to_string()).unwrap();
+        let p = pool(&[old.clone(), copied]).unwrap();
+        assert_eq!(p.len(), 1, "one generator: one pool, as before: {p:?}");
+        assert_eq!((p[0].case.as_str(), p[0].ratios.len()), ("http", 6));
+        let dropped = t.path().join("dropped");
+        std::fs::create_dir_all(&dropped).unwrap();
+        let summary = serde_json::json!({ "rows": rows(), "generator_copies_bodies": false });
+        std::fs::write(dropped.join("summary.json"), summary.to_string()).unwrap();
+        let p = pool(&[old, dropped]).unwrap();
+        let cases: Vec<(&str, usize)> = p
+            .iter()
+            .map(|p| (p.case.as_str(), p.ratios.len()))
+            .collect();
+        assert_eq!(cases, [("http", 3), ("http (bodies copied)", 3)]);
     }
 
     #[test]

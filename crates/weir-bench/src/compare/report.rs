@@ -353,12 +353,17 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
     );
     let _ = writeln!(
         o,
-        "Machine: {} CPUs, generator {}; {} repeats of {:.1} s after {:.1} s warm-up; servers with {} workers/threads.\n",
+        "Machine: {} CPUs, generator {}, {}; {} repeats of {:.1} s after {:.1} s warm-up; servers with {} workers/threads.\n",
         s.cpus,
         if s.pinned {
             "pinned to CPU 0, servers to CPU 1"
         } else {
             "not pinned (shares the CPUs with the server)"
+        },
+        if cfg.copy_bodies {
+            "copying response bodies into its memory (`--copy-bodies`)"
+        } else {
+            "dropping HTTP/1.1 bodies of known length in the kernel over cleartext (MSG_TRUNC: counted, not copied)"
         },
         s.repeats,
         s.duration_s,
@@ -722,6 +727,7 @@ mod tests {
             weir_accept: None,
             max_stolen_pct: 10.0,
             stolen_retries: 2,
+            copy_bodies: false,
             command: String::new(),
         };
         let md = markdown(Scenario::Proxy, &rows, &cfg);

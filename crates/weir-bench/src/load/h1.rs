@@ -2,12 +2,16 @@
 //!
 //! The request is serialised once per run; each connection owns one reusable
 //! read buffer; response heads are parsed in place with `httparse` and bodies
-//! (Content-Length, chunked, or until close) are skipped without copying.
-//! Never allocates per request.
+//! (Content-Length, chunked, or until close) are skipped: over cleartext TCP
+//! a body of known length never reaches user space (`Discard`). Never
+//! allocates per request.
 
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
 use std::time::Instant;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
+use tokio::net::TcpStream;
 
 use super::{
     Claim, Conn, ErrorKind, LoadConfig, Schedule, Target, ThreadCtx, classify_io, connect,
@@ -158,11 +162,66 @@ async fn fill_or_closed<S: AsyncRead + Unpin>(
     }
 }
 
-/// Skips `n` body bytes, reading as needed.
-async fn skip<S: AsyncRead + Unpin>(
+/// A stream a body of known length can be dropped from.
+///
+/// Why by hand: copying a 1 MiB body out of the socket made the generator the
+/// limit at large sizes (one thread copying 4.5–7 GB/s), so its share of the
+/// two cores, not the server, set the rate. Linux's `recv` with `MSG_TRUNC`
+/// on a TCP socket drops the bytes without copying them (tcp(7)); no crate
+/// wraps that, and tokio's readiness (`try_io`) is all it needs.
+pub(crate) trait Discard: AsyncRead + Unpin + Sized {
+    /// Removes up to `max` of the stream's next bytes and returns how many
+    /// (0: the stream ended). This default reads them into `rb`, which is
+    /// empty on entry, and consumes them there; bytes past `max` (the next
+    /// response) stay in `rb`.
+    async fn discard(&mut self, rb: &mut RecvBuf, max: u64) -> std::io::Result<u64> {
+        let got = rb.fill(self).await? as u64;
+        let take = got.min(max);
+        rb.consume(take as usize);
+        Ok(take)
+    }
+}
+
+impl Discard for tokio_rustls::client::TlsStream<TcpStream> {}
+
+/// The most one `recv(MSG_TRUNC)` drops.
+const DISCARD_MAX: usize = 1024 * 1024;
+
+thread_local! {
+    /// The buffer `recv` is given for `MSG_TRUNC`: reserved, never written
+    /// (the kernel copies nothing), so its pages are never touched.
+    static SCRATCH: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(DISCARD_MAX));
+}
+
+impl Discard for TcpStream {
+    async fn discard(&mut self, _rb: &mut RecvBuf, max: u64) -> std::io::Result<u64> {
+        let me: &TcpStream = self;
+        let flags = nix::sys::socket::MsgFlags::MSG_TRUNC.bits();
+        loop {
+            me.readable().await?;
+            let dropped = me.try_io(Interest::READABLE, || {
+                SCRATCH.with_borrow_mut(|v| {
+                    let len = usize::try_from(max).unwrap_or(usize::MAX).min(v.capacity());
+                    let buf: &mut [MaybeUninit<u8>] = &mut v.spare_capacity_mut()[..len];
+                    socket2::SockRef::from(me).recv_with_flags(buf, flags)
+                })
+            });
+            match dropped {
+                Ok(n) => return Ok(n as u64),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Skips `n` body bytes: those already in `rb`, then the rest from `s`,
+/// dropped where it can (`Discard`) unless `copy`.
+async fn skip<S: Discard>(
     s: &mut S,
     rb: &mut RecvBuf,
     mut n: u64,
+    copy: bool,
 ) -> Result<(), ReadError> {
     loop {
         let take = (rb.len() as u64).min(n);
@@ -172,15 +231,24 @@ async fn skip<S: AsyncRead + Unpin>(
             return Ok(());
         }
         rb.clear();
-        fill_or_closed(s, rb).await?;
+        if copy {
+            fill_or_closed(s, rb).await?;
+        } else {
+            match s.discard(rb, n).await? {
+                0 => return Err(ReadError::Closed),
+                d => n -= d,
+            }
+        }
     }
 }
 
-/// Reads one response from `s`; `head_request` means the body is absent.
-pub async fn read_response<S: AsyncRead + Unpin>(
+/// Reads one response from `s`; `head_request` means the body is absent;
+/// `copy`: read the body's bytes rather than drop them (`Discard`).
+pub(crate) async fn read_response<S: Discard>(
     s: &mut S,
     rb: &mut RecvBuf,
     head_request: bool,
+    copy: bool,
 ) -> Result<Response, ReadError> {
     let mut bytes = 0u64;
     let (status, body, close) = loop {
@@ -241,7 +309,7 @@ pub async fn read_response<S: AsyncRead + Unpin>(
     match body {
         Body::None => {}
         Body::Length(n) => {
-            skip(s, rb, n).await?;
+            skip(s, rb, n, copy).await?;
             bytes += n;
         }
         Body::Chunked => bytes += skip_chunked(s, rb).await?,
@@ -274,7 +342,7 @@ enum Body {
 }
 
 /// Skips a chunked body (and trailers); returns the bytes it spanned.
-async fn skip_chunked<S: AsyncRead + Unpin>(s: &mut S, rb: &mut RecvBuf) -> Result<u64, ReadError> {
+async fn skip_chunked<S: Discard>(s: &mut S, rb: &mut RecvBuf) -> Result<u64, ReadError> {
     let mut bytes = 0u64;
     loop {
         let size = loop {
@@ -304,7 +372,7 @@ async fn skip_chunked<S: AsyncRead + Unpin>(s: &mut S, rb: &mut RecvBuf) -> Resu
                 }
             }
         }
-        skip(s, rb, size).await?;
+        skip(s, rb, size, true).await?;
         bytes += size;
         while rb.len() < 2 {
             fill_or_closed(s, rb).await?;
@@ -347,7 +415,7 @@ pub async fn connection(ctx: &ThreadCtx, index: usize, total: usize) {
 }
 
 /// Sends requests on one open connection until it must be closed.
-async fn requests<S: AsyncRead + AsyncWrite + Unpin>(
+async fn requests<S: Discard + AsyncWrite>(
     ctx: &ThreadCtx,
     s: &mut S,
     rb: &mut RecvBuf,
@@ -380,7 +448,12 @@ async fn requests<S: AsyncRead + AsyncWrite + Unpin>(
         // In duration mode a response still in flight at the end is neither
         // a success nor an error; its wait so far goes into the latency.
         let cutoff = plan.end.map_or(deadline, |e| e.max(intended).min(deadline));
-        match tokio::time::timeout_at(cutoff.into(), read_response(s, rb, plan.head)).await {
+        match tokio::time::timeout_at(
+            cutoff.into(),
+            read_response(s, rb, plan.head, plan.cfg.copy_bodies),
+        )
+        .await
+        {
             Err(_) => {
                 if cutoff == deadline {
                     ctx.error(ErrorKind::Timeout, intended);

@@ -110,6 +110,11 @@ pub struct LoadConfig {
     pub warmup: Duration,
     /// Print a live progress line on stderr.
     pub progress: bool,
+    /// Copy every HTTP/1.1 body byte into the generator's buffer, as a
+    /// client that keeps the body would. Off: over cleartext TCP a body of
+    /// known length is dropped in the kernel (`h1::Discard`), so at large
+    /// sizes the run measures the server, not the generator's copying.
+    pub copy_bodies: bool,
 }
 
 impl LoadConfig {
@@ -135,6 +140,7 @@ impl LoadConfig {
             timeout: Duration::from_secs(2),
             warmup: Duration::ZERO,
             progress: false,
+            copy_bodies: false,
         }
     }
 
