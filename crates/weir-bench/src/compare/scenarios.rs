@@ -67,7 +67,9 @@ impl Scenario {
                  defaults) and no other forwarding field. Varnish passes every request (no caching) and has no TLS."
             }
             Scenario::Sizes => {
-                "Static bodies of 164 B, 4 KiB, 256 KiB and 1 MiB over HTTP, 100 keep-alive connections (seed 001)."
+                "Static bodies of 164 B, 4 KiB, 256 KiB and 1 MiB over HTTP, 100 keep-alive connections (seed 001). \
+                 The generator counts the bodies' bytes and drops them in the kernel (MSG_TRUNC) rather than copying \
+                 them, so at 256 KiB and 1 MiB the servers are measured, not its copying (`--copy-bodies` copies them)."
             }
             Scenario::Concurrency => {
                 "HTTPS keep-alive at 1000, 5000 and 10000 connections, 10 s request timeout (seed 003's clean-run table)."
