@@ -191,6 +191,14 @@ pub enum HandlerConfig {
     },
 }
 
+impl HandlerConfig {
+    /// Whether any request can be proxied upstream (a proxy, or routes,
+    /// which proxy).
+    pub fn proxies(&self) -> bool {
+        matches!(self, HandlerConfig::Proxy(_) | HandlerConfig::Routes { .. })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct AccessLogConfig {
     /// `None`: standard output.

@@ -173,8 +173,15 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                             })?;
                     groups.push(std::os::fd::OwnedFd::from(dup));
                 }
+                let proxies = cfg.sites.iter().any(|s| s.handler.proxies());
                 handles.push(
-                    balance::start(b, groups, balance_stop.clone()).map_err(ServerError::Worker)?,
+                    balance::start(
+                        b,
+                        groups,
+                        balance_stop.clone(),
+                        balance::pack_margin(proxies),
+                    )
+                    .map_err(ServerError::Worker)?,
                 );
                 mailboxes = boxes.into_iter().map(|rx| Some((b, rx))).collect();
             }
