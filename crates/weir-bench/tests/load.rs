@@ -441,3 +441,54 @@ fn a_body_cut_short_is_an_error() {
         assert_eq!(r.errors.reset, 3, "copy {copy}: {:?}", r.errors);
     }
 }
+
+/// Large chunks are dropped or copied exactly too: every byte of the
+/// framing and the data counted, the trailer read, the next response found.
+#[test]
+fn large_chunked_bodies_are_dropped_or_copied_exactly() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let chunk = 1024 * 1024 + 5;
+    let mut resp = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for _ in 0..2 {
+        resp.extend(format!("{chunk:x}\r\n").as_bytes());
+        resp.extend(std::iter::repeat_n(b'z', chunk));
+        resp.extend(b"\r\n");
+    }
+    resp.extend(b"0\r\nx-end: 1\r\n\r\n");
+    let len = resp.len() as u64;
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            let resp = resp.clone();
+            std::thread::spawn(move || {
+                let mut s = s;
+                let mut buf = [0u8; 4096];
+                let mut pending = Vec::new();
+                loop {
+                    let n = match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    pending.extend_from_slice(&buf[..n]);
+                    while let Some(p) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                        pending.drain(..p + 4);
+                        if s.write_all(&resp).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    for copy in [false, true] {
+        let mut c = cfg(&format!("http://127.0.0.1:{port}/"));
+        c.connections = 2;
+        c.requests = Some(20);
+        c.copy_bodies = copy;
+        let r = run(&c).unwrap();
+        assert_eq!(r.errors.total(), 0, "copy {copy}: {:?}", r.errors);
+        assert_eq!(r.status.get(&200), Some(&20), "copy {copy}");
+        assert_eq!(r.bytes, 20 * len, "copy {copy}");
+    }
+}

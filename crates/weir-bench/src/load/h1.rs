@@ -312,7 +312,7 @@ pub(crate) async fn read_response<S: Discard>(
             skip(s, rb, n, copy).await?;
             bytes += n;
         }
-        Body::Chunked => bytes += skip_chunked(s, rb).await?,
+        Body::Chunked => bytes += skip_chunked(s, rb, copy).await?,
         Body::UntilClose => {
             bytes += rb.len() as u64;
             rb.clear();
@@ -341,8 +341,13 @@ enum Body {
     UntilClose,
 }
 
-/// Skips a chunked body (and trailers); returns the bytes it spanned.
-async fn skip_chunked<S: Discard>(s: &mut S, rb: &mut RecvBuf) -> Result<u64, ReadError> {
+/// Skips a chunked body (and trailers); returns the bytes it spanned. Each
+/// chunk's data is skipped like a body of known length (`copy`: read).
+async fn skip_chunked<S: Discard>(
+    s: &mut S,
+    rb: &mut RecvBuf,
+    copy: bool,
+) -> Result<u64, ReadError> {
     let mut bytes = 0u64;
     loop {
         let size = loop {
@@ -372,7 +377,7 @@ async fn skip_chunked<S: Discard>(s: &mut S, rb: &mut RecvBuf) -> Result<u64, Re
                 }
             }
         }
-        skip(s, rb, size, true).await?;
+        skip(s, rb, size, copy).await?;
         bytes += size;
         while rb.len() < 2 {
             fill_or_closed(s, rb).await?;

@@ -1130,6 +1130,18 @@ mod tests {
     }
 
     #[test]
+    fn sites_that_proxy_are_told_from_those_that_answer_themselves() {
+        let proxies = |src: &str| load(src).unwrap().sites[0].handler.proxies();
+        assert!(!proxies("[site.\"a\"]\nroot = \".\"\n"));
+        assert!(proxies(
+            "[site.\"a\"]\nproxy = { to = [\"127.0.0.1:9\"] }\n"
+        ));
+        assert!(proxies(
+            "[site.\"a\"]\nroot = \".\"\n[[site.\"a\".route]]\npath = \"/api/*\"\nproxy = { to = [\"127.0.0.1:9\"] }\n"
+        ));
+    }
+
+    #[test]
     fn misspelt_key_names_position_and_suggestion() {
         let err =
             load("[site.\"a\"]\nroot = \".\"\nbrowze = true\n[server]\nwrokers = 2\n").unwrap_err();

@@ -78,8 +78,8 @@ const PACK_MARGIN_PROXY: f64 = 0.15;
 /// wins there are narrower than they were (the 164-byte page over HTTPS
 /// at c100: 4–14 % in six of eight trials, 40 % in one), but real: with
 /// the connections packed the p99 was 1.47 ms, spread 4.66–5.29, at much
-/// the same rate (BENCHMARKS.md Known gaps, "Static: the p99 in two
-/// modes"). Large files lose packed by far more (1 MiB: 40 % of
+/// the same rate (BENCHMARKS.md §6 "Packing where no site proxies").
+/// Large files lose packed by far more (1 MiB: 40 % of
 /// spreading), so the trial still sends them back.
 const PACK_MARGIN_LOCAL: f64 = MARGIN;
 
@@ -92,6 +92,7 @@ pub fn pack_margin(proxies: bool) -> f64 {
         PACK_MARGIN_LOCAL
     }
 }
+
 /// A trial serving this much less than before it ends at once.
 const LOSING: f64 = 0.15;
 /// A change of the request rate by this share ends a steady stretch.
