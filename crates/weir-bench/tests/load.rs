@@ -357,25 +357,19 @@ fn h2_and_h3_connections_still_opening_at_the_end_are_unanswered() {
     assert_no_answer(&url, h3, 6);
 }
 
-/// A server whose responses carry a `size`-byte body; on every odd request
-/// it writes that response and the next one in one go, so the tail of one
-/// body and the head of the next response reach the client together.
-fn large_body_server(size: usize) -> u16 {
+/// A server that writes `answer(i)` (if any) for the `i`-th request head
+/// (from 0) on each connection; its port.
+fn answering_server(answer: impl Fn(u64) -> Option<Vec<u8>> + Clone + Send + 'static) -> u16 {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n");
-    let mut one = head.into_bytes();
-    one.extend((0..size).map(|i| (i % 251) as u8));
-    let two = [one.clone(), one.clone()].concat();
     std::thread::spawn(move || {
-        for s in listener.incoming().flatten() {
-            let two = two.clone();
+        for mut s in listener.incoming().flatten() {
+            let answer = answer.clone();
             std::thread::spawn(move || {
-                let mut s = s;
                 let mut buf = [0u8; 4096];
                 let mut pending = Vec::new();
-                let mut answered = 0u64;
+                let mut heads = 0u64;
                 loop {
                     let n = match s.read(&mut buf) {
                         Ok(0) | Err(_) => return,
@@ -384,17 +378,30 @@ fn large_body_server(size: usize) -> u16 {
                     pending.extend_from_slice(&buf[..n]);
                     while let Some(p) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
                         pending.drain(..p + 4);
-                        // Odd requests get two responses; even ones were answered already.
-                        if answered.is_multiple_of(2) && s.write_all(&two).is_err() {
+                        if let Some(bytes) = answer(heads)
+                            && s.write_all(&bytes).is_err()
+                        {
                             return;
                         }
-                        answered += 1;
+                        heads += 1;
                     }
                 }
             });
         }
     });
     port
+}
+
+/// A server whose responses carry a `size`-byte body; on every odd request
+/// it writes that response and the next one in one go, so the tail of one
+/// body and the head of the next response reach the client together.
+fn large_body_server(size: usize) -> u16 {
+    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\n\r\n");
+    let mut one = head.into_bytes();
+    one.extend((0..size).map(|i| (i % 251) as u8));
+    let two = std::sync::Arc::new([one.clone(), one].concat());
+    // Odd requests get two responses; even ones were answered already.
+    answering_server(move |i| i.is_multiple_of(2).then(|| two.to_vec()))
 }
 
 /// Bodies larger than the read buffer, dropped in the kernel by default and
@@ -446,9 +453,6 @@ fn a_body_cut_short_is_an_error() {
 /// framing and the data counted, the trailer read, the next response found.
 #[test]
 fn large_chunked_bodies_are_dropped_or_copied_exactly() {
-    use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
     let chunk = 1024 * 1024 + 5;
     let mut resp = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
     for _ in 0..2 {
@@ -458,29 +462,8 @@ fn large_chunked_bodies_are_dropped_or_copied_exactly() {
     }
     resp.extend(b"0\r\nx-end: 1\r\n\r\n");
     let len = resp.len() as u64;
-    std::thread::spawn(move || {
-        for s in listener.incoming().flatten() {
-            let resp = resp.clone();
-            std::thread::spawn(move || {
-                let mut s = s;
-                let mut buf = [0u8; 4096];
-                let mut pending = Vec::new();
-                loop {
-                    let n = match s.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => n,
-                    };
-                    pending.extend_from_slice(&buf[..n]);
-                    while let Some(p) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
-                        pending.drain(..p + 4);
-                        if s.write_all(&resp).is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
+    let resp = std::sync::Arc::new(resp);
+    let port = answering_server(move |_| Some(resp.to_vec()));
     for copy in [false, true] {
         let mut c = cfg(&format!("http://127.0.0.1:{port}/"));
         c.connections = 2;
