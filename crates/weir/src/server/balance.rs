@@ -524,6 +524,27 @@ mod tests {
         }
     }
 
+    /// Twelve epochs from a fresh controller where spreading serves
+    /// 100,000 requests a second and packing's epochs serve `packed` in
+    /// turn (a rate riding on what spreading queued), then 60,000.
+    fn packing_decays(pack_margin: f64, packed: &[f64]) -> Vec<Placement> {
+        let mut t = Instant::now();
+        let mut c = Controller::new(t, pack_margin);
+        let n = std::cell::Cell::new(0);
+        run(
+            &mut c,
+            &mut t,
+            |p| match p {
+                Placement::Pack => {
+                    n.set(n.get() + 1);
+                    packed.get(n.get() - 1).copied().unwrap_or(60_000.0)
+                }
+                Placement::Spread => 100_000.0,
+            },
+            12,
+        )
+    }
+
     #[test]
     fn keeps_pack_when_it_serves_more_and_spread_when_it_does_not() {
         let mut t = Instant::now();
@@ -616,21 +637,9 @@ mod tests {
         // Packing's first epochs ride on what spreading queued (mean of the
         // measured epochs 120,000, 20 % more than spreading), but its last
         // one serves less than spreading did: back to spreading.
-        let mut t = Instant::now();
-        let mut c = Controller::new(t, PACK_MARGIN_PROXY);
-        let packed = std::cell::Cell::new(0);
-        let decaying = [150_000.0, 150_000.0, 130_000.0, 110_000.0, 90_000.0];
-        let p = run(
-            &mut c,
-            &mut t,
-            |p| match p {
-                Placement::Pack => {
-                    packed.set(packed.get() + 1);
-                    decaying.get(packed.get() - 1).copied().unwrap_or(60_000.0)
-                }
-                Placement::Spread => 100_000.0,
-            },
-            12,
+        let p = packing_decays(
+            PACK_MARGIN_PROXY,
+            &[150_000.0, 150_000.0, 130_000.0, 110_000.0, 90_000.0],
         );
         assert_eq!(p[3], Placement::Pack);
         assert_eq!(&p[3..8], &[Placement::Pack; 5], "{p:?}");
@@ -710,20 +719,9 @@ mod tests {
 
         // A tie measured on what spreading queued: packing's mean level
         // with spreading, its last epoch 20 % behind: not kept.
-        let mut c = Controller::new(t, pack_margin(false));
-        let packed = std::cell::Cell::new(0);
-        let decaying = [110_000.0, 110_000.0, 100_000.0, 100_000.0, 80_000.0];
-        let p = run(
-            &mut c,
-            &mut t,
-            |p| match p {
-                Placement::Pack => {
-                    packed.set(packed.get() + 1);
-                    decaying.get(packed.get() - 1).copied().unwrap_or(80_000.0)
-                }
-                Placement::Spread => 100_000.0,
-            },
-            12,
+        let p = packing_decays(
+            pack_margin(false),
+            &[110_000.0, 110_000.0, 100_000.0, 100_000.0, 80_000.0],
         );
         assert_eq!(&p[3..8], &[Placement::Pack; 5], "{p:?}");
         assert!(p[8..].iter().all(|&x| x == Placement::Spread), "{p:?}");
