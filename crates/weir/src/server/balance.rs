@@ -65,7 +65,8 @@ const MEASURE_EPOCHS: u32 = 4;
 /// Requests a second below which nothing is tried (nothing to gain).
 const MIN_RATE: f64 = 200.0;
 /// The placement tried must serve this much more than the one before it to
-/// be kept: a tie keeps what was there, so noise does not flap it.
+/// be kept: a tie keeps what was there, so noise does not flap it (except
+/// where no site proxies: a tie there goes to packing, `PACK_MARGIN_LOCAL`).
 const MARGIN: f64 = 0.05;
 /// Packing must serve this much more to be kept when a site proxies. A
 /// narrower lead is what the trials' noise and the moves themselves
