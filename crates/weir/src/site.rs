@@ -6,7 +6,6 @@
 //! response itself: sites are chosen by comparing bytes, headers that never
 //! change are `HeaderValue::from_static`.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,10 +69,6 @@ pub struct Listener {
     /// Whether any site here writes an access log (which times requests):
     /// without one, no clock is read for it.
     logs: bool,
-    /// The proxy whose requests may take the plain-proxy lane
-    /// (`proxy::plain`): the listener's one site only proxies, and nothing
-    /// here adds to or changes its responses but `Server`.
-    plain: Option<Arc<crate::proxy::Proxy>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -164,7 +159,6 @@ async fn leaf<B>(
     body: B,
     conn: &ConnInfo,
     path: Option<&str>,
-    resume: Option<Box<crate::proxy::plain::Resume>>,
 ) -> Response<Body>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -183,7 +177,7 @@ where
         // future into place on every request; static requests must not pay
         // for copying it.
         Handler::Proxy(p) => {
-            Box::pin(p.serve_resumed(parts, upstream_body(body), conn, path, resume)).await
+            Box::pin(p.serve(parts, upstream_body(body), conn, path)).await
         }
         Handler::Routes { .. } => error(StatusCode::NOT_FOUND),
     }
@@ -197,17 +191,14 @@ impl Listener {
             .iter()
             .chain([&default])
             .any(|s| s.access_log.is_some());
-        let mut l = Listener {
+        Listener {
             logs,
             sites,
             default,
             limits,
             alt_svc: None,
             acme: None,
-            plain: None,
-        };
-        l.plain = l.plain_proxy();
-        l
+        }
     }
 
     /// Advertise HTTP/3 on `port` (UDP) in every response.
@@ -219,51 +210,6 @@ impl Listener {
     /// (and so before any redirect to HTTPS).
     pub fn set_acme_challenges(&mut self, c: Arc<crate::tls::Challenges>) {
         self.acme = Some(c);
-    }
-
-    fn plain_proxy(&self) -> Option<Arc<crate::proxy::Proxy>> {
-        let site = &self.default;
-        let alone = self.sites.len() <= 1
-            && !self.logs
-            && site.cfg.error_pages.is_empty()
-            && site.cfg.headers.is_empty();
-        match &site.handler {
-            Handler::Proxy(p) if alone && p.plain_ok() => Some(p.clone()),
-            _ => None,
-        }
-    }
-
-    /// Whether requests here may take the plain-proxy lane.
-    pub fn plain(&self) -> bool {
-        self.plain.is_some()
-    }
-
-    /// Takes `r` into the plain-proxy lane, if it is within the limits
-    /// [`Listener::handle`] checks and the proxy can take it now; if not,
-    /// what the general path goes on from (`Proxy::plain_start`).
-    #[allow(clippy::type_complexity)]
-    pub fn plain_start(
-        &self,
-        r: &crate::proxy::plain::PlainRequest<'_>,
-        conn: &ConnInfo,
-    ) -> Result<
-        (&crate::proxy::Proxy, crate::proxy::plain::Started),
-        Option<Box<crate::proxy::plain::Resume>>,
-    > {
-        let Some(p) = self.plain.as_deref() else {
-            return Err(None);
-        };
-        let target_len = r.target.len();
-        // ACME's answers come first (`handle`).
-        let fields = r.fields.iter().map(|f| (f.name.len(), f.value.len()));
-        if (self.acme.is_some() && r.target.starts_with("/.well-known/acme-challenge/"))
-            || self
-                .head_over_limits(target_len, r.fields.len(), fields)
-                .is_some()
-        {
-            return Err(None);
-        }
-        Ok((p, p.plain_start(r, conn)?))
     }
 
     /// The limits on a request head hyper does not enforce for us: the
@@ -284,45 +230,9 @@ impl Listener {
             .then_some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
     }
 
-    /// The `Alt-Svc` value every response here carries (HTTP/3 offered),
-    /// for the lane to encode as [`Listener::handle`] inserts it.
-    pub fn alt_svc(&self) -> Option<&[u8]> {
-        self.alt_svc.as_ref().map(HeaderValue::as_bytes)
-    }
-
-    /// What [`Listener::handle`] adds to a response from the plain-proxy
-    /// lane's proxy that the lane did not encode itself.
-    pub fn finish_plain(&self, resp: &mut Response<Body>, head: bool) {
-        finish(&self.default.cfg, resp, head);
-        if let Some(v) = &self.alt_svc {
-            resp.headers_mut().insert(header::ALT_SVC, v.clone());
-        }
-    }
-
     /// Answers one request. `B` is the request body as the protocol layer
     /// delivers it (hyper's `Incoming` for HTTP/1 and HTTP/2).
-    pub fn handle<'a, B>(
-        &'a self,
-        req: Request<B>,
-        conn: &'a ConnInfo,
-    ) -> impl Future<Output = Response<Body>> + Send + 'a
-    where
-        B: http_body::Body<Data = Bytes> + Send + 'static,
-        B::Error: Into<crate::body::BodyError>,
-    {
-        // Not an `async fn` around `handle_resumed`: its future would hold
-        // that one's, a little larger than it.
-        self.handle_resumed(req, conn, None)
-    }
-
-    /// [`Listener::handle`] for a request whose first attempt the
-    /// plain-proxy lane made (`resume`).
-    pub async fn handle_resumed<B>(
-        &self,
-        req: Request<B>,
-        conn: &ConnInfo,
-        resume: Option<Box<crate::proxy::plain::Resume>>,
-    ) -> Response<Body>
+    pub async fn handle<B>(&self, req: Request<B>, conn: &ConnInfo) -> Response<Body>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<crate::body::BodyError>,
@@ -389,12 +299,12 @@ impl Listener {
                         .await
                     }
                     None => match fallback {
-                        Some(h) => leaf(h, &mut parts, body, conn, None, None).await,
+                        Some(h) => leaf(h, &mut parts, body, conn, None).await,
                         None => error(StatusCode::NOT_FOUND),
                     },
                 }
             }
-            h => leaf(h, &mut parts, body, conn, None, resume).await,
+            h => leaf(h, &mut parts, body, conn, None).await,
         };
         finish(&site.cfg, &mut resp, parts.method == http::Method::HEAD);
         if let Some(v) = &self.alt_svc {
@@ -645,36 +555,4 @@ mod tests {
         assert!(size <= 1536, "proxy future is {size} bytes");
     }
 
-    /// The plain-proxy lane (`proxy::plain`) is offered where the one site
-    /// only proxies and nothing but Alt-Svc adds to its responses or picks
-    /// its upstream from more than the request line; nowhere else.
-    #[test]
-    fn plain_lane_is_offered_only_to_a_lone_plain_proxy() {
-        let plain = |site: &str, extra: &str| {
-            let text = format!(
-                "{extra}[site.\"a\"]\nlisten = [\"127.0.0.1:1\"]\nproxy = {{ to = [\"127.0.0.1:2\", \"127.0.0.1:3\"]{site} }}\n"
-            );
-            let cfg = crate::config::load_str("t.toml", &text, std::path::Path::new("."))
-                .unwrap_or_else(|e| panic!("{text}: {e}"));
-            let sites = build_sites(&cfg).unwrap();
-            let mut l = Listener::new(&sites, &[0], 0, cfg.server.limits.clone());
-            let plain = l.plain();
-            // HTTP/3 offered: the lane encodes the Alt-Svc field itself.
-            l.set_alt_svc(443);
-            assert_eq!(l.plain(), plain, "{text}");
-            assert_eq!(l.alt_svc(), Some(&b"h3=\":443\"; ma=86400"[..]));
-            plain
-        };
-        assert!(plain("", ""));
-        assert!(plain(
-            ", forwarded = false, via = false, x_forwarded = false",
-            ""
-        ));
-        assert!(plain(", balance = \"least_conn\", retries = 3", ""));
-        assert!(!plain(", sticky_cookie = \"s\"", ""));
-        assert!(!plain(", balance = \"ip_hash\"", ""));
-        assert!(!plain(", max_conns = 10", ""));
-        assert!(!plain(", trusted_proxies = [\"10.0.0.0/8\"]", ""));
-        assert!(!plain("", "[server]\nhttp1 = \"hyper\"\n"));
-    }
 }

@@ -74,13 +74,6 @@ pub enum AcceptSteering {
     /// machine shared with a local client, the client's connections kept
     /// together on one worker.
     Cpu,
-    /// The first worker while it keeps up, the kernel's hash while it is
-    /// saturated or holds many connections (`server::pack`).
-    Pack,
-    /// Packed on the first worker or spread, whichever serves more, found by
-    /// trying both; open keep-alive connections move between workers to
-    /// follow (`server::balance`).
-    Adaptive,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,7 +241,7 @@ impl ServerConfig {
         ServerConfig {
             workers: default_workers(),
             runtime: RuntimeMode::PerCore,
-            accept: AcceptSteering::Adaptive,
+            accept: AcceptSteering::Hash,
             http1: Http1Engine::Fast,
             log_level: "info".into(),
             log_json: false,
@@ -664,11 +657,6 @@ fn validate_server(c: &mut Collector<'_>, s: &RawServer) -> ServerConfig {
             ),
         }
     }
-    if s.accept.is_none() && out.runtime == RuntimeMode::Shared {
-        // The default, "adaptive", moves connections among per-core
-        // workers; one shared runtime has none to move them among.
-        out.accept = AcceptSteering::Hash;
-    }
     if let Some(a) = &s.accept {
         match a.get_ref().as_str() {
             "hash" => out.accept = AcceptSteering::Hash,
@@ -677,19 +665,13 @@ fn validate_server(c: &mut Collector<'_>, s: &RawServer) -> ServerConfig {
                 "server.accept: \"cpu\" steers among per-core workers; it needs runtime = \"per-core\"".to_string(),
             ),
             "cpu" => out.accept = AcceptSteering::Cpu,
-            "pack" if out.runtime == RuntimeMode::Shared => c.at(
+            o @ ("pack" | "adaptive") => c.at(
                 a.span(),
-                "server.accept: \"pack\" steers among per-core workers; it needs runtime = \"per-core\"".to_string(),
+                format!("server.accept: `{o}` was removed; use \"hash\" (the default: the kernel's SO_REUSEPORT hash) or \"cpu\""),
             ),
-            "pack" => out.accept = AcceptSteering::Pack,
-            "adaptive" if out.runtime == RuntimeMode::Shared => c.at(
-                a.span(),
-                "server.accept: \"adaptive\" moves connections among per-core workers; it needs runtime = \"per-core\"".to_string(),
-            ),
-            "adaptive" => out.accept = AcceptSteering::Adaptive,
             o => c.at(
                 a.span(),
-                format!("server.accept: `{o}` is unknown; use \"hash\", \"cpu\", \"pack\" or \"adaptive\""),
+                format!("server.accept: `{o}` is unknown; use \"hash\" or \"cpu\""),
             ),
         }
     }
@@ -1162,32 +1144,23 @@ mod tests {
         let cfg = load("[server]\naccept = \"cpu\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
         assert_eq!(cfg.server.accept, AcceptSteering::Cpu);
         let cfg = load("[site.\"a\"]\nroot = \".\"\n").unwrap();
-        assert_eq!(cfg.server.accept, AcceptSteering::Adaptive);
+        assert_eq!(cfg.server.accept, AcceptSteering::Hash);
         let cfg = load("[server]\nruntime = \"shared\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
         assert_eq!(cfg.server.accept, AcceptSteering::Hash);
         let cfg = load("[server]\naccept = \"hash\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
         assert_eq!(cfg.server.accept, AcceptSteering::Hash);
-        let cfg = load("[server]\naccept = \"pack\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
-        assert_eq!(cfg.server.accept, AcceptSteering::Pack);
-        let cfg = load("[server]\naccept = \"adaptive\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
-        assert_eq!(cfg.server.accept, AcceptSteering::Adaptive);
-        let err = load(
-            "[server]\nruntime = \"shared\"\naccept = \"adaptive\"\n[site.\"a\"]\nroot = \".\"\n",
-        )
-        .unwrap_err();
-        assert!(
-            err.0[0]
-                .to_string()
-                .contains("\"adaptive\" moves connections among per-core workers")
-        );
-        let err =
-            load("[server]\nruntime = \"shared\"\naccept = \"pack\"\n[site.\"a\"]\nroot = \".\"\n")
-                .unwrap_err();
-        assert!(
-            err.0[0]
-                .to_string()
-                .contains("\"pack\" steers among per-core workers")
-        );
+        for removed in ["pack", "adaptive"] {
+            let err = load(&format!(
+                "[server]\naccept = \"{removed}\"\n[site.\"a\"]\nroot = \".\"\n"
+            ))
+            .unwrap_err();
+            assert_eq!(
+                err.0[0].to_string(),
+                format!(
+                    "weir.toml:2:10: server.accept: `{removed}` was removed; use \"hash\" (the default: the kernel's SO_REUSEPORT hash) or \"cpu\""
+                )
+            );
+        }
         let err =
             load("[server]\nruntime = \"shared\"\naccept = \"cpu\"\n[site.\"a\"]\nroot = \".\"\n")
                 .unwrap_err();
@@ -1203,7 +1176,7 @@ mod tests {
         assert_eq!(
             msgs,
             [
-                "weir.toml:2:10: server.accept: `random` is unknown; use \"hash\", \"cpu\", \"pack\" or \"adaptive\""
+                "weir.toml:2:10: server.accept: `random` is unknown; use \"hash\" or \"cpu\""
             ]
         );
     }

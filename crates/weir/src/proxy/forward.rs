@@ -93,11 +93,6 @@ impl Present {
         };
     }
 
-    /// Notes every field `other` holds.
-    pub fn add_all(&mut self, other: Present) {
-        self.0 |= other.0;
-    }
-
     /// Whether any of `fields` is there.
     pub fn has(self, fields: u8) -> bool {
         self.0 & fields != 0

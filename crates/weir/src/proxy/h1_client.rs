@@ -175,12 +175,9 @@ impl Deadline {
     /// Runs `fut` for at most `limit`; `None` if the time ran out first.
     ///
     /// `fut` comes pinned by the caller, not by value: an `async fn` keeps
-    /// a by-value argument in its state and then its pinned copy too, so
-    /// the plain-proxy lane's 560-byte exchange made a 1,280-byte future
-    /// here and a 1,168-byte lane future, past glibc's per-thread cache of
-    /// small blocks (1,032 bytes; see `Proxy::serve`): `malloc` and `free`
-    /// about 500 instructions a request against about 300 inside it, and
-    /// 356 fewer in all (callgrind).
+    /// a by-value argument in its state and then its pinned copy too, which
+    /// pushes the request's future past glibc's per-thread cache of small
+    /// blocks.
     pub async fn within<F: Future>(
         &mut self,
         limit: std::time::Duration,
@@ -306,36 +303,11 @@ impl Conn {
     /// Reads the final response head (1xx interim responses are skipped, as
     /// hyper's client does). `head_request`: the request was HEAD.
     pub async fn read_head(&mut self, head_request: bool) -> Result<Head, ClientError> {
-        match self.read_head_or_raw(head_request, None).await? {
-            Final::Head(h) => Ok(h),
-            Final::Raw { .. } => unreachable!("no raw encoder was given"),
-        }
-    }
-
-    /// [`Conn::read_head`], except that a head whose body has a length
-    /// (or none at all) is handed to `raw` as it arrived and no
-    /// `http::response::Parts` is built for it (the plain-proxy lane,
-    /// `proxy::plain`); chunked and close-delimited ones come back as a
-    /// [`Head`].
-    pub async fn read_head_or_raw(
-        &mut self,
-        head_request: bool,
-        mut raw: Option<&mut RawEncoder<'_>>,
-    ) -> Result<Final, ClientError> {
         loop {
             if !self.buf.is_empty() {
-                match parse_head_with(&mut self.buf, head_request, raw.as_deref_mut())? {
+                match parse_head(&mut self.buf, head_request)? {
                     Some(Parsed::Interim) => continue,
-                    Some(Parsed::Final(head)) => return Ok(Final::Head(head)),
-                    Some(Parsed::Raw {
-                        framing,
-                        keep_alive,
-                    }) => {
-                        return Ok(Final::Raw {
-                            framing,
-                            keep_alive,
-                        });
-                    }
+                    Some(Parsed::Final(head)) => return Ok(head),
                     None => {}
                 }
                 if self.buf.len() > MAX_HEAD {
@@ -459,21 +431,6 @@ pub struct Encoded<'a> {
     body: Option<&'a Bytes>,
 }
 
-impl Encoded<'static> {
-    /// A request head encoded by the caller into [`request_buffer`]'s
-    /// buffer, with no body.
-    pub fn head_only(out: Vec<u8>) -> Self {
-        Encoded { out, body: None }
-    }
-}
-
-/// The worker's reused buffer for a request head, emptied.
-pub fn request_buffer() -> Vec<u8> {
-    let mut out = REQ_BUF.with(|b| std::mem::take(&mut *b.borrow_mut()));
-    out.clear();
-    out
-}
-
 impl<'a> Encoded<'a> {
     pub fn new<'f, F>(req: RequestHead<'_, F>, body: Option<&'a Bytes>) -> Self
     where
@@ -549,43 +506,6 @@ impl Names {
 enum Parsed {
     Interim,
     Final(Head),
-    /// Handed to the raw encoder.
-    Raw {
-        framing: Framing,
-        keep_alive: bool,
-    },
-}
-
-/// A final response head read by [`Conn::read_head_or_raw`].
-pub enum Final {
-    Head(Head),
-    /// The raw encoder has seen it; the body follows by `framing`.
-    Raw {
-        framing: Framing,
-        keep_alive: bool,
-    },
-}
-
-/// What takes a response head as it arrived.
-pub type RawEncoder<'a> = dyn FnMut(&RawHead<'_>) + Send + 'a;
-
-/// A final response head as httparse found it, with its framing worked out.
-pub struct RawHead<'h> {
-    pub status: StatusCode,
-    /// The reason phrase as sent (`None` or empty when there was none).
-    pub reason: Option<&'h [u8]>,
-    head: &'h [u8],
-    spans: &'h [(u32, u32, u32, u32)],
-    /// Which framing and hop-by-hop fields are among the fields.
-    pub present: Present,
-    pub framing: Framing,
-}
-
-impl<'h> RawHead<'h> {
-    /// Every field as sent: name (any case, a token) and value.
-    pub fn fields(&self) -> impl Iterator<Item = (&'h [u8], &'h [u8])> + Clone + 'h {
-        raw_fields(self.head, self.spans)
-    }
 }
 
 fn raw_fields<'h>(
@@ -600,16 +520,6 @@ fn raw_fields<'h>(
 
 /// Parses one response head off the front of `buf`. `None`: incomplete.
 fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, ClientError> {
-    parse_head_with(buf, head_request, None)
-}
-
-/// [`parse_head`]; with `raw`, a head whose body has a length or none is
-/// handed to it instead of being made into `Parts`.
-fn parse_head_with(
-    buf: &mut BytesMut,
-    head_request: bool,
-    raw: Option<&mut RawEncoder<'_>>,
-) -> Result<Option<Parsed>, ClientError> {
     let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut []);
     let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
@@ -667,23 +577,6 @@ fn parse_head_with(
     // Only `Connection` can end a keep-alive HTTP/1.1 response's connection.
     if version == Version::HTTP_10 || present.has(Present::CONNECTION) {
         keep_alive &= connection_keeps_alive(fields(), version);
-    }
-    if let Some(raw) = raw
-        && matches!(framing, Framing::None | Framing::Length(_))
-    {
-        raw(&RawHead {
-            status,
-            reason: reason.map(|(a, l)| &buf[a as usize..(a + l) as usize]),
-            head: &buf[..len],
-            spans,
-            present,
-            framing,
-        });
-        buf.advance(len);
-        return Ok(Some(Parsed::Raw {
-            framing,
-            keep_alive,
-        }));
     }
     let head = buf.split_to(len).freeze();
 
@@ -1106,7 +999,6 @@ fn decode_in_steps(input: &[u8], step: usize) -> Outcome {
         match parse_head(&mut buf, false) {
             Ok(Some(Parsed::Final(h))) => break (h.parts, h.framing, h.keep_alive),
             Ok(Some(Parsed::Interim)) => continue,
-            Ok(Some(Parsed::Raw { .. })) => unreachable!("no raw encoder was given"),
             Ok(None) => {
                 if !feed(&mut buf) {
                     return Outcome::Incomplete;
@@ -1181,58 +1073,6 @@ pub fn check_response(input: &[u8], step: usize) {
         if let Framing::Length(n) = framing {
             assert!(body.len() as u64 <= *n);
         }
-    }
-    check_raw_heads(input);
-}
-
-/// The plain-proxy lane's view of the same input (`proxy::plain`): the same
-/// heads are interim or final, with the same framing, keep-alive, status
-/// and fields, or the same failure; the lane takes exactly the final heads
-/// whose body has a length or none, and what it encodes for the client is
-/// one well-formed head (`plain::check_encoded`).
-fn check_raw_heads(input: &[u8]) {
-    let mut general = BytesMut::from(input);
-    let mut lane = BytesMut::from(input);
-    for head_request in [false, true] {
-        loop {
-            let g = parse_head(&mut general, head_request);
-            let mut seen = None;
-            let mut encode = |raw: &RawHead<'_>| {
-                crate::proxy::plain::check_encoded(raw, head_request);
-                seen = Some((raw.status, raw.fields().count()));
-            };
-            let l = parse_head_with(&mut lane, head_request, Some(&mut encode));
-            assert_eq!(&general[..], &lane[..], "both leave the same rest");
-            match (g, l) {
-                (Ok(Some(Parsed::Interim)), Ok(Some(Parsed::Interim))) => continue,
-                (Ok(Some(Parsed::Final(h))), Ok(Some(Parsed::Final(r)))) => {
-                    assert!(matches!(h.framing, Framing::Chunked | Framing::Close));
-                    assert_eq!((h.framing, h.keep_alive), (r.framing, r.keep_alive));
-                }
-                (
-                    Ok(Some(Parsed::Final(h))),
-                    Ok(Some(Parsed::Raw {
-                        framing,
-                        keep_alive,
-                    })),
-                ) => {
-                    assert!(matches!(framing, Framing::None | Framing::Length(_)));
-                    assert_eq!((h.framing, h.keep_alive), (framing, keep_alive));
-                    let (status, fields) = seen.expect("the encoder saw the head");
-                    assert_eq!(status, h.parts.status);
-                    assert_eq!(fields, h.parts.headers.len());
-                }
-                (Ok(None), Ok(None)) | (Err(_), Err(_)) => {}
-                (g, l) => panic!(
-                    "the lane and the general path disagree: {:?} / {:?}",
-                    g.map(|p| p.map(|_| ())),
-                    l.map(|p| p.map(|_| ()))
-                ),
-            }
-            break;
-        }
-        general = BytesMut::from(input);
-        lane = BytesMut::from(input);
     }
 }
 

@@ -7,9 +7,6 @@
 //! body is in memory; `send` through hyper's otherwise) →
 //! on failure `may_retry` decides → `respond` (hop-by-hop removal, Via, the
 //! body streamed back, the connection returned to the pool at its end).
-//! A plain GET or HEAD on weir's own HTTP/1.1 loop usually makes its first
-//! attempt in the plain-proxy lane (`plain`) instead, from bytes to bytes;
-//! anything it does not finish comes back here as a `plain::Resume`.
 //!
 //! Every failure becomes a [`ProxyError`], and [`Proxy::fail`] is the one
 //! place that maps it to 502/503/504 and logs the upstream and the reason.
@@ -23,7 +20,6 @@ pub mod early_response;
 pub mod forward;
 pub mod h1_client;
 pub mod health;
-pub mod plain;
 pub mod pool;
 pub mod proxy_protocol;
 pub mod smuggling;
@@ -261,19 +257,6 @@ impl Proxy {
         conn: &ConnInfo,
         path: Option<&str>,
     ) -> Response<Body> {
-        self.serve_resumed(parts, body, conn, path, None).await
-    }
-
-    /// [`Proxy::serve`], going on from the plain-proxy lane's failed first
-    /// attempt when there was one (`resume`).
-    pub async fn serve_resumed(
-        &self,
-        parts: &mut http::request::Parts,
-        body: Body,
-        conn: &ConnInfo,
-        path: Option<&str>,
-        resume: Option<Box<plain::Resume>>,
-    ) -> Response<Body> {
         if let Err(e) = forward::check_smuggling(parts.version, &parts.headers) {
             let mut r = self.fail(parts, None, e.into());
             r.headers_mut()
@@ -325,22 +308,8 @@ impl Proxy {
         // none is left, the client and the log get it (a 502 "cannot
         // connect" naming the upstream), not "no upstream is available".
         let mut last: Option<(usize, ProxyError)> = None;
-        // An upstream the plain-proxy lane picked and did not try.
-        let mut first = None;
-        if let Some(r) = resume {
-            let r = *r;
-            if !r.retry
-                && let Some((i, e)) = r.last
-            {
-                return self.fail(parts, Some(&self.ups[i]), e);
-            }
-            first = r.first;
-            tried.extend(r.tried);
-            attempt = r.attempt;
-            last = r.last;
-        }
         loop {
-            let Some(idx) = first.take().or_else(|| self.pick(key, sticky, &tried)) else {
+            let Some(idx) = self.pick(key, sticky, &tried) else {
                 return match last {
                     Some((i, e)) => self.fail(parts, Some(&self.ups[i]), e),
                     None => self.fail(parts, None, ProxyError::NoneAvailable),
@@ -968,18 +937,6 @@ fn path_and_query(parts: &http::request::Parts, path: Option<&str>) -> http::uri
 
 /// The Host sent upstream: the client's with `host = "pass"`, else
 /// `Upstream::host` (the upstream's authority or the fixed `host`).
-/// [`upstream_host`] for a client Host given as bytes.
-fn upstream_host_bytes<'a>(
-    host_mode: &HostHeader,
-    client_host: Option<&'a [u8]>,
-    up: &'a Upstream,
-) -> &'a [u8] {
-    match (host_mode, client_host) {
-        (HostHeader::Pass, Some(v)) => v,
-        _ => up.host.as_bytes(),
-    }
-}
-
 fn upstream_host<'a>(
     host_mode: &HostHeader,
     client_host: Option<&'a HeaderValue>,

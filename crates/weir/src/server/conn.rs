@@ -16,8 +16,6 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use tokio_rustls::server::TlsStream;
-
 use super::drain::{Drain, Signal};
 use super::http1;
 use super::io::{self as tio, ConnState, TimedIo};
@@ -171,144 +169,7 @@ pub fn spawn(
     let signal = drain.signal();
     // Only a TLS connection takes turns (its handshake).
     let turns = ctx.tls.is_some().then(|| turns.clone());
-    tokio::spawn(async move {
-        let here = super::pack::OpenHere::new();
-        serve(stream, peer, local, ctx, signal, guard, turns).await;
-        drop(here);
-    });
-}
-
-/// A client connection handed from one worker to another between two
-/// requests (`server::balance`): the socket, detached from the first
-/// worker's reactor, with its TLS session, if any.
-pub struct Arrival {
-    transport: Detached,
-    info: ConnInfo,
-    ctx: Arc<ConnCtx>,
-    open: OpenGuard,
-}
-
-enum Detached {
-    Plain(std::net::TcpStream),
-    Tls(std::net::TcpStream, Box<TlsStream<Movable>>),
-}
-
-/// Goes on serving a connection another worker handed over.
-pub fn resume(a: Arrival, drain: &Drain) {
-    let signal = drain.signal();
-    tokio::spawn(async move {
-        let here = super::pack::OpenHere::new();
-        let Arrival {
-            transport,
-            info,
-            ctx,
-            open,
-        } = a;
-        match transport {
-            Detached::Plain(s) => match TcpStream::from_std(s) {
-                Ok(s) => serve_plain(s, info, ctx, signal, open).await,
-                Err(e) => tracing::debug!("connection from {}: {e}", info.peer),
-            },
-            Detached::Tls(s, mut tls) => match TcpStream::from_std(s) {
-                Ok(s) => {
-                    tls.get_mut().0.0 = Some(s);
-                    serve_h1(*tls, info, ctx, None, signal, open).await
-                }
-                Err(e) => tracing::debug!("connection from {}: {e}", info.peer),
-            },
-        }
-        drop(here);
-    });
-}
-
-/// A TCP stream that can be taken out from under the TLS session wrapped
-/// around it, so the session (which tokio-rustls cannot rebuild from its
-/// parts) moves to another worker whole and only the socket is re-registered.
-struct Movable(Option<TcpStream>);
-
-fn moved() -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::NotConnected, "connection moved")
-}
-
-impl AsyncRead for Movable {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match &mut self.get_mut().0 {
-            Some(s) => Pin::new(s).poll_read(cx, buf),
-            None => std::task::Poll::Ready(Err(moved())),
-        }
-    }
-}
-
-impl AsyncWrite for Movable {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        match &mut self.get_mut().0 {
-            Some(s) => Pin::new(s).poll_write(cx, buf),
-            None => std::task::Poll::Ready(Err(moved())),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        match &mut self.get_mut().0 {
-            // rustls hands over what it has sealed as a list of records,
-            // nearly always one.
-            Some(s) => super::io::poll_write_slices(Pin::new(s), cx, bufs),
-            None => std::task::Poll::Ready(Err(moved())),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        true
-    }
-
-    fn poll_flush(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match &mut self.get_mut().0 {
-            Some(s) => Pin::new(s).poll_flush(cx),
-            None => std::task::Poll::Ready(Err(moved())),
-        }
-    }
-
-    fn poll_shutdown(
-        self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match &mut self.get_mut().0 {
-            Some(s) => Pin::new(s).poll_shutdown(cx),
-            None => std::task::Poll::Ready(Err(moved())),
-        }
-    }
-}
-
-/// A transport weir's HTTP/1.1 loop runs on, detachable for a move.
-trait Detach: AsyncRead + AsyncWrite + Unpin + Send + 'static {
-    fn detach(self) -> std::io::Result<Detached>;
-}
-
-impl Detach for ZeroCopy {
-    fn detach(self) -> std::io::Result<Detached> {
-        Ok(Detached::Plain(self.into_inner().into_std()?))
-    }
-}
-
-impl Detach for TlsStream<Movable> {
-    fn detach(mut self) -> std::io::Result<Detached> {
-        let s = self.get_mut().0.0.take().ok_or_else(moved)?;
-        Ok(Detached::Tls(s.into_std()?, Box::new(self)))
-    }
+    tokio::spawn(serve(stream, peer, local, ctx, signal, guard, turns));
 }
 
 async fn serve(
@@ -360,7 +221,7 @@ async fn serve(
     // Boxed, as are the hyper connections below: a task's memory is its
     // largest state, and an idle keep-alive connection should pay only for
     // the state it is in (BENCHMARKS.md, idle).
-    let handshake = Box::pin(acceptor.accept(Movable(Some(stream)), &turns));
+    let handshake = Box::pin(acceptor.accept(stream, &turns));
     let handshake = tokio::time::timeout(ctx.timeouts.header, handshake);
     // The connection's future is built in a block that ends before it runs,
     // so the TLS stream (about 1.4 KiB) is not also kept in this task.
@@ -448,7 +309,7 @@ fn service(
 /// `serve_http1`'s future itself: an async block around it would keep its
 /// own copy of every value it passes in (the TLS stream among them) for the
 /// connection's whole life.
-fn serve_h1<T: Detach>(
+fn serve_h1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     transport: T,
     info: ConnInfo,
     ctx: Arc<ConnCtx>,
@@ -478,7 +339,7 @@ fn serve_h1<T: Detach>(
 /// connection's future, stored once").
 // The layout above is the point, so not `async fn`.
 #[allow(clippy::manual_async_fn)]
-fn serve_http1<T: Detach>(
+fn serve_http1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     mut io: Guard<TimedIo<T>>,
     ctx: Arc<ConnCtx>,
     info: ConnInfo,
@@ -499,10 +360,6 @@ fn serve_http1<T: Detach>(
             match http1::serve(&mut io, shared, &signal).await {
                 http1::Outcome::Hyper(read) => read,
                 http1::Outcome::Closed => return,
-                http1::Outcome::Move(to) => {
-                    hand_over(io, to, info, ctx.clone(), open);
-                    return;
-                }
             }
         } else {
             bytes::Bytes::new()
@@ -523,35 +380,6 @@ fn serve_http1<T: Detach>(
             tracing::debug!("connection from {}: {e}", info.peer);
         }
         drop(open);
-    }
-}
-
-/// Sends a connection at rest to worker `to`'s mailbox.
-fn hand_over<T: Detach>(
-    io: Guard<TimedIo<T>>,
-    to: usize,
-    info: ConnInfo,
-    ctx: Arc<ConnCtx>,
-    open: OpenGuard,
-) {
-    let transport = match io.into_inner().into_inner().detach() {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::debug!("connection from {}: cannot move: {e}", info.peer);
-            return;
-        }
-    };
-    let a = Arrival {
-        transport,
-        info,
-        ctx,
-        open,
-    };
-    // Only a worker that is shutting down has no mailbox; the connection
-    // was idle, and closes as idle ones do at shutdown.
-    match super::balance::send(to, a) {
-        Ok(()) => tracing::debug!("connection from {} moved to worker {to}", info.peer),
-        Err(_) => tracing::debug!("connection from {}: worker {to} is gone", info.peer),
     }
 }
 

@@ -21,11 +21,7 @@
 //!    h2c, a malformed or oversized head) goes to hyper with the bytes read
 //!    so far, and hyper serves the rest of the connection: its answers to
 //!    bad input (400, 414, 431) and its body handling stay the only ones;
-//! 3. call the same `site::Listener::handle` hyper's service calls; or,
-//!    on a listener whose one site only proxies, first offer the request to
-//!    the plain-proxy lane (`proxy::plain`), which sends it upstream and
-//!    encodes the client's response head from the upstream's bytes (its
-//!    `Exchanged` says what is left for the steps below);
+//! 3. call the same `site::Listener::handle` hyper's service calls;
 //! 4. [`encode_head`] the response by hyper's rules (status line, header
 //!    order, implicit `content-length`, chunked for unknown lengths, no body
 //!    for `HEAD`/204/304, `connection: close` when closing, a cached `date`),
@@ -54,7 +50,6 @@ use super::drain::Signal;
 use super::io::ConnState;
 use super::zero_copy::{FileRegion, Regions};
 use crate::body::Body;
-use crate::proxy::plain::{Exchanged, PlainRequest};
 use crate::site::{ConnInfo, Listener};
 
 /// hyper's request-target limit (`MAX_URI_LEN`); longer targets go to hyper,
@@ -182,28 +177,12 @@ pub enum Outcome {
     /// A request needs hyper: the bytes read from that request on, for a
     /// [`Handoff`].
     Hyper(Bytes),
-    /// Between requests, with nothing read: it goes on on worker `.0`
-    /// (`server::balance`).
-    Move(usize),
 }
 
-/// A stream that can tell whether it holds bytes read from the client but
-/// not yet handed on.
-pub trait AtRest {
-    fn at_rest(&self) -> bool;
-}
-
-impl<T> AtRest for crate::proxy::smuggling::Guard<T> {
-    fn at_rest(&self) -> bool {
-        crate::proxy::smuggling::Guard::at_rest(self)
-    }
-}
-
-/// Serves requests until the connection ends, a request needs hyper, or the
-/// connection is to move to another worker.
+/// Serves requests until the connection ends or a request needs hyper.
 pub async fn serve<IO>(io: &mut IO, sh: Shared<'_>, signal: &Signal) -> Outcome
 where
-    IO: AsyncRead + AsyncWrite + Unpin + AtRest,
+    IO: AsyncRead + AsyncWrite + Unpin,
 {
     // Owned clone for the idle wait, so `signal` stays free for the hand-off.
     let mut drained = pin!({
@@ -216,85 +195,9 @@ where
     loop {
         // Every complete request already read, in order (pipelining).
         while !pending.is_empty() {
-            let mut started = None;
-            // What the general path goes on from when the lane declines.
-            let mut declined = None;
-            let parsed = if sh.listener.plain() {
-                let mut take = |r: &PlainRequest<'_>| match sh.listener.plain_start(r, sh.info) {
-                    Ok(s) => {
-                        started = Some(s);
-                        true
-                    }
-                    Err(d) => {
-                        declined = d;
-                        false
-                    }
-                };
-                parse_with(&mut pending, sh.max_head, Some(&mut take))
-            } else {
-                parse(&mut pending, sh.max_head)
-            };
-            let (mut resp, is_head, keep_alive) = match parsed {
+            let (mut resp, is_head, keep_alive) = match parse(&mut pending, sh.max_head) {
                 Parsed::NeedMore => break,
                 Parsed::Hyper => return Outcome::Hyper(pending.freeze()),
-                Parsed::Plain {
-                    head,
-                    keep_alive,
-                    head_request,
-                } => {
-                    let Some((proxy, started)) = started else {
-                        unreachable!("the lane took the request")
-                    };
-                    sh.state.request_started();
-                    let close_now = || !keep_alive || signal.is_signaled();
-                    // Boxed, as the general path's proxy future is: kept in
-                    // this future, it would make every connection larger.
-                    let alt_svc = sh.listener.alt_svc();
-                    let mut lane = Box::pin(proxy.plain_exchange(started, alt_svc, &close_now));
-                    let exchanged =
-                        handle_reading(lane.as_mut(), io, &mut pending, sh.max_head).await;
-                    drop(lane);
-                    let resp = match exchanged {
-                        None => {
-                            sh.state.request_done();
-                            return Outcome::Closed;
-                        }
-                        Some(Exchanged::Served {
-                            mut head,
-                            body,
-                            length,
-                            close,
-                        }) => {
-                            sh.state.request_done();
-                            let r = write_encoded(io, &mut head, body, length, close).await;
-                            give_head_buf(head);
-                            match after_write(io, r, sh.info).await {
-                                Some(end) => return end,
-                                None => continue,
-                            }
-                        }
-                        Some(Exchanged::Response(mut resp)) => {
-                            sh.listener.finish_plain(&mut resp, head_request);
-                            Some(resp)
-                        }
-                        Some(Exchanged::Resume(resume)) => {
-                            // The general path goes on from the failed attempt,
-                            // with the request made from its head as usual.
-                            let (Parsed::Request(req, _), _) = parse_head(&head, sh.max_head, None)
-                            else {
-                                unreachable!("the lane takes only heads the general path takes")
-                            };
-                            let mut handler =
-                                Box::pin(sh.listener.handle_resumed(req, sh.info, Some(resume)));
-                            handle_reading(handler.as_mut(), io, &mut pending, sh.max_head).await
-                        }
-                    };
-                    sh.state.request_done();
-                    let Some(resp) = resp else {
-                        return Outcome::Closed;
-                    };
-                    (resp, head_request, keep_alive)
-                }
                 Parsed::Request(req, keep_alive) => {
                     let is_head = req.method() == Method::HEAD;
                     sh.state.request_started();
@@ -302,7 +205,7 @@ where
                     // handler's future (about 1.2 KiB) would be stored twice in this
                     // connection's state.
                     let handled = {
-                        let handler = pin!(sh.listener.handle_resumed(req, sh.info, declined));
+                        let handler = pin!(sh.listener.handle(req, sh.info));
                         handle_reading(handler, io, &mut pending, sh.max_head).await
                     };
                     sh.state.request_done();
@@ -327,14 +230,6 @@ where
         }
         // Wait for more bytes; while idle, for the drain signal too.
         let idle = pending.is_empty();
-        if idle
-            && super::balance::wants_move()
-            && io.at_rest()
-            && !signal.is_signaled()
-            && let Some(to) = super::balance::take_move()
-        {
-            return Outcome::Move(to);
-        }
         let n = if idle {
             // The drain future is polled again only once shutdown has begun
             // or the task's waker has changed; in between it stays
@@ -457,45 +352,25 @@ pub enum Parsed {
     NeedMore,
     /// Not for this loop: hyper takes the connection from this request on.
     Hyper,
-    /// Taken by the plain-proxy lane (`proxy::plain`), which has encoded it
-    /// for its upstream: its head (for the general path, should the lane's
-    /// attempt fail), whether the connection stays open, whether it is HEAD.
-    Plain {
-        head: Bytes,
-        keep_alive: bool,
-        head_request: bool,
-    },
 }
 
 /// Parses the head at the start of `pending` and, if it is one this loop
 /// serves, takes it out of `pending`; otherwise `pending` is left as it was.
 pub fn parse(pending: &mut BytesMut, max_head: usize) -> Parsed {
-    parse_with(pending, max_head, None)
-}
-
-/// What offers a request to the plain-proxy lane: `true` if it took it.
-pub type TakePlain<'a> = dyn FnMut(&PlainRequest<'_>) -> bool + 'a;
-
-/// [`parse`], first offering a request this loop serves to `plain`.
-pub fn parse_with(
-    pending: &mut BytesMut,
-    max_head: usize,
-    plain: Option<&mut TakePlain<'_>>,
-) -> Parsed {
     let buf = std::mem::take(pending).freeze();
-    let (parsed, used) = parse_head(&buf, max_head, plain);
+    let (parsed, used) = parse_head(&buf, max_head);
     *pending = match parsed {
         // Usually nothing is left and `pending` holds no memory; a pipelined
         // remainder is copied out so the served head's memory can go.
-        Parsed::Request(..) | Parsed::Plain { .. } if used == buf.len() => BytesMut::new(),
-        Parsed::Request(..) | Parsed::Plain { .. } => BytesMut::from(&buf[used..]),
+        Parsed::Request(..) if used == buf.len() => BytesMut::new(),
+        Parsed::Request(..) => BytesMut::from(&buf[used..]),
         _ => BytesMut::from(buf),
     };
     parsed
 }
 
 /// The request at the start of `buf` and the length of its head.
-fn parse_head(buf: &Bytes, max_head: usize, plain: Option<&mut TakePlain<'_>>) -> (Parsed, usize) {
+fn parse_head(buf: &Bytes, max_head: usize) -> (Parsed, usize) {
     let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut []);
     let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(
@@ -522,45 +397,6 @@ fn parse_head(buf: &Bytes, max_head: usize, plain: Option<&mut TakePlain<'_>>) -
     let Ok(uri) = http::Uri::from_maybe_shared(buf.slice_ref(path.as_bytes())) else {
         return (Parsed::Hyper, 0);
     };
-    if let Some(take) = plain {
-        // The same checks as below, on the names as sent (httparse has
-        // checked them and the values as `HeaderName` and `HeaderValue`
-        // would), without making a map.
-        let mut keep_alive = true;
-        let mut host = None;
-        for h in req.headers.iter() {
-            let n = h.name.as_bytes();
-            let is = |s: &[u8]| n.eq_ignore_ascii_case(s);
-            match n.len() {
-                14 if is(b"content-length") => return (Parsed::Hyper, 0),
-                17 if is(b"transfer-encoding") => return (Parsed::Hyper, 0),
-                7 if is(b"upgrade") => return (Parsed::Hyper, 0),
-                6 if is(b"expect") => return (Parsed::Hyper, 0),
-                10 if is(b"connection") => match connection_keeps_alive(h.value) {
-                    Some(k) => keep_alive &= k,
-                    None => return (Parsed::Hyper, 0),
-                },
-                4 if is(b"host") && host.is_none() => host = Some(h.value),
-                _ => {}
-            }
-        }
-        let head_request = method == Method::HEAD;
-        let r = PlainRequest {
-            head_request,
-            // As the general path sends it (a fragment is not sent).
-            target: uri.path_and_query().map_or("/", |p| p.as_str()),
-            fields: req.headers,
-            host,
-        };
-        if take(&r) {
-            let plain = Parsed::Plain {
-                head: buf.slice(..len),
-                keep_alive,
-                head_request,
-            };
-            return (plain, len);
-        }
-    }
     let mut keep_alive = true;
     let mut map = crate::header_maps::take(req.headers.len());
     for h in req.headers.iter() {
@@ -619,21 +455,6 @@ pub(crate) fn give_head_buf(mut head: Vec<u8>) {
     if head.capacity() <= HEAD_BUF_KEPT {
         HEAD_BUF.set(head);
     }
-}
-
-/// Writes a response whose head the plain-proxy lane encoded into `head`;
-/// `Ok(false)` when the connection must close after it.
-async fn write_encoded<IO>(
-    io: &mut IO,
-    head: &mut Vec<u8>,
-    mut body: Body,
-    length: u64,
-    close: bool,
-) -> io::Result<bool>
-where
-    IO: AsyncWrite + Unpin,
-{
-    Ok(write_body(io, head, &mut body, Framing::Length(length)).await? && !close)
 }
 
 /// How the body follows the head.
@@ -1047,45 +868,6 @@ pub(crate) mod date {
 pub fn check_parse(input: &[u8], max_head: usize) {
     let mut b = BytesMut::from(input);
     let general = parse(&mut b, max_head);
-    // The plain-proxy lane's view of the same input: it takes exactly the
-    // heads the general path takes, with the same length and keep-alive.
-    let mut lane = BytesMut::from(input);
-    let mut seen = None;
-    let mut take = |r: &PlainRequest<'_>| {
-        seen = Some((
-            r.head_request,
-            r.target.to_string(),
-            r.fields.len(),
-            r.host.map(<[u8]>::to_vec),
-        ));
-        true
-    };
-    let plain = parse_with(&mut lane, max_head, Some(&mut take));
-    assert_eq!(&lane[..], &b[..], "the lane leaves the same rest");
-    match (&general, &plain) {
-        (
-            Parsed::Request(r, keep_alive),
-            Parsed::Plain {
-                keep_alive: k,
-                head_request,
-                head,
-            },
-        ) => {
-            assert_eq!(keep_alive, k, "the lane keeps the connection alive alike");
-            let (h, target, fields, host) = seen.take().expect("offered to the lane");
-            assert_eq!(h, *head_request);
-            assert_eq!(h, r.method() == Method::HEAD);
-            assert_eq!(target, r.uri().path_and_query().map_or("", |p| p.as_str()));
-            assert_eq!(fields, r.headers().len());
-            assert_eq!(
-                host.as_deref(),
-                r.headers().get(header::HOST).map(HeaderValue::as_bytes)
-            );
-            assert_eq!(head.len(), input.len() - b.len());
-        }
-        (Parsed::NeedMore, Parsed::NeedMore) | (Parsed::Hyper, Parsed::Hyper) => {}
-        _ => panic!("the lane and the general path disagree on {input:?}"),
-    }
     match general {
         Parsed::Request(r, _) => {
             let used = input.len() - b.len();
@@ -1110,7 +892,6 @@ pub fn check_parse(input: &[u8], max_head: usize) {
             assert_eq!(r.headers().len(), req.headers.len());
         }
         Parsed::NeedMore | Parsed::Hyper => assert_eq!(&b[..], input),
-        Parsed::Plain { .. } => unreachable!("no lane was offered"),
     }
 }
 

@@ -48,7 +48,6 @@ pub struct ConnState {
 
 impl ConnState {
     pub fn request_started(&self) {
-        super::balance::request_started();
         self.started.fetch_add(1, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
     }

@@ -12,13 +12,11 @@
 //! On SIGTERM or SIGINT every worker stops accepting, lets in-flight requests
 //! finish for `server.grace_period`, then the process exits 0.
 
-mod balance;
 mod conn;
 mod drain;
 pub mod http1;
 pub mod io;
 mod listen;
-mod pack;
 pub mod zero_copy;
 
 use std::net::SocketAddr;
@@ -119,7 +117,6 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
 
     let workers = cfg.server.workers.max(1);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let balance_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let grace = cfg.server.grace_period;
     let batch = cfg.server.limits.tls_handshakes;
 
@@ -156,52 +153,17 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                 }
             }
             let mut handles = Vec::new();
-            // With "adaptive", a controller thread places the connections
-            // (`balance`) and each worker has a mailbox for those handed to it.
-            let mut mailboxes = Vec::new();
-            if cfg.server.accept == AcceptSteering::Adaptive && workers > 1 {
-                let (b, boxes) = balance::Balance::new(workers);
-                let mut groups = Vec::new();
-                for (j, ep) in endpoints.iter().enumerate() {
-                    let dup =
-                        per_worker[0][j]
-                            .0
-                            .try_clone()
-                            .map_err(|source| ServerError::Bind {
-                                addr: ep.addr,
-                                source,
-                            })?;
-                    groups.push(std::os::fd::OwnedFd::from(dup));
-                }
-                let proxies = cfg.sites.iter().any(|s| s.handler.proxies());
-                handles.push(
-                    balance::start(
-                        b,
-                        groups,
-                        balance_stop.clone(),
-                        balance::pack_margin(proxies),
-                    )
-                    .map_err(ServerError::Worker)?,
-                );
-                mailboxes = boxes.into_iter().map(|rx| Some((b, rx))).collect();
-            }
-            mailboxes.resize_with(workers, || None);
-            for ((i, socks), mailbox) in per_worker.into_iter().enumerate().zip(mailboxes) {
+            for (i, socks) in per_worker.into_iter().enumerate() {
                 let stop = stop_rx.clone();
-                // With "pack", worker 0 steers each socket group by how busy it is.
-                let packs = i == 0 && workers > 1 && cfg.server.accept == AcceptSteering::Pack;
-                let mailbox = mailbox.map(|(b, rx)| (b, i, rx));
                 let h = std::thread::Builder::new()
                     .name(format!("weir-worker-{i}"))
                     .spawn(move || {
-                        let mut rt = tokio::runtime::Builder::new_current_thread();
-                        rt.enable_all().max_blocking_threads(BLOCKING_THREADS);
-                        if packs {
-                            rt.on_thread_park(pack::parking)
-                                .on_thread_unpark(pack::unparked);
-                        }
-                        let rt = rt.build().expect("tokio runtime");
-                        rt.block_on(worker(socks, stop, grace, batch, packs, mailbox));
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .max_blocking_threads(BLOCKING_THREADS)
+                            .build()
+                            .expect("tokio runtime");
+                        rt.block_on(worker(socks, stop, grace, batch));
                     })
                     .map_err(ServerError::Worker)?;
                 handles.push(h);
@@ -227,7 +189,7 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                         .max_blocking_threads(BLOCKING_THREADS * workers)
                         .build()
                         .expect("tokio runtime");
-                    rt.block_on(worker(socks, stop, grace, batch, false, None));
+                    rt.block_on(worker(socks, stop, grace, batch));
                 })
                 .map_err(ServerError::Worker)?;
             vec![h]
@@ -283,7 +245,6 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
         Ok::<(), ServerError>(())
     })?;
     let _ = stop_tx.send(true);
-    balance_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for h in handles.into_iter().chain(h3) {
         let _ = h.join();
     }
@@ -293,56 +254,15 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
 
 /// One worker: accept on its sockets until told to stop, then drain.
 /// `batch`: the most TLS handshakes it answers in one pass (`tls::turns`).
-/// `packs`: this is worker 0 with `server.accept = "pack"`; each of its
-/// accept loops steers its socket group (`pack`). `mailbox`: with
-/// `"adaptive"`, the balance, this worker's index in it and the connections
-/// other workers hand to it.
 async fn worker(
     socks: Vec<(std::net::TcpListener, Endpoint)>,
     mut stop: watch::Receiver<bool>,
     grace: std::time::Duration,
     batch: usize,
-    packs: bool,
-    mailbox: Option<(
-        &'static balance::Balance,
-        usize,
-        tokio::sync::mpsc::UnboundedReceiver<conn::Arrival>,
-    )>,
 ) {
     let watcher = Arc::new(drain::Drain::new());
     let turns = crate::tls::turns::Turns::start(batch);
     let mut accept_tasks = Vec::new();
-    if let Some((b, i, mut rx)) = mailbox {
-        b.enter(i);
-        let watcher = watcher.clone();
-        let mut stop = stop.clone();
-        accept_tasks.push(tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    biased;
-                    _ = stop.changed() => break,
-                    a = rx.recv() => match a {
-                        Some(a) => {
-                            conn::resume(a, &watcher);
-                            // Every arrival waiting, now: `recv` alone
-                            // takes 128 a turn (tokio's budget), and a turn
-                            // comes once per pass through the worker's run
-                            // queue, which at c10000 over TLS is a fifth of
-                            // a second. Clients whose connections were
-                            // among 5,000 moving waited seconds for their
-                            // next response that way (BENCHMARKS.md §6,
-                            // "... moving connections in a handshake
-                            // storm").
-                            while let Ok(a) = rx.try_recv() {
-                                conn::resume(a, &watcher);
-                            }
-                        }
-                        None => break,
-                    }
-                }
-            }
-        }));
-    }
     for (sock, ep) in socks {
         let listener = match tokio::net::TcpListener::from_std(sock) {
             Ok(l) => l,
@@ -350,20 +270,6 @@ async fn worker(
                 tracing::error!("listener {}: {e}", ep.addr);
                 continue;
             }
-        };
-        let mut packer = if packs {
-            match pack::Packer::start(&listener) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    tracing::warn!(
-                        "listener {}: accept = \"pack\" unavailable, spreading by hash: {e}",
-                        ep.addr
-                    );
-                    None
-                }
-            }
-        } else {
-            None
         };
         let watcher = watcher.clone();
         let turns = turns.clone();
@@ -375,9 +281,6 @@ async fn worker(
                     _ = stop.changed() => break,
                     r = listener.accept() => match r {
                         Ok((stream, peer)) => {
-                            if let Some(p) = &mut packer {
-                                p.on_accept(&listener);
-                            }
                             conn::spawn(stream, peer, ep.addr, ep.ctx.clone(), &watcher, &turns)
                         }
                         Err(e) => {

@@ -9,7 +9,7 @@ fn head_of(
         match parse_head(&mut buf, head_request)? {
             Some(Parsed::Interim) => continue,
             Some(Parsed::Final(h)) => return Ok((h.parts, h.framing, h.keep_alive)),
-            Some(Parsed::Raw { .. }) | None => panic!("incomplete head"),
+            None => panic!("incomplete head"),
         }
     }
 }
@@ -188,7 +188,7 @@ fn interim_responses_are_skipped_and_101_refused() {
         match parse_head(&mut buf, false).unwrap() {
             Some(Parsed::Interim) => seen += 1,
             Some(Parsed::Final(h)) => break (h.parts, h.framing),
-            Some(Parsed::Raw { .. }) | None => panic!("incomplete"),
+            None => panic!("incomplete"),
         }
     };
     assert_eq!(seen, 2);

@@ -9,7 +9,6 @@ fn request(p: Parsed) -> (Request<Body>, bool) {
         Parsed::Request(r, ka) => (r, ka),
         Parsed::NeedMore => panic!("NeedMore"),
         Parsed::Hyper => panic!("Hyper"),
-        Parsed::Plain { .. } => panic!("Plain"),
     }
 }
 
