@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weir::proxy::smuggling::{Framing, Step};
+use weir_http::smuggling::{Framing, Step};
 
 fuzz_target!(|data: &[u8]| {
     let split = data.first().copied().unwrap_or(1).max(1) as usize;

@@ -8,5 +8,5 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let max_head = 64 + data.first().copied().unwrap_or(0) as usize * 16;
-    weir::server::http1::check_parse(data, max_head);
+    weir_server::http1::check_parse(data, max_head);
 });

@@ -8,5 +8,5 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let step = data.first().copied().unwrap_or(1) as usize % 32 + 1;
-    weir::proxy::h1_client::check_response(data, step);
+    weir_proxy::h1_client::check_response(data, step);
 });

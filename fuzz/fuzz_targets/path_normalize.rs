@@ -8,7 +8,7 @@
 use std::path::{Component, Path};
 
 use libfuzzer_sys::fuzz_target;
-use weir::static_files::path::normalize;
+use weir_static::path::normalize;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(raw) = std::str::from_utf8(data) else {
@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
         "{raw:?} -> {joined:?}"
     );
     // Already-normal input is its own key.
-    if weir::static_files::path::is_already_normal(raw) {
+    if weir_static::path::is_already_normal(raw) {
         assert_eq!(key, raw);
     }
 });

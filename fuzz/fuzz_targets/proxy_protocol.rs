@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use weir::proxy::proxy_protocol::{parse, write_v1, write_v2};
+use weir_proxy::proxy_protocol::{parse, write_v1, write_v2};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(Some(h)) = parse(data) {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use weir::config::{self, Config};
+use weir_config::{self as config, Config};
 
 #[derive(Parser)]
 #[command(
@@ -157,7 +157,8 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("weir {}", env!("CARGO_PKG_VERSION"));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Validate { config } => match config::load_file(&config) {
+        Command::Validate { config } => match config::load_file_with(&config, &weir_tls::CertFiles)
+        {
             Ok(cfg) => {
                 println!(
                     "{}: ok ({} sites, {} listeners)",
@@ -179,7 +180,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                 p.exists().then_some(p)
             });
             let cfg = match &path {
-                Some(p) => match config::load_file(p) {
+                Some(p) => match config::load_file_with(p, &weir_tls::CertFiles) {
                     Ok(c) => c,
                     Err(errs) => {
                         eprintln!("{errs}");
@@ -200,7 +201,12 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             log,
         } => {
             let src = file_server_toml(&root, &listen, browse, tls_cert, tls_key, access_log)?;
-            let cfg = match config::load_str("<file-server>", &src, Path::new(".")) {
+            let cfg = match config::load_str_with(
+                "<file-server>",
+                &src,
+                Path::new("."),
+                &weir_tls::CertFiles,
+            ) {
                 Ok(c) => c,
                 Err(errs) => {
                     // Point at the flags, not at a file the user never wrote.
@@ -227,7 +233,12 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                 insecure_skip_verify,
                 access_log,
             )?;
-            let cfg = match config::load_str("<reverse-proxy>", &src, Path::new(".")) {
+            let cfg = match config::load_str_with(
+                "<reverse-proxy>",
+                &src,
+                Path::new("."),
+                &weir_tls::CertFiles,
+            ) {
                 Ok(c) => c,
                 Err(errs) => {
                     let msgs: Vec<String> = errs.0.iter().map(|d| d.message.clone()).collect();
@@ -296,7 +307,7 @@ fn run(cfg: Config, log: &LogArgs) -> anyhow::Result<ExitCode> {
         env!("CARGO_PKG_VERSION"),
         cfg.source
     );
-    weir::server::run(cfg).context("server")?;
+    weir_server::run(cfg).context("server")?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -309,17 +320,17 @@ fn storage_dir(args: &TrustArgs) -> anyhow::Result<PathBuf> {
         p.exists().then_some(p)
     });
     Ok(match path {
-        Some(p) => match config::load_file(&p) {
+        Some(p) => match config::load_file_with(&p, &weir_tls::CertFiles) {
             Ok(c) => c.tls.storage,
             Err(errs) => anyhow::bail!("{errs}"),
         },
-        None => weir::tls::storage::Storage::default_dir(),
+        None => weir_tls::storage::Storage::default_dir(),
     })
 }
 
 /// `weir trust` / `weir untrust`.
 fn trust(args: &TrustArgs, install: bool) -> anyhow::Result<ExitCode> {
-    use weir::tls::{internal_ca::LocalCa, storage::Storage};
+    use weir_tls::{internal_ca::LocalCa, storage::Storage};
     let dir = storage_dir(args)?;
     let target = Path::new(SYSTEM_CA_FILE);
     if install {

@@ -12,7 +12,7 @@ use futures_util::{SinkExt, StreamExt};
 use proxy_support::{Upstream, Weir, client, h2c, spawn_server, ws_echo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
-use weir::proxy::proxy_protocol;
+use weir_proxy::proxy_protocol;
 
 #[tokio::test]
 async fn websocket_echo_through_the_proxy() {

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use weir::tls::certs::{DynamicCerts, Resolver};
-use weir::tls::internal_ca::LocalCa;
-use weir::tls::storage::Storage;
+use weir_tls::certs::{DynamicCerts, Resolver};
+use weir_tls::internal_ca::LocalCa;
+use weir_tls::storage::Storage;
 
 fn rss_kib() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -42,7 +42,7 @@ fn ten_thousand_stored_certificates_load_fast() {
     let dynamic = Arc::new(DynamicCerts::default());
     let before = rss_kib();
     let t = Instant::now();
-    let n = weir::tls::ondemand::load_stored(&storage, "acme-test", &dynamic);
+    let n = weir_tls::ondemand::load_stored(&storage, "acme-test", &dynamic);
     let took = t.elapsed();
     let after = rss_kib();
     assert_eq!(n, N);

@@ -1,0 +1,1346 @@
+//! Configuration: the TOML file (`raw`), turned into a validated [`Config`]
+//! that the server runs from.
+//!
+//! Two layers, as sozu and ripgrep do it: serde parses the file into `raw`
+//! structs, then [`load_str`] checks everything it can before a socket is
+//! opened (paths, addresses, certificates, conflicting listeners) and reports
+//! every problem as `file:line:col: message`. A config that has errors never
+//! starts a server.
+
+pub mod error;
+pub mod files;
+mod introspect;
+pub mod proxy;
+pub mod raw;
+mod tls;
+pub mod units;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue};
+use serde_spanned::Spanned;
+
+pub use error::{CertCheck, ConfigErrors, Diagnostic};
+use error::{CertProblem, Collector, FilesReadable, suggest};
+use raw::*;
+
+use crate::files::{CacheOptions, CompressOptions, Encoding};
+pub use tls::{
+    AcmeConfig, ChallengeKind, Issuer, KeyType, OnDemandConfig, TlsConfig, TlsGlobal,
+    default_storage_dir, is_internal_name,
+};
+
+/// A validated configuration, ready to run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where it came from (a path, or `<built-in>`), for messages.
+    pub source: String,
+    pub server: ServerConfig,
+    pub sites: Vec<Arc<SiteConfig>>,
+    pub listeners: Vec<ListenerConfig>,
+    /// Certificates, automatic HTTPS and HTTP/3: `[tls]`.
+    pub tls: TlsGlobal,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub workers: usize,
+    pub runtime: RuntimeMode,
+    pub accept: AcceptSteering,
+    pub http1: Http1Engine,
+    pub log_level: String,
+    pub log_json: bool,
+    pub grace_period: Duration,
+    pub timeouts: Timeouts,
+    pub limits: Limits,
+}
+
+/// Who serves HTTP/1.1 requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Http1Engine {
+    /// weir's own loop for GET/HEAD without a body, hyper for the rest.
+    Fast,
+    /// hyper for every request (for comparison and as a fallback).
+    Hyper,
+}
+
+/// Which per-core worker a new connection goes to (`server.accept`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcceptSteering {
+    /// The kernel's SO_REUSEPORT hash of the addresses: an even spread.
+    Hash,
+    /// The worker whose index is the CPU that received the connection
+    /// (modulo the workers): locality with a multi-queue NIC, and on a
+    /// machine shared with a local client, the client's connections kept
+    /// together on one worker.
+    Cpu,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeMode {
+    /// One current-thread runtime per worker, each with its own SO_REUSEPORT socket.
+    PerCore,
+    /// One multi-threaded, work-stealing runtime.
+    Shared,
+}
+
+#[derive(Debug, Clone)]
+pub struct Timeouts {
+    pub header: Duration,
+    pub keepalive: Duration,
+    pub body: Duration,
+    pub write: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub header_size: usize,
+    pub headers: usize,
+    pub uri: usize,
+    pub body: u64,
+    pub connections: usize,
+    pub h2_streams: u32,
+    /// Most TLS handshakes a worker answers in one pass over its other work
+    /// (`tls::turns`).
+    pub tls_handshakes: usize,
+}
+
+/// One socket address weir listens on, and the sites it serves.
+#[derive(Debug, Clone)]
+pub struct ListenerConfig {
+    pub addr: SocketAddr,
+    pub tls: bool,
+    /// Indexes into [`Config::sites`], in file order.
+    pub sites: Vec<usize>,
+    /// Index into [`Config::sites`] of the site for unmatched hosts.
+    pub default_site: usize,
+    /// PROXY protocol accepted here (a site on it says `proxy_protocol = true`).
+    pub proxy_protocol: Option<proxy::AcceptProxyProtocol>,
+}
+
+/// A site: which requests it answers and how.
+pub struct SiteConfig {
+    /// The name as written in the file (`example.com`, `*.example.com:8443`).
+    pub name: String,
+    pub host: HostPattern,
+    pub handler: HandlerConfig,
+    pub tls: Option<TlsConfig>,
+    /// Custom error pages, loaded at start-up.
+    pub error_pages: HashMap<u16, bytes::Bytes>,
+    /// Extra response headers.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub access_log: Option<AccessLogConfig>,
+}
+
+impl std::fmt::Debug for SiteConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SiteConfig")
+            .field("name", &self.name)
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPattern {
+    /// Any host (the site name was an address or empty).
+    Any,
+    /// One host name, lower-case.
+    Exact(String),
+    /// `*.example.com`: stores `.example.com`.
+    Wildcard(String),
+}
+
+impl HostPattern {
+    /// Whether `host` (lower-case, no port) matches.
+    pub fn matches(&self, host: &str) -> bool {
+        match self {
+            HostPattern::Any => true,
+            HostPattern::Exact(h) => h.eq_ignore_ascii_case(host),
+            HostPattern::Wildcard(suffix) => {
+                host.len() > suffix.len()
+                    && host.as_bytes()[host.len() - suffix.len()..]
+                        .eq_ignore_ascii_case(suffix.as_bytes())
+                    && !host[..host.len() - suffix.len()].contains('.')
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum HandlerConfig {
+    /// Static files from a root directory.
+    Static(files::Options),
+    /// The built-in welcome page.
+    Welcome,
+    /// Redirect every request to `https://host[:port]/path`.
+    RedirectHttps { port: u16 },
+    /// Reverse proxy to upstreams.
+    Proxy(Arc<proxy::ProxyConfig>),
+    /// Routes by path, tried in order; then `fallback` (404 without one).
+    Routes {
+        routes: Vec<proxy::RouteConfig>,
+        fallback: Option<Box<HandlerConfig>>,
+    },
+}
+
+impl HandlerConfig {
+    /// Whether any request can be proxied upstream (a proxy, or routes,
+    /// which proxy).
+    pub fn proxies(&self) -> bool {
+        matches!(self, HandlerConfig::Proxy(_) | HandlerConfig::Routes { .. })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct AccessLogConfig {
+    /// `None`: standard output.
+    pub path: Option<PathBuf>,
+    pub format: AccessLogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessLogFormat {
+    Combined,
+    Json,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header: Duration::from_secs(60),
+            keepalive: Duration::from_secs(75),
+            body: Duration::from_secs(60),
+            write: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_size: 32 * 1024,
+            headers: 100,
+            uri: 8 * 1024,
+            body: 1024 * 1024,
+            connections: 16384,
+            h2_streams: 128,
+            tls_handshakes: 128,
+        }
+    }
+}
+
+fn default_workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+impl ServerConfig {
+    fn defaults() -> Self {
+        ServerConfig {
+            workers: default_workers(),
+            runtime: RuntimeMode::PerCore,
+            accept: AcceptSteering::Hash,
+            http1: Http1Engine::Fast,
+            log_level: "info".into(),
+            log_json: false,
+            grace_period: Duration::from_secs(10),
+            timeouts: Timeouts::default(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl Config {
+    /// What `weir run` serves with no config file: a welcome page on
+    /// http://127.0.0.1:8080.
+    pub fn builtin_welcome() -> Config {
+        let site = SiteConfig {
+            name: "127.0.0.1:8080".into(),
+            host: HostPattern::Any,
+            handler: HandlerConfig::Welcome,
+            tls: None,
+            error_pages: HashMap::new(),
+            headers: Vec::new(),
+            access_log: None,
+        };
+        Config {
+            source: "<built-in>".into(),
+            server: ServerConfig::defaults(),
+            sites: vec![Arc::new(site)],
+            listeners: vec![ListenerConfig {
+                addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080),
+                tls: false,
+                sites: vec![0],
+                default_site: 0,
+                proxy_protocol: None,
+            }],
+            tls: TlsGlobal::default(),
+        }
+    }
+}
+
+/// Reads and validates a config file; certificate files are only checked
+/// to be readable ([`load_file_with`] takes the full check).
+pub fn load_file(path: &Path) -> Result<Config, ConfigErrors> {
+    load_file_with(path, &FilesReadable)
+}
+
+/// Reads and validates a config file, checking certificates with `certs`.
+pub fn load_file_with(path: &Path, certs: &dyn CertCheck) -> Result<Config, ConfigErrors> {
+    let name = path.display().to_string();
+    let src = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![Diagnostic {
+            file: name.clone(),
+            line: 1,
+            col: 1,
+            message: format!("cannot read config file: {e}"),
+        }])
+    })?;
+    let base = path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    load_str_with(&name, &src, &base, certs)
+}
+
+/// Validates config text; relative paths in it are taken from `base`.
+/// Certificate files are only checked to be readable.
+pub fn load_str(file: &str, src: &str, base: &Path) -> Result<Config, ConfigErrors> {
+    load_str_with(file, src, base, &FilesReadable)
+}
+
+/// [`load_str`], checking certificates with `certs`.
+pub fn load_str_with(
+    file: &str,
+    src: &str,
+    base: &Path,
+    certs: &dyn CertCheck,
+) -> Result<Config, ConfigErrors> {
+    let mut c = Collector::new(file, src, certs);
+
+    // Syntax and types first: serde stops at the first type error, so unknown
+    // keys are collected on the way (serde_ignored) to report them all.
+    let mut unknown: Vec<Vec<String>> = Vec::new();
+    let parsed = toml::Deserializer::parse(src)
+        .and_then(|de| serde_ignored::deserialize(de, |path| unknown.push(path_segments(&path))));
+    let raw: RawConfig = match parsed {
+        Ok(r) => r,
+        Err(e) => {
+            let span = e.span().unwrap_or(0..0);
+            c.at(span, e.message().trim().to_string());
+            report_unknown(&mut c, src, &unknown);
+            return c.into_result(Config::builtin_welcome());
+        }
+    };
+    report_unknown(&mut c, src, &unknown);
+
+    let server = validate_server(&mut c, &raw.server);
+    let tls_global = tls::validate_global(&mut c, base, &raw.tls);
+    let mut sites: Vec<SiteConfig> = Vec::new();
+    // (addr, tls, site index, explicit default, span of the site name)
+    let mut binds: Vec<(SocketAddr, bool, usize, bool, std::ops::Range<usize>)> = Vec::new();
+    let bind_ip = raw
+        .server
+        .bind
+        .as_ref()
+        .and_then(|b| match b.get_ref().parse::<IpAddr>() {
+            Ok(ip) => Some(ip),
+            Err(_) => {
+                c.at(
+                    b.span(),
+                    format!("server.bind: `{}` is not an IP address", b.get_ref()),
+                );
+                None
+            }
+        })
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+
+    if raw.site.is_empty() {
+        c.at(
+            0..0,
+            "no sites: add one, e.g. [site.\"localhost\"] with root = \"/var/www/html\"",
+        );
+    }
+
+    let doc = toml::de::DeTable::parse(src).ok();
+    // PROXY protocol per site index, applied to the site's listeners below.
+    let mut accept_pp: HashMap<usize, proxy::AcceptProxyProtocol> = HashMap::new();
+    for (name, site) in &raw.site {
+        let name_span = doc
+            .as_ref()
+            .and_then(|d| key_span(d.get_ref(), &["site".to_string(), name.clone()]))
+            .unwrap_or_else(|| site.span());
+        let name = name.clone();
+        let raw_site = site.get_ref();
+        let (host, name_port, name_ip) = match parse_site_name(&name) {
+            Ok(v) => v,
+            Err(msg) => {
+                c.at(name_span.clone(), format!("site \"{name}\": {msg}"));
+                continue;
+            }
+        };
+        let tls = tls::site_tls(
+            &mut c,
+            base,
+            &name,
+            raw_site,
+            (&host, name_port, name_ip),
+            &tls_global,
+        );
+        let has_tls = tls.is_some() || raw_site.tls.is_some();
+
+        let own = match &raw_site.root {
+            Some(root) => Some({
+                let path = base.join(root.get_ref());
+                match std::fs::metadata(&path) {
+                    Ok(m) if m.is_dir() => {}
+                    Ok(_) => c.at(
+                        root.span(),
+                        format!(
+                            "site \"{name}\": root {} is not a directory",
+                            path.display()
+                        ),
+                    ),
+                    Err(e) => c.at(
+                        root.span(),
+                        format!("site \"{name}\": root {}: {e}", path.display()),
+                    ),
+                }
+                HandlerConfig::Static(static_options(&mut c, &name, raw_site, path))
+            }),
+            None if proxy::has_proxy(raw_site) => None,
+            None => {
+                c.at(
+                    site.span(),
+                    format!(
+                        "site \"{name}\" has nothing to serve: add `root = \"/path/to/files\"`"
+                    ),
+                );
+                Some(HandlerConfig::Welcome)
+            }
+        };
+        let handler =
+            proxy::site_handler(&mut c, &name, raw_site, own).unwrap_or(HandlerConfig::Welcome);
+
+        let idx = sites.len();
+        if let Some(pp) = proxy::accept_proxy_protocol(&mut c, &name, raw_site) {
+            accept_pp.insert(idx, pp);
+        }
+        let default_port = if has_tls { 443 } else { 80 };
+        let explicit_listen = raw_site.listen.is_some();
+        let addrs: Vec<SocketAddr> = match &raw_site.listen {
+            Some(l) => {
+                let mut out = Vec::new();
+                for a in l.get_ref().to_vec() {
+                    match parse_listen(&a, bind_ip) {
+                        Ok(addr) => out.push(addr),
+                        Err(msg) => c.at(l.span(), format!("site \"{name}\": listen: {msg}")),
+                    }
+                }
+                out
+            }
+            None => vec![SocketAddr::new(
+                name_ip.unwrap_or(bind_ip),
+                name_port.unwrap_or(default_port),
+            )],
+        };
+        for a in &addrs {
+            binds.push((
+                *a,
+                has_tls,
+                idx,
+                raw_site.default == Some(true),
+                name_span.clone(),
+            ));
+        }
+
+        // Plain-HTTP listener that redirects to this TLS site.
+        let redirect_from: Option<SocketAddr> = match (&raw_site.http_redirect, has_tls) {
+            (Some(r), false) => {
+                if matches!(
+                    r.get_ref(),
+                    BoolOrString::String(_) | BoolOrString::Bool(true)
+                ) {
+                    c.at(
+                        r.span(),
+                        format!("site \"{name}\": http_redirect needs `tls` on the site"),
+                    );
+                }
+                None
+            }
+            (Some(r), true) => match r.get_ref() {
+                BoolOrString::Bool(false) => None,
+                BoolOrString::Bool(true) => addrs.first().map(|a| SocketAddr::new(a.ip(), 80)),
+                BoolOrString::String(s) => match parse_listen(s, bind_ip) {
+                    Ok(a) => Some(a),
+                    Err(msg) => {
+                        c.at(r.span(), format!("site \"{name}\": http_redirect: {msg}"));
+                        None
+                    }
+                },
+            },
+            (None, true) if !explicit_listen && name_port.is_none() => {
+                addrs.first().map(|a| SocketAddr::new(a.ip(), 80))
+            }
+            _ => None,
+        };
+
+        let error_pages = load_error_pages(&mut c, base, &name, raw_site);
+        let headers = parse_headers(&mut c, &name, raw_site);
+        let access_log = raw_site.access_log.as_ref().and_then(|a| {
+            let (path, format) = match a.get_ref() {
+                RawAccessLog::Path(p) => (p.clone(), None),
+                RawAccessLog::Full { path, format } => (path.clone(), format.clone()),
+            };
+            let format = match format.as_deref() {
+                None | Some("combined") => AccessLogFormat::Combined,
+                Some("json") => AccessLogFormat::Json,
+                Some(other) => {
+                    c.at(
+                        a.span(),
+                        format!(
+                            "site \"{name}\": access_log format `{other}` is unknown; use \"combined\" or \"json\""
+                        ),
+                    );
+                    return None;
+                }
+            };
+            let path = match path.as_str() {
+                "stdout" | "-" => None,
+                p => Some(base.join(p)),
+            };
+            Some(AccessLogConfig { path, format })
+        });
+
+        sites.push(SiteConfig {
+            name: name.clone(),
+            host: host.clone(),
+            handler,
+            tls,
+            error_pages,
+            headers,
+            access_log,
+        });
+
+        if let (Some(from), Some(to)) = (redirect_from, addrs.first()) {
+            let ridx = sites.len();
+            sites.push(SiteConfig {
+                name: format!("{name} (HTTP redirect)"),
+                host,
+                handler: HandlerConfig::RedirectHttps { port: to.port() },
+                tls: None,
+                error_pages: HashMap::new(),
+                headers: Vec::new(),
+                access_log: None,
+            });
+            binds.push((from, false, ridx, false, name_span.clone()));
+        }
+    }
+
+    let mut listeners = group_listeners(&mut c, &binds);
+    for l in &mut listeners {
+        l.proxy_protocol = l.sites.iter().find_map(|i| accept_pp.get(i).cloned());
+    }
+    c.into_result(Config {
+        source: file.to_string(),
+        server,
+        sites: sites.into_iter().map(Arc::new).collect(),
+        listeners,
+        tls: tls_global,
+    })
+}
+
+fn path_segments(path: &serde_ignored::Path<'_>) -> Vec<String> {
+    use serde_ignored::Path as P;
+    match path {
+        P::Root => Vec::new(),
+        P::Seq { parent, index } => {
+            let mut v = path_segments(parent);
+            v.push(index.to_string());
+            v
+        }
+        P::Map { parent, key } => {
+            let mut v = path_segments(parent);
+            // `Spanned<T>` deserializes through a private wrapper table.
+            if !key.starts_with("$__serde_spanned") {
+                v.push(key.clone());
+            }
+            v
+        }
+        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
+            path_segments(parent)
+        }
+    }
+}
+
+/// The keys accepted at a path in the file, for suggestions.
+fn known_keys(path: &[String]) -> &'static [&'static str] {
+    use introspect::fields;
+    let p: Vec<&str> = path.iter().map(String::as_str).collect();
+    match p.as_slice() {
+        [] => fields::<RawConfig>(),
+        ["server"] => fields::<RawServer>(),
+        ["server", "timeouts"] => fields::<RawTimeouts>(),
+        ["server", "limits"] => fields::<RawLimits>(),
+        ["site", _] => fields::<RawSite>(),
+        ["site", _, "tls"] => fields::<RawTls>(),
+        ["tls"] => fields::<RawTlsGlobal>(),
+        ["tls", "acme"] => fields::<RawAcme>(),
+        ["tls", "internal"] => fields::<RawInternal>(),
+        ["tls", "on_demand"] => fields::<RawOnDemand>(),
+        ["site", _, "compress"] => fields::<RawCompress>(),
+        ["site", _, "file_cache"] => fields::<RawFileCache>(),
+        ["site", _, "proxy"] | ["site", _, "route", _, "proxy"] => fields::<RawProxy>(),
+        ["site", _, "proxy", "health"] | ["site", _, "route", _, "proxy", "health"] => {
+            fields::<RawHealth>()
+        }
+        ["site", _, "proxy", "passive"] | ["site", _, "route", _, "proxy", "passive"] => {
+            fields::<RawPassive>()
+        }
+        ["site", _, "route", _] => fields::<RawRoute>(),
+        _ => &[],
+    }
+}
+
+fn report_unknown(c: &mut Collector<'_>, src: &str, unknown: &[Vec<String>]) {
+    let doc = toml::de::DeTable::parse(src).ok();
+    for path in unknown {
+        let Some((key, parent)) = path.split_last() else {
+            continue;
+        };
+        let span = doc
+            .as_ref()
+            .and_then(|d| key_span(d.get_ref(), path))
+            .unwrap_or(0..0);
+        let dotted = path.join(".");
+        let known = known_keys(parent);
+        let msg = match suggest(key, known) {
+            Some(s) => format!("unknown key `{dotted}`: did you mean `{s}`?"),
+            None if !known.is_empty() => format!(
+                "unknown key `{dotted}`; the keys allowed here are: {}",
+                known.join(", ")
+            ),
+            None => format!("unknown key `{dotted}`"),
+        };
+        c.at(span, msg);
+    }
+}
+
+/// The span of the key at `path`, through tables and arrays of tables (a
+/// `[[site."x".route]]` is element `n` of `site.x.route`; serde_ignored
+/// names it by its index).
+fn key_span(table: &toml::de::DeTable<'_>, path: &[String]) -> Option<std::ops::Range<usize>> {
+    let (first, rest) = path.split_first()?;
+    let (k, v) = table.iter().find(|(k, _)| k.get_ref().as_ref() == first)?;
+    if rest.is_empty() {
+        return Some(k.span());
+    }
+    value_key_span(v.get_ref(), rest)
+}
+
+fn value_key_span(v: &toml::de::DeValue<'_>, path: &[String]) -> Option<std::ops::Range<usize>> {
+    match v {
+        toml::de::DeValue::Table(t) => key_span(t, path),
+        toml::de::DeValue::Array(a) => {
+            let (index, rest) = path.split_first()?;
+            let elem = a.get(index.parse::<usize>().ok()?)?;
+            value_key_span(elem.get_ref(), rest)
+        }
+        _ => None,
+    }
+}
+
+fn validate_server(c: &mut Collector<'_>, s: &RawServer) -> ServerConfig {
+    let mut out = ServerConfig::defaults();
+    if let Some(w) = &s.workers {
+        match *w.get_ref() {
+            0 => {}
+            n if (1..=1024).contains(&n) => out.workers = n as usize,
+            n => c.at(
+                w.span(),
+                format!("server.workers: {n} is out of range (0 = one per core, up to 1024)"),
+            ),
+        }
+    }
+    if let Some(r) = &s.runtime {
+        match r.get_ref().as_str() {
+            "per-core" => out.runtime = RuntimeMode::PerCore,
+            "shared" => out.runtime = RuntimeMode::Shared,
+            o => c.at(
+                r.span(),
+                format!("server.runtime: `{o}` is unknown; use \"per-core\" or \"shared\""),
+            ),
+        }
+    }
+    if let Some(a) = &s.accept {
+        match a.get_ref().as_str() {
+            "hash" => out.accept = AcceptSteering::Hash,
+            "cpu" if out.runtime == RuntimeMode::Shared => c.at(
+                a.span(),
+                "server.accept: \"cpu\" steers among per-core workers; it needs runtime = \"per-core\"".to_string(),
+            ),
+            "cpu" => out.accept = AcceptSteering::Cpu,
+            o @ ("pack" | "adaptive") => c.at(
+                a.span(),
+                format!("server.accept: `{o}` was removed; use \"hash\" (the default: the kernel's SO_REUSEPORT hash) or \"cpu\""),
+            ),
+            o => c.at(
+                a.span(),
+                format!("server.accept: `{o}` is unknown; use \"hash\" or \"cpu\""),
+            ),
+        }
+    }
+    if let Some(h) = &s.http1 {
+        match h.get_ref().as_str() {
+            "fast" => out.http1 = Http1Engine::Fast,
+            "hyper" => out.http1 = Http1Engine::Hyper,
+            o => c.at(
+                h.span(),
+                format!("server.http1: `{o}` is unknown; use \"fast\" or \"hyper\""),
+            ),
+        }
+    }
+    if let Some(l) = &s.log_level {
+        match l.get_ref().as_str() {
+            "error" | "warn" | "info" | "debug" | "trace" | "off" => {
+                out.log_level = l.get_ref().clone()
+            }
+            o => c.at(
+                l.span(),
+                format!(
+                    "server.log_level: `{o}` is unknown; use error, warn, info, debug or trace"
+                ),
+            ),
+        }
+    }
+    if let Some(f) = &s.log_format {
+        match f.get_ref().as_str() {
+            "text" => out.log_json = false,
+            "json" => out.log_json = true,
+            o => c.at(
+                f.span(),
+                format!("server.log_format: `{o}` is unknown; use \"text\" or \"json\""),
+            ),
+        }
+    }
+    let dur = |c: &mut Collector<'_>,
+               key: &str,
+               v: &Option<Spanned<Value>>,
+               slot: &mut Duration| {
+        if let Some(v) = v {
+            match units::parse_duration(v.get_ref()) {
+                Ok(d) if d.is_zero() => c.at(v.span(), format!("{key}: must be more than zero")),
+                Ok(d) => *slot = d,
+                Err(m) => c.at(v.span(), format!("{key}: {m}")),
+            }
+        }
+    };
+    dur(
+        c,
+        "server.grace_period",
+        &s.grace_period,
+        &mut out.grace_period,
+    );
+    let t = &s.timeouts;
+    dur(
+        c,
+        "server.timeouts.header",
+        &t.header,
+        &mut out.timeouts.header,
+    );
+    dur(
+        c,
+        "server.timeouts.keepalive",
+        &t.keepalive,
+        &mut out.timeouts.keepalive,
+    );
+    dur(c, "server.timeouts.body", &t.body, &mut out.timeouts.body);
+    dur(
+        c,
+        "server.timeouts.write",
+        &t.write,
+        &mut out.timeouts.write,
+    );
+
+    let l = &s.limits;
+    let size =
+        |c: &mut Collector<'_>, key: &str, v: &Option<Spanned<Value>>, min: u64| -> Option<u64> {
+            let v = v.as_ref()?;
+            match units::parse_size(v.get_ref()) {
+                Ok(n) if n >= min => Some(n),
+                Ok(n) => {
+                    c.at(
+                        v.span(),
+                        format!("{key}: {n} bytes is too small (at least {min})"),
+                    );
+                    None
+                }
+                Err(m) => {
+                    c.at(v.span(), format!("{key}: {m}"));
+                    None
+                }
+            }
+        };
+    if let Some(n) = size(c, "server.limits.header_size", &l.header_size, 1024) {
+        out.limits.header_size = n as usize;
+    }
+    if let Some(n) = size(c, "server.limits.uri", &l.uri, 64) {
+        out.limits.uri = n as usize;
+    }
+    if let Some(n) = size(c, "server.limits.body", &l.body, 0) {
+        out.limits.body = n;
+    }
+    let count =
+        |c: &mut Collector<'_>, key: &str, v: &Option<Spanned<i64>>, max: i64| -> Option<i64> {
+            let v = v.as_ref()?;
+            let n = *v.get_ref();
+            if (1..=max).contains(&n) {
+                Some(n)
+            } else {
+                c.at(v.span(), format!("{key}: {n} is out of range (1 to {max})"));
+                None
+            }
+        };
+    if let Some(n) = count(c, "server.limits.headers", &l.headers, 10_000) {
+        out.limits.headers = n as usize;
+    }
+    if let Some(n) = count(c, "server.limits.connections", &l.connections, 10_000_000) {
+        out.limits.connections = n as usize;
+    }
+    if let Some(n) = count(c, "server.limits.h2_streams", &l.h2_streams, 100_000) {
+        out.limits.h2_streams = n as u32;
+    }
+    if let Some(n) = count(
+        c,
+        "server.limits.tls_handshakes",
+        &l.tls_handshakes,
+        1_000_000,
+    ) {
+        out.limits.tls_handshakes = n as usize;
+    }
+    if out.limits.uri > out.limits.header_size {
+        out.limits.header_size = out.limits.uri;
+    }
+    out
+}
+
+/// `example.com`, `example.com:8443`, `*.example.com`, `:8080`,
+/// `127.0.0.1:8080`, `[::1]:8080`, optionally with `http://` or `https://`.
+fn parse_site_name(name: &str) -> Result<(HostPattern, Option<u16>, Option<IpAddr>), String> {
+    let mut rest = name.trim();
+    let mut scheme_port = None;
+    if let Some(r) = rest.strip_prefix("http://") {
+        rest = r;
+        scheme_port = Some(80);
+    } else if let Some(r) = rest.strip_prefix("https://") {
+        rest = r;
+        scheme_port = Some(443);
+    }
+    let rest = rest.trim_end_matches('/');
+    if let Ok(sa) = rest.parse::<SocketAddr>() {
+        return Ok((HostPattern::Any, Some(sa.port()), Some(sa.ip())));
+    }
+    if let Ok(ip) = rest
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<IpAddr>()
+    {
+        return Ok((HostPattern::Any, scheme_port, Some(ip)));
+    }
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((h, p)) => {
+            let port: u16 = p
+                .parse()
+                .map_err(|_| format!("`{p}` is not a port number"))?;
+            (h, Some(port))
+        }
+        None => (rest, None),
+    };
+    let port = port.or(scheme_port);
+    let host = host.to_ascii_lowercase();
+    if host.is_empty() || host == "*" {
+        return Ok((HostPattern::Any, port, None));
+    }
+    let check = host.strip_prefix("*.").unwrap_or(&host);
+    if !check
+        .split('.')
+        .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+    {
+        return Err(format!("`{host}` is not a valid host name"));
+    }
+    if let Some(suffix) = host.strip_prefix('*') {
+        Ok((HostPattern::Wildcard(suffix.to_string()), port, None))
+    } else {
+        Ok((HostPattern::Exact(host), port, None))
+    }
+}
+
+fn parse_listen(a: &str, bind: IpAddr) -> Result<SocketAddr, String> {
+    if let Ok(sa) = a.parse::<SocketAddr>() {
+        return Ok(sa);
+    }
+    if let Some(p) = a.strip_prefix(':')
+        && let Ok(port) = p.parse::<u16>()
+    {
+        return Ok(SocketAddr::new(bind, port));
+    }
+    if let Ok(port) = a.parse::<u16>() {
+        return Ok(SocketAddr::new(bind, port));
+    }
+    Err(format!(
+        "`{a}` is not an address; write it like \"127.0.0.1:8080\", \":8080\" or \"[::]:443\""
+    ))
+}
+
+fn load_tls(
+    c: &mut Collector<'_>,
+    base: &Path,
+    site: &str,
+    cert: &Spanned<String>,
+    key: &Spanned<String>,
+) -> Option<TlsConfig> {
+    let cert_path = base.join(cert.get_ref());
+    let key_path = base.join(key.get_ref());
+    match c.certs.check(&cert_path, &key_path) {
+        Ok(()) => Some(TlsConfig::Files {
+            cert_path,
+            key_path,
+        }),
+        Err(CertProblem::Key(e)) => {
+            c.at(key.span(), format!("site \"{site}\": {e}"));
+            None
+        }
+        Err(CertProblem::Cert(e)) => {
+            c.at(cert.span(), format!("site \"{site}\": {e}"));
+            None
+        }
+    }
+}
+
+fn parse_encodings(c: &mut Collector<'_>, key: &str, v: &Spanned<Vec<String>>) -> Vec<Encoding> {
+    let mut out = Vec::new();
+    for e in v.get_ref() {
+        match e.as_str() {
+            "br" => out.push(Encoding::Br),
+            "zstd" => out.push(Encoding::Zstd),
+            "gzip" => out.push(Encoding::Gzip),
+            o => c.at(
+                v.span(),
+                format!("{key}: `{o}` is unknown; use \"br\", \"zstd\" or \"gzip\""),
+            ),
+        }
+    }
+    out
+}
+
+fn static_options(c: &mut Collector<'_>, name: &str, s: &RawSite, root: PathBuf) -> files::Options {
+    let all = vec![Encoding::Br, Encoding::Zstd, Encoding::Gzip];
+    let precompressed = match &s.precompressed {
+        Some(p) => parse_encodings(c, &format!("site \"{name}\": precompressed"), p),
+        None => all.clone(),
+    };
+    let mut compress = CompressOptions::default();
+    if let Some(rc) = &s.compress {
+        if let Some(e) = rc.enabled {
+            compress.enabled = e;
+        }
+        if let Some(v) = &rc.min_size {
+            match units::parse_size(v.get_ref()) {
+                Ok(n) => compress.min_size = n,
+                Err(m) => c.at(v.span(), format!("site \"{name}\": compress.min_size: {m}")),
+            }
+        }
+        if let Some(e) = &rc.encodings {
+            compress.encodings =
+                parse_encodings(c, &format!("site \"{name}\": compress.encodings"), e);
+        }
+        if let Some(t) = &rc.types {
+            compress.types = t.clone();
+        }
+    }
+    let mut cache = CacheOptions::default();
+    if let Some(fc) = &s.file_cache {
+        if let Some(v) = &fc.max_size {
+            match units::parse_size(v.get_ref()) {
+                Ok(n) => cache.max_bytes = n,
+                Err(m) => c.at(
+                    v.span(),
+                    format!("site \"{name}\": file_cache.max_size: {m}"),
+                ),
+            }
+        }
+        if let Some(v) = &fc.max_file_size {
+            match units::parse_size(v.get_ref()) {
+                Ok(n) => cache.max_file_size = n,
+                Err(m) => c.at(
+                    v.span(),
+                    format!("site \"{name}\": file_cache.max_file_size: {m}"),
+                ),
+            }
+        }
+    }
+    files::Options {
+        root,
+        index: s.index.clone().unwrap_or_else(|| vec!["index.html".into()]),
+        browse: s.browse.unwrap_or(false),
+        serve_hidden: s.serve_hidden.unwrap_or(false),
+        follow_symlinks: s.follow_symlinks.unwrap_or(false),
+        precompressed,
+        compress,
+        cache,
+    }
+}
+
+fn load_error_pages(
+    c: &mut Collector<'_>,
+    base: &Path,
+    site: &str,
+    s: &RawSite,
+) -> HashMap<u16, bytes::Bytes> {
+    let mut out = HashMap::new();
+    for (code, path) in s.errors.iter().flatten() {
+        let status = match code.parse::<u16>() {
+            Ok(n) if (400..600).contains(&n) => n,
+            _ => {
+                c.at(
+                    path.span(),
+                    format!("site \"{site}\": errors: `{code}` is not an error status (400-599)"),
+                );
+                continue;
+            }
+        };
+        let p = base.join(path.get_ref());
+        match std::fs::read(&p) {
+            Ok(b) => {
+                out.insert(status, bytes::Bytes::from(b));
+            }
+            Err(e) => c.at(
+                path.span(),
+                format!("site \"{site}\": error page {}: {e}", p.display()),
+            ),
+        }
+    }
+    out
+}
+
+fn parse_headers(c: &mut Collector<'_>, site: &str, s: &RawSite) -> Vec<(HeaderName, HeaderValue)> {
+    let mut out = Vec::new();
+    for (k, v) in s.headers.iter().flatten() {
+        let name = match HeaderName::from_bytes(k.as_bytes()) {
+            Ok(n) => n,
+            Err(_) => {
+                c.at(
+                    v.span(),
+                    format!("site \"{site}\": headers: `{k}` is not a valid header name"),
+                );
+                continue;
+            }
+        };
+        match HeaderValue::from_str(v.get_ref()) {
+            Ok(val) => out.push((name, val)),
+            Err(_) => c.at(
+                v.span(),
+                format!("site \"{site}\": headers: the value of `{k}` is not a valid header value"),
+            ),
+        }
+    }
+    out
+}
+
+type Bind = (SocketAddr, bool, usize, bool, std::ops::Range<usize>);
+
+fn group_listeners(c: &mut Collector<'_>, binds: &[Bind]) -> Vec<ListenerConfig> {
+    let mut out: Vec<ListenerConfig> = Vec::new();
+    let mut explicit_default: HashMap<SocketAddr, usize> = HashMap::new();
+    for (addr, tls, idx, is_default, span) in binds {
+        // One port can't be both plain and TLS, nor be bound twice through
+        // 0.0.0.0 and a specific address.
+        if let Some(other) = out.iter().find(|l| {
+            l.addr.port() == addr.port()
+                && l.addr != *addr
+                && (l.addr.ip().is_unspecified() || addr.ip().is_unspecified())
+        }) {
+            c.at(
+                span.clone(),
+                format!(
+                    "listen {addr} overlaps with {} used by another site",
+                    other.addr
+                ),
+            );
+            continue;
+        }
+        match out.iter_mut().find(|l| l.addr == *addr) {
+            Some(l) => {
+                if l.tls != *tls {
+                    c.at(
+                        span.clone(),
+                        format!("listen {addr}: mixes sites with and without `tls` on one port; give them different ports"),
+                    );
+                    continue;
+                }
+                l.sites.push(*idx);
+            }
+            None => out.push(ListenerConfig {
+                addr: *addr,
+                tls: *tls,
+                sites: vec![*idx],
+                default_site: *idx,
+                proxy_protocol: None,
+            }),
+        }
+        if *is_default {
+            if explicit_default.insert(*addr, *idx).is_some() {
+                c.at(
+                    span.clone(),
+                    format!("listen {addr}: two sites say `default = true`"),
+                );
+            }
+            if let Some(l) = out.iter_mut().find(|l| l.addr == *addr) {
+                l.default_site = *idx;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(src: &str) -> Result<Config, ConfigErrors> {
+        let dir = std::env::temp_dir();
+        load_str("weir.toml", src, &dir)
+    }
+
+    #[test]
+    fn smallest_static_site_is_two_lines() {
+        let cfg = load("[site.\"localhost:8081\"]\nroot = \".\"\n").unwrap();
+        assert_eq!(cfg.listeners.len(), 1);
+        assert_eq!(cfg.listeners[0].addr.port(), 8081);
+        assert_eq!(cfg.sites[0].host, HostPattern::Exact("localhost".into()));
+    }
+
+    #[test]
+    fn sites_that_proxy_are_told_from_those_that_answer_themselves() {
+        let proxies = |src: &str| load(src).unwrap().sites[0].handler.proxies();
+        assert!(!proxies("[site.\"a\"]\nroot = \".\"\n"));
+        assert!(proxies(
+            "[site.\"a\"]\nproxy = { to = [\"127.0.0.1:9\"] }\n"
+        ));
+        assert!(proxies(
+            "[site.\"a\"]\nroot = \".\"\n[[site.\"a\".route]]\npath = \"/api/*\"\nproxy = { to = [\"127.0.0.1:9\"] }\n"
+        ));
+    }
+
+    #[test]
+    fn misspelt_key_names_position_and_suggestion() {
+        let err =
+            load("[site.\"a\"]\nroot = \".\"\nbrowze = true\n[server]\nwrokers = 2\n").unwrap_err();
+        let msgs: Vec<String> = err.0.iter().map(|d| d.to_string()).collect();
+        assert_eq!(msgs.len(), 2, "{msgs:?}");
+        assert_eq!(
+            msgs[0],
+            "weir.toml:3:1: unknown key `site.a.browze`: did you mean `browse`?"
+        );
+        assert_eq!(
+            msgs[1],
+            "weir.toml:5:1: unknown key `server.wrokers`: did you mean `workers`?"
+        );
+    }
+
+    #[test]
+    fn accept_steering_is_chosen_and_checked() {
+        let cfg = load("[server]\naccept = \"cpu\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
+        assert_eq!(cfg.server.accept, AcceptSteering::Cpu);
+        let cfg = load("[site.\"a\"]\nroot = \".\"\n").unwrap();
+        assert_eq!(cfg.server.accept, AcceptSteering::Hash);
+        let cfg = load("[server]\nruntime = \"shared\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
+        assert_eq!(cfg.server.accept, AcceptSteering::Hash);
+        let cfg = load("[server]\naccept = \"hash\"\n[site.\"a\"]\nroot = \".\"\n").unwrap();
+        assert_eq!(cfg.server.accept, AcceptSteering::Hash);
+        for removed in ["pack", "adaptive"] {
+            let err = load(&format!(
+                "[server]\naccept = \"{removed}\"\n[site.\"a\"]\nroot = \".\"\n"
+            ))
+            .unwrap_err();
+            assert_eq!(
+                err.0[0].to_string(),
+                format!(
+                    "weir.toml:2:10: server.accept: `{removed}` was removed; use \"hash\" (the default: the kernel's SO_REUSEPORT hash) or \"cpu\""
+                )
+            );
+        }
+        let err =
+            load("[server]\nruntime = \"shared\"\naccept = \"cpu\"\n[site.\"a\"]\nroot = \".\"\n")
+                .unwrap_err();
+        let msgs: Vec<String> = err.0.iter().map(|d| d.to_string()).collect();
+        assert_eq!(
+            msgs,
+            [
+                "weir.toml:3:10: server.accept: \"cpu\" steers among per-core workers; it needs runtime = \"per-core\""
+            ]
+        );
+        let err = load("[server]\naccept = \"random\"\n[site.\"a\"]\nroot = \".\"\n").unwrap_err();
+        let msgs: Vec<String> = err.0.iter().map(|d| d.to_string()).collect();
+        assert_eq!(
+            msgs,
+            ["weir.toml:2:10: server.accept: `random` is unknown; use \"hash\" or \"cpu\""]
+        );
+    }
+
+    #[test]
+    fn unknown_keys_in_routes_point_at_their_line() {
+        let err = load(
+            "[site.\"a\"]\nroot = \".\"\n\
+             [[site.\"a\".route]]\npath = \"/api/*\"\nproxy = { to = [\"127.0.0.1:9\"] }\n\
+             [[site.\"a\".route]]\npath = \"/b/*\"\nstrip_prefx = true\n\
+             proxy = { to = [\"127.0.0.1:9\"], retires = 1 }\n",
+        )
+        .unwrap_err();
+        let msgs: Vec<String> = err.0.iter().map(|d| d.to_string()).collect();
+        assert_eq!(
+            msgs,
+            [
+                "weir.toml:8:1: unknown key `site.a.route.1.strip_prefx`: did you mean `strip_prefix`?",
+                "weir.toml:9:33: unknown key `site.a.route.1.proxy.retires`: did you mean `retries`?",
+            ]
+        );
+    }
+
+    #[test]
+    fn every_semantic_error_is_reported() {
+        let err = load(
+            "[server]\nruntime = \"fast\"\n[server.timeouts]\nheader = \"5 fortnights\"\n[site.\"a\"]\nroot = \"/nonexistent/weir\"\nlisten = \"nowhere\"\n",
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("weir.toml:2:11: server.runtime"), "{text}");
+        assert!(
+            text.contains("weir.toml:4:10: server.timeouts.header"),
+            "{text}"
+        );
+        assert!(
+            text.contains("weir.toml:6:8: site \"a\": root /nonexistent/weir"),
+            "{text}"
+        );
+        assert!(
+            text.contains("weir.toml:7:10: site \"a\": listen"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn syntax_error_has_position() {
+        let err = load("[site.\"a\"\nroot = 1\n").unwrap_err();
+        assert_eq!(err.0[0].line, 1, "{err}");
+    }
+
+    #[test]
+    fn type_error_has_position() {
+        let err = load("[site.\"a\"]\nroot = \".\"\nbrowse = \"yes\"\n").unwrap_err();
+        assert_eq!((err.0[0].line, err.0[0].col), (3, 10), "{err}");
+    }
+
+    #[test]
+    fn site_names_parse_into_hosts_and_ports() {
+        assert_eq!(
+            parse_site_name("example.com").unwrap(),
+            (HostPattern::Exact("example.com".into()), None, None)
+        );
+        assert_eq!(
+            parse_site_name("*.Example.com:8443").unwrap(),
+            (
+                HostPattern::Wildcard(".example.com".into()),
+                Some(8443),
+                None
+            )
+        );
+        assert_eq!(
+            parse_site_name(":8080").unwrap(),
+            (HostPattern::Any, Some(8080), None)
+        );
+        assert_eq!(
+            parse_site_name("127.0.0.1:9000").unwrap().2,
+            Some("127.0.0.1".parse().unwrap())
+        );
+        assert!(parse_site_name("bad host!").is_err());
+    }
+
+    #[test]
+    fn wildcard_matches_one_label() {
+        let w = HostPattern::Wildcard(".example.com".into());
+        assert!(w.matches("a.example.com"));
+        assert!(w.matches("A.EXAMPLE.COM"));
+        assert!(!w.matches("example.com"));
+        assert!(!w.matches("a.b.example.com"));
+    }
+
+    #[test]
+    fn sites_share_a_listener_and_first_is_default() {
+        let cfg = load(
+            "[site.\"a.test:8090\"]\nroot = \".\"\n[site.\"b.test:8090\"]\nroot = \".\"\ndefault = true\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.listeners.len(), 1);
+        assert_eq!(cfg.listeners[0].sites, vec![0, 1]);
+        assert_eq!(cfg.listeners[0].default_site, 1);
+    }
+
+    #[test]
+    fn mixing_tls_and_plain_on_one_port_is_refused() {
+        let err = load(
+            "[site.\"a:8090\"]\nroot = \".\"\n[site.\"b:8090\"]\nroot = \".\"\ntls = { cert = \"/nonexistent/c.pem\", key = \"/nonexistent/k.pem\" }\n",
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("c.pem"), "{text}");
+        assert!(
+            text.contains("mixes sites with and without `tls`"),
+            "{text}"
+        );
+    }
+
+    /// The fuzz target's invariant, on a few thousand mutations of a real
+    /// config, so CI exercises it without nightly: never a panic, and every
+    /// error points at a line of the text.
+    #[test]
+    fn mangled_configs_never_panic_and_errors_stay_in_the_text() {
+        let base = "[server]\nworkers = 2\n[server.timeouts]\nheader = \"5s\"\n[site.\"a.test:8080\"]\nroot = \".\"\nindex = [\"index.html\"]\ncompress = { min_size = \"1KiB\" }\nerrors = { 404 = \"x.html\" }\n";
+        let alphabet = b"[]{}\"=.,:#\n \\az09*-_";
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..3000 {
+            let mut b = base.as_bytes().to_vec();
+            for _ in 0..(next() % 4 + 1) {
+                let i = (next() as usize) % b.len();
+                match next() % 3 {
+                    0 => b[i] = alphabet[(next() as usize) % alphabet.len()],
+                    1 => {
+                        b.remove(i);
+                    }
+                    _ => b.insert(i, alphabet[(next() as usize) % alphabet.len()]),
+                }
+            }
+            let Ok(src) = String::from_utf8(b) else {
+                continue;
+            };
+            if let Err(errs) = load_str("f.toml", &src, std::path::Path::new("/nonexistent")) {
+                let lines = src.lines().count() + 1;
+                for d in &errs.0 {
+                    assert!(d.line >= 1 && d.line <= lines, "{d} in {src:?}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! The HTTP plumbing every stage of weir shares, and nothing that decides
+//! what to answer: the response [`body::Body`], what a handler knows of its
+//! connection ([`conn::ConnInfo`]), the short error answers
+//! ([`response`]), the tag that lets a cached file go out with `sendfile`
+//! ([`file_region`]), the per-thread stock of header maps, the coarse
+//! clock, and the strict HTTP/1.1 framing check that refuses smuggling
+//! shapes before any parser sees them ([`smuggling`]).
+//!
+//! Depends on no other weir crate; must never depend on config, TLS or a
+//! handler.
+
+pub mod body;
+pub mod clock;
+pub mod conn;
+pub mod file_region;
+pub mod header_maps;
+pub mod response;
+pub mod smuggling;
+
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;

@@ -1,0 +1,39 @@
+//! The short plain-text answers any stage may give (400, 404, 405, 413, 414,
+//! 431, 501). Builds responses only; never decides when to send them.
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
+
+use crate::body::Body;
+
+/// A short plain-text error response.
+pub fn error(status: StatusCode) -> Response<Body> {
+    let text = match status {
+        StatusCode::URI_TOO_LONG => "414 URI Too Long\n",
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "431 Request Header Fields Too Large\n",
+        StatusCode::PAYLOAD_TOO_LARGE => "413 Content Too Large\n",
+        StatusCode::BAD_REQUEST => "400 Bad Request\n",
+        StatusCode::NOT_FOUND => "404 Not Found\n",
+        StatusCode::METHOD_NOT_ALLOWED => "405 Method Not Allowed\n",
+        StatusCode::NOT_IMPLEMENTED => "501 Not Implemented\n",
+        _ => "error\n",
+    };
+    let mut r = Response::new(Body::full(Bytes::from_static(text.as_bytes())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r.headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(text.len()));
+    r
+}
+
+/// 405 for a method no handler of weir takes (CONNECT outside a proxy).
+pub fn method_not_allowed() -> Response<Body> {
+    let mut r = error(StatusCode::METHOD_NOT_ALLOWED);
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+    r
+}

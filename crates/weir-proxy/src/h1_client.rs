@@ -1,0 +1,1080 @@
+//! weir's own HTTP/1.1 client for upstream connections, for every request
+//! whose body is already in memory (none, or one small enough to replay).
+//! Streamed request bodies, upgrades and HTTP/2 upstreams go through hyper's
+//! client (`pool::handshake`); a connection opened here can be handed to it.
+//!
+//! Why by hand: hyper's client runs each upstream connection as a task of its
+//! own and passes every request, response and body chunk across channels (an
+//! mpsc send, a oneshot for the answer, a body channel), with a wake-up of
+//! the other task at each step. The profile of proxying a 164-byte response
+//! put that hand-off, its allocations and the extra `HeaderMap`s at most of
+//! weir's own user time. Here the client connection's task drives the upstream
+//! connection itself: the request head is encoded into a reused per-thread
+//! buffer and written with the body in one call, the response head is parsed
+//! with httparse from the connection's buffer, and a body that has already
+//! arrived is handed on as one `Bytes` without a copy.
+//!
+//! Owns: request encoding, response head parsing, response framing
+//! (RFC 9112 §6.3: no body, Content-Length, chunked with trailers, or until
+//! close), whether the connection can be reused, and reading the body.
+//! Never decides which upstream to use, never retries, never touches the
+//! pool: it says how far a failed exchange got, and `proxy` decides.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Version};
+use http_body::{Frame, SizeHint};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+
+use crate::forward::Present;
+
+/// Any byte stream an upstream connection runs on (TCP, Unix, TLS).
+pub trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
+
+/// The largest response head accepted (hyper's client allows about 400 KiB;
+/// nginx's default proxy_buffer_size is 4–8 KiB and fails above it).
+pub const MAX_HEAD: usize = 64 * 1024;
+/// Header fields accepted in a response head (hyper's default).
+const MAX_HEADERS: usize = 100;
+/// How much is read from the upstream at a time.
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Why an exchange with the upstream failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("writing the request: {0}")]
+    Write(std::io::Error),
+    #[error("reading the response: {0}")]
+    Read(std::io::Error),
+    #[error("the upstream closed the connection without a response")]
+    Closed,
+    #[error("the upstream closed the connection in the middle of the response head")]
+    ClosedInHead,
+    #[error("malformed response head: {0}")]
+    BadHead(httparse::Error),
+    #[error("malformed response header field")]
+    BadField,
+    #[error("response head larger than {MAX_HEAD} bytes")]
+    HeadTooLarge,
+    #[error("unexpected 101 Switching Protocols")]
+    UnexpectedSwitch,
+    #[error("invalid Content-Length in the response")]
+    BadLength,
+    #[error("malformed chunked response body")]
+    BadChunk,
+    #[error("the upstream closed the connection in the middle of the body")]
+    Truncated,
+}
+
+impl ClientError {
+    /// The connection was gone before any byte of a response: on a reused
+    /// connection, the upstream closed it as the request went out.
+    pub fn is_closed_before_response(&self) -> bool {
+        use std::io::ErrorKind as K;
+        match self {
+            ClientError::Closed | ClientError::Write(_) => true,
+            ClientError::Read(e) => matches!(
+                e.kind(),
+                K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// How the response body is delimited (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// HEAD, 204, 304: nothing follows the head.
+    None,
+    Length(u64),
+    Chunked,
+    /// Everything until the upstream closes.
+    Close,
+}
+
+/// One HTTP/1.1 connection to an upstream.
+pub struct Conn {
+    io: Box<dyn Io>,
+    /// Bytes read and not yet consumed.
+    buf: BytesMut,
+    /// It has served a request before (it came from the pool).
+    reused: bool,
+    /// The response timer, made at the first exchange and kept for the next.
+    timer: Option<Deadline>,
+}
+
+/// A response timeout that lives as long as the upstream connection.
+///
+/// Why not `tokio::time::timeout`: that makes a timer per request, and
+/// registering it in the runtime's timer wheel and taking it out again was
+/// about 760 instructions of the 23,700 a proxied request costs (callgrind,
+/// BENCHMARKS.md §6). This one is armed once; a later request only moves its
+/// deadline in a field, and the timer, when it fires before that deadline,
+/// is re-armed to it: one wheel operation per timeout period, not per
+/// request (the same scheme as `server::io::TimedIo`).
+///
+/// The timer is registered with the connection's own [`Relay`] waker, not
+/// with a request's: a request only puts its waker in the relay and takes
+/// it out again. Polling the timer with each request's waker, and then
+/// with a no-op one so an idle connection keeps no task alive, was two
+/// timer polls per request (about 235 instructions, callgrind).
+///
+/// All of it sits behind one pointer: the request future that holds it is
+/// boxed per request, and every byte it grows by counts against glibc's
+/// per-thread cache of small blocks (see `Proxy::serve`).
+pub struct Deadline(Pin<Box<Timer>>);
+
+pin_project_lite::pin_project! {
+    struct Timer {
+        #[pin]
+        sleep: tokio::time::Sleep,
+        // When the timer is set to fire.
+        armed: tokio::time::Instant,
+        // The sleep was polled with `relay_waker` since it was last armed.
+        registered: bool,
+        relay: Arc<Relay>,
+        relay_waker: Waker,
+    }
+}
+
+/// Passes the timer's wake-up on to the request waiting on the connection.
+struct Relay(futures_util::task::AtomicWaker);
+
+impl Wake for Relay {
+    fn wake(self: Arc<Self>) {
+        self.0.wake();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.wake();
+    }
+}
+
+impl Deadline {
+    fn new() -> Deadline {
+        // Far off: the first `within` brings it forward.
+        let armed = tokio::time::Instant::now() + std::time::Duration::from_secs(86_400 * 365);
+        let relay = Arc::new(Relay(futures_util::task::AtomicWaker::new()));
+        Deadline(Box::pin(Timer {
+            sleep: tokio::time::sleep_until(armed),
+            armed,
+            registered: false,
+            relay_waker: Waker::from(relay.clone()),
+            relay,
+        }))
+    }
+
+    /// Runs `fut` for at most `limit`; `None` if the time ran out first.
+    ///
+    /// `fut` comes pinned by the caller, not by value: an `async fn` keeps
+    /// a by-value argument in its state and then its pinned copy too, which
+    /// pushes the request's future past glibc's per-thread cache of small
+    /// blocks.
+    pub async fn within<F: Future>(
+        &mut self,
+        limit: std::time::Duration,
+        mut fut: Pin<&mut F>,
+    ) -> Option<F::Output> {
+        let deadline = weir_http::clock::tokio_now() + limit;
+        let mut t = self.0.as_mut().project();
+        if deadline < *t.armed {
+            *t.armed = deadline;
+            t.sleep.as_mut().reset(deadline);
+            *t.registered = false;
+        }
+        // However this ends (even dropped mid-way), an idle connection
+        // keeps no request's task alive.
+        let _clear = ClearOnDrop(t.relay);
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+                return Poll::Ready(Some(v));
+            }
+            // First the waker, then the check: a timer that fires after
+            // the check wakes this task through the relay.
+            t.relay.0.register(cx.waker());
+            loop {
+                if *t.registered && !t.sleep.is_elapsed() {
+                    return Poll::Pending;
+                }
+                if t.sleep
+                    .as_mut()
+                    .poll(&mut Context::from_waker(t.relay_waker))
+                    .is_pending()
+                {
+                    *t.registered = true;
+                    return Poll::Pending;
+                }
+                *t.registered = false;
+                if tokio::time::Instant::now() >= deadline {
+                    return Poll::Ready(None);
+                }
+                // Fired for an earlier request's deadline: move it on.
+                *t.armed = deadline;
+                t.sleep.as_mut().reset(deadline);
+            }
+        })
+        .await
+    }
+}
+
+struct ClearOnDrop<'a>(&'a Relay);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        drop(self.0.0.take());
+    }
+}
+
+thread_local! {
+    /// The request head being encoded; taken out across the write and put
+    /// back after, so a worker keeps one buffer, not one per connection.
+    static REQ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Conn {
+    pub fn new(io: Box<dyn Io>) -> Conn {
+        Conn {
+            io,
+            buf: BytesMut::new(),
+            reused: false,
+            timer: None,
+        }
+    }
+
+    /// The connection's response timer, to run an exchange [`Deadline::within`]
+    /// its timeout; give it back with [`Conn::put_timer`].
+    pub fn take_timer(&mut self) -> Deadline {
+        self.timer.take().unwrap_or_else(Deadline::new)
+    }
+
+    pub fn put_timer(&mut self, t: Deadline) {
+        self.timer = Some(t);
+    }
+
+    pub fn reused(&self) -> bool {
+        self.reused
+    }
+
+    /// Marks the connection as going back to the pool.
+    pub fn set_reused(&mut self) {
+        self.reused = true;
+    }
+
+    /// Whether an idle connection can take a request: no byte and no close
+    /// is waiting on it. (An upstream that closed an idle connection makes it
+    /// readable at once; reading it would only find the end.)
+    pub fn is_idle_and_open(&mut self) -> bool {
+        if !self.buf.is_empty() {
+            return false;
+        }
+        let mut cx = Context::from_waker(futures_util::task::noop_waker_ref());
+        let mut b = [0u8; 1];
+        let mut rb = ReadBuf::new(&mut b);
+        matches!(
+            Pin::new(&mut *self.io).poll_read(&mut cx, &mut rb),
+            Poll::Pending
+        )
+    }
+
+    /// The stream, for hyper's client (`None` if bytes are pending on it).
+    pub fn into_io(self) -> Option<Box<dyn Io>> {
+        self.buf.is_empty().then_some(self.io)
+    }
+
+    /// Writes the request. On failure, says whether nothing at all went out
+    /// (the upstream then saw no request and any request may be retried).
+    pub async fn send(&mut self, req: Encoded<'_>) -> Result<(), (ClientError, bool)> {
+        let Encoded { out, body } = req;
+        let r = write_all(&mut *self.io, &out, body).await;
+        if out.capacity() <= 64 * 1024 {
+            REQ_BUF.with(|b| *b.borrow_mut() = out);
+        }
+        r.map_err(|(e, written)| (ClientError::Write(e), written == 0))
+    }
+
+    /// Reads the final response head (1xx interim responses are skipped, as
+    /// hyper's client does). `head_request`: the request was HEAD.
+    pub async fn read_head(&mut self, head_request: bool) -> Result<Head, ClientError> {
+        loop {
+            if !self.buf.is_empty() {
+                match parse_head(&mut self.buf, head_request)? {
+                    Some(Parsed::Interim) => continue,
+                    Some(Parsed::Final(head)) => return Ok(head),
+                    None => {}
+                }
+                if self.buf.len() > MAX_HEAD {
+                    return Err(ClientError::HeadTooLarge);
+                }
+            }
+            let n = std::future::poll_fn(|cx| self.poll_fill(cx))
+                .await
+                .map_err(ClientError::Read)?;
+            if n == 0 {
+                return Err(if self.buf.is_empty() {
+                    ClientError::Closed
+                } else {
+                    ClientError::ClosedInHead
+                });
+            }
+        }
+    }
+
+    /// Takes a body that has fully arrived already.
+    pub fn take_buffered(&mut self, framing: Framing) -> Option<Bytes> {
+        match framing {
+            Framing::None => Some(Bytes::new()),
+            Framing::Length(n) if self.buf.len() as u64 >= n => {
+                Some(self.buf.split_to(n as usize).freeze())
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether the connection is clean after a complete response (nothing
+    /// the upstream sent beyond it).
+    pub fn is_clean(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Reads more from the upstream into the buffer; `Ok(0)` at its end.
+    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<usize>> {
+        self.buf.reserve(READ_CHUNK);
+        tokio_util::io::poll_read_buf(Pin::new(&mut *self.io), cx, &mut self.buf)
+    }
+}
+
+async fn write_all(
+    io: &mut dyn Io,
+    head: &[u8],
+    body: Option<&Bytes>,
+) -> Result<(), (std::io::Error, usize)> {
+    let mut written = 0usize;
+    let mut io = Pin::new(io);
+    for part in [head, body.map_or(&[][..], |b| &b[..])] {
+        let mut rest = part;
+        while !rest.is_empty() {
+            match io.write(rest).await {
+                Ok(0) => {
+                    return Err((std::io::ErrorKind::WriteZero.into(), written));
+                }
+                Ok(n) => {
+                    written += n;
+                    rest = &rest[n..];
+                }
+                Err(e) => return Err((e, written)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What is sent upstream: the request line and header fields.
+pub struct RequestHead<'a, F> {
+    pub method: &'a Method,
+    /// Origin form: path and query.
+    pub target: &'a str,
+    pub host: &'a HeaderValue,
+    /// Every field but Host (which `host` replaces; a Host among them is
+    /// skipped).
+    pub fields: F,
+}
+
+impl<'f, F> RequestHead<'_, F>
+where
+    F: Iterator<Item = (&'f HeaderName, &'f [u8])>,
+{
+    /// Encodes the head as hyper's client does: lower-case names, Host
+    /// first, and a Content-Length for a body that has none.
+    pub fn encode(self, out: &mut Vec<u8>, body_len: Option<usize>) {
+        out.extend_from_slice(self.method.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(self.target.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
+        out.extend_from_slice(self.host.as_bytes());
+        out.extend_from_slice(b"\r\n");
+        let mut has_length = false;
+        for (name, value) in self.fields {
+            if name == header::HOST {
+                continue;
+            }
+            has_length |= name == header::CONTENT_LENGTH;
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
+        if let Some(n) = body_len
+            && !has_length
+        {
+            out.extend_from_slice(b"content-length: ");
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// A request ready to write: the head encoded into the worker's reused
+/// buffer, a small body appended to it. Encoding happens here, before any
+/// await, so the request's future holds these bytes and not the fields.
+pub struct Encoded<'a> {
+    out: Vec<u8>,
+    /// A body too large to copy behind the head.
+    body: Option<&'a Bytes>,
+}
+
+impl<'a> Encoded<'a> {
+    pub fn new<'f, F>(req: RequestHead<'_, F>, body: Option<&'a Bytes>) -> Self
+    where
+        F: Iterator<Item = (&'f HeaderName, &'f [u8])>,
+    {
+        let mut out = REQ_BUF.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        out.clear();
+        req.encode(&mut out, body.map(Bytes::len));
+        // A small body goes out with the head in one write.
+        let body = match body {
+            Some(b) if b.len() <= READ_CHUNK => {
+                out.extend_from_slice(b);
+                None
+            }
+            b => b,
+        };
+        Encoded { out, body }
+    }
+}
+
+/// A final response head, read.
+#[derive(Debug)]
+pub struct Head {
+    pub parts: http::response::Parts,
+    pub framing: Framing,
+    /// The connection can take another request once the body is read.
+    pub keep_alive: bool,
+    /// A hop-by-hop field is among `parts.headers` (rarely: the proxy
+    /// strips them only then).
+    pub hop_by_hop: bool,
+}
+
+thread_local! {
+    static NAMES: RefCell<Names> = const { RefCell::new(Names { known: Vec::new(), next: 0 }) };
+}
+
+/// The field names met in upstream response heads, as they were spelled,
+/// each with the `HeaderName` made of it (its `Present` class is taken by
+/// `Present::add_raw`, a switch on the length, for every head).
+///
+/// Why by hand: `HeaderName::from_bytes` lowercases a name into a scratch
+/// buffer and matches it against http's standard names, about 156
+/// instructions a field (callgrind, BENCHMARKS.md §6); an upstream spells the same few names the
+/// same way in every response, and comparing their bytes is a few dozen.
+/// At most [`NAMES_KEPT`] per worker, replaced in turn, so an upstream
+/// that sends ever new names costs a miss each, never memory.
+struct Names {
+    known: Vec<(Box<[u8]>, HeaderName)>,
+    /// The entry a new name replaces once `known` is full.
+    next: usize,
+}
+
+const NAMES_KEPT: usize = 32;
+
+impl Names {
+    /// `raw`: a field name as httparse found it (a token, any case).
+    fn get(&mut self, raw: &[u8]) -> Result<HeaderName, ClientError> {
+        if let Some((_, name)) = self.known.iter().find(|(k, _)| **k == *raw) {
+            return Ok(name.clone());
+        }
+        let name = HeaderName::from_bytes(raw).map_err(|_| ClientError::BadField)?;
+        let entry = (Box::from(raw), name.clone());
+        if self.known.len() < NAMES_KEPT {
+            self.known.push(entry);
+        } else {
+            self.known[self.next] = entry;
+            self.next = (self.next + 1) % NAMES_KEPT;
+        }
+        Ok(name)
+    }
+}
+
+enum Parsed {
+    Interim,
+    Final(Head),
+}
+
+fn raw_fields<'h>(
+    head: &'h [u8],
+    spans: &'h [(u32, u32, u32, u32)],
+) -> impl Iterator<Item = (&'h [u8], &'h [u8])> + Clone + 'h {
+    spans.iter().map(move |&(na, nl, va, vl)| {
+        let (na, nl, va, vl) = (na as usize, nl as usize, va as usize, vl as usize);
+        (&head[na..na + nl], &head[va..va + vl])
+    })
+}
+
+/// Parses one response head off the front of `buf`. `None`: incomplete.
+fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, ClientError> {
+    let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut resp = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut resp,
+        &buf[..],
+        &mut fields,
+    );
+    let len = match parsed {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(ClientError::BadHead(e)),
+    };
+    let code = resp.code.unwrap_or(0);
+    if (100..200).contains(&code) {
+        if code == 101 {
+            return Err(ClientError::UnexpectedSwitch);
+        }
+        buf.advance(len);
+        return Ok(Some(Parsed::Interim));
+    }
+    let status = StatusCode::from_u16(code).map_err(|_| ClientError::BadField)?;
+    let version = if resp.version == Some(0) {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    // Offsets into the head, so names and values can share its bytes. An
+    // empty slice may not point into the buffer at all (httparse returns a
+    // static one for an empty reason): it is (0, 0).
+    let base = buf.as_ptr() as usize;
+    // u32 offsets (a head is far below 4 GiB): half the array to clear per
+    // response.
+    let offset = |s: &[u8]| -> (u32, u32) {
+        if s.is_empty() {
+            (0, 0)
+        } else {
+            ((s.as_ptr() as usize - base) as u32, s.len() as u32)
+        }
+    };
+    let reason = resp.reason.map(|r| offset(r.as_bytes()));
+    let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
+    let n = resp.headers.len();
+    for (s, h) in spans.iter_mut().zip(resp.headers.iter()) {
+        let (name_at, name_len) = offset(h.name.as_bytes());
+        let (value_at, value_len) = offset(h.value);
+        *s = (name_at, name_len, value_at, value_len);
+    }
+    let spans = &spans[..n];
+    let mut present = Present::default();
+    for (name, _) in raw_fields(&buf[..len], spans) {
+        present.add_raw(name);
+    }
+    let fields = || raw_fields(&buf[..len], spans);
+    let (framing, mut keep_alive) = framing(fields(), present, status, head_request)?;
+    // Only `Connection` can end a keep-alive HTTP/1.1 response's connection.
+    if version == Version::HTTP_10 || present.has(Present::CONNECTION) {
+        keep_alive &= connection_keeps_alive(fields(), version);
+    }
+    let head = buf.split_to(len).freeze();
+
+    // Room for the two fields the proxy adds on the way out (Server, Via):
+    // a full map grows by reallocating and rehashing, about 1,000
+    // instructions, on every response.
+    let mut headers = weir_http::header_maps::take(n + 2);
+    NAMES.with_borrow_mut(|names| {
+        for &(name_at, name_len, value_at, value_len) in spans {
+            let (name_at, name_len) = (name_at as usize, name_len as usize);
+            let (value_at, value_len) = (value_at as usize, value_len as usize);
+            let name = names.get(&head[name_at..name_at + name_len])?;
+            let value = HeaderValue::from_maybe_shared(head.slice(value_at..value_at + value_len))
+                .map_err(|_| ClientError::BadField)?;
+            headers.append(name, value);
+        }
+        Ok::<_, ClientError>(())
+    })?;
+
+    let mut parts = http::Response::new(()).into_parts().0;
+    parts.status = status;
+    parts.version = version;
+    if let Some((at, len)) = reason.map(|(a, l)| (a as usize, l as usize)) {
+        let r = &head[at..at + len];
+        if status.canonical_reason().map(str::as_bytes) != Some(r)
+            && let Ok(p) = hyper::ext::ReasonPhrase::try_from(head.slice(at..at + len))
+        {
+            parts.extensions.insert(p);
+        }
+    }
+    parts.headers = headers;
+    Ok(Some(Parsed::Final(Head {
+        parts,
+        framing,
+        keep_alive,
+        hop_by_hop: present.has(Present::HOP_BY_HOP),
+    })))
+}
+
+/// The body's framing, and whether it leaves the connection reusable.
+/// `fields`: the head's fields as sent (names in any case).
+fn framing<'h>(
+    fields: impl Iterator<Item = (&'h [u8], &'h [u8])> + Clone,
+    present: Present,
+    status: StatusCode,
+    head_request: bool,
+) -> Result<(Framing, bool), ClientError> {
+    if head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+        return Ok((Framing::None, true));
+    }
+    if present.has(Present::TRANSFER_ENCODING) {
+        // The last coding decides; with a Content-Length too, the message
+        // is suspect and the connection is not reused (RFC 9112 §6.3). A
+        // value that is not visible ASCII names no coding weir knows.
+        let last = fields
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"transfer-encoding"))
+            .last()
+            .map(|(_, v)| v)
+            .filter(|v| crate::forward::is_text(v))
+            .and_then(|v| v.rsplit(|&b| b == b',').next())
+            .map(<[u8]>::trim_ascii);
+        let reuse = !present.has(Present::CONTENT_LENGTH);
+        return Ok(match last {
+            Some(c) if c.eq_ignore_ascii_case(b"chunked") => (Framing::Chunked, reuse),
+            _ => (Framing::Close, false),
+        });
+    }
+    let mut len: Option<u64> = None;
+    // Without a Content-Length the walk stops at once.
+    let lengths = fields
+        .take_while(|_| present.has(Present::CONTENT_LENGTH))
+        .filter(|(n, _)| n.eq_ignore_ascii_case(b"content-length"))
+        .map(|(_, v)| v);
+    for v in lengths {
+        for part in v.split(|&b| b == b',') {
+            let part = part.trim_ascii();
+            if part.is_empty() || !part.iter().all(u8::is_ascii_digit) || part.len() > 19 {
+                return Err(ClientError::BadLength);
+            }
+            let n: u64 = std::str::from_utf8(part)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or(ClientError::BadLength)?;
+            if len.is_some_and(|l| l != n) {
+                return Err(ClientError::BadLength);
+            }
+            len = Some(n);
+        }
+    }
+    Ok(match len {
+        Some(n) => (Framing::Length(n), true),
+        None => (Framing::Close, false),
+    })
+}
+
+/// HTTP/1.1 stays open unless `Connection: close`; HTTP/1.0 only with
+/// `Connection: keep-alive`.
+fn connection_keeps_alive<'h>(
+    fields: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+    version: Version,
+) -> bool {
+    let mut close = false;
+    let mut keep = false;
+    for (_, v) in fields.filter(|(n, _)| n.eq_ignore_ascii_case(b"connection")) {
+        for tok in v.split(|&b| b == b',') {
+            let tok = tok.trim_ascii();
+            close |= tok.eq_ignore_ascii_case(b"close");
+            keep |= tok.eq_ignore_ascii_case(b"keep-alive");
+        }
+    }
+    if version == Version::HTTP_10 {
+        keep && !close
+    } else {
+        !close
+    }
+}
+
+/// Where a chunked body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    Size,
+    Data(u64),
+    DataEnd,
+    Trailers,
+    Done,
+}
+
+/// Decodes a chunked body from `buf`, one frame at a time.
+#[derive(Debug)]
+pub struct Dechunk {
+    state: Chunk,
+}
+
+/// A chunk-size line longer than this is refused (hyper: 4 KiB of extensions).
+const MAX_CHUNK_LINE: usize = 4096;
+
+impl Default for Dechunk {
+    fn default() -> Self {
+        Dechunk { state: Chunk::Size }
+    }
+}
+
+impl Dechunk {
+    pub fn is_done(&self) -> bool {
+        self.state == Chunk::Done
+    }
+
+    /// The next frame from `buf`: `Ok(None)` when more bytes are needed or
+    /// the body has ended (see [`Dechunk::is_done`]).
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame<Bytes>>, ClientError> {
+        loop {
+            match self.state {
+                Chunk::Size => {
+                    let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") else {
+                        if buf.len() > MAX_CHUNK_LINE {
+                            return Err(ClientError::BadChunk);
+                        }
+                        return Ok(None);
+                    };
+                    // The same limit whether the line came in one read or many.
+                    if eol > MAX_CHUNK_LINE {
+                        return Err(ClientError::BadChunk);
+                    }
+                    let line = &buf[..eol];
+                    let digits_end = line
+                        .iter()
+                        .position(|b| !b.is_ascii_hexdigit())
+                        .unwrap_or(line.len());
+                    let rest = line[digits_end..].trim_ascii_start();
+                    if digits_end == 0 || digits_end > 16 || !(rest.is_empty() || rest[0] == b';') {
+                        return Err(ClientError::BadChunk);
+                    }
+                    let size = std::str::from_utf8(&line[..digits_end])
+                        .ok()
+                        .and_then(|s| u64::from_str_radix(s, 16).ok())
+                        .ok_or(ClientError::BadChunk)?;
+                    buf.advance(eol + 2);
+                    self.state = if size == 0 {
+                        Chunk::Trailers
+                    } else {
+                        Chunk::Data(size)
+                    };
+                }
+                Chunk::Data(left) => {
+                    if buf.is_empty() {
+                        return Ok(None);
+                    }
+                    let n = left.min(buf.len() as u64) as usize;
+                    let data = buf.split_to(n).freeze();
+                    self.state = if n as u64 == left {
+                        Chunk::DataEnd
+                    } else {
+                        Chunk::Data(left - n as u64)
+                    };
+                    return Ok(Some(Frame::data(data)));
+                }
+                Chunk::DataEnd => {
+                    if buf.len() < 2 {
+                        return Ok(None);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err(ClientError::BadChunk);
+                    }
+                    buf.advance(2);
+                    self.state = Chunk::Size;
+                }
+                Chunk::Trailers => {
+                    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                    match httparse::parse_headers(buf, &mut fields) {
+                        Ok(httparse::Status::Complete((len, fields))) => {
+                            if len > MAX_HEAD {
+                                return Err(ClientError::BadChunk);
+                            }
+                            let mut map = HeaderMap::new();
+                            for f in fields.iter() {
+                                let (Ok(n), Ok(v)) = (
+                                    HeaderName::from_bytes(f.name.as_bytes()),
+                                    HeaderValue::from_bytes(f.value),
+                                ) else {
+                                    return Err(ClientError::BadChunk);
+                                };
+                                map.append(n, v);
+                            }
+                            buf.advance(len);
+                            self.state = Chunk::Done;
+                            if !map.is_empty() {
+                                return Ok(Some(Frame::trailers(map)));
+                            }
+                            return Ok(None);
+                        }
+                        Ok(httparse::Status::Partial) => {
+                            if buf.len() > MAX_HEAD {
+                                return Err(ClientError::BadChunk);
+                            }
+                            return Ok(None);
+                        }
+                        Err(_) => return Err(ClientError::BadChunk),
+                    }
+                }
+                Chunk::Done => return Ok(None),
+            }
+        }
+    }
+}
+
+/// Told once when a streamed response body is over: with the connection if
+/// it can be reused, `None` if it must be closed.
+pub trait Finish {
+    fn finish(self, conn: Option<Conn>);
+}
+
+enum BodyState {
+    Length(u64),
+    Chunked(Dechunk),
+    Close,
+}
+
+/// A response body still arriving on its connection; gives the connection
+/// back through `F` at a clean end. Dropped early (the client went away),
+/// the connection is closed: its state is unknown.
+pub struct ResponseBody<F: Finish> {
+    conn: Option<Conn>,
+    state: BodyState,
+    keep_alive: bool,
+    done: Option<F>,
+}
+
+impl<F: Finish> ResponseBody<F> {
+    pub fn new(conn: Conn, framing: Framing, keep_alive: bool, done: F) -> Self {
+        let state = match framing {
+            Framing::Length(n) => BodyState::Length(n),
+            Framing::Chunked => BodyState::Chunked(Dechunk::default()),
+            Framing::None => BodyState::Length(0),
+            Framing::Close => BodyState::Close,
+        };
+        ResponseBody {
+            conn: Some(conn),
+            state,
+            keep_alive: keep_alive && framing != Framing::Close,
+            done: Some(done),
+        }
+    }
+
+    fn end(&mut self, clean: bool) {
+        let conn = self.conn.take();
+        if let Some(d) = self.done.take() {
+            let reuse = clean && self.keep_alive && conn.as_ref().is_some_and(Conn::is_clean);
+            d.finish(if reuse { conn } else { None });
+        }
+    }
+}
+
+impl<F: Finish + Unpin> http_body::Body for ResponseBody<F> {
+    type Data = Bytes;
+    type Error = ClientError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ClientError>>> {
+        let this = self.get_mut();
+        loop {
+            let Some(conn) = this.conn.as_mut() else {
+                return Poll::Ready(None);
+            };
+            // First whatever is buffered.
+            match &mut this.state {
+                BodyState::Length(0) => {
+                    this.end(true);
+                    return Poll::Ready(None);
+                }
+                BodyState::Length(left) => {
+                    if !conn.buf.is_empty() {
+                        let n = (*left).min(conn.buf.len() as u64) as usize;
+                        *left -= n as u64;
+                        let data = conn.buf.split_to(n).freeze();
+                        if *left == 0 {
+                            this.end(true);
+                        }
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                }
+                BodyState::Chunked(d) => match d.decode(&mut conn.buf) {
+                    Ok(Some(f)) => {
+                        if d.is_done() {
+                            this.end(true);
+                        }
+                        return Poll::Ready(Some(Ok(f)));
+                    }
+                    Ok(None) if d.is_done() => {
+                        this.end(true);
+                        return Poll::Ready(None);
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        this.end(false);
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                },
+                BodyState::Close => {
+                    if !conn.buf.is_empty() {
+                        let data = conn.buf.split().freeze();
+                        return Poll::Ready(Some(Ok(Frame::data(data))));
+                    }
+                }
+            }
+            // Then more from the upstream.
+            match std::task::ready!(conn.poll_fill(cx)) {
+                Ok(0) => {
+                    let complete = matches!(this.state, BodyState::Close);
+                    this.end(false);
+                    return Poll::Ready(if complete {
+                        None
+                    } else {
+                        Some(Err(ClientError::Truncated))
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    this.end(false);
+                    return Poll::Ready(Some(Err(ClientError::Read(e))));
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.conn.is_none() || matches!(self.state, BodyState::Length(0))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.state {
+            BodyState::Length(n) => SizeHint::with_exact(n),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+impl<F: Finish> Drop for ResponseBody<F> {
+    fn drop(&mut self) {
+        if self.done.is_some() {
+            self.end(false);
+        }
+    }
+}
+
+/// What decoding one upstream response came to, for [`check_response`].
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// The head never completed.
+    Incomplete,
+    HeadError,
+    Response {
+        status: u16,
+        fields: usize,
+        framing: Framing,
+        keep_alive: bool,
+        body: Vec<u8>,
+        trailers: usize,
+        /// `None`: the body wants more bytes; `Some(false)`: malformed.
+        ended: Option<bool>,
+    },
+}
+
+/// Decodes `input` as an upstream's response to a GET, fed `step` bytes at
+/// a time, the way [`Conn::read_head`] and [`ResponseBody`] read it.
+fn decode_in_steps(input: &[u8], step: usize) -> Outcome {
+    let mut buf = BytesMut::new();
+    let mut fed = 0;
+    let mut feed = |buf: &mut BytesMut| -> bool {
+        if fed >= input.len() {
+            return false;
+        }
+        let end = (fed + step).min(input.len());
+        buf.extend_from_slice(&input[fed..end]);
+        fed = end;
+        true
+    };
+    let (parts, framing, keep_alive) = loop {
+        match parse_head(&mut buf, false) {
+            Ok(Some(Parsed::Final(h))) => break (h.parts, h.framing, h.keep_alive),
+            Ok(Some(Parsed::Interim)) => continue,
+            Ok(None) => {
+                if !feed(&mut buf) {
+                    return Outcome::Incomplete;
+                }
+            }
+            Err(_) => return Outcome::HeadError,
+        }
+    };
+    let mut body = Vec::new();
+    let mut trailers = 0;
+    let ended = match framing {
+        Framing::None => Some(true),
+        Framing::Length(n) => loop {
+            let take = (n as usize - body.len()).min(buf.len());
+            body.extend_from_slice(&buf.split_to(take));
+            if body.len() as u64 == n {
+                break Some(true);
+            }
+            if !feed(&mut buf) {
+                break None;
+            }
+        },
+        Framing::Close => {
+            while feed(&mut buf) {}
+            body.extend_from_slice(&buf.split());
+            Some(true)
+        }
+        Framing::Chunked => {
+            let mut d = Dechunk::default();
+            loop {
+                match d.decode(&mut buf) {
+                    Ok(Some(f)) => match f.into_data() {
+                        Ok(b) => body.extend_from_slice(&b),
+                        Err(f) => trailers = f.into_trailers().map_or(0, |t| t.len()),
+                    },
+                    Ok(None) if d.is_done() => break Some(true),
+                    Ok(None) => {
+                        if !feed(&mut buf) {
+                            break None;
+                        }
+                    }
+                    Err(_) => break Some(false),
+                }
+            }
+        }
+    };
+    Outcome::Response {
+        status: parts.status.as_u16(),
+        fields: parts.headers.len(),
+        framing,
+        keep_alive,
+        body,
+        trailers,
+        ended,
+    }
+}
+
+/// The property the fuzzers check (`h1_response` under cargo-fuzz, and the
+/// seeded mutation test): decoding an upstream's bytes never panics, never
+/// yields more body than was sent or than Content-Length says, and comes to
+/// the same result however the bytes are split across reads.
+#[doc(hidden)]
+pub fn check_response(input: &[u8], step: usize) {
+    let whole = decode_in_steps(input, input.len().max(1));
+    let split = decode_in_steps(input, step.max(1));
+    assert_eq!(
+        whole, split,
+        "the result depends on how the reads are split"
+    );
+    if let Outcome::Response { framing, body, .. } = &whole {
+        assert!(body.len() <= input.len());
+        if let Framing::Length(n) = framing {
+            assert!(body.len() as u64 <= *n);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,579 @@
+use super::*;
+
+fn head_of(
+    raw: &[u8],
+    head_request: bool,
+) -> Result<(http::response::Parts, Framing, bool), ClientError> {
+    let mut buf = BytesMut::from(raw);
+    loop {
+        match parse_head(&mut buf, head_request)? {
+            Some(Parsed::Interim) => continue,
+            Some(Parsed::Final(h)) => return Ok((h.parts, h.framing, h.keep_alive)),
+            None => panic!("incomplete head"),
+        }
+    }
+}
+
+fn hop_by_hop_in(raw: &[u8]) -> bool {
+    match parse_head(&mut BytesMut::from(raw), false) {
+        Ok(Some(Parsed::Final(h))) => h.hop_by_hop,
+        _ => panic!("not a final head"),
+    }
+}
+
+#[test]
+fn field_names_mean_the_same_however_spelled_and_remembered() {
+    // The same name in three spellings, each remembered apart: every one
+    // frames the body and lands in the map under its lower-case name.
+    for _ in 0..2 {
+        for name in ["Content-Length", "CONTENT-LENGTH", "content-length"] {
+            let raw = format!("HTTP/1.1 200 OK\r\n{name}: 3\r\nX-Up: 1\r\n\r\nabc");
+            let (p, framing, keep) = head_of(raw.as_bytes(), false).unwrap();
+            assert_eq!(framing, Framing::Length(3), "{name}");
+            assert!(keep);
+            assert_eq!(p.headers["content-length"], "3");
+            assert_eq!(p.headers["x-up"], "1");
+        }
+    }
+    // Hop-by-hop fields are noticed in any spelling, and only they.
+    for (field, hop) in [
+        ("Keep-Alive: timeout=5", true),
+        ("PROXY-CONNECTION: keep-alive", true),
+        ("connection: close", true),
+        ("Upgrade: h2c", true),
+        ("Proxy-Authenticate: Basic", true),
+        ("Te: trailers", true),
+        ("Keep-Alives: 1", false),
+        ("Content-Type: text/plain", false),
+    ] {
+        let raw = format!("HTTP/1.1 200 OK\r\n{field}\r\ncontent-length: 0\r\n\r\n");
+        assert_eq!(hop_by_hop_in(raw.as_bytes()), hop, "{field}");
+    }
+    // Ever new names: each one still right, and the worker keeps a bounded
+    // number of them.
+    for i in 0..3 * NAMES_KEPT {
+        let raw = format!("HTTP/1.1 204 No Content\r\nX-Field-{i}: v\r\n\r\n");
+        let (p, ..) = head_of(raw.as_bytes(), false).unwrap();
+        assert_eq!(p.headers[format!("x-field-{i}").as_str()], "v");
+    }
+    NAMES.with_borrow(|n| assert_eq!(n.known.len(), NAMES_KEPT));
+    // A name that is not a token never gets as far (httparse refuses it).
+    assert!(head_of(b"HTTP/1.1 200 OK\r\nBad Name: 1\r\n\r\n", false).is_err());
+}
+
+#[test]
+fn request_head_is_encoded_like_hypers() {
+    let mut h = HeaderMap::new();
+    h.insert(header::HOST, HeaderValue::from_static("client.example"));
+    h.append("X-Forwarded-For", HeaderValue::from_static("10.0.0.1"));
+    h.append(header::ACCEPT, HeaderValue::from_static("*/*"));
+    h.append(header::ACCEPT, HeaderValue::from_static("text/html"));
+    let host = HeaderValue::from_static("up:8080");
+    let head = |method, fields: &HeaderMap| {
+        let mut out = Vec::new();
+        RequestHead {
+            method,
+            target: "/a?b=1",
+            host: &host,
+            fields: fields.iter().map(|(n, v)| (n, v.as_bytes())),
+        }
+        .encode(
+            &mut out,
+            if method == Method::POST {
+                Some(3)
+            } else {
+                None
+            },
+        );
+        String::from_utf8(out).unwrap()
+    };
+    assert_eq!(
+        head(&Method::POST, &h),
+        "POST /a?b=1 HTTP/1.1\r\nhost: up:8080\r\nx-forwarded-for: 10.0.0.1\r\naccept: */*\r\naccept: text/html\r\ncontent-length: 3\r\n\r\n"
+    );
+    // A Content-Length already there is not repeated; no body, none added.
+    let mut h2 = h.clone();
+    h2.insert(header::CONTENT_LENGTH, HeaderValue::from_static("3"));
+    assert_eq!(
+        head(&Method::POST, &h2).matches("content-length").count(),
+        1
+    );
+    let out = head(&Method::GET, &HeaderMap::new());
+    assert_eq!(out, "GET /a?b=1 HTTP/1.1\r\nhost: up:8080\r\n\r\n");
+}
+
+#[test]
+fn response_framing_follows_rfc_9112() {
+    let (p, f, k) = head_of(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: b\r\n\r\n",
+        false,
+    )
+    .unwrap();
+    assert_eq!((p.status, f, k), (StatusCode::OK, Framing::Length(5), true));
+    assert_eq!(p.headers["x-a"], "b");
+    assert!(p.extensions.get::<hyper::ext::ReasonPhrase>().is_none());
+    // HEAD, 204 and 304 have no body whatever they say.
+    let (_, f, _) = head_of(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true).unwrap();
+    assert_eq!(f, Framing::None);
+    let (_, f, _) = head_of(
+        b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+        false,
+    )
+    .unwrap();
+    assert_eq!(f, Framing::None);
+    let (_, f, _) = head_of(b"HTTP/1.1 204 No Content\r\n\r\n", false).unwrap();
+    assert_eq!(f, Framing::None);
+    // Chunked wins over Content-Length, and the connection is not reused.
+    let (_, f, k) = head_of(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        false,
+    )
+    .unwrap();
+    assert_eq!((f, k), (Framing::Chunked, true));
+    let (_, f, k) = head_of(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        false,
+    )
+    .unwrap();
+    assert_eq!((f, k), (Framing::Chunked, false));
+    let (_, f, k) = head_of(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false).unwrap();
+    assert_eq!((f, k), (Framing::Close, false));
+    // No length: until close.
+    let (_, f, k) = head_of(b"HTTP/1.1 200 OK\r\n\r\n", false).unwrap();
+    assert_eq!((f, k), (Framing::Close, false));
+    // Equal repeated lengths are one length; different ones are an error.
+    let (_, f, _) = head_of(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 7, 7\r\nContent-Length: 7\r\n\r\n",
+        false,
+    )
+    .unwrap();
+    assert_eq!(f, Framing::Length(7));
+    for bad in [
+        &b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nContent-Length: 8\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: +1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\n",
+    ] {
+        assert!(
+            matches!(head_of(bad, false), Err(ClientError::BadLength)),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    // Keep-alive: 1.1 unless close; 1.0 only when asked.
+    let (_, _, k) = head_of(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        false,
+    )
+    .unwrap();
+    assert!(!k);
+    let (p, _, k) = head_of(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", false).unwrap();
+    assert!(!k);
+    assert_eq!(p.version, Version::HTTP_10);
+    let (_, _, k) = head_of(
+        b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\nConnection: Keep-Alive\r\n\r\n",
+        false,
+    )
+    .unwrap();
+    assert!(k);
+}
+
+#[test]
+fn interim_responses_are_skipped_and_101_refused() {
+    let raw = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 Fine\r\nContent-Length: 2\r\n\r\nok";
+    let mut buf = BytesMut::from(&raw[..]);
+    let mut seen = 0;
+    let (p, f) = loop {
+        match parse_head(&mut buf, false).unwrap() {
+            Some(Parsed::Interim) => seen += 1,
+            Some(Parsed::Final(h)) => break (h.parts, h.framing),
+            None => panic!("incomplete"),
+        }
+    };
+    assert_eq!(seen, 2);
+    assert_eq!((p.status, f), (StatusCode::OK, Framing::Length(2)));
+    assert_eq!(&buf[..], b"ok");
+    // A reason that is not the standard one is kept, as hyper's client does.
+    assert_eq!(
+        p.extensions
+            .get::<hyper::ext::ReasonPhrase>()
+            .unwrap()
+            .as_bytes(),
+        b"Fine"
+    );
+    assert!(matches!(
+        head_of(b"HTTP/1.1 101 Switching Protocols\r\n\r\n", false),
+        Err(ClientError::UnexpectedSwitch)
+    ));
+    // An empty reason, and an empty value (found by the mutation test: an
+    // empty slice need not point into the buffer).
+    for raw in [
+        &b"HTTP/1.1 200 \r\nContent-Length: 0\r\n\r\n"[..],
+        b"HTTP/1.1 200\r\nX-Empty:\r\nContent-Length: 0\r\n\r\n",
+    ] {
+        let (p, f, _) = head_of(raw, false).unwrap();
+        assert_eq!((p.status, f), (StatusCode::OK, Framing::Length(0)));
+    }
+    assert!(matches!(
+        head_of(b"HTTP/1.1 2000 OK\r\n\r\n", false),
+        Err(ClientError::BadHead(_))
+    ));
+}
+
+#[test]
+fn an_incomplete_head_asks_for_more_at_every_split() {
+    let raw = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nabc";
+    let head_len = raw.len() - 3;
+    for cut in 1..head_len {
+        let mut buf = BytesMut::from(&raw[..cut]);
+        assert!(
+            parse_head(&mut buf, false).unwrap().is_none(),
+            "cut at {cut}"
+        );
+        assert_eq!(buf.len(), cut);
+    }
+}
+
+fn dechunk_all(input: &[u8], step: usize) -> Result<(Vec<u8>, Option<HeaderMap>), ClientError> {
+    let mut d = Dechunk::default();
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    let mut trailers = None;
+    let mut fed = 0;
+    loop {
+        match d.decode(&mut buf)? {
+            Some(f) => match f.into_data() {
+                Ok(b) => out.extend_from_slice(&b),
+                Err(f) => trailers = f.into_trailers().ok(),
+            },
+            None if d.is_done() => return Ok((out, trailers)),
+            None => {
+                if fed >= input.len() {
+                    panic!("decoder wants more after all {} bytes", input.len());
+                }
+                let end = (fed + step).min(input.len());
+                buf.extend_from_slice(&input[fed..end]);
+                fed = end;
+            }
+        }
+    }
+}
+
+#[test]
+fn chunked_bodies_decode_whatever_the_read_boundaries() {
+    let input = b"5\r\nhello\r\n1;ext=\"x\"\r\n \r\nA \r\n0123456789\r\n0\r\nX-Sum: abc\r\nX-Two: 2\r\n\r\n";
+    for step in 1..input.len() {
+        let (body, trailers) = dechunk_all(input, step).unwrap();
+        assert_eq!(body, b"hello 0123456789", "step {step}");
+        let t = trailers.expect("trailers");
+        assert_eq!(t["x-sum"], "abc");
+        assert_eq!(t["x-two"], "2");
+    }
+    let (body, trailers) = dechunk_all(b"0\r\n\r\n", 1).unwrap();
+    assert!(body.is_empty() && trailers.is_none());
+}
+
+#[test]
+fn malformed_chunked_bodies_are_errors() {
+    for bad in [
+        &b"x\r\n"[..],
+        b"5\r\nhelloXX",
+        b"-5\r\n",
+        b"11111111111111111\r\n",
+        b"5 x\r\n",
+        b"\r\n",
+        b"0\r\nbad trailer\r\n\r\n",
+    ] {
+        assert!(
+            dechunk_all(bad, bad.len()).is_err(),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
+
+struct Told(std::sync::Arc<std::sync::Mutex<Option<bool>>>);
+
+impl Finish for Told {
+    fn finish(self, conn: Option<Conn>) {
+        *self.0.lock().unwrap() = Some(conn.is_some());
+    }
+}
+
+async fn collect<F: Finish + Unpin>(b: ResponseBody<F>) -> Result<Vec<u8>, ClientError> {
+    use http_body_util::BodyExt;
+    let c = b.collect().await?;
+    Ok(c.to_bytes().to_vec())
+}
+
+type Outcome = std::sync::Arc<std::sync::Mutex<Option<bool>>>;
+
+/// A response body whose upstream has sent `sent` (and closed, unless it is
+/// handed back to send more), with what its `Finish` was told.
+async fn body_after(
+    sent: &[u8],
+) -> (
+    ResponseBody<Told>,
+    Outcome,
+    Framing,
+    tokio::io::DuplexStream,
+) {
+    use tokio::io::AsyncWriteExt;
+    let (ours, mut theirs) = tokio::io::duplex(64);
+    let told = Outcome::default();
+    let mut conn = Conn::new(Box::new(ours));
+    theirs.write_all(sent).await.unwrap();
+    let head = conn.read_head(false).await.unwrap();
+    let framing = head.framing;
+    assert!(conn.take_buffered(framing).is_none());
+    let body = ResponseBody::new(conn, framing, head.keep_alive, Told(told.clone()));
+    (body, told, framing, theirs)
+}
+
+#[tokio::test]
+async fn bodies_stream_and_give_the_connection_back_only_when_clean() {
+    use tokio::io::AsyncWriteExt;
+    // Content-Length over several writes: the connection is reused.
+    let (body, told, framing, mut theirs) =
+        body_after(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n01234").await;
+    assert_eq!(framing, Framing::Length(10));
+    let w = tokio::spawn(async move {
+        theirs.write_all(b"56789").await.unwrap();
+        theirs
+    });
+    assert_eq!(collect(body).await.unwrap(), b"0123456789");
+    assert_eq!(*told.lock().unwrap(), Some(true));
+    let _theirs = w.await.unwrap();
+
+    // Until close: the body ends at the close, and the connection with it.
+    let (body, told, _, theirs) = body_after(b"HTTP/1.1 200 OK\r\n\r\nall of it").await;
+    drop(theirs);
+    assert_eq!(collect(body).await.unwrap(), b"all of it");
+    assert_eq!(*told.lock().unwrap(), Some(false));
+
+    // Cut short: an error, and the connection is not reused.
+    let (body, told, _, theirs) =
+        body_after(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab").await;
+    drop(theirs);
+    assert!(matches!(collect(body).await, Err(ClientError::Truncated)));
+    assert_eq!(*told.lock().unwrap(), Some(false));
+
+    // Dropped before its end (the client left): closed, not pooled.
+    let (body, told, _, _theirs) =
+        body_after(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nab").await;
+    drop(body);
+    assert_eq!(*told.lock().unwrap(), Some(false));
+}
+
+#[tokio::test]
+async fn a_closed_idle_connection_is_noticed() {
+    let (ours, theirs) = tokio::io::duplex(64);
+    let mut conn = Conn::new(Box::new(ours));
+    assert!(conn.is_idle_and_open());
+    drop(theirs);
+    assert!(!conn.is_idle_and_open());
+    // Nothing came back at all.
+    let (ours, theirs) = tokio::io::duplex(64);
+    let mut conn = Conn::new(Box::new(ours));
+    drop(theirs);
+    let e = conn.read_head(false).await.unwrap_err();
+    assert!(matches!(e, ClientError::Closed) && e.is_closed_before_response());
+}
+
+/// Deterministic fuzzing of the response side (the same property as the
+/// `h1_response` cargo-fuzz target): mutated and cut responses never panic,
+/// never yield more body than sent or declared, and decode the same however
+/// the reads are split.
+#[test]
+fn responses_hold_up_under_mutation() {
+    let seeds: [&[u8]; 6] = [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;a=b\r\nhello\r\n0\r\nX-T: 1\r\n\r\n",
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",
+        b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\nuntil close",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3, 3\r\nTransfer-Encoding: gzip, chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n",
+    ];
+    let alphabet = b" \t\r\n:;,0123456789abcdefABCDEFHTPkx\x00\x7f\xff";
+    let mut rng = fastrand::Rng::with_seed(0x5eed_2222);
+    for _ in 0..30_000 {
+        let input = weir_http::test_support::mutated(&mut rng, &seeds, alphabet);
+        check_response(&input, rng.usize(1..16));
+    }
+}
+
+/// The connection's response timer gives every exchange its whole limit,
+/// counted from its own start, after the timer fired while the connection
+/// was idle and when a later limit is shorter than the one it is armed for.
+#[tokio::test(start_paused = true)]
+async fn the_response_timer_times_each_exchange_from_its_start() {
+    use std::time::Duration;
+    use tokio::time::{Instant, sleep};
+    let ms = Duration::from_millis;
+    let mut t = Deadline::new();
+    assert_eq!(
+        t.within(ms(100), std::pin::pin!(sleep(ms(60)))).await,
+        Some(())
+    );
+    // Idle past the first deadline: the timer fires with no one waiting.
+    sleep(ms(500)).await;
+    assert_eq!(
+        t.within(ms(100), std::pin::pin!(sleep(ms(90)))).await,
+        Some(())
+    );
+    assert_eq!(
+        t.within(ms(100), std::pin::pin!(sleep(ms(99)))).await,
+        Some(())
+    );
+    let start = Instant::now();
+    assert_eq!(
+        t.within(ms(100), std::pin::pin!(sleep(ms(150)))).await,
+        None
+    );
+    assert_eq!(start.elapsed(), ms(100));
+    // A longer limit, then a shorter one than the timer is armed for.
+    assert_eq!(
+        t.within(ms(10_000), std::pin::pin!(sleep(ms(5)))).await,
+        Some(())
+    );
+    let start = Instant::now();
+    assert_eq!(
+        t.within(ms(50), std::pin::pin!(std::future::pending::<()>()))
+            .await,
+        None
+    );
+    assert_eq!(start.elapsed(), ms(50));
+}
+
+mod deadline {
+    use super::super::Deadline;
+    use std::time::Duration;
+    use tokio::time::{Instant, sleep};
+
+    /// A timer that never wakes its task would hang the test: fail instead.
+    async fn bounded<T>(f: impl Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(60), f)
+            .await
+            .expect("the timer did not wake the waiting task")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_in_time_is_returned() {
+        let mut d = Deadline::new();
+        let got = d
+            .within(
+                Duration::from_secs(5),
+                std::pin::pin!(async {
+                    sleep(Duration::from_secs(1)).await;
+                    7
+                }),
+            )
+            .await;
+        assert_eq!(got, Some(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_runs_out_at_the_limit() {
+        let mut d = Deadline::new();
+        let start = Instant::now();
+        let got = bounded(d.within(
+            Duration::from_secs(3),
+            std::pin::pin!(std::future::pending::<()>()),
+        ))
+        .await;
+        assert_eq!(got, None);
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    /// The timer armed for an earlier exchange fires during a later one
+    /// with a later deadline: it is moved on, not taken as the end.
+    #[tokio::test(start_paused = true)]
+    async fn an_earlier_exchanges_deadline_does_not_cut_a_later_one_short() {
+        let mut d = Deadline::new();
+        assert_eq!(
+            d.within(Duration::from_secs(2), std::pin::pin!(async { 1 }))
+                .await,
+            Some(1)
+        );
+        sleep(Duration::from_secs(1)).await;
+        // Deadline now + 5 s; the timer is still armed for the first one's
+        // (1 s from now).
+        let start = Instant::now();
+        let got = bounded(d.within(
+            Duration::from_secs(5),
+            std::pin::pin!(async {
+                sleep(Duration::from_secs(4)).await;
+                2
+            }),
+        ))
+        .await;
+        assert_eq!(got, Some(2));
+        assert_eq!(start.elapsed(), Duration::from_secs(4));
+        // And the next one still times out on time.
+        let start = Instant::now();
+        let got = bounded(d.within(
+            Duration::from_secs(3),
+            std::pin::pin!(std::future::pending::<()>()),
+        ))
+        .await;
+        assert_eq!(got, None);
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    /// One connection serves requests from different tasks: the timer must
+    /// wake the task waiting now, not the one that used it before.
+    #[tokio::test(start_paused = true)]
+    async fn the_timer_wakes_the_task_that_waits_now() {
+        let d = Deadline::new();
+        let d = tokio::spawn(async move {
+            let mut d = d;
+            assert_eq!(
+                d.within(Duration::from_secs(1), std::pin::pin!(async { 1 }))
+                    .await,
+                Some(1)
+            );
+            d
+        })
+        .await
+        .unwrap();
+        let start = Instant::now();
+        let waiting = tokio::spawn(async move {
+            let mut d = d;
+            let got = d
+                .within(
+                    Duration::from_secs(2),
+                    std::pin::pin!(std::future::pending::<()>()),
+                )
+                .await;
+            (got, d)
+        });
+        let (got, _) = bounded(waiting).await.unwrap();
+        assert_eq!(got, None);
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+    }
+
+    /// A request dropped mid-way (its client went away) leaves the
+    /// connection's timer usable by the next one.
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_exchange_leaves_the_timer_working() {
+        let mut d = Deadline::new();
+        let cut = tokio::time::timeout(
+            Duration::from_millis(500),
+            d.within(
+                Duration::from_secs(10),
+                std::pin::pin!(std::future::pending::<()>()),
+            ),
+        )
+        .await;
+        assert!(cut.is_err());
+        let start = Instant::now();
+        let got = bounded(d.within(
+            Duration::from_secs(1),
+            std::pin::pin!(std::future::pending::<()>()),
+        ))
+        .await;
+        assert_eq!(got, None);
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+    }
+}

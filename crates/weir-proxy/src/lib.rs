@@ -1,0 +1,1290 @@
+//! The reverse proxy: one [`Proxy`] per `proxy = { ... }` in the config.
+//! [`Proxy::serve`] walks a request through named steps:
+//! `check_smuggling` → forwarding headers (`forward`) → `pick` (balancer,
+//! health, sticky cookie) → `admit` (max_conns and queue) → `sender`
+//! (pooled or new connection, `pool`) → send with the response timeout
+//! (`send_own` through weir's own HTTP/1.1 client, `h1_client`, when the
+//! body is in memory; `send` through hyper's otherwise) →
+//! on failure `may_retry` decides → `respond` (hop-by-hop removal, Via, the
+//! body streamed back, the connection returned to the pool at its end).
+//!
+//! Every failure becomes a [`ProxyError`], and [`Proxy::fail`] is the one
+//! place that maps it to 502/503/504 and logs the upstream and the reason.
+//! Never buffers a body beyond `retry_body_size`; never retries a request
+//! whose streamed body has been sent; never shares mutable state between
+//! worker threads on the request path except a few atomics per upstream.
+
+pub mod balance;
+pub mod dns;
+pub mod early_response;
+pub mod forward;
+pub mod h1_client;
+pub mod health;
+pub mod pool;
+pub mod proxy_protocol;
+pub mod upgrade;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Frame;
+use hyper::body::Incoming;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use balance::{Balancer, Candidate, hash_parts};
+use forward::{ClientAddr, Forwarding, UpstreamFields};
+use pool::Sender;
+use weir_config::proxy::{Balance, HashKey, HostHeader, ProxyConfig, UpstreamConfig};
+use weir_http::body::{Body, BodyError};
+use weir_http::conn::ConnInfo;
+
+/// Why a request could not be proxied.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("no upstream is available (all down or excluded)")]
+    NoneAvailable,
+    #[error("the upstream's queue is full")]
+    QueueFull,
+    #[error("no free connection slot within {0:?} in the queue")]
+    QueueTimeout(Duration),
+    #[error("cannot resolve: {0}")]
+    Resolve(std::io::Error),
+    #[error("cannot connect: {0}")]
+    Connect(std::io::Error),
+    #[error("connect timed out after {0:?}")]
+    ConnectTimeout(Duration),
+    #[error("TLS: {0}")]
+    Tls(std::io::Error),
+    #[error("HTTP handshake: {0}")]
+    Handshake(hyper::Error),
+    #[error("{0}")]
+    Upstream(hyper::Error),
+    #[error("{0}")]
+    Client(#[from] h1_client::ClientError),
+    #[error("no response head within {0:?}")]
+    ResponseTimeout(Duration),
+    #[error("reading the request body: {0}")]
+    ClientBody(BodyError),
+    #[error("request smuggling attempt: {0}")]
+    Smuggling(#[from] forward::Smuggling),
+    #[error("answered {0} to a WebSocket upgrade instead of 101 Switching Protocols")]
+    NotSwitched(StatusCode),
+}
+
+impl ProxyError {
+    /// The one mapping from a proxy failure to the client's status.
+    pub fn status(&self) -> StatusCode {
+        use ProxyError as E;
+        match self {
+            E::NoneAvailable | E::QueueFull | E::QueueTimeout(_) => StatusCode::SERVICE_UNAVAILABLE,
+            E::ConnectTimeout(_) | E::ResponseTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            E::Resolve(_)
+            | E::Connect(_)
+            | E::Tls(_)
+            | E::Handshake(_)
+            | E::Upstream(_)
+            | E::Client(_)
+            | E::NotSwitched(_) => StatusCode::BAD_GATEWAY,
+            E::ClientBody(_) | E::Smuggling(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    fn client_text(&self) -> &'static str {
+        use ProxyError as E;
+        match self {
+            E::NoneAvailable => "503 Service Unavailable: no upstream server is available\n",
+            E::QueueFull | E::QueueTimeout(_) => {
+                "503 Service Unavailable: the upstream servers are busy\n"
+            }
+            E::ConnectTimeout(_) | E::ResponseTimeout(_) => {
+                "504 Gateway Timeout: the upstream server did not answer in time\n"
+            }
+            E::ClientBody(_) | E::Smuggling(_) => "400 Bad Request\n",
+            _ => "502 Bad Gateway: the upstream server failed\n",
+        }
+    }
+}
+
+/// How a failed attempt ended, for the retry decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// No connection: nothing was sent.
+    Connect,
+    /// The connection was gone before the request was written; hyper gave
+    /// the request back intact.
+    NotSent,
+    /// A pooled connection the upstream had already closed: the request
+    /// (idempotent, its body in memory) reached no one. Retried without
+    /// using up a retry, since the upstream was never asked; bounded by the
+    /// pooled connections, as a new one never fails this way.
+    Stale,
+    /// The request (or part of it) went out; no response byte came back.
+    AfterSend,
+    /// The response did not come within the timeout.
+    Timeout,
+    /// The client's own request body failed (aborted, bad chunking).
+    Client,
+}
+
+/// Whether another upstream may be tried. `attempt` counts retries so far.
+pub fn may_retry(
+    f: Failure,
+    idempotent: bool,
+    body_replayable: bool,
+    attempt: u32,
+    retries: u32,
+) -> bool {
+    match f {
+        Failure::Stale => true,
+        _ if attempt >= retries => false,
+        Failure::Connect | Failure::NotSent => true,
+        Failure::AfterSend => idempotent && body_replayable,
+        Failure::Timeout | Failure::Client => false,
+    }
+}
+
+static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// One balancer per proxy per worker thread.
+    static BALANCERS: RefCell<HashMap<usize, Balancer>> = RefCell::new(HashMap::new());
+}
+
+/// One upstream's run-time state, shared by the workers.
+pub struct Upstream {
+    pub cfg: UpstreamConfig,
+    pub health: health::Shared,
+    /// Requests in flight.
+    active: AtomicU32,
+    limit: Option<Arc<Semaphore>>,
+    queued: AtomicUsize,
+    host: HeaderValue,
+    /// The sticky-cookie value naming this upstream (stable across restarts).
+    sticky: String,
+}
+
+/// A running proxy handler.
+pub struct Proxy {
+    id: usize,
+    pub cfg: Arc<ProxyConfig>,
+    ups: Vec<Arc<Upstream>>,
+    tls: Option<tokio_rustls::TlsConnector>,
+    tls_h2: Option<tokio_rustls::TlsConnector>,
+    /// HTTP/1.1 upstream connections through weir's own client
+    /// (`h1_client`) where it applies; `false`: always hyper's.
+    own_h1: bool,
+}
+
+/// A request body that can be sent again when it was small enough to keep.
+enum Replay {
+    Empty,
+    Full(Bytes),
+    Stream(Option<Body>),
+}
+
+impl Replay {
+    fn take(&mut self) -> Body {
+        match self {
+            Replay::Empty => Body::empty(),
+            Replay::Full(b) => Body::full(b.clone()),
+            Replay::Stream(b) => b.take().unwrap_or_default(),
+        }
+    }
+
+    fn replayable(&self) -> bool {
+        !matches!(self, Replay::Stream(_))
+    }
+}
+
+impl Proxy {
+    /// `own_h1`: use weir's own HTTP/1.1 client where it applies (the
+    /// `server.http1 = "fast"` default); `false`: hyper's for every request.
+    pub fn new(cfg: Arc<ProxyConfig>, own_h1: bool) -> Arc<Proxy> {
+        let ups = cfg
+            .upstreams
+            .iter()
+            .map(|u| {
+                let host = match &cfg.host {
+                    HostHeader::Fixed(h) => HeaderValue::from_str(h),
+                    _ => HeaderValue::from_str(&u.authority()),
+                }
+                .unwrap_or(HeaderValue::from_static("localhost"));
+                Arc::new(Upstream {
+                    cfg: u.clone(),
+                    health: health::Shared::default(),
+                    active: AtomicU32::new(0),
+                    limit: (cfg.max_conns > 0).then(|| Arc::new(Semaphore::new(cfg.max_conns))),
+                    queued: AtomicUsize::new(0),
+                    host,
+                    sticky: format!("{:016x}", hash_parts(&[u.name.as_bytes()])),
+                })
+            })
+            .collect();
+        let any_tls = cfg.upstreams.iter().any(|u| u.scheme.is_tls());
+        let p = Arc::new(Proxy {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            tls: any_tls.then(|| pool::tls_connector(cfg.tls_verify, false)),
+            tls_h2: any_tls.then(|| pool::tls_connector(cfg.tls_verify, true)),
+            cfg,
+            ups,
+            own_h1,
+        });
+        if p.cfg.health.is_some() {
+            spawn_health_checks(p.clone());
+        }
+        p
+    }
+
+    /// Upstreams and their state (for tests and the admin API).
+    pub fn upstreams(&self) -> &[Arc<Upstream>] {
+        &self.ups
+    }
+
+    /// Proxies one request. `path` is the path to send when a route rewrote it.
+    pub async fn serve(
+        &self,
+        parts: &mut http::request::Parts,
+        body: Body,
+        conn: &ConnInfo,
+        path: Option<&str>,
+    ) -> Response<Body> {
+        if let Err(e) = forward::check_smuggling(parts.version, &parts.headers) {
+            let mut r = self.fail(parts, None, e.into());
+            r.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return r;
+        }
+        if upgrade::is_upgrade(parts) {
+            return Box::pin(upgrade::serve(self, parts, body, conn, path)).await;
+        }
+        if parts.method == Method::CONNECT {
+            return Box::pin(upgrade::serve_connect(self, parts, conn, path)).await;
+        }
+        let client = ClientAddr {
+            peer: conn.peer.ip(),
+            trusted: &self.cfg.trusted_proxies,
+        };
+        let client_ip = client.resolve(&parts.headers);
+        let fields = self.upstream_fields(parts, conn, client, false);
+        let pq = path_and_query(parts, path);
+        let key = self.hash_key(parts, client_ip);
+        let sticky = self.sticky_choice(&parts.headers);
+        let idempotent = matches!(
+            parts.method,
+            Method::GET
+                | Method::HEAD
+                | Method::OPTIONS
+                | Method::TRACE
+                | Method::PUT
+                | Method::DELETE
+        );
+
+        // The three awaits before the exchange (the body, a queue slot, a
+        // connection) usually finish at once. Each is boxed on its slow path
+        // only: kept in this future, their states made every request's
+        // future 3.4 KiB, allocated and copied per request (BENCHMARKS.md
+        // §6 "Smaller request futures").
+        let mut body = if http_body::Body::is_end_stream(&body) {
+            Replay::Empty
+        } else {
+            match Box::pin(self.replayable_body(parts, body)).await {
+                Ok(b) => b,
+                Err(e) => return self.fail(parts, None, e),
+            }
+        };
+
+        let mut tried: Vec<usize> = Vec::new();
+        let mut attempt = 0u32;
+        // The failure that sent this request on to another upstream: when
+        // none is left, the client and the log get it (a 502 "cannot
+        // connect" naming the upstream), not "no upstream is available".
+        let mut last: Option<(usize, ProxyError)> = None;
+        loop {
+            let Some(idx) = self.pick(key, sticky, &tried) else {
+                return match last {
+                    Some((i, e)) => self.fail(parts, Some(&self.ups[i]), e),
+                    None => self.fail(parts, None, ProxyError::NoneAvailable),
+                };
+            };
+            let up = &self.ups[idx];
+            if let Some((i, e)) = &last {
+                tracing::info!(
+                    "proxy: {}: {e}; retrying on {}",
+                    self.ups[*i].cfg.name,
+                    up.cfg.name
+                );
+            }
+            let permit = if up.limit.is_none() {
+                None
+            } else {
+                match Box::pin(self.admit(up)).await {
+                    Ok(p) => p,
+                    Err(e) => return self.fail(parts, Some(up), e),
+                }
+            };
+            let active = ActiveGuard::new(up.clone());
+            // A body already in memory (or none) can go through weir's own
+            // client; a streamed one needs hyper's.
+            let own = self.own_h1 && body.replayable();
+            let sender = match self.pooled_now(idx, own) {
+                Ok(s) => Ok(s),
+                Err(first) => Box::pin(self.sender_after(idx, conn, false, own, first)).await,
+            };
+            let sender = match sender {
+                Ok(s) => s,
+                Err(e) => {
+                    self.passive_failure(up, &e);
+                    if may_retry(
+                        Failure::Connect,
+                        idempotent,
+                        body.replayable(),
+                        attempt,
+                        self.cfg.retries,
+                    ) {
+                        tried.push(idx);
+                        attempt += 1;
+                        last = Some((idx, e));
+                        continue;
+                    }
+                    return self.fail(parts, Some(up), e);
+                }
+            };
+            let sent = match sender {
+                Sender::Own(c) => {
+                    let bytes = match &body {
+                        Replay::Full(b) => Some(b),
+                        _ => None,
+                    };
+                    // Boxed on its own (about 930 bytes): with it, this
+                    // future is 1.8 KiB, past glibc's per-thread cache of
+                    // small blocks (1,032 bytes), where an allocation costs
+                    // several times as much; apart, both fit in it.
+                    Box::pin(self.send_own(c, parts, &pq, &fields, up, bytes, idempotent)).await
+                }
+                sender => {
+                    let req = build_request(
+                        parts,
+                        &pq,
+                        fields.to_map(),
+                        upstream_host(&self.cfg.host, fields.host(), up),
+                        up,
+                        sender.is_h2(),
+                        body.take(),
+                    );
+                    Box::pin(self.send(sender, req))
+                        .await
+                        .map(|(resp, sender)| {
+                            let (rp, incoming) = resp.into_parts();
+                            (rp, FromUpstream::Hyper(incoming, sender))
+                        })
+                }
+            };
+            match sent {
+                Ok((rp, from)) => {
+                    let done = Done {
+                        key: (self.id, idx),
+                        sender: None,
+                        max_idle: self.cfg.max_idle,
+                        _permit: permit,
+                        _active: active,
+                    };
+                    let set_sticky = self.cfg.sticky_cookie.is_some() && sticky != Some(idx);
+                    return self.respond_from(rp, from, done, up, parts.version, set_sticky);
+                }
+                Err((e, failure, returned)) => {
+                    if let Some(req) = returned {
+                        // Nothing was written: the request (and its body) is intact.
+                        body = Replay::Stream(Some(req.into_body()));
+                    }
+                    let untouched = matches!(failure, Failure::NotSent | Failure::Stale);
+                    if !untouched && failure != Failure::Client {
+                        self.passive_failure(up, &e);
+                    }
+                    let replayable = body.replayable() || untouched;
+                    if may_retry(failure, idempotent, replayable, attempt, self.cfg.retries) {
+                        if !untouched {
+                            tried.push(idx);
+                        }
+                        if failure != Failure::Stale {
+                            attempt += 1;
+                        }
+                        last = Some((idx, e));
+                        continue;
+                    }
+                    return self.fail(parts, Some(up), e);
+                }
+            }
+        }
+    }
+
+    /// The request's fields for upstreams: hop-by-hop removed, forwarding
+    /// fields added; Host apart.
+    fn upstream_fields<'a>(
+        &self,
+        parts: &'a http::request::Parts,
+        conn: &ConnInfo,
+        client: ClientAddr<'_>,
+        tunnel: bool,
+    ) -> UpstreamFields<'a> {
+        UpstreamFields::new(
+            parts,
+            &Forwarding {
+                client,
+                tls: conn.tls,
+                x_forwarded: self.cfg.x_forwarded,
+                forwarded: self.cfg.forwarded,
+                via: self.cfg.via.then_some(via_for(parts.version)),
+            },
+            tunnel,
+        )
+    }
+
+    fn hash_key(&self, parts: &http::request::Parts, client: std::net::IpAddr) -> Option<u64> {
+        match &self.cfg.balance {
+            Balance::IpHash => Some(match client {
+                std::net::IpAddr::V4(a) => hash_parts(&[&a.octets()]),
+                std::net::IpAddr::V6(a) => hash_parts(&[&a.octets()]),
+            }),
+            Balance::Hash(HashKey::Uri) => Some(hash_parts(&[parts
+                .uri
+                .path_and_query()
+                .map_or("/", |p| p.as_str())
+                .as_bytes()])),
+            Balance::Hash(HashKey::Header(n)) => parts
+                .headers
+                .get(n.as_str())
+                .map(|v| hash_parts(&[v.as_bytes()])),
+            Balance::Hash(HashKey::Cookie(n)) => {
+                cookie(&parts.headers, n).map(|v| hash_parts(&[v.as_bytes()]))
+            }
+            _ => None,
+        }
+    }
+
+    fn sticky_choice(&self, headers: &HeaderMap) -> Option<usize> {
+        let name = self.cfg.sticky_cookie.as_deref()?;
+        let v = cookie(headers, name)?;
+        self.ups.iter().position(|u| u.sticky == v)
+    }
+
+    /// Chooses an upstream among the healthy ones not yet tried.
+    fn pick(&self, key: Option<u64>, sticky: Option<usize>, tried: &[usize]) -> Option<usize> {
+        // Read once, and only if an upstream is in a passive cool-down.
+        let now = std::cell::LazyCell::new(weir_http::clock::now);
+        let is_up = |u: &Upstream| u.health.is_up_with(|| *now);
+        if let Some(i) = sticky
+            && !tried.contains(&i)
+            && is_up(&self.ups[i])
+        {
+            return Some(i);
+        }
+        if self.ups.len() == 1 {
+            // Every algorithm picks the only upstream when it may be used:
+            // no candidate list and no balancer state to touch.
+            return (!tried.contains(&0) && is_up(&self.ups[0])).then_some(0);
+        }
+        let cands: Vec<Candidate> = self
+            .ups
+            .iter()
+            .enumerate()
+            .map(|(i, u)| Candidate {
+                eligible: !tried.contains(&i) && is_up(u),
+                weight: u.cfg.weight,
+                active: u.active.load(Ordering::Relaxed),
+                full: u.limit.as_ref().is_some_and(|s| s.available_permits() == 0),
+            })
+            .collect();
+        BALANCERS.with(|b| {
+            let mut b = b.borrow_mut();
+            let bal = b.entry(self.id).or_insert_with(|| {
+                let names: Vec<&str> = self.ups.iter().map(|u| u.cfg.name.as_str()).collect();
+                let weights: Vec<u32> = self.ups.iter().map(|u| u.cfg.weight).collect();
+                Balancer::new(
+                    self.cfg.balance.clone(),
+                    &names,
+                    &weights,
+                    fastrand::u64(..),
+                )
+            });
+            bal.pick(&cands, key)
+        })
+    }
+
+    /// A connection slot on `up`: at once, after waiting in its queue, or an error.
+    async fn admit(&self, up: &Upstream) -> Result<Option<OwnedSemaphorePermit>, ProxyError> {
+        let Some(sem) = &up.limit else {
+            return Ok(None);
+        };
+        if let Ok(p) = sem.clone().try_acquire_owned() {
+            return Ok(Some(p));
+        }
+        if up.queued.fetch_add(1, Ordering::Relaxed) >= self.cfg.queue {
+            up.queued.fetch_sub(1, Ordering::Relaxed);
+            return Err(ProxyError::QueueFull);
+        }
+        let r = tokio::time::timeout(self.cfg.queue_timeout, sem.clone().acquire_owned()).await;
+        up.queued.fetch_sub(1, Ordering::Relaxed);
+        match r {
+            Ok(Ok(p)) => Ok(Some(p)),
+            _ => Err(ProxyError::QueueTimeout(self.cfg.queue_timeout)),
+        }
+    }
+
+    /// A pooled connection to upstream `idx`, or a new one. `own`: weir's own
+    /// HTTP/1.1 client may take the request (else a pooled one of its
+    /// connections is handed to hyper's).
+    async fn sender(
+        &self,
+        idx: usize,
+        conn: &ConnInfo,
+        upgrades: bool,
+        own: bool,
+    ) -> Result<Sender, ProxyError> {
+        self.sender_after(idx, conn, upgrades, own, None).await
+    }
+
+    /// A pooled connection that needs no waiting (the common case: one of
+    /// weir's own, or a shared HTTP/2 one), else what the pool gave, for
+    /// [`Proxy::sender_after`].
+    fn pooled_now(&self, idx: usize, own: bool) -> Result<Sender, Option<Sender>> {
+        match pool::checkout((self.id, idx), self.cfg.idle_timeout) {
+            Some(s @ Sender::H2(_)) => Ok(s),
+            Some(s @ Sender::Own(_)) if own => Ok(s),
+            other => Err(other),
+        }
+    }
+
+    /// [`Proxy::sender`], starting with `first` if the pool gave one already.
+    async fn sender_after(
+        &self,
+        idx: usize,
+        conn: &ConnInfo,
+        upgrades: bool,
+        own: bool,
+        mut first: Option<Sender>,
+    ) -> Result<Sender, ProxyError> {
+        let up = &self.ups[idx];
+        let key = (self.id, idx);
+        if !upgrades {
+            while let Some(s) = first
+                .take()
+                .or_else(|| pool::checkout(key, self.cfg.idle_timeout))
+            {
+                match s {
+                    Sender::H1(mut tx) => {
+                        if tx.ready().await.is_ok() {
+                            return Ok(Sender::H1(tx));
+                        }
+                    }
+                    Sender::Own(c) if !own => {
+                        if let Ok(s) = Box::pin(pool::into_hyper(c)).await {
+                            return Ok(s);
+                        }
+                    }
+                    s => return Ok(s),
+                }
+            }
+        }
+        let tls = if up.cfg.scheme.is_h2() {
+            self.tls_h2.as_ref()
+        } else {
+            self.tls.as_ref()
+        };
+        let s = Box::pin(pool::connect(
+            &up.cfg,
+            &pool::ConnectOpts {
+                timeout: self.cfg.connect_timeout,
+                dns_ttl: self.cfg.dns_ttl,
+                proxy_protocol: self.cfg.send_proxy_protocol,
+                client: (conn.peer, conn.local),
+                tls,
+                sni: self.cfg.sni.as_deref(),
+                upgrades,
+                own_h1: own && self.own_h1,
+            },
+        ))
+        .await?;
+        if let Sender::H2(tx) = &s {
+            pool::share_h2(key, tx);
+        }
+        Ok(s)
+    }
+
+    /// Sends the request; on failure says how far it got and hands back the
+    /// request when hyper did not write any of it.
+    #[allow(clippy::type_complexity)]
+    async fn send(
+        &self,
+        sender: Sender,
+        req: Request<Body>,
+    ) -> Result<(Response<Incoming>, Option<Sender>), (ProxyError, Failure, Option<Request<Body>>)>
+    {
+        let timeout = self.cfg.response_timeout;
+        match sender {
+            Sender::H1(mut tx) => {
+                let fut = tx.try_send_request(req);
+                match tokio::time::timeout(timeout, fut).await {
+                    Ok(Ok(resp)) => Ok((resp, Some(Sender::H1(tx)))),
+                    Ok(Err(mut e)) => {
+                        let returned = e.take_message();
+                        Err(classify(e.into_error(), returned))
+                    }
+                    Err(_) => Err((ProxyError::ResponseTimeout(timeout), Failure::Timeout, None)),
+                }
+            }
+            Sender::H2(mut tx) => {
+                let fut = tx.try_send_request(req);
+                match tokio::time::timeout(timeout, fut).await {
+                    Ok(Ok(resp)) => Ok((resp, None)),
+                    Ok(Err(mut e)) => {
+                        let returned = e.take_message();
+                        Err(classify(e.into_error(), returned))
+                    }
+                    Err(_) => Err((ProxyError::ResponseTimeout(timeout), Failure::Timeout, None)),
+                }
+            }
+            Sender::Own(_) => unreachable!("weir's own connections go through send_own"),
+        }
+    }
+
+    /// Sends the request on one of weir's own connections and reads the
+    /// response head, within the response timeout.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    async fn send_own(
+        &self,
+        mut c: h1_client::Conn,
+        parts: &http::request::Parts,
+        pq: &http::uri::PathAndQuery,
+        fields: &UpstreamFields<'_>,
+        up: &Upstream,
+        body: Option<&Bytes>,
+        idempotent: bool,
+    ) -> Result<(http::response::Parts, FromUpstream), (ProxyError, Failure, Option<Request<Body>>)>
+    {
+        let request = h1_client::Encoded::new(
+            h1_client::RequestHead {
+                method: &parts.method,
+                target: pq.as_str(),
+                host: upstream_host(&self.cfg.host, fields.host(), up),
+                fields: fields.iter(),
+            },
+            body,
+        );
+        let reused = c.reused();
+        let timeout = self.cfg.response_timeout;
+        let mut timer = c.take_timer();
+        let r = {
+            let exchange = std::pin::pin!(async {
+                c.send(request).await?;
+                c.read_head(parts.method == Method::HEAD)
+                    .await
+                    .map_err(|e| (e, false))
+            });
+            timer.within(timeout, exchange).await.ok_or(())
+        };
+        c.put_timer(timer);
+        match r {
+            Ok(Ok(head)) => Ok((
+                head.parts,
+                FromUpstream::Own {
+                    conn: c,
+                    framing: head.framing,
+                    keep_alive: head.keep_alive,
+                    hop_by_hop: head.hop_by_hop,
+                },
+            )),
+            Ok(Err((e, nothing_sent))) => {
+                // A reused connection the upstream closed just as the request
+                // went out: the upstream never saw it; an idempotent request
+                // goes again on a new connection, as hyper's and nginx's do.
+                let stale = reused && idempotent && e.is_closed_before_response();
+                let failure = if stale {
+                    Failure::Stale
+                } else if nothing_sent {
+                    Failure::NotSent
+                } else {
+                    Failure::AfterSend
+                };
+                Err((ProxyError::Client(e), failure, None))
+            }
+            Err(_) => Err((ProxyError::ResponseTimeout(timeout), Failure::Timeout, None)),
+        }
+    }
+
+    fn respond(
+        &self,
+        resp: Response<Incoming>,
+        done: Done,
+        up: &Upstream,
+        version: Version,
+        set_sticky: bool,
+    ) -> Response<Body> {
+        let (rp, incoming) = resp.into_parts();
+        self.respond_from(
+            rp,
+            FromUpstream::Hyper(incoming, None),
+            done,
+            up,
+            version,
+            set_sticky,
+        )
+    }
+
+    /// The client's response: the upstream's head with hop-by-hop fields
+    /// removed, Via and the sticky cookie added, and its body passed on; the
+    /// connection goes back to the pool when the body has ended cleanly.
+    fn respond_from(
+        &self,
+        mut rp: http::response::Parts,
+        from: FromUpstream,
+        mut done: Done,
+        up: &Upstream,
+        version: Version,
+        set_sticky: bool,
+    ) -> Response<Body> {
+        // A proxy answers in its own HTTP version, whatever the upstream's
+        // (RFC 9110 §6.2): an HTTP/1.0 upstream does not make the client's
+        // response HTTP/1.0.
+        rp.version = Version::HTTP_11;
+        // weir's own client saw every field's name as it parsed the head.
+        if !matches!(
+            from,
+            FromUpstream::Own {
+                hop_by_hop: false,
+                ..
+            }
+        ) {
+            forward::strip_hop_by_hop(&mut rp.headers, false);
+        }
+        if self.cfg.via {
+            forward::append_via(&mut rp.headers, via_for(version));
+        }
+        if set_sticky && let Some(name) = &self.cfg.sticky_cookie {
+            let c = format!("{name}={}; Path=/; HttpOnly; SameSite=Lax", up.sticky);
+            if let Ok(v) = HeaderValue::from_str(&c) {
+                rp.headers.append(header::SET_COOKIE, v);
+            }
+        }
+        let body = match from {
+            FromUpstream::Hyper(incoming, sender) => {
+                done.sender = sender;
+                if http_body::Body::is_end_stream(&incoming) {
+                    done.release(true);
+                    Body::empty()
+                } else {
+                    Body::stream(UpstreamBody {
+                        inner: incoming,
+                        done: Some(done),
+                    })
+                }
+            }
+            FromUpstream::Own {
+                conn,
+                framing,
+                keep_alive,
+                ..
+            } => own_body(conn, framing, keep_alive, done),
+        };
+        Response::from_parts(rp, body)
+    }
+
+    /// Small bodies with a known length are read first so a retry can resend them.
+    async fn replayable_body(
+        &self,
+        parts: &http::request::Parts,
+        body: Body,
+    ) -> Result<Replay, ProxyError> {
+        if http_body::Body::is_end_stream(&body) {
+            return Ok(Replay::Empty);
+        }
+        let len = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        match len {
+            Some(0) => Ok(Replay::Empty),
+            Some(n) if n <= self.cfg.retry_body_size => {
+                use http_body_util::BodyExt;
+                let b = body.collect().await.map_err(ProxyError::ClientBody)?;
+                Ok(Replay::Full(b.to_bytes()))
+            }
+            _ => Ok(Replay::Stream(Some(body))),
+        }
+    }
+
+    fn passive_failure(&self, up: &Upstream, e: &ProxyError) {
+        if let Some(health::Transition::WentDown) =
+            up.health.passive_failure(Instant::now(), &self.cfg.passive)
+        {
+            tracing::warn!(
+                "proxy: upstream {} marked down for {:?} after {} failures (last: {e})",
+                up.cfg.name,
+                self.cfg.passive.cooldown,
+                self.cfg.passive.failures
+            );
+        }
+    }
+
+    /// The one place a proxy failure becomes a response: status from
+    /// [`ProxyError::status`], logged with the upstream and the reason.
+    fn fail(
+        &self,
+        parts: &http::request::Parts,
+        up: Option<&Upstream>,
+        e: ProxyError,
+    ) -> Response<Body> {
+        let status = e.status();
+        let name = up.map_or("-", |u| u.cfg.name.as_str());
+        tracing::warn!(
+            upstream = name,
+            status = status.as_u16(),
+            "proxy {} {}: {e}",
+            parts.method,
+            parts.uri.path()
+        );
+        error_response(&e)
+    }
+}
+
+/// The body that follows a response head read on one of weir's own
+/// connections; the connection goes back to the pool once it has ended.
+fn own_body(
+    mut conn: h1_client::Conn,
+    framing: h1_client::Framing,
+    keep_alive: bool,
+    mut done: Done,
+) -> Body {
+    match conn.take_buffered(framing) {
+        // The whole body has arrived: one frame, no copy.
+        Some(bytes) => {
+            let reuse = keep_alive && conn.is_clean();
+            done.sender = Some(Sender::Own(conn));
+            done.release(reuse);
+            Body::full(bytes)
+        }
+        None => Body::stream(h1_client::ResponseBody::new(
+            conn, framing, keep_alive, done,
+        )),
+    }
+}
+
+/// How far a failed send got; the client's body failing is the client's fault.
+fn classify(
+    e: hyper::Error,
+    returned: Option<Request<Body>>,
+) -> (ProxyError, Failure, Option<Request<Body>>) {
+    if e.is_user() {
+        return (ProxyError::ClientBody(e.into()), Failure::Client, None);
+    }
+    let failure = if returned.is_some() {
+        Failure::NotSent
+    } else {
+        Failure::AfterSend
+    };
+    (ProxyError::Upstream(e), failure, returned)
+}
+
+/// The client-facing response for a proxy failure.
+pub fn error_response(e: &ProxyError) -> Response<Body> {
+    let text = e.client_text();
+    let mut r = Response::new(Body::full(Bytes::from_static(text.as_bytes())));
+    *r.status_mut() = e.status();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(text.len()));
+    if matches!(e, ProxyError::Smuggling(_) | ProxyError::ClientBody(_)) {
+        h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    r
+}
+
+fn via_for(v: Version) -> &'static str {
+    match v {
+        Version::HTTP_10 => "1.0 weir",
+        Version::HTTP_2 => "2 weir",
+        Version::HTTP_3 => "3 weir",
+        _ => "1.1 weir",
+    }
+}
+
+/// The path and query to send: the rewritten path with the original query.
+fn path_and_query(parts: &http::request::Parts, path: Option<&str>) -> http::uri::PathAndQuery {
+    let orig = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    let Some(p) = path else { return orig };
+    let s = match orig.query() {
+        Some(q) => format!("{p}?{q}"),
+        None => p.to_string(),
+    };
+    s.parse().unwrap_or(orig)
+}
+
+/// The Host sent upstream: the client's with `host = "pass"`, else
+/// `Upstream::host` (the upstream's authority or the fixed `host`).
+fn upstream_host<'a>(
+    host_mode: &HostHeader,
+    client_host: Option<&'a HeaderValue>,
+    up: &'a Upstream,
+) -> &'a HeaderValue {
+    match (host_mode, client_host) {
+        (HostHeader::Pass, Some(v)) => v,
+        _ => &up.host,
+    }
+}
+
+fn build_request(
+    parts: &http::request::Parts,
+    pq: &http::uri::PathAndQuery,
+    mut h: HeaderMap,
+    host: &HeaderValue,
+    up: &Upstream,
+    h2: bool,
+    body: Body,
+) -> Request<Body> {
+    let uri = if h2 {
+        let scheme = if up.cfg.scheme.is_tls() {
+            "https"
+        } else {
+            "http"
+        };
+        Uri::builder()
+            .scheme(scheme)
+            .authority(host.to_str().unwrap_or("localhost"))
+            .path_and_query(pq.clone())
+            .build()
+    } else {
+        h.insert(header::HOST, host.clone());
+        Uri::builder().path_and_query(pq.clone()).build()
+    };
+    let mut req = Request::new(body);
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = uri.unwrap_or_default();
+    *req.version_mut() = if h2 {
+        Version::HTTP_2
+    } else {
+        Version::HTTP_11
+    };
+    *req.headers_mut() = h;
+    req
+}
+
+/// The value of cookie `name` in the request's Cookie headers.
+pub fn cookie<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|kv| {
+            let (k, v) = kv.trim().split_once('=')?;
+            (k == name).then(|| v.trim_matches('"'))
+        })
+}
+
+/// Counts a request in flight on an upstream (least_conn, p2c).
+struct ActiveGuard(Arc<Upstream>);
+
+impl ActiveGuard {
+    fn new(up: Arc<Upstream>) -> Self {
+        up.active.fetch_add(1, Ordering::Relaxed);
+        ActiveGuard(up)
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What an upstream response holds until its body ends.
+struct Done {
+    key: pool::Key,
+    sender: Option<Sender>,
+    max_idle: usize,
+    _permit: Option<OwnedSemaphorePermit>,
+    _active: ActiveGuard,
+}
+
+impl Done {
+    /// The response is complete: an HTTP/1.1 connection goes back to the pool.
+    fn release(mut self, reusable: bool) {
+        if reusable && let Some(mut s @ (Sender::H1(_) | Sender::Own(_))) = self.sender.take() {
+            if let Sender::Own(c) = &mut s {
+                c.set_reused();
+            }
+            pool::checkin(self.key, s, self.max_idle);
+        }
+    }
+}
+
+impl h1_client::Finish for Done {
+    fn finish(mut self, conn: Option<h1_client::Conn>) {
+        let reusable = conn.is_some();
+        self.sender = conn.map(Sender::Own);
+        self.release(reusable);
+    }
+}
+
+/// A response head's body, still with the upstream connection.
+enum FromUpstream {
+    /// hyper's client: the body, and the sender to pool at its end.
+    Hyper(Incoming, Option<Sender>),
+    /// weir's own client: the connection the body is (or has been) read from.
+    Own {
+        conn: h1_client::Conn,
+        framing: h1_client::Framing,
+        keep_alive: bool,
+        /// The head holds a hop-by-hop field (else nothing to strip).
+        hop_by_hop: bool,
+    },
+}
+
+/// The upstream's response body on its way to the client; returns the
+/// connection to the pool when it ends cleanly. Dropped early (client gone),
+/// the connection is closed instead: its state is unknown.
+struct UpstreamBody {
+    inner: Incoming,
+    done: Option<Done>,
+}
+
+impl http_body::Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let r = ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        match &r {
+            None => {
+                if let Some(d) = self.done.take() {
+                    d.release(true);
+                }
+            }
+            Some(Err(_)) => {
+                self.done.take();
+            }
+            Some(Ok(_)) => {
+                if self.inner.is_end_stream()
+                    && let Some(d) = self.done.take()
+                {
+                    d.release(true);
+                }
+            }
+        }
+        Poll::Ready(r)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Sender {
+    fn is_h2(&self) -> bool {
+        matches!(self, Sender::H2(_))
+    }
+}
+
+/// Runs the active health checks of one proxy on a thread of their own, so
+/// they never compete with requests for a worker's runtime.
+fn spawn_health_checks(p: Arc<Proxy>) {
+    let spawned = std::thread::Builder::new()
+        .name("weir-health".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!("health checks: cannot start a runtime: {e}");
+                    return;
+                }
+            };
+            rt.block_on(health_loop(p));
+        });
+    if let Err(e) = spawned {
+        tracing::error!("health checks: cannot start a thread: {e}");
+    }
+}
+
+async fn health_loop(p: Arc<Proxy>) {
+    let Some(hc) = p.cfg.health.clone() else {
+        return;
+    };
+    let mut tick = tokio::time::interval(hc.interval.max(health::MIN_INTERVAL));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let checks = p.ups.iter().map(|up| {
+            let p = p.clone();
+            let up = up.clone();
+            let hc = hc.clone();
+            async move {
+                let ok = matches!(
+                    tokio::time::timeout(hc.timeout, check_once(&p, &up, &hc)).await,
+                    Ok(Ok(true))
+                );
+                match up.health.active_result(ok, hc.rise, hc.fall) {
+                    Some(health::Transition::WentDown) => {
+                        tracing::warn!("health check: upstream {} is down", up.cfg.name)
+                    }
+                    Some(health::Transition::CameUp) => {
+                        tracing::info!("health check: upstream {} is up", up.cfg.name)
+                    }
+                    None => {}
+                }
+            }
+        });
+        futures_util::future::join_all(checks).await;
+    }
+}
+
+async fn check_once(
+    p: &Proxy,
+    up: &Upstream,
+    hc: &weir_config::proxy::HealthConfig,
+) -> Result<bool, ProxyError> {
+    let local: std::net::SocketAddr = ([127, 0, 0, 1], 0).into();
+    let tls = if up.cfg.scheme.is_h2() {
+        p.tls_h2.as_ref()
+    } else {
+        p.tls.as_ref()
+    };
+    let sender = pool::connect(
+        &up.cfg,
+        &pool::ConnectOpts {
+            timeout: hc.timeout,
+            dns_ttl: p.cfg.dns_ttl,
+            proxy_protocol: p.cfg.send_proxy_protocol,
+            client: (local, local),
+            tls,
+            sni: p.cfg.sni.as_deref(),
+            upgrades: false,
+            own_h1: false,
+        },
+    )
+    .await?;
+    let Some(path) = &hc.path else {
+        return Ok(true);
+    };
+    let h2 = sender.is_h2();
+    let mut req = Request::new(Body::empty());
+    *req.uri_mut() = if h2 {
+        format!(
+            "{}://{}{path}",
+            if up.cfg.scheme.is_tls() {
+                "https"
+            } else {
+                "http"
+            },
+            up.cfg.authority()
+        )
+        .parse()
+        .unwrap_or_default()
+    } else {
+        path.parse().unwrap_or_default()
+    };
+    if !h2 {
+        req.headers_mut().insert(header::HOST, up.host.clone());
+    }
+    let resp = match sender {
+        Sender::H1(mut tx) => tx.send_request(req).await,
+        Sender::H2(mut tx) => tx.send_request(req).await,
+        Sender::Own(_) => unreachable!("health checks open hyper connections (own_h1: false)"),
+    }
+    .map_err(ProxyError::Upstream)?;
+    let status = resp.status().as_u16();
+    let body = if hc.body.is_some() {
+        use http_body_util::BodyExt;
+        let limited = http_body_util::Limited::new(resp.into_body(), health::MAX_CHECK_BODY);
+        match limited.collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(_) => return Ok(false),
+        }
+    } else {
+        Bytes::new()
+    };
+    Ok(health::check_passes(
+        status,
+        hc.status,
+        &body,
+        hc.body.as_deref(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_rules() {
+        // Nothing sent: any method, any body.
+        assert!(may_retry(Failure::Connect, false, false, 0, 2));
+        assert!(may_retry(Failure::NotSent, false, false, 1, 2));
+        // Out of retries.
+        assert!(!may_retry(Failure::Connect, true, true, 2, 2));
+        assert!(!may_retry(Failure::NotSent, true, true, 2, 2));
+        // A pooled connection found closed uses up no retry.
+        assert!(may_retry(Failure::Stale, true, true, 2, 2));
+        assert!(may_retry(Failure::Stale, true, true, 0, 0));
+        // Sent: only idempotent with a body we still hold.
+        assert!(may_retry(Failure::AfterSend, true, true, 0, 2));
+        assert!(!may_retry(Failure::AfterSend, false, true, 0, 2));
+        assert!(!may_retry(Failure::AfterSend, true, false, 0, 2));
+        // A slow upstream is not hammered again; a broken client body is final.
+        assert!(!may_retry(Failure::Timeout, true, true, 0, 2));
+        assert!(!may_retry(Failure::Client, true, true, 0, 2));
+    }
+
+    #[test]
+    fn statuses() {
+        assert_eq!(
+            ProxyError::NoneAvailable.status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            ProxyError::QueueFull.status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            ProxyError::ConnectTimeout(Duration::from_secs(1)).status(),
+            StatusCode::GATEWAY_TIMEOUT
+        );
+        assert_eq!(
+            ProxyError::Connect(std::io::Error::other("refused")).status(),
+            StatusCode::BAD_GATEWAY
+        );
+    }
+
+    #[test]
+    fn cookies_are_found() {
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("a=1; weir=abc"));
+        h.append(header::COOKIE, HeaderValue::from_static("b=2"));
+        assert_eq!(cookie(&h, "weir"), Some("abc"));
+        assert_eq!(cookie(&h, "b"), Some("2"));
+        assert_eq!(cookie(&h, "c"), None);
+    }
+}

@@ -1,0 +1,344 @@
+//! Upstream connections: opening them (TCP or Unix socket, PROXY protocol
+//! header, TLS with SNI, HTTP/1.1 or HTTP/2 handshake) and keeping idle
+//! HTTP/1.1 ones for reuse. An HTTP/1.1 connection starts out as weir's own
+//! (`h1_client`) unless the caller needs hyper's (upgrades, health checks),
+//! and can be handed to hyper later (`into_hyper`) for a streamed body.
+//!
+//! The pool is per worker thread (`thread_local!`), so the request path takes
+//! no lock: with the per-core runtime a connection never leaves the thread
+//! that opened it. Idle connections are kept most-recent first, at most
+//! `max_idle` per upstream, and dropped once idle longer than `idle_timeout`
+//! (checked when the pool is touched; a connection the upstream closed is
+//! noticed by hyper and skipped). Never decides which upstream to use.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustc_hash::FxHashMap;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use super::ProxyError;
+use super::early_response::EarlyResponse;
+use super::h1_client::Conn;
+use super::proxy_protocol;
+use weir_config::proxy::{ProxyProtocolVersion, UpstreamConfig, UpstreamTarget};
+use weir_http::body::Body;
+
+/// A ready-to-use request sender on one upstream connection.
+pub enum Sender {
+    H1(http1::SendRequest<Body>),
+    H2(http2::SendRequest<Body>),
+    /// weir's own HTTP/1.1 client, driven by the request's task.
+    Own(Conn),
+}
+
+/// Identifies one upstream of one proxy in the per-thread pools.
+pub type Key = (usize, usize);
+
+struct Idle {
+    since: Instant,
+    /// `H1` or `Own`.
+    tx: Sender,
+}
+
+/// Keyed with Fx, not std's SipHash: the keys are two small integers chosen
+/// by weir, not by a client, so there is nothing to flood, and SipHash was
+/// about 400 instructions of every proxied request (checkout plus checkin).
+#[derive(Default)]
+struct Pools {
+    h1: FxHashMap<Key, VecDeque<Idle>>,
+    h2: FxHashMap<Key, http2::SendRequest<Body>>,
+}
+
+thread_local! {
+    static POOLS: RefCell<Pools> = RefCell::new(Pools::default());
+}
+
+/// A pooled connection to reuse, if one is alive.
+pub fn checkout(key: Key, idle_timeout: Duration) -> Option<Sender> {
+    POOLS
+        .try_with(|p| {
+            let mut p = p.borrow_mut();
+            if let Some(tx) = p.h2.get(&key) {
+                if !tx.is_closed() {
+                    return Some(Sender::H2(tx.clone()));
+                }
+                p.h2.remove(&key);
+            }
+            let q = p.h1.get_mut(&key)?;
+            let now = weir_http::clock::now();
+            // Oldest at the front: drop the expired ones.
+            while q
+                .front()
+                .is_some_and(|i| now.duration_since(i.since) >= idle_timeout)
+            {
+                q.pop_front();
+            }
+            while let Some(mut i) = q.pop_back() {
+                let open = match &mut i.tx {
+                    Sender::H1(tx) => !tx.is_closed(),
+                    Sender::Own(c) => c.is_idle_and_open(),
+                    Sender::H2(_) => false,
+                };
+                if open {
+                    return Some(i.tx);
+                }
+            }
+            None
+        })
+        .ok()
+        .flatten()
+}
+
+/// Returns an HTTP/1.1 connection whose response is complete.
+pub fn checkin(key: Key, tx: Sender, max_idle: usize) {
+    let open = match &tx {
+        Sender::H1(tx) => !tx.is_closed(),
+        Sender::Own(_) => true,
+        Sender::H2(_) => false,
+    };
+    if max_idle == 0 || !open {
+        return;
+    }
+    let _ = POOLS.try_with(|p| {
+        let mut p = p.borrow_mut();
+        let q = p.h1.entry(key).or_default();
+        q.push_back(Idle {
+            since: weir_http::clock::now(),
+            tx,
+        });
+        while q.len() > max_idle {
+            q.pop_front();
+        }
+    });
+}
+
+/// Shares an HTTP/2 connection with later requests on this thread.
+pub fn share_h2(key: Key, tx: &http2::SendRequest<Body>) {
+    let _ = POOLS.try_with(|p| {
+        p.borrow_mut().h2.insert(key, tx.clone());
+    });
+}
+
+/// Idle HTTP/1.1 connections held for `key` on this thread (for tests and metrics).
+pub fn idle_count(key: Key) -> usize {
+    POOLS
+        .try_with(|p| p.borrow().h1.get(&key).map_or(0, VecDeque::len))
+        .unwrap_or(0)
+}
+
+/// What opening a connection needs besides the upstream.
+pub struct ConnectOpts<'a> {
+    pub timeout: Duration,
+    pub dns_ttl: Duration,
+    pub proxy_protocol: Option<ProxyProtocolVersion>,
+    /// The client connection's addresses, for the PROXY header.
+    pub client: (SocketAddr, SocketAddr),
+    pub tls: Option<&'a tokio_rustls::TlsConnector>,
+    pub sni: Option<&'a str>,
+    /// Let the connection carry upgrades (WebSocket).
+    pub upgrades: bool,
+    /// Open an HTTP/1.1 connection as weir's own client, not hyper's.
+    pub own_h1: bool,
+}
+
+/// Opens a new connection to `up` and hands back its sender; the connection
+/// itself is driven by a task on the current runtime.
+pub async fn connect(up: &UpstreamConfig, o: &ConnectOpts<'_>) -> Result<Sender, ProxyError> {
+    match tokio::time::timeout(o.timeout, connect_inner(up, o)).await {
+        Ok(r) => r,
+        Err(_) => Err(ProxyError::ConnectTimeout(o.timeout)),
+    }
+}
+
+async fn connect_inner(up: &UpstreamConfig, o: &ConnectOpts<'_>) -> Result<Sender, ProxyError> {
+    match &up.target {
+        UpstreamTarget::Tcp { host, port } => {
+            let addrs = super::dns::resolve(host, *port, o.dns_ttl)
+                .await
+                .map_err(ProxyError::Resolve)?;
+            let mut last = None;
+            for a in addrs {
+                match tokio::net::TcpStream::connect(a).await {
+                    Ok(s) => {
+                        let _ = s.set_nodelay(true);
+                        return finish(s, up, o, host).await;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            Err(ProxyError::Connect(last.unwrap_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no addresses")
+            })))
+        }
+        UpstreamTarget::Unix(path) => {
+            let s = tokio::net::UnixStream::connect(path)
+                .await
+                .map_err(ProxyError::Connect)?;
+            finish(s, up, o, "localhost").await
+        }
+    }
+}
+
+async fn finish<S>(
+    mut s: S,
+    up: &UpstreamConfig,
+    o: &ConnectOpts<'_>,
+    host: &str,
+) -> Result<Sender, ProxyError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    if let Some(v) = o.proxy_protocol {
+        let (src, dst) = o.client;
+        let hdr = match v {
+            ProxyProtocolVersion::V1 => proxy_protocol::write_v1(src, dst),
+            ProxyProtocolVersion::V2 => proxy_protocol::write_v2(src, dst),
+        };
+        s.write_all(&hdr).await.map_err(ProxyError::Connect)?;
+    }
+    if up.scheme.is_tls() {
+        let Some(tls) = o.tls else {
+            return Err(ProxyError::Tls(std::io::Error::other(
+                "no TLS client config",
+            )));
+        };
+        let name = o.sni.unwrap_or(host).to_string();
+        let server_name = rustls_pki_types::ServerName::try_from(name)
+            .map_err(|e| ProxyError::Tls(std::io::Error::other(e)))?;
+        let t = tls.connect(server_name, s).await.map_err(ProxyError::Tls)?;
+        return handshake(t, up.scheme.is_h2(), o.upgrades, o.own_h1).await;
+    }
+    handshake(s, up.scheme.is_h2(), o.upgrades, o.own_h1).await
+}
+
+/// Hands one of weir's own idle HTTP/1.1 connections to hyper's client.
+pub async fn into_hyper(conn: Conn) -> Result<Sender, ProxyError> {
+    let Some(io) = conn.into_io() else {
+        return Err(ProxyError::Connect(std::io::Error::other(
+            "pooled connection has unread bytes",
+        )));
+    };
+    handshake(io, false, false, false).await
+}
+
+async fn handshake<S>(s: S, h2: bool, upgrades: bool, own_h1: bool) -> Result<Sender, ProxyError>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    if own_h1 && !h2 && !upgrades {
+        return Ok(Sender::Own(Conn::new(Box::new(s))));
+    }
+    if h2 {
+        let (tx, conn) = http2::Builder::new(TokioExecutor::new())
+            .handshake(TokioIo::new(s))
+            .await
+            .map_err(ProxyError::Handshake)?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("upstream h2 connection: {e}");
+            }
+        });
+        return Ok(Sender::H2(tx));
+    }
+    let (tx, conn) = http1::Builder::new()
+        .handshake(TokioIo::new(EarlyResponse::new(s)))
+        .await
+        .map_err(ProxyError::Handshake)?;
+    if upgrades {
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!("upstream connection: {e}");
+            }
+        });
+    } else {
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!("upstream connection: {e}");
+            }
+        });
+    }
+    Ok(Sender::H1(tx))
+}
+
+/// The TLS client config for upstreams: system roots, or no verification
+/// when the user opted out.
+pub fn tls_connector(verify: bool, h2: bool) -> tokio_rustls::TlsConnector {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("aws-lc-rs supports the default protocol versions");
+    let mut cfg = if verify {
+        let mut roots = rustls::RootCertStore::empty();
+        let native = rustls_native_certs::load_native_certs();
+        for c in native.certs {
+            let _ = roots.add(c);
+        }
+        builder.with_root_certificates(roots).with_no_client_auth()
+    } else {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+            .with_no_client_auth()
+    };
+    cfg.alpn_protocols = if h2 {
+        vec![b"h2".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
+    tokio_rustls::TlsConnector::from(Arc::new(cfg))
+}
+
+/// `tls_verify = false`: accepts any certificate, still checks handshake signatures.
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls_pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls_pki_types::CertificateDer<'_>],
+        _server_name: &rustls_pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}

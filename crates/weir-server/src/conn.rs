@@ -1,0 +1,459 @@
+//! One client connection: connection limit, TCP options, the TLS handshake
+//! and ALPN, then weir's HTTP/1.1 loop (`server::http1`, for the common
+//! request) or hyper's HTTP/1.1 and HTTP/2 state machines, over a
+//! [`TimedIo`] that enforces the timeouts.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+use super::drain::{Drain, Signal};
+use super::http1;
+use super::io::{self as tio, ConnState, TimedIo};
+use super::zero_copy::{FileRegion, Regions, ZeroCopy};
+use crate::site::Listener;
+use weir_config::Limits;
+use weir_http::conn::ConnInfo;
+use weir_http::smuggling::Guard;
+use weir_tls::turns::Turns;
+
+/// hyper's `DEFAULT_MAX_HEADERS`: the header array it keeps on the stack.
+const HYPER_INLINE_HEADERS: usize = 100;
+
+/// What every connection on one listening address shares.
+pub struct ConnCtx {
+    listener: Listener,
+    tls: Option<weir_tls::Acceptor>,
+    limits: Limits,
+    timeouts: tio::Limits,
+    /// Open connections across the whole process.
+    open: Arc<AtomicUsize>,
+    /// HTTP/1.1 with h2c prior-knowledge detection, for plain listeners.
+    auto: auto::Builder<TokioExecutor>,
+    /// PROXY protocol header expected from trusted sources.
+    accept_pp: Option<weir_config::proxy::AcceptProxyProtocol>,
+    /// For TLS listeners where ALPN chose h2 (HTTP/1.1 uses `auto`, for upgrades).
+    h2: hyper::server::conn::http2::Builder<TokioExecutor>,
+    /// weir's own loop for simple HTTP/1.1 requests (`server.http1 = "fast"`).
+    fast_h1: bool,
+}
+
+impl ConnCtx {
+    pub fn new(
+        listener: Listener,
+        tls: Option<weir_tls::Acceptor>,
+        limits: Limits,
+        timeouts: tio::Limits,
+        open: Arc<AtomicUsize>,
+    ) -> Self {
+        // hyper's own limits sit above ours: when hyper trips one it closes
+        // the connection without an answer, so `site::Listener::handle`
+        // enforces the configured limits itself and answers 431.
+        let buf = (limits.header_size * 2).max(16 * 1024);
+        let mut auto = auto::Builder::new(TokioExecutor::new());
+        auto.http1().max_buf_size(buf).header_read_timeout(None);
+        // hyper parses into an array of 100 headers on the stack and answers
+        // 431 itself past it; any explicit `max_headers` moves that array to
+        // the heap and fills it on every request (it was 4% of the CPU
+        // profile of a small static file). So set it only when the
+        // configured limit needs more than 100.
+        if limits.headers > HYPER_INLINE_HEADERS {
+            auto.http1().max_headers(limits.headers + 1);
+        }
+        // No `pipeline_flush`: it lifts hyper's write-buffer cap, so a large
+        // streamed response (a proxied download) was copied whole into
+        // memory; and over TLS a deferred flush can leave a response sitting
+        // in rustls' buffer.
+        // Extended CONNECT (RFC 8441): WebSockets over HTTP/2, tunnelled by
+        // the proxy (`proxy::upgrade::serve_connect`).
+        auto.http2()
+            .enable_connect_protocol()
+            .max_concurrent_streams(limits.h2_streams)
+            .max_header_list_size(limits.header_size as u32)
+            .max_pending_accept_reset_streams(Some(100))
+            .max_local_error_reset_streams(Some(1024));
+
+        let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        h2.enable_connect_protocol()
+            .max_concurrent_streams(limits.h2_streams)
+            .max_header_list_size(limits.header_size as u32)
+            .max_pending_accept_reset_streams(Some(100))
+            .max_local_error_reset_streams(Some(1024));
+
+        ConnCtx {
+            listener,
+            tls,
+            limits,
+            timeouts,
+            open,
+            auto,
+            h2,
+            accept_pp: None,
+            fast_h1: true,
+        }
+    }
+
+    /// Serve simple HTTP/1.1 requests with weir's loop (default) or leave
+    /// every request to hyper.
+    pub fn fast_http1(mut self, on: bool) -> Self {
+        self.fast_h1 = on;
+        self
+    }
+
+    /// Expect a PROXY protocol header (v1 or v2) on every connection.
+    pub fn accept_proxy_protocol(
+        mut self,
+        pp: Option<weir_config::proxy::AcceptProxyProtocol>,
+    ) -> Self {
+        self.accept_pp = pp;
+        self
+    }
+
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+}
+
+/// Decrements the open-connection count when the connection ends.
+struct OpenGuard(Arc<AtomicUsize>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Counts a request in flight for [`TimedIo`], also when it is cancelled.
+struct InFlight(Arc<ConnState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.request_done();
+    }
+}
+
+/// Takes over an accepted connection on the listening address `bound`.
+pub fn spawn(
+    stream: TcpStream,
+    peer: SocketAddr,
+    bound: SocketAddr,
+    ctx: Arc<ConnCtx>,
+    drain: &Drain,
+    turns: &Turns,
+) {
+    if ctx.open.fetch_add(1, Ordering::Relaxed) >= ctx.limits.connections {
+        ctx.open.fetch_sub(1, Ordering::Relaxed);
+        tracing::warn!(
+            "connection from {peer} refused: {} connections open (server.limits.connections)",
+            ctx.limits.connections
+        );
+        return;
+    }
+    let guard = OpenGuard(ctx.open.clone());
+    // TCP_NODELAY is inherited from the listening socket (listen.rs).
+    // The local address is the bound one unless that is a wildcard: no
+    // getsockname per connection.
+    let local = if bound.ip().is_unspecified() || bound.port() == 0 {
+        stream.local_addr().unwrap_or(bound)
+    } else {
+        bound
+    };
+    let signal = drain.signal();
+    // Only a TLS connection takes turns (its handshake).
+    let turns = ctx.tls.is_some().then(|| turns.clone());
+    tokio::spawn(serve(stream, peer, local, ctx, signal, guard, turns));
+}
+
+async fn serve(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    ctx: Arc<ConnCtx>,
+    signal: Signal,
+    open: OpenGuard,
+    turns: Option<Turns>,
+) {
+    let mut info = ConnInfo {
+        peer,
+        local,
+        tls: ctx.tls.is_some(),
+    };
+    if let Some(pp) = &ctx.accept_pp {
+        // Boxed: its buffer would otherwise stay in every connection's task.
+        let read = Box::pin(weir_proxy::proxy_protocol::read_header(
+            &mut stream,
+            pp,
+            peer,
+        ));
+        match tokio::time::timeout(ctx.timeouts.header, read).await {
+            Ok(Ok(Some((src, dst)))) => {
+                info.peer = src;
+                info.local = dst;
+            }
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return,
+            Ok(Err(e)) => {
+                tracing::warn!("connection from {peer} refused: PROXY protocol: {e}");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("connection from {peer}: no PROXY protocol header in time");
+                return;
+            }
+        }
+    }
+    let peer = info.peer;
+    let (Some(acceptor), Some(turns)) = (&ctx.tls, turns) else {
+        serve_plain(stream, info, ctx, signal, open).await;
+        return;
+    };
+
+    // The handshake must finish within the header timeout: a client that
+    // opens TCP and sends nothing must not hold the slot.
+    // Boxed, as are the hyper connections below: a task's memory is its
+    // largest state, and an idle keep-alive connection should pay only for
+    // the state it is in (BENCHMARKS.md, idle).
+    let handshake = Box::pin(acceptor.accept(stream, &turns));
+    let handshake = tokio::time::timeout(ctx.timeouts.header, handshake);
+    // The connection's future is built in a block that ends before it runs,
+    // so the TLS stream (about 1.4 KiB) is not also kept in this task.
+    let conn: Pin<Box<dyn Future<Output = ()> + Send + '_>> = {
+        let tls = match handshake.await {
+            Ok(Ok(Some(s))) => s,
+            // An ACME TLS-ALPN-01 validation: answered during the handshake.
+            Ok(Ok(None)) => return,
+            Ok(Err(e)) => {
+                tracing::debug!("TLS handshake with {peer} failed: {e}");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("TLS handshake with {peer} timed out");
+                return;
+            }
+        };
+        if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+            let state = Arc::new(ConnState::default());
+            let svc = service(ctx.clone(), state.clone(), None, info);
+            let io = TimedIo::new(tls, state, ctx.timeouts, false);
+            let conn = signal.watch(ctx.h2.serve_connection(TokioIo::new(io), svc));
+            Box::pin(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!("connection from {peer}: {e}");
+                }
+                drop(open);
+            })
+        } else {
+            serve_h1(tls, info, ctx.clone(), None, signal, open)
+        }
+    };
+    conn.await;
+}
+
+/// A plain TCP connection: HTTP/1.1 (or h2c), large cached files with sendfile.
+fn serve_plain(
+    stream: TcpStream,
+    info: ConnInfo,
+    ctx: Arc<ConnCtx>,
+    signal: Signal,
+    open: OpenGuard,
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    let regions = Arc::new(Regions::default());
+    let stream = ZeroCopy::new(stream, regions.clone());
+    serve_h1(stream, info, ctx, Some(regions), signal, open)
+}
+
+/// hyper's service for the connection: every request to the listener.
+/// `regions`: where a response's file region is recorded for sendfile
+/// (plain TCP only).
+fn service(
+    ctx: Arc<ConnCtx>,
+    state: Arc<ConnState>,
+    regions: Option<Arc<Regions>>,
+    info: ConnInfo,
+) -> impl hyper::service::Service<
+    hyper::Request<Incoming>,
+    Response = hyper::Response<weir_http::body::Body>,
+    Error = Infallible,
+    Future: Send + 'static,
+> + Send
++ 'static {
+    hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let ctx = ctx.clone();
+        state.request_started();
+        let in_flight = InFlight(state.clone());
+        let regions = regions.clone();
+        async move {
+            let mut resp = ctx.listener.handle(req, &info).await;
+            if let Some(r) = resp.extensions_mut().remove::<FileRegion>()
+                && let Some(regions) = &regions
+            {
+                regions.push(r);
+            }
+            drop(in_flight);
+            Ok::<_, Infallible>(resp)
+        }
+    })
+}
+
+/// HTTP/1.1 over `transport`, behind the timeouts and the smuggling guard.
+/// Built outside the boxed future, so only the future, not the moved-from
+/// layers (about 1.5 KiB each), is kept across its awaits. The box holds
+/// `serve_http1`'s future itself: an async block around it would keep its
+/// own copy of every value it passes in (the TLS stream among them) for the
+/// connection's whole life.
+fn serve_h1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    transport: T,
+    info: ConnInfo,
+    ctx: Arc<ConnCtx>,
+    regions: Option<Arc<Regions>>,
+    signal: Signal,
+    open: OpenGuard,
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    let state = Arc::new(ConnState::default());
+    // Request-smuggling checks on the raw bytes before anyone parses them.
+    let io = Guard::new(
+        TimedIo::new(transport, state.clone(), ctx.timeouts, true),
+        ctx.limits.header_size,
+        info.peer,
+    );
+    Box::pin(serve_http1(io, ctx, info, state, regions, signal, open))
+}
+
+/// HTTP/1.1 (or h2c by prior knowledge): weir's loop while requests are
+/// simple, then hyper, with upgrades (the proxy tunnels WebSocket and other
+/// Upgrades) and the bytes the loop had read.
+///
+/// A function returning an async block rather than an `async fn`: an
+/// `async fn` moves its arguments from where it captured them into locals
+/// and its future keeps room for both, so the stream (1.5 KiB over TLS)
+/// would be stored twice in every connection. Together with the point
+/// above: 7,336 → 3,872 bytes a TLS connection (BENCHMARKS.md §6, "Each
+/// connection's future, stored once").
+// The layout above is the point, so not `async fn`.
+#[allow(clippy::manual_async_fn)]
+fn serve_http1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    mut io: Guard<TimedIo<T>>,
+    ctx: Arc<ConnCtx>,
+    info: ConnInfo,
+    state: Arc<ConnState>,
+    regions: Option<Arc<Regions>>,
+    signal: Signal,
+    open: OpenGuard,
+) -> impl Future<Output = ()> + Send {
+    async move {
+        let read = if ctx.fast_h1 {
+            let shared = http1::Shared {
+                listener: &ctx.listener,
+                info: &info,
+                state: &state,
+                regions: regions.as_ref(),
+                max_head: ctx.limits.header_size,
+            };
+            match http1::serve(&mut io, shared, &signal).await {
+                http1::Outcome::Hyper(read) => read,
+                http1::Outcome::Closed => return,
+            }
+        } else {
+            bytes::Bytes::new()
+        };
+        let svc = service(ctx.clone(), state, regions, info);
+        // The auto builder (same HTTP/1 settings) because hyper's own
+        // upgradeable HTTP/1 connection cannot be watched for graceful
+        // shutdown. Boxed: this state is rare, and hyper's connection is
+        // about 3 KiB.
+        let conn = Box::pin(
+            signal.watch(
+                ctx.auto
+                    .serve_connection_with_upgrades(TokioIo::new(http1::Handoff { io, read }), svc)
+                    .into_owned(),
+            ),
+        );
+        if let Err(e) = conn.await {
+            tracing::debug!("connection from {}: {e}", info.peer);
+        }
+        drop(open);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An idle keep-alive connection's memory is mostly its boxed future
+    /// (BENCHMARKS.md §6, "Each connection's future, stored once"): it must hold
+    /// the stream and weir's loop once, plus the few small values the
+    /// connection keeps, not a second copy of the stream beside them.
+    #[tokio::test]
+    async fn a_connection_future_holds_its_stream_once() {
+        let cfg = weir_config::Config::builtin_welcome();
+        let sites = crate::site::build_sites(&cfg).unwrap();
+        let listener = Listener::new(&sites, &[0], 0, cfg.server.limits.clone());
+        let timeouts = tio::Limits::from(&cfg.server.timeouts);
+        let open = Arc::new(AtomicUsize::new(1));
+        let ctx = Arc::new(ConnCtx::new(
+            listener,
+            None,
+            cfg.server.limits.clone(),
+            timeouts,
+            open.clone(),
+        ));
+        let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let client = TcpStream::connect(addr).await.unwrap();
+        let (server, peer) = tcp.accept().await.unwrap();
+        let info = ConnInfo {
+            peer,
+            local: addr,
+            tls: false,
+        };
+        let drain = Drain::new();
+
+        // The loop's own future, over a stream of the same type.
+        let regions = Arc::new(Regions::default());
+        let state = Arc::new(ConnState::default());
+        let mut io = Guard::new(
+            TimedIo::new(
+                ZeroCopy::new(client, regions.clone()),
+                state.clone(),
+                ctx.timeouts,
+                true,
+            ),
+            ctx.limits.header_size,
+            peer,
+        );
+        let signal = drain.signal();
+        let shared = http1::Shared {
+            listener: &ctx.listener,
+            info: &info,
+            state: &state,
+            regions: Some(&regions),
+            max_head: ctx.limits.header_size,
+        };
+        let stream = std::mem::size_of_val(&io);
+        let inner = std::mem::size_of_val(&http1::serve(&mut io, shared, &signal));
+
+        let conn = serve_plain(
+            server,
+            info,
+            ctx.clone(),
+            drain.signal(),
+            OpenGuard(open.clone()),
+        );
+        let whole = std::mem::size_of_val(&*conn);
+        // ctx, info, state, regions, signal, open: 128 bytes; the rest is
+        // alignment.
+        assert!(
+            whole <= stream + inner + 256,
+            "connection future {whole} bytes: stream {stream} + loop {inner} + 256 at most"
+        );
+    }
+}
