@@ -15,6 +15,7 @@
 //! own CPU and the CPU stolen. A server whose binary is missing is reported as
 //! "not installed", loudly, never silently dropped.
 
+pub mod cert;
 pub mod idle;
 pub mod limits;
 pub mod pool;
