@@ -333,13 +333,16 @@ struct CompareArgs {
     /// Measured repeats per case (at least 3).
     #[arg(long, default_value_t = 5)]
     repeats: usize,
-    /// Measured duration per repeat.
+    /// Measured duration per repeat (the concurrency scenario: at least 15 s).
     #[arg(long, value_parser = parse_duration, default_value = "15s")]
     duration: Duration,
     /// Warm-up before each repeat.
     #[arg(long, value_parser = parse_duration, default_value = "3s")]
     warmup: Duration,
-    /// Pin the generator to CPU 0 and the servers to CPU 1.
+    /// Pinned mode: each server (its whole process tree) on one CPU set,
+    /// the generator and the backend on the disjoint rest (on 2 CPUs, one
+    /// each), every server alike, each with one worker per server CPU
+    /// (overrides --workers).
     #[arg(long)]
     pin: bool,
     /// A ~2-minute smoke run: short durations, 3 repeats, trimmed cases, weir+nginx by default.
@@ -361,7 +364,7 @@ struct CompareArgs {
     /// Server port on 127.0.0.1 (the backend uses port+1).
     #[arg(long, default_value_t = 28080)]
     port: u16,
-    /// Workers/threads per server.
+    /// Workers/threads per server (with --pin: one per server CPU).
     #[arg(long, default_value_t = 2)]
     workers: usize,
     /// weir's `server.accept`: `hash` (the kernel's spread), `cpu` (each
@@ -438,13 +441,41 @@ fn run_compare(a: CompareArgs) -> Result<()> {
         }
         (a.repeats, a.duration, a.warmup)
     };
+    let pin = if a.pin {
+        Some(compare::limits::CpuSplit::of_this_process().map_err(anyhow::Error::msg)?)
+    } else {
+        None
+    };
+    let workers = match &pin {
+        Some(p) => {
+            let explicit =
+                std::env::args().any(|x| x == "--workers" || x.starts_with("--workers="));
+            if explicit && a.workers != p.server.len() {
+                eprintln!(
+                    "weir-bench compare: --pin: {} worker(s) per server, one per server CPU, not --workers {}",
+                    p.server.len(),
+                    a.workers
+                );
+            }
+            p.server.len()
+        }
+        None => a.workers,
+    };
+    let min = compare::scenarios::CONCURRENCY_MIN_MEASURE;
+    if scenarios.contains(&Scenario::Concurrency) && duration < min {
+        eprintln!(
+            "weir-bench compare: the concurrency scenario is measured for {} s, not {:.1} s: shorter runs measure the opening handshakes",
+            min.as_secs(),
+            duration.as_secs_f64()
+        );
+    }
     let cfg = compare::CompareConfig {
         scenarios,
         servers,
         repeats,
         duration,
         warmup,
-        pin: a.pin,
+        pin,
         quick: a.quick,
         // Absolute: the servers' configs name files in the run folder, and
         // each server runs from its own directory.
@@ -456,7 +487,7 @@ fn run_compare(a: CompareArgs) -> Result<()> {
         weir_b: a.weir_b,
         require: a.require,
         port: a.port,
-        workers: a.workers,
+        workers,
         weir_accept: a.weir_accept,
         max_stolen_pct: a.max_stolen,
         stolen_retries: a.stolen_retries,

@@ -1,8 +1,10 @@
 //! The `idle` scenario: what an idle HTTPS keep-alive connection costs a
-//! server in memory. Each repeat starts a fresh server, samples the RSS of
-//! its whole process tree at idle, opens N connections with
+//! server in memory. Each repeat starts a fresh server, samples the PSS
+//! (and RSS) of its whole process tree at idle, opens N connections with
 //! [`crate::hold`] (TLS handshake and one GET each, then held idle), samples
-//! RSS again 2 s after every attempt has ended, and closes them. The client
+//! again 2 s after every attempt has ended, and closes them. PSS is the
+//! headline: summed RSS counts pages shared by a master and its workers
+//! once per process. The client
 //! runs in this process; the server is a separate process with its own
 //! descriptor limit.
 
@@ -37,16 +39,22 @@ pub struct IdleRow {
     pub held: u64,
     /// Most failed connections in any repeat (all kinds).
     pub errors: u64,
+    /// Median PSS before connecting, MiB (summed over the process tree).
+    pub pss_idle_mib: f64,
+    /// Median PSS with the connections held, MiB.
+    pub pss_held_mib: f64,
     /// Median RSS before connecting, MiB.
     pub rss_idle_mib: f64,
     /// Median RSS with the connections held, MiB.
     pub rss_held_mib: f64,
-    /// Median (held − idle RSS) / connections held, KiB.
+    /// Median (held − idle PSS) / connections held, KiB.
     pub kib_per_conn: f64,
-    /// Lowest KiB per connection.
+    /// Lowest KiB per connection (PSS).
     pub kib_min: f64,
-    /// Highest KiB per connection.
+    /// Highest KiB per connection (PSS).
     pub kib_max: f64,
+    /// Median (held − idle RSS) / connections held, KiB.
+    pub kib_per_conn_rss: f64,
 }
 
 /// One repeat's raw record.
@@ -56,14 +64,20 @@ pub struct IdleRecord {
     pub server: String,
     /// Repeat number, from 1.
     pub repeat: usize,
+    /// PSS of the server's processes before connecting.
+    pub pss_idle_bytes: u64,
+    /// PSS of the server's processes with the connections held.
+    pub pss_held_bytes: u64,
     /// RSS of the server's processes before connecting.
     pub rss_idle_bytes: u64,
     /// RSS of the server's processes with the connections held.
     pub rss_held_bytes: u64,
     /// Served connections still open at the held sample.
     pub held_at_sample: u64,
-    /// (held − idle) / held_at_sample, KiB.
+    /// (held − idle PSS) / held_at_sample, KiB.
     pub kib_per_conn: f64,
+    /// (held − idle RSS) / held_at_sample, KiB.
+    pub kib_per_conn_rss: f64,
     /// The holder's report at the end (after the sample).
     pub hold: HoldReport,
 }
@@ -87,7 +101,7 @@ pub fn repeat(
     log: &Path,
     port: u16,
     case: &IdleCase,
-    cpu: Option<usize>,
+    cpu: Option<&[usize]>,
     repeat: usize,
     server: &str,
 ) -> Result<IdleRecord, String> {
@@ -110,7 +124,7 @@ pub fn repeat(
         // Let start-up allocations and the check's connection settle.
         std::thread::sleep(Duration::from_secs(1));
         let pid = running.pid;
-        let idle = procstat::sample(&[pid]).rss;
+        let idle = procstat::sample(&[pid]);
         let mut hc = HoldConfig::new(&format!("https://127.0.0.1:{port}{}", case.path));
         hc.connections = case.connections;
         hc.parallel = 200;
@@ -120,34 +134,40 @@ pub fn repeat(
         hc.sni = Some("localhost".into());
         hc.insecure = true;
         hc.expect_body = Some(case.expected.clone());
-        let (report, (held_rss, at_sample)) = hold::run(&hc, |r| {
+        let (report, (held, at_sample)) = hold::run(&hc, |r| {
             (
-                procstat::sample(&[pid]).rss,
+                procstat::sample(&[pid]),
                 r.served.saturating_sub(r.closed_by_server),
             )
         })
         .map_err(|e| format!("failed: {e}"))?;
-        let kib = if at_sample > 0 {
-            held_rss.saturating_sub(idle) as f64 / 1024.0 / at_sample as f64
-        } else {
-            0.0
+        let per_conn = |held: u64, idle: u64| {
+            if at_sample > 0 {
+                held.saturating_sub(idle) as f64 / 1024.0 / at_sample as f64
+            } else {
+                0.0
+            }
         };
+        let kib = per_conn(held.pss, idle.pss);
         eprintln!(
-            "   repeat {repeat}: {} of {} served, {} held; RSS {:.1} -> {:.1} MiB, {kib:.1} KiB per connection, {} errors",
+            "   repeat {repeat}: {} of {} served, {} held; PSS {:.1} -> {:.1} MiB, {kib:.1} KiB per connection, {} errors",
             report.served,
             report.requested,
             at_sample,
-            idle as f64 / 1048576.0,
-            held_rss as f64 / 1048576.0,
+            idle.pss as f64 / 1048576.0,
+            held.pss as f64 / 1048576.0,
             report.errors.total()
         );
         Ok(IdleRecord {
             server: server.into(),
             repeat,
-            rss_idle_bytes: idle,
-            rss_held_bytes: held_rss,
+            pss_idle_bytes: idle.pss,
+            pss_held_bytes: held.pss,
+            rss_idle_bytes: idle.rss,
+            rss_held_bytes: held.rss,
             held_at_sample: at_sample,
             kib_per_conn: kib,
+            kib_per_conn_rss: per_conn(held.rss, idle.rss),
             hold: report,
         })
     })();
@@ -175,10 +195,13 @@ pub fn aggregate(case: &str, server: &str, requested: usize, recs: &[IdleRecord]
             .map(|r| r.hold.errors.total())
             .max()
             .unwrap_or(0),
+        pss_idle_mib: mib(&|r| r.pss_idle_bytes),
+        pss_held_mib: mib(&|r| r.pss_held_bytes),
         rss_idle_mib: mib(&|r| r.rss_idle_bytes),
         rss_held_mib: mib(&|r| r.rss_held_bytes),
         kib_per_conn: super::median(kib.clone()),
         kib_min: kib.iter().copied().fold(f64::INFINITY, f64::min),
         kib_max: kib.iter().copied().fold(0.0, f64::max),
+        kib_per_conn_rss: super::median(recs.iter().map(|r| r.kib_per_conn_rss).collect()),
     }
 }

@@ -11,10 +11,14 @@
 //! ([`round_order`]), so no server always runs first or after the same one. A round during which the hypervisor
 //! stole more than `max_stolen_pct` of the CPU (`/proc/stat`) is measured
 //! again, all of it. The tables show the median and min–max spread, server
-//! CPU and RSS (idle before load, peak during) from /proc, the generator's
-//! own CPU and the CPU stolen. A server whose binary is missing is reported as
-//! "not installed", loudly, never silently dropped.
+//! CPU and memory (idle before load, peak during; PSS, the headline, and RSS)
+//! from /proc, the generator's own CPU and the CPU stolen. With `--pin` the
+//! server runs on one CPU set and the generator on the disjoint rest, the
+//! same for every server, so a ratio is work per request per core. A server
+//! whose binary is missing is reported as "not installed", loudly, never
+//! silently dropped.
 
+pub mod cert;
 pub mod idle;
 pub mod limits;
 pub mod pool;
@@ -60,6 +64,9 @@ pub enum CompareError {
     /// The backend could not be started.
     #[error("cannot start weir-bench backend: {0}")]
     Backend(String),
+    /// The pinned mode cannot be set up.
+    #[error("cannot pin: {0}")]
+    Pin(String),
     /// A port the run needs is taken.
     #[error("port {0} on 127.0.0.1 is in use; choose another with --port")]
     PortInUse(u16),
@@ -85,8 +92,9 @@ pub struct CompareConfig {
     pub duration: Duration,
     /// Warm-up before each repeat.
     pub warmup: Duration,
-    /// Pin the generator to CPU 0 and the servers to CPU 1.
-    pub pin: bool,
+    /// The pinned mode's CPU sets (`--pin`); `None`: every process shares
+    /// every CPU.
+    pub pin: Option<limits::CpuSplit>,
     /// Smoke-test sizes.
     pub quick: bool,
     /// Run folder.
@@ -171,6 +179,10 @@ pub struct Row {
     pub server_cpu: f64,
     /// Median backend CPU, cores (proxy scenario).
     pub backend_cpu: Option<f64>,
+    /// Server PSS before load, MiB (summed over its process tree).
+    pub pss_idle_mib: f64,
+    /// Highest server PSS during load, MiB.
+    pub pss_peak_mib: f64,
     /// Server RSS before load, MiB.
     pub rss_idle_mib: f64,
     /// Highest server RSS during load, MiB.
@@ -199,7 +211,10 @@ struct RepeatRecord<'a> {
     started_unix_ms: u128,
     server_cpu_cores: f64,
     backend_cpu_cores: Option<f64>,
+    pss_peak_bytes: u64,
     rss_peak_bytes: u64,
+    /// Bytes of access log the server wrote during the repeat (features-on row).
+    access_log_bytes: Option<u64>,
     /// Share of the machine's CPU time stolen by the hypervisor, percent.
     machine_stolen_pct: f64,
     load: &'a LoadReport,
@@ -218,6 +233,27 @@ pub struct Summary {
     pub cpus: usize,
     /// Pinned?
     pub pinned: bool,
+    /// "pinned" (server and generator on disjoint CPU sets) or "shared".
+    pub mode: String,
+    /// The server's CPUs in the pinned mode.
+    pub server_cpus: Vec<usize>,
+    /// The generator's (and backend's) CPUs in the pinned mode.
+    pub generator_cpus: Vec<usize>,
+    /// Workers/threads each server ran with.
+    pub workers: usize,
+    /// The certificate's key type ("RSA-2048").
+    pub certificate: String,
+    /// What the memory figures are ("pss": /proc/PID/smaps_rollup summed over
+    /// the process tree, the headline; RSS beside it).
+    pub memory: String,
+    /// The least the concurrency scenario is measured, seconds.
+    pub concurrency_min_measure_s: f64,
+    /// Idle upstream connections every proxy may keep.
+    pub upstream_idle_pool: usize,
+    /// Client keep-alive idle timeout of every server, seconds.
+    pub keepalive_s: u64,
+    /// HAProxy's `maxconn`.
+    pub haproxy_maxconn: usize,
     /// Did the generator copy response bodies (`--copy-bodies`)? Runs made
     /// before the option existed copied them.
     pub generator_copies_bodies: bool,
@@ -303,8 +339,12 @@ fn open_perms(path: &Path, dir: bool) {
     );
 }
 
-/// Writes the docroot files and the certificate into the run folder.
-fn prepare_assets(out: &Path) -> Result<(PathBuf, PathBuf, PathBuf, PathBuf), CompareError> {
+/// Writes the docroot files and the certificate into the run folder;
+/// returns the docroot, cert, key and combined paths and the key's type.
+#[allow(clippy::type_complexity)]
+fn prepare_assets(
+    out: &Path,
+) -> Result<(PathBuf, PathBuf, PathBuf, PathBuf, String), CompareError> {
     let docroot = out.join("docroot");
     std::fs::create_dir_all(&docroot).map_err(|e| CompareError::io(&docroot, e))?;
     open_perms(out, true);
@@ -320,26 +360,19 @@ fn prepare_assets(out: &Path) -> Result<(PathBuf, PathBuf, PathBuf, PathBuf), Co
     let certs = out.join("tls");
     std::fs::create_dir_all(&certs).map_err(|e| CompareError::io(&certs, e))?;
     open_perms(&certs, true);
-    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256)
-        .or_else(|_| rcgen::KeyPair::generate())
-        .map_err(|e| CompareError::Cert(e.to_string()))?;
-    let params = rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
-        .map_err(|e| CompareError::Cert(e.to_string()))?;
-    let cert = params
-        .self_signed(&key)
-        .map_err(|e| CompareError::Cert(e.to_string()))?;
+    let g = cert::generate()?;
     let (c, k, both) = (
         certs.join("cert.pem"),
         certs.join("key.pem"),
         certs.join("combined.pem"),
     );
-    write(&c, &cert.pem())?;
-    write(&k, &key.serialize_pem())?;
-    write(&both, &format!("{}{}", cert.pem(), key.serialize_pem()))?;
+    write(&c, &g.cert_pem)?;
+    write(&k, &g.key_pem)?;
+    write(&both, &format!("{}{}", g.cert_pem, g.key_pem))?;
     for p in [&c, &k, &both] {
         open_perms(p, false);
     }
-    Ok((docroot, c, k, both))
+    Ok((docroot, c, k, both, g.key_type))
 }
 
 /// The bytes of a static file of `size`: an HTML-ish page for small sizes.
@@ -365,7 +398,20 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
     load::tls::install_crypto_provider();
     limits::raise_nofile();
     std::fs::create_dir_all(&cfg.out).map_err(|e| CompareError::io(&cfg.out, e))?;
-    let (docroot, cert, key, combined) = prepare_assets(&cfg.out)?;
+    // Pinned before any thread starts: every thread of the generator
+    // inherits the set, and so do the processes it spawns.
+    if let Some(split) = &cfg.pin {
+        limits::pin_current_thread(&split.generator).map_err(|e| {
+            CompareError::Pin(format!("the generator to {:?}: {e}", split.generator))
+        })?;
+        eprintln!(
+            "weir-bench compare: pinned: servers on CPU(s) {}, generator and backend on {}, {} worker(s) per server",
+            limits::cpu_list(&split.server),
+            limits::cpu_list(&split.generator),
+            cfg.workers
+        );
+    }
+    let (docroot, cert, key, combined, key_type) = prepare_assets(&cfg.out)?;
     let mut versions = Vec::new();
     let mut missing = Vec::new();
     for &s in &cfg.servers {
@@ -385,12 +431,8 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
             missing.push(s);
         }
     }
-    if cfg.pin
-        && let Err(e) = limits::pin_current_thread(0)
-    {
-        eprintln!("weir-bench compare: cannot pin the generator to CPU 0: {e}");
-    }
-    let server_cpu = cfg.pin.then_some(1);
+    let server_cpu = cfg.pin.as_ref().map(|p| &p.server[..]);
+    let generator_cpu = cfg.pin.as_ref().map(|p| &p.generator[..]);
     let backend_port = cfg.port + 1;
     let mut rows = Vec::new();
     let (mut startup_rows, mut idle_rows) = (Vec::new(), Vec::new());
@@ -402,7 +444,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
             .iter()
             .any(|&s| scenario.applies_to(s) && scenario.proxied(s) && !missing.contains(&s));
         let backend = if needs_backend {
-            Some(start_backend(cfg, backend_port, server_cpu)?)
+            Some(start_backend(cfg, backend_port, generator_cpu)?)
         } else {
             None
         };
@@ -457,17 +499,25 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                     rows.push(row);
                     continue;
                 }
+                if case.access_log && !server.logs_to_file() {
+                    row.status =
+                        "not applicable (logs to shared memory; varnishncsa not run)".into();
+                    rows.push(row);
+                    continue;
+                }
                 let role = match scenario {
                     Scenario::Proxy => Role::Proxy(([127, 0, 0, 1], backend_port).into()),
                     _ => Role::Static(docroot.clone()),
                 };
+                let dir = cfg
+                    .out
+                    .join("configs")
+                    .join(scenario.name())
+                    .join(slug(&case.label))
+                    .join(server.name());
                 let setup = ServerSetup {
-                    dir: cfg
-                        .out
-                        .join("configs")
-                        .join(scenario.name())
-                        .join(slug(&case.label))
-                        .join(server.name()),
+                    access_log: case.access_log.then(|| dir.join("access.log")),
+                    dir,
                     port: cfg.port,
                     tls: case.tls,
                     role,
@@ -589,7 +639,30 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
         command: cfg.command.clone(),
         versions,
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        pinned: cfg.pin,
+        pinned: cfg.pin.is_some(),
+        mode: if cfg.pin.is_some() {
+            "pinned"
+        } else {
+            "shared"
+        }
+        .into(),
+        server_cpus: cfg
+            .pin
+            .as_ref()
+            .map(|p| p.server.clone())
+            .unwrap_or_default(),
+        generator_cpus: cfg
+            .pin
+            .as_ref()
+            .map(|p| p.generator.clone())
+            .unwrap_or_default(),
+        workers: cfg.workers,
+        certificate: key_type,
+        memory: "pss".into(),
+        concurrency_min_measure_s: scenarios::CONCURRENCY_MIN_MEASURE.as_secs_f64(),
+        upstream_idle_pool: servers::UPSTREAM_IDLE,
+        keepalive_s: servers::KEEPALIVE_SECS,
+        haproxy_maxconn: servers::haproxy_maxconn(),
         generator_copies_bodies: cfg.copy_bodies,
         repeats: cfg.repeats,
         duration_s: cfg.duration.as_secs_f64(),
@@ -614,7 +687,7 @@ fn slug(s: &str) -> String {
 fn start_backend(
     cfg: &CompareConfig,
     port: u16,
-    cpu: Option<usize>,
+    cpu: Option<&[usize]>,
 ) -> Result<Running, CompareError> {
     if !process::port_free(port) {
         return Err(CompareError::PortInUse(port));
@@ -632,6 +705,7 @@ fn start_backend(
         env: vec![],
         config: PathBuf::new(),
         validate: None,
+        stdout: None,
     };
     let mut r = Running::start(&launch, &cfg.out.join("backend.log"), cpu)
         .map_err(|e| CompareError::Backend(e.to_string()))?;
@@ -657,6 +731,8 @@ struct Measured {
     cpus: Vec<f64>,
     bcpus: Vec<f64>,
     stolen: Vec<f64>,
+    idle_pss: Vec<u64>,
+    peak_pss: u64,
     idle_rss: Vec<u64>,
     peak_rss: u64,
     /// Rounds measured again for stolen CPU.
@@ -670,6 +746,8 @@ impl Measured {
         self.cpus.extend(round.cpus);
         self.bcpus.extend(round.bcpus);
         self.stolen.extend(round.stolen);
+        self.idle_pss.extend(round.idle_pss);
+        self.peak_pss = self.peak_pss.max(round.peak_pss);
         self.idle_rss.extend(round.idle_rss);
         self.peak_rss = self.peak_rss.max(round.peak_rss);
         self.remeasured += round.remeasured;
@@ -681,6 +759,7 @@ impl Measured {
         let med = |f: &dyn Fn(&LoadReport) -> f64| median(reports.iter().map(f).collect());
         let rps: Vec<f64> = reports.iter().map(|r| r.requests_per_sec).collect();
         let idle = median(self.idle_rss.iter().map(|&b| b as f64).collect());
+        let idle_pss = median(self.idle_pss.iter().map(|&b| b as f64).collect());
         Row {
             scenario: scenario.name().into(),
             case: case.label.clone(),
@@ -701,6 +780,8 @@ impl Measured {
             unanswered: med(&|r| r.unanswered as f64) as u64,
             server_cpu: median(self.cpus),
             backend_cpu: backend.then(|| median(self.bcpus)),
+            pss_idle_mib: idle_pss / 1048576.0,
+            pss_peak_mib: self.peak_pss as f64 / 1048576.0,
             rss_idle_mib: idle / 1048576.0,
             rss_peak_mib: self.peak_rss as f64 / 1048576.0,
             generator_cpu: med(&|r| r.generator.cores.unwrap_or(0.0)),
@@ -791,12 +872,15 @@ fn run_server_round(
     case: &Case,
     scenario: Scenario,
     expected: &[u8],
-    cpu: Option<usize>,
+    cpu: Option<&[usize]>,
     backend_pid: Option<u32>,
     repeat: usize,
     into: &mut Measured,
 ) -> Result<(), String> {
     let launch = prepare_validated(server, setup, cfg.weirs())?;
+    if let Some(log) = &setup.access_log {
+        let _ = std::fs::remove_file(log);
+    }
     if !process::port_free(setup.port) {
         return Err(format!("failed: port {} in use", setup.port));
     }
@@ -807,6 +891,10 @@ fn run_server_round(
         running
             .wait_ready(setup.port, Duration::from_secs(10))
             .map_err(|e| format!("failed to start: {e}; log: {}", tail(&log)))?;
+        if let Some(cpus) = cpu {
+            procstat::tree_confined(running.pid, cpus)
+                .map_err(|e| format!("failed: pinning did not take: {e}"))?;
+        }
         let (status, body) = process::fetch(setup.port, setup.tls, &case.path)
             .map_err(|e| format!("failed check: {e}"))?;
         if status != 200 || body != expected {
@@ -830,6 +918,11 @@ fn run_server_round(
         )
     })();
     running.stop();
+    // The log only had to be written; kept, the features-on row's would fill
+    // the disk (its size is in the raw record).
+    if let Some(log) = &setup.access_log {
+        let _ = std::fs::remove_file(log);
+    }
     result
 }
 
@@ -848,6 +941,8 @@ fn measure_repeat(
 ) -> Result<(), String> {
     std::thread::sleep(Duration::from_millis(300));
     let idle = procstat::sample(&[pid]);
+    into.idle_pss.push(idle.pss);
+    into.peak_pss = into.peak_pss.max(idle.pss);
     into.idle_rss.push(idle.rss);
     into.peak_rss = into.peak_rss.max(idle.rss);
     let raw_dir = raw_dir(cfg, scenario, &case.label);
@@ -883,7 +978,17 @@ fn measure_repeat(
         _ => (0.0, 0.0, 0.0),
     };
     let rss_peak = samples.iter().map(|s| s.server.rss).max().unwrap_or(0);
+    let pss_peak = samples.iter().map(|s| s.server.pss).max().unwrap_or(0);
     into.peak_rss = into.peak_rss.max(rss_peak);
+    into.peak_pss = into.peak_pss.max(pss_peak);
+    // A features-on row whose server wrote no log measured something else.
+    let access_log_bytes = setup
+        .access_log
+        .as_ref()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()));
+    if access_log_bytes == Some(0) {
+        return Err("failed: the server wrote no access log".into());
+    }
     into.cpus.push(cpu);
     into.bcpus.push(bcpu);
     into.stolen.push(stolen);
@@ -895,7 +1000,9 @@ fn measure_repeat(
         started_unix_ms,
         server_cpu_cores: cpu,
         backend_cpu_cores: backend_pid.map(|_| bcpu),
+        pss_peak_bytes: pss_peak,
         rss_peak_bytes: rss_peak,
+        access_log_bytes,
         machine_stolen_pct: stolen,
         load: &report,
     };
@@ -981,7 +1088,7 @@ fn participants(
 fn run_startup(
     cfg: &CompareConfig,
     missing: &[ServerKind],
-    cpu: Option<usize>,
+    cpu: Option<&[usize]>,
 ) -> Result<Vec<StartupRow>, CompareError> {
     let case = scenarios::cases(Scenario::Startup, cfg.quick)
         .into_iter()
@@ -1026,6 +1133,7 @@ fn run_startup(
             combined: PathBuf::new(),
             workers: cfg.workers,
             weir_accept: cfg.weir_accept.clone(),
+            access_log: None,
         };
         let measured = usable.and_then(|()| {
             let launch = prepare_validated(server, &setup, cfg.weirs())?;
@@ -1074,7 +1182,7 @@ fn run_startup(
 fn run_idle(
     cfg: &CompareConfig,
     missing: &[ServerKind],
-    cpu: Option<usize>,
+    cpu: Option<&[usize]>,
     assets: &Assets,
     backend_port: u16,
 ) -> Vec<IdleRow> {
@@ -1102,6 +1210,7 @@ fn run_idle(
                 combined: assets.combined.clone(),
                 workers: cfg.workers,
                 weir_accept: cfg.weir_accept.clone(),
+                access_log: None,
             };
             let icase = IdleCase {
                 connections: case.connections,
@@ -1227,7 +1336,7 @@ fn load_config(cfg: &CompareConfig, setup: &ServerSetup, case: &Case) -> LoadCon
     l.warmup = cfg.warmup;
     l.copy_bodies = cfg.copy_bodies;
     match case.amount {
-        Amount::Duration => l.duration = Some(cfg.duration),
+        Amount::Duration => l.duration = Some(case.measured_for(cfg.duration)),
         Amount::Requests(n) => l.requests = Some(n),
     }
     l

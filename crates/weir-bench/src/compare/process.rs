@@ -5,6 +5,8 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
+#[cfg(test)]
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,14 +24,23 @@ pub struct Running {
 }
 
 impl Running {
-    /// Starts `launch` with output to `log`, optionally pinned to `cpu` with taskset.
-    pub fn start(launch: &Launch, log: &Path, cpu: Option<usize>) -> std::io::Result<Running> {
-        let out = std::fs::File::create(log)?;
-        let err = out.try_clone()?;
-        let mut cmd = match cpu {
+    /// Starts `launch` with output to `log` (standard output to
+    /// `launch.stdout` instead, when set), confined to `cpus` with taskset
+    /// when given: taskset sets the affinity and execs the server, so the
+    /// PID we hold is the server's and every thread and child it makes
+    /// inherits the set.
+    pub fn start(launch: &Launch, log: &Path, cpus: Option<&[usize]>) -> std::io::Result<Running> {
+        let err = std::fs::File::create(log)?;
+        let out = match &launch.stdout {
+            Some(p) => std::fs::File::create(p)?,
+            None => err.try_clone()?,
+        };
+        let mut cmd = match cpus {
             Some(c) => {
                 let mut cmd = Command::new("taskset");
-                cmd.arg("-c").arg(c.to_string()).arg(&launch.program);
+                cmd.arg("-c")
+                    .arg(super::limits::cpu_list(c))
+                    .arg(&launch.program);
                 cmd
             }
             None => Command::new(&launch.program),
@@ -193,4 +204,59 @@ pub fn fetch_on(
         body = out;
     }
     Ok((status, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::limits::{self, CpuSplit};
+
+    #[test]
+    fn a_pinned_server_and_the_generator_run_on_disjoint_cpus() {
+        let Ok(split) = CpuSplit::of_this_process() else {
+            return; // one CPU: no pinned mode
+        };
+        let dir = std::env::temp_dir().join(format!("wb-pin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A shell with a child of its own: the whole tree must be confined.
+        let launch = Launch {
+            program: "sh".into(),
+            args: vec!["-c".into(), "sleep 5 & sleep 5; wait".into()],
+            env: vec![],
+            config: PathBuf::new(),
+            validate: None,
+            stdout: None,
+        };
+        let running = Running::start(&launch, &dir.join("log"), Some(&split.server)).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let tree = procstat::process_tree(running.pid);
+        let server_cpus: Vec<procstat::TaskCpus> =
+            tree.iter().flat_map(|&p| procstat::task_cpus(p)).collect();
+        let confined = procstat::tree_confined(running.pid, &split.server);
+        let generator = split.generator.clone();
+        let generator_cpus = std::thread::spawn(move || {
+            limits::pin_current_thread(&generator).unwrap();
+            std::thread::yield_now();
+            procstat::task_cpus(std::process::id())
+                .into_iter()
+                .find(|t| t.tid == nix::unistd::gettid().as_raw() as u32)
+                .unwrap()
+        })
+        .join()
+        .unwrap();
+        running.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(tree.len() >= 2, "the shell and its sleeps: {tree:?}");
+        confined.unwrap();
+        assert_eq!(generator_cpus.allowed, split.generator);
+        assert!(split.generator.contains(&generator_cpus.last_cpu));
+        for t in &server_cpus {
+            assert!(
+                t.allowed
+                    .iter()
+                    .all(|c| !generator_cpus.allowed.contains(c)),
+                "server thread {t:?} may share the generator's {generator_cpus:?}"
+            );
+        }
+    }
 }

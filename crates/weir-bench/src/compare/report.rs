@@ -11,7 +11,7 @@ use super::startup::StartupRow;
 use super::{CompareConfig, Row, Summary};
 
 /// Columns of every scenario table, in order (tests check them).
-pub const COLUMNS: [&str; 19] = [
+pub const COLUMNS: [&str; 21] = [
     "case",
     "server",
     "req/s (median)",
@@ -24,6 +24,8 @@ pub const COLUMNS: [&str; 19] = [
     "client errors",
     "unanswered at end",
     "server CPU cores",
+    "idle PSS MiB",
+    "peak PSS MiB",
     "idle RSS MiB",
     "peak RSS MiB",
     "generator CPU",
@@ -163,6 +165,10 @@ pub(super) fn median_interval(mut v: Vec<f64>, level: f64) -> Option<(f64, f64, 
 /// The Markdown table of one scenario.
 pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
     let mut o = format!("## Scenario `{}`\n\n{}\n\n", s.name(), s.describe());
+    let measured = super::scenarios::cases(s, cfg.quick)
+        .first()
+        .map_or(cfg.duration, |c| c.measured_for(cfg.duration));
+    let _ = writeln!(o, "{}\n", mode_line(cfg));
     let _ = writeln!(
         o,
         "Median of {} repeats of {:.1} s after {:.1} s warm-up (fixed-count cases: each repeat runs its count), \
@@ -176,9 +182,10 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
          repeats (weir's and this server's, measured a minute apart at most) and gives the median of those ratios; \
          the last column, two of those ratios that hold the true median between them with the confidence shown \
          (at least 90 %, from the order of the rounds' ratios alone, with no assumption about their distribution; \
-         it needs 5 rounds): a target inside the interval is not told apart from weir's ratio by this run.\n",
+         it needs 5 rounds): a target inside the interval is not told apart from weir's ratio by this run. \
+         Memory is PSS summed over the server's processes (shared pages counted once), RSS beside it.\n",
         cfg.repeats,
-        cfg.duration.as_secs_f64(),
+        measured.as_secs_f64(),
         cfg.warmup.as_secs_f64(),
         cfg.max_stolen_pct,
         cfg.stolen_retries
@@ -218,7 +225,7 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
         );
         let _ = writeln!(
             o,
-            "| {} | {} | {:.0} | {:.0}–{:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {} | {:.1} ({:.1}) | {} | {} | {} |",
+            "| {} | {} | {:.0} | {:.0}–{:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {:.1} ({:.1}) | {} | {} | {} |",
             r.case,
             r.server,
             r.rps_median,
@@ -232,6 +239,8 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
             r.client_errors,
             r.unanswered,
             cpu,
+            r.pss_idle_mib,
+            r.pss_peak_mib,
             r.rss_idle_mib,
             r.rss_peak_mib,
             gen_cpu,
@@ -345,7 +354,8 @@ pub fn svg(s: Scenario, rows: &[Row]) -> String {
     o
 }
 
-/// The run folder's README: machine, versions, command, links.
+/// The run folder's README: machine, versions, command, what each server
+/// got, links.
 pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
     let mut o = format!(
         "# weir-bench compare run {}\n\nCommand: `{}`\n\n",
@@ -353,13 +363,10 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
     );
     let _ = writeln!(
         o,
-        "Machine: {} CPUs, generator {}, {}; {} repeats of {:.1} s after {:.1} s warm-up; servers with {} workers/threads.\n",
+        "Machine: {} CPUs; {}; generator {}; {} repeats of {:.1} s after {:.1} s warm-up \
+         (the concurrency scenario: at least {:.0} s); servers with {} workers/threads.\n",
         s.cpus,
-        if s.pinned {
-            "pinned to CPU 0, servers to CPU 1"
-        } else {
-            "not pinned (shares the CPUs with the server)"
-        },
+        mode_line(cfg),
         if cfg.copy_bodies {
             "copying response bodies into its memory (`--copy-bodies`)"
         } else {
@@ -368,7 +375,35 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
         s.repeats,
         s.duration_s,
         s.warmup_s,
-        cfg.workers
+        s.concurrency_min_measure_s,
+        s.workers
+    );
+    let _ = writeln!(
+        o,
+        "## What each server got\n\n\
+         - Certificate: {cert}, self-signed, the same for every server.\n\
+         - Memory: PSS (proportional set size, `/proc/PID/smaps_rollup`) summed over the server's process tree is \
+         the headline figure, since summed RSS counts the pages a master shares with its workers once per process; \
+         RSS is kept in its own columns.\n\
+         - Client keep-alive: {ka} s idle timeout on every server (weir `server.timeouts.keepalive`, nginx \
+         `keepalive_timeout`, HAProxy `timeout client` and `timeout http-keep-alive`, Caddy `timeouts idle`, \
+         Apache `KeepAliveTimeout`, lighttpd `server.max-keep-alive-idle`, Varnish `timeout_idle`), no request cap.\n\
+         - Upstream pool (proxy): up to {pool} idle connections to the backend on every proxy: weir `max_idle = {pool}` \
+         (its default), nginx `keepalive {pool}` (per worker), HAProxy `http-reuse always` with `pool-max-conn {pool}`, \
+         Caddy `keepalive_idle_conns_per_host {pool}`; Varnish reuses backend connections without a cap. weir's and \
+         nginx's pools are per worker, HAProxy's and Caddy's per process; with 100 clients none fills its pool.\n\
+         - nginx static: `open_file_cache max=10000 inactive=60s; open_file_cache_valid 60s; \
+         open_file_cache_min_uses 1; open_file_cache_errors on;` (weir serves small files from memory).\n\
+         - HAProxy: `maxconn {mc}` (above the largest case's connections) in `global` and `defaults`, with \
+         `no strict-limits`, so a descriptor limit below 2 × maxconn is a warning, not a refusal to start.\n\
+         - Features-on proxy row (`http + log`): an access log line per request to a file on every proxy: weir's JSON \
+         log, nginx `access_log … combined buffer=64k flush=1s` (buffered as weir's is), HAProxy `option httplog` \
+         to `log stdout` redirected to a file, Caddy `log {{ output file … format json }}`; Varnish (shared-memory \
+         log, `varnishncsa` not run) is not in it. Each repeat checks that the log was written, then deletes it.\n",
+        cert = s.certificate,
+        ka = s.keepalive_s,
+        pool = s.upstream_idle_pool,
+        mc = s.haproxy_maxconn,
     );
     o.push_str("| server | version |\n|---|---|\n");
     for (n, v) in &s.versions {
@@ -379,6 +414,21 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
         let _ = writeln!(o, "- [{0}]({0}.md) · ![{0}]({0}.svg)", sc.name());
     }
     o
+}
+
+/// The CPU mode of a run, in words.
+fn mode_line(cfg: &CompareConfig) -> String {
+    match &cfg.pin {
+        Some(p) => format!(
+            "mode: pinned (each server, all its processes and threads, on CPU {}; the generator and the backend on \
+             CPU {}; one worker per server CPU; ratios are work per request per core)",
+            super::limits::cpu_list(&p.server),
+            super::limits::cpu_list(&p.generator)
+        ),
+        None => "mode: shared (server, generator and backend share every CPU; a server that uses fewer cores \
+                 leaves more to the generator)"
+            .into(),
+    }
 }
 
 /// Columns of the `startup` table, in order (tests check them).
@@ -393,7 +443,7 @@ pub const STARTUP_COLUMNS: [&str; 7] = [
 ];
 
 /// Columns of the `idle` table, in order (tests check them).
-pub const IDLE_COLUMNS: [&str; 11] = [
+pub const IDLE_COLUMNS: [&str; 14] = [
     "case",
     "server",
     "connections",
@@ -401,10 +451,13 @@ pub const IDLE_COLUMNS: [&str; 11] = [
     "served",
     "held",
     "errors",
+    "idle PSS MiB",
+    "held PSS MiB",
+    "KiB per connection (median, PSS)",
+    "min–max KiB",
     "idle RSS MiB",
     "held RSS MiB",
-    "KiB per connection (median)",
-    "min–max KiB",
+    "KiB per connection (median, RSS)",
 ];
 
 fn header(o: &mut String, cols: &[&str]) {
@@ -459,7 +512,8 @@ pub fn idle_markdown(rows: &[IdleRow], cfg: &CompareConfig) -> String {
     let _ = writeln!(
         o,
         "Median of {} repeats, each on a freshly started server; spread is min–max. \
-         KiB per connection = (held RSS − idle RSS) / connections still open at the sample. \
+         KiB per connection = (held PSS − idle PSS) / connections still open at the sample, PSS summed over the \
+         server's processes (shared pages counted once); the RSS columns, for comparison, count them per process. \
          established/served/held are the worst repeat's, errors the worst repeat's failed connections.\n",
         cfg.repeats
     );
@@ -471,7 +525,7 @@ pub fn idle_markdown(rows: &[IdleRow], cfg: &CompareConfig) -> String {
         }
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1}–{:.1} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.1}–{:.1} | {:.1} | {:.1} | {:.1} |",
             r.case,
             r.server,
             r.connections,
@@ -479,11 +533,14 @@ pub fn idle_markdown(rows: &[IdleRow], cfg: &CompareConfig) -> String {
             r.served,
             r.held,
             r.errors,
-            r.rss_idle_mib,
-            r.rss_held_mib,
+            r.pss_idle_mib,
+            r.pss_held_mib,
             r.kib_per_conn,
             r.kib_min,
-            r.kib_max
+            r.kib_max,
+            r.rss_idle_mib,
+            r.rss_held_mib,
+            r.kib_per_conn_rss
         );
     }
     o.push('\n');
@@ -588,7 +645,7 @@ pub fn idle_svg(rows: &[IdleRow]) -> String {
         .collect();
     bar_svg(
         "weir-bench compare: idle",
-        "server KiB per idle HTTPS connection (lower is better)",
+        "server KiB (PSS) per idle HTTPS connection (lower is better)",
         &bars,
     )
 }
@@ -716,7 +773,7 @@ mod tests {
             repeats: 5,
             duration: std::time::Duration::from_secs(4),
             warmup: std::time::Duration::from_secs(1),
-            pin: false,
+            pin: None,
             quick: false,
             out: "out".into(),
             weir: "weir".into(),

@@ -64,7 +64,11 @@ impl Scenario {
             Scenario::Proxy => {
                 "164-byte response from `weir-bench backend` through each proxy, 100 keep-alive connections, HTTP and HTTPS \
                  (seeds 002 and 003). Every proxy sends the backend X-Forwarded-For, -Proto and -Host (Caddy's \
-                 defaults) and no other forwarding field. Varnish passes every request (no caching) and has no TLS."
+                 defaults) and no other forwarding field, and keeps up to 1,024 idle upstream connections. Varnish \
+                 passes every request (no caching) and has no TLS. The `http + log` row is the features-on proxy, \
+                 as proxies run in production: every proxy writes an access log line per request to a file \
+                 (weir's JSON log, nginx's `access_log`, HAProxy's `option httplog`, Caddy's `log`); Varnish, which \
+                 logs to shared memory for `varnishncsa` to write out, is not in that row."
             }
             Scenario::Sizes => {
                 "Static bodies of 164 B, 4 KiB, 256 KiB and 1 MiB over HTTP, 100 keep-alive connections (seed 001). \
@@ -72,7 +76,9 @@ impl Scenario {
                  them, so at 256 KiB and 1 MiB the servers are measured, not its copying (`--copy-bodies` copies them)."
             }
             Scenario::Concurrency => {
-                "HTTPS keep-alive at 1000, 5000 and 10000 connections, 10 s request timeout (seed 003's clean-run table)."
+                "HTTPS keep-alive at 1000, 5000 and 10000 connections, 10 s request timeout (seed 003's clean-run table). \
+                 Measured for at least 15 s after the warm-up whatever `--duration` says: in shorter runs the \
+                 opening handshake storm dominates and the ratios swing."
             }
             Scenario::Ab => {
                 "Fixed request counts (1000, 5000, 10000) at 50, 100 and 200 connections, a new connection per request, \
@@ -86,9 +92,11 @@ impl Scenario {
             }
             Scenario::Idle => {
                 "Memory per idle connection: HTTPS keep-alive connections, each completing a TLS handshake and one GET \
-                 for the 164-byte page, then held open and idle (`weir-bench hold`, 200 opened at a time). RSS of all \
-                 the server's processes is sampled before, and 2 s after every connection is up. HAProxy terminates \
-                 TLS and proxies to `weir-bench backend` (its RSS alone is counted); Varnish has no TLS."
+                 for the 164-byte page, then held open and idle (`weir-bench hold`, 200 opened at a time). The PSS \
+                 (proportional set size, /proc/PID/smaps_rollup) of all the server's processes is sampled before, and \
+                 2 s after every connection is up; PSS counts a page shared by a master and its workers once, where \
+                 summed RSS counts it per process (RSS is kept beside it). HAProxy terminates TLS and proxies to \
+                 `weir-bench backend` (its memory alone is counted); Varnish has no TLS."
             }
         }
     }
@@ -142,7 +150,23 @@ pub struct Case {
     pub amount: Amount,
     /// Request timeout.
     pub timeout: Duration,
+    /// The servers write an access log line per request to a file.
+    pub access_log: bool,
+    /// The least a `Duration` case is measured, whatever `--duration` says.
+    pub min_duration: Option<Duration>,
 }
+
+impl Case {
+    /// How long the case is measured when the run asks for `asked`.
+    pub fn measured_for(&self, asked: Duration) -> Duration {
+        self.min_duration.map_or(asked, |m| asked.max(m))
+    }
+}
+
+/// The least the concurrency scenario is measured after its warm-up: at
+/// 10,000 connections the opening handshakes take seconds, and a shorter run
+/// measures them rather than the serving.
+pub const CONCURRENCY_MIN_MEASURE: Duration = Duration::from_secs(15);
 
 /// Static files the docroot holds: (name, size).
 pub const FILES: [(&str, usize); 4] = [
@@ -163,6 +187,8 @@ fn case(label: &str, tls: bool, path: &str, size: usize, conns: usize) -> Case {
         keepalive: true,
         amount: Amount::Duration,
         timeout: Duration::from_secs(2),
+        access_log: false,
+        min_duration: None,
     }
 }
 
@@ -173,10 +199,19 @@ pub fn cases(s: Scenario, quick: bool) -> Vec<Case> {
             case("http", false, "/index.html", 164, 100),
             case("https", true, "/index.html", 164, 100),
         ],
-        Scenario::Proxy => vec![
-            case("http", false, "/", 164, 100),
-            case("https", true, "/", 164, 100),
-        ],
+        Scenario::Proxy => {
+            let mut v = vec![
+                case("http", false, "/", 164, 100),
+                case("https", true, "/", 164, 100),
+            ];
+            if !quick {
+                v.push(Case {
+                    access_log: true,
+                    ..case("http + log", false, "/", 164, 100)
+                });
+            }
+            v
+        }
         Scenario::Sizes => {
             let all: Vec<Case> = FILES
                 .iter()
@@ -197,6 +232,7 @@ pub fn cases(s: Scenario, quick: bool) -> Vec<Case> {
                 .map(|&c| Case {
                     threads: 2,
                     timeout: Duration::from_secs(10),
+                    min_duration: Some(CONCURRENCY_MIN_MEASURE),
                     ..case(&format!("c{c}"), true, "/index.html", 164, c)
                 })
                 .collect()
@@ -230,6 +266,17 @@ pub fn cases(s: Scenario, quick: bool) -> Vec<Case> {
     }
 }
 
+/// The most connections any case of a full run opens at once: a server
+/// configured for fewer turns some away (HAProxy's `maxconn`).
+pub fn max_connections() -> usize {
+    Scenario::ALL
+        .into_iter()
+        .flat_map(|s| cases(s, false))
+        .map(|c| c.connections)
+        .max()
+        .unwrap_or(0)
+}
+
 /// Name-based virtual hosts in the `startup` scenario's config.
 pub const STARTUP_SITES: usize = 10;
 
@@ -241,5 +288,45 @@ pub fn human_size(n: usize) -> String {
         format!("{} KiB", n >> 10)
     } else {
         format!("{n} B")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn concurrency_is_measured_for_at_least_15_s_and_others_as_asked() {
+        for quick in [false, true] {
+            for c in cases(Scenario::Concurrency, quick) {
+                assert_eq!(
+                    c.measured_for(Duration::from_secs(4)),
+                    Duration::from_secs(15)
+                );
+                assert_eq!(
+                    c.measured_for(Duration::from_secs(30)),
+                    Duration::from_secs(30)
+                );
+            }
+        }
+        for c in cases(Scenario::Static, false) {
+            assert_eq!(
+                c.measured_for(Duration::from_secs(4)),
+                Duration::from_secs(4)
+            );
+        }
+    }
+
+    #[test]
+    fn the_proxy_has_one_logged_row_outside_quick_runs() {
+        let logged = |quick| {
+            cases(Scenario::Proxy, quick)
+                .into_iter()
+                .filter(|c| c.access_log)
+                .count()
+        };
+        assert_eq!(logged(false), 1);
+        assert_eq!(logged(true), 0);
+        assert_eq!(max_connections(), 10_000);
     }
 }

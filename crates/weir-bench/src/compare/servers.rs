@@ -1,7 +1,10 @@
-//! One config writer per server, all configured alike: 2 workers/threads,
-//! keep-alive on with no per-connection request cap, access logs off,
-//! sendfile on where it exists, the same certificate, TLS 1.2 and 1.3,
-//! listening on 127.0.0.1 only. Each writer puts its config in the run folder
+//! One config writer per server, all configured alike: the same number of
+//! workers/threads (`--workers`, one per server CPU when pinned), keep-alive
+//! on with no per-connection request cap and a 65 s idle timeout, access
+//! logs off (to a file in the features-on row), sendfile on where it exists,
+//! the same certificate, TLS 1.2 and 1.3, listening on 127.0.0.1 only.
+//! nginx serves files through `open_file_cache`, as a tuned nginx does
+//! (weir serves small files from memory). Each writer puts its config in the run folder
 //! so a reader can check it, and returns the command that starts the server in
 //! the foreground (so we hold its PID and stop it by PID).
 //!
@@ -9,12 +12,30 @@
 //! forwarding fields Caddy sends by default, X-Forwarded-For, -Proto and
 //! -Host, and no others (weir's `Forwarded` and `Via` are turned off; nginx
 //! and HAProxy are told to add the three; Varnish adds X-Forwarded-For
-//! itself).
+//! itself), and each keeps up to [`UPSTREAM_IDLE`] idle upstream
+//! connections, weir's default pool, so none reconnects to the backend
+//! more than another.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::CompareError;
+
+/// Idle upstream connections every proxy keeps: weir's default `max_idle`
+/// (docs/config.md). nginx's `keepalive` counts per worker, as weir's pool
+/// does per worker thread.
+pub const UPSTREAM_IDLE: usize = 1024;
+
+/// Client keep-alive idle timeout, seconds, of every server.
+pub const KEEPALIVE_SECS: u64 = 65;
+
+/// HAProxy's `maxconn`: above the largest case's connections (the backend
+/// side shares pooled connections). It asks for about 2 × maxconn
+/// descriptors; `no strict-limits` makes a shortfall a warning.
+pub fn haproxy_maxconn() -> usize {
+    let most = super::scenarios::max_connections();
+    (most + most / 10).max(1000)
+}
 
 /// The servers `compare` knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -80,6 +101,8 @@ pub struct ServerSetup {
     pub workers: usize,
     /// weir's `server.accept`, when not its default.
     pub weir_accept: Option<String>,
+    /// Write an access log line per request to this file (features-on row).
+    pub access_log: Option<PathBuf>,
 }
 
 /// How to start a server.
@@ -95,6 +118,9 @@ pub struct Launch {
     pub config: PathBuf,
     /// A command that checks the config (non-zero exit = rejected).
     pub validate: Option<Vec<String>>,
+    /// Where the server's standard output goes instead of its log (HAProxy
+    /// writes its access log there).
+    pub stdout: Option<PathBuf>,
 }
 
 impl ServerKind {
@@ -150,6 +176,12 @@ impl ServerKind {
         !matches!(self, ServerKind::Haproxy | ServerKind::Varnish)
     }
 
+    /// Can it write an access log to a file by itself? Varnish logs to
+    /// shared memory and needs `varnishncsa` beside it to write a file.
+    pub fn logs_to_file(self) -> bool {
+        self != ServerKind::Varnish
+    }
+
     /// Is it in the proxy scenario?
     pub fn proxies(self) -> bool {
         matches!(
@@ -201,6 +233,12 @@ impl ServerKind {
         std::fs::create_dir_all(&s.dir).map_err(|e| CompareError::io(&s.dir, e))?;
         let bin = self.binary(weirs);
         let d = s.dir.display().to_string();
+        // HAProxy logs through syslog; `log stdout` and this file stand in
+        // for a local syslog daemon.
+        let stdout = match self {
+            ServerKind::Haproxy => s.access_log.clone(),
+            _ => None,
+        };
         let (file, text, args, env, validate): Prepared = match self {
             ServerKind::Weir | ServerKind::WeirB => {
                 let cfg = s.dir.join("weir.toml");
@@ -297,7 +335,9 @@ impl ServerKind {
                         "-T".into(),
                         "127.0.0.1:0".into(),
                         "-p".into(),
-                        "thread_pools=2".into(),
+                        format!("thread_pools={}", s.workers),
+                        "-p".into(),
+                        format!("timeout_idle={KEEPALIVE_SECS}"),
                     ],
                     vec![],
                     None,
@@ -328,6 +368,7 @@ impl ServerKind {
             env,
             config,
             validate,
+            stdout,
         })
     }
 }
@@ -369,12 +410,20 @@ fn weir_config(s: &ServerSetup) -> String {
     if let Some(a) = &s.weir_accept {
         let _ = writeln!(o, "accept = \"{a}\"");
     }
+    let _ = writeln!(o, "\n[server.timeouts]\nkeepalive = \"{KEEPALIVE_SECS}s\"");
     let site = |o: &mut String, name: &str, what: String| {
         let _ = write!(
             o,
             "\n[site.\"{name}\"]\nlisten = [\"127.0.0.1:{}\"]\n{what}\n",
             s.port
         );
+        if let Some(log) = &s.access_log {
+            let _ = writeln!(
+                o,
+                "access_log = {{ path = \"{}\", format = \"json\" }}",
+                log.display()
+            );
+        }
         if s.tls {
             let _ = writeln!(
                 o,
@@ -395,7 +444,9 @@ fn weir_config(s: &ServerSetup) -> String {
         Role::Proxy(up) => site(
             &mut o,
             "localhost",
-            format!("proxy = {{ to = [\"{up}\"], forwarded = false, via = false }}"),
+            format!(
+                "proxy = {{ to = [\"{up}\"], forwarded = false, via = false, max_idle = {UPSTREAM_IDLE} }}"
+            ),
         ),
         Role::Sites(sites) => {
             for (name, root) in sites {
@@ -410,15 +461,42 @@ fn nginx_config(s: &ServerSetup) -> String {
     let d = s.dir.display();
     let ssl = if s.tls { " ssl" } else { "" };
     let mut o = format!(
-        "# weir-bench: nginx, {w} workers, keep-alive without a request cap, no access log.\n\
+        "# weir-bench: nginx, {w} workers, keep-alive without a request cap, {log}.\n\
          worker_processes {w};\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/nginx-error.log warn;\n\
          worker_rlimit_nofile 20000;\nevents {{ worker_connections 20000; multi_accept on; }}\n\
-         http {{\n  access_log off;\n  sendfile on;\n  tcp_nopush on;\n  keepalive_requests 1000000;\n  keepalive_timeout 65;\n\
+         http {{\n  sendfile on;\n  tcp_nopush on;\n  keepalive_requests 1000000;\n  keepalive_timeout {KEEPALIVE_SECS};\n\
          \x20 types {{ text/html html; application/octet-stream bin; }}\n  default_type application/octet-stream;\n",
-        w = s.workers
+        w = s.workers,
+        log = if s.access_log.is_some() {
+            "access log to a file"
+        } else {
+            "no access log"
+        },
     );
-    if let Role::Proxy(up) = &s.role {
-        let _ = writeln!(o, "  upstream backend {{ server {up}; keepalive 64; }}");
+    match &s.access_log {
+        // Buffered as weir's log is (a 64 KiB buffer, written when idle).
+        Some(log) => {
+            let _ = writeln!(
+                o,
+                "  access_log {} combined buffer=64k flush=1s;",
+                log.display()
+            );
+        }
+        None => o.push_str("  access_log off;\n"),
+    }
+    match &s.role {
+        Role::Proxy(up) => {
+            let _ = writeln!(
+                o,
+                "  upstream backend {{ server {up}; keepalive {UPSTREAM_IDLE}; }}"
+            );
+        }
+        // Descriptors and stat results kept between requests, as a user
+        // tuning nginx for small static files sets them.
+        Role::Static(_) | Role::Sites(_) => o.push_str(
+            "  open_file_cache max=10000 inactive=60s;\n  open_file_cache_valid 60s;\n\
+             \x20 open_file_cache_min_uses 1;\n  open_file_cache_errors on;\n",
+        ),
     }
     let server = |o: &mut String, name: Option<&str>, body: String| {
         let _ = writeln!(o, "  server {{\n    listen 127.0.0.1:{}{ssl};", s.port);
@@ -467,7 +545,7 @@ fn apache_config(s: &ServerSetup) -> String {
          LoadModule mime_module {m}/mod_mime.so\nLoadModule dir_module {m}/mod_dir.so\n\
          StartServers {w}\nServerLimit {w}\nThreadsPerChild 64\nThreadLimit 64\nMaxRequestWorkers {mrw}\n\
          MinSpareThreads 64\nMaxSpareThreads {mrw}\nMaxConnectionsPerChild 0\n\
-         KeepAlive On\nMaxKeepAliveRequests 0\nKeepAliveTimeout 65\nEnableSendfile On\nTypesConfig /etc/mime.types\n\
+         KeepAlive On\nMaxKeepAliveRequests 0\nKeepAliveTimeout {KEEPALIVE_SECS}\nEnableSendfile On\nTypesConfig /etc/mime.types\n\
          Listen 127.0.0.1:{p}\n",
         w = s.workers,
         mrw = s.workers * 64,
@@ -509,9 +587,14 @@ fn apache_config(s: &ServerSetup) -> String {
 
 fn caddy_config(s: &ServerSetup) -> String {
     let mut o = format!(
-        "# weir-bench: Caddy with GOMAXPROCS={}, no access log (Caddy logs none unless asked).\n\
-         {{\n  admin off\n  auto_https off\n}}\n",
-        s.workers
+        "# weir-bench: Caddy with GOMAXPROCS={}, {}.\n\
+         {{\n  admin off\n  auto_https off\n  servers {{\n    timeouts {{\n      idle {KEEPALIVE_SECS}s\n    }}\n  }}\n}}\n",
+        s.workers,
+        if s.access_log.is_some() {
+            "access log (JSON) to a file"
+        } else {
+            "no access log (Caddy logs none unless asked)"
+        }
     );
     let site = |o: &mut String, name: &str, body: String| {
         let _ = writeln!(
@@ -528,6 +611,13 @@ fn caddy_config(s: &ServerSetup) -> String {
                 s.key.display()
             );
         }
+        if let Some(log) = &s.access_log {
+            let _ = writeln!(
+                o,
+                "  log {{\n    output file {}\n    format json\n  }}",
+                log.display()
+            );
+        }
         let _ = writeln!(o, "{body}\n}}");
     };
     match &s.role {
@@ -536,7 +626,15 @@ fn caddy_config(s: &ServerSetup) -> String {
             "",
             format!("  root * {}\n  file_server", root.display()),
         ),
-        Role::Proxy(up) => site(&mut o, "", format!("  reverse_proxy {up}")),
+        // Caddy keeps 32 idle connections per upstream unless told otherwise.
+        Role::Proxy(up) => site(
+            &mut o,
+            "",
+            format!(
+                "  reverse_proxy {up} {{\n    transport http {{\n      keepalive_idle_conns {UPSTREAM_IDLE}\n      \
+                 keepalive_idle_conns_per_host {UPSTREAM_IDLE}\n    }}\n  }}"
+            ),
+        ),
         Role::Sites(sites) => {
             for (name, root) in sites {
                 site(
@@ -559,14 +657,32 @@ fn haproxy_config(s: &ServerSetup) -> Result<String, CompareError> {
     } else {
         String::new()
     };
+    let (global_log, defaults_log) = if s.access_log.is_some() {
+        (
+            "  log stdout format raw local0\n",
+            "  log global\n  option httplog\n",
+        )
+    } else {
+        ("", "")
+    };
     Ok(format!(
-        "# weir-bench: HAProxy, {w} threads, keep-alive both sides, upstream reuse, no logs.\n\
-         global\n  nbthread {w}\n  maxconn 9000\n  ssl-default-bind-options ssl-min-ver TLSv1.2\n\n\
-         defaults\n  mode http\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n  http-reuse always\n\n\
+        "# weir-bench: HAProxy, {w} threads, keep-alive both sides, upstream reuse, {log}.\n\
+         global\n  nbthread {w}\n  maxconn {mc}\n  no strict-limits\n{global_log}\
+         \x20 ssl-default-bind-options ssl-min-ver TLSv1.2\n\n\
+         defaults\n  mode http\n  maxconn {mc}\n{defaults_log}\
+         \x20 timeout connect 5s\n  timeout client {ka}s\n  timeout http-keep-alive {ka}s\n  timeout server 60s\n\
+         \x20 http-reuse always\n\n\
          frontend fe\n  bind 127.0.0.1:{p}{ssl}\n  default_backend be\n\n\
          backend be\n  option forwardfor\n  http-request set-header X-Forwarded-Proto {scheme}\n\
-         \x20 http-request set-header X-Forwarded-Host %[req.hdr(host)]\n  server b1 {up}\n",
+         \x20 http-request set-header X-Forwarded-Host %[req.hdr(host)]\n  server b1 {up} pool-max-conn {UPSTREAM_IDLE}\n",
         w = s.workers,
+        mc = haproxy_maxconn(),
+        ka = KEEPALIVE_SECS,
+        log = if s.access_log.is_some() {
+            "access log (httplog) to standard output, a file"
+        } else {
+            "no logs"
+        },
         p = s.port,
         scheme = if s.tls { "https" } else { "http" },
     ))
@@ -577,9 +693,10 @@ fn varnish_config(s: &ServerSetup) -> Result<String, CompareError> {
         return Err(CompareError::NotApplicable("varnish only proxies".into()));
     };
     Ok(format!(
-        "# weir-bench: Varnish as a pure proxy (every request passed, no caching), 2 thread pools.\n\
+        "# weir-bench: Varnish as a pure proxy (every request passed, no caching), {} thread pool(s).\n\
          vcl 4.1;\n\nbackend default {{\n  .host = \"{}\";\n  .port = \"{}\";\n}}\n\n\
          sub vcl_recv {{\n  set req.http.X-Forwarded-Proto = \"http\";\n  set req.http.X-Forwarded-Host = req.http.host;\n  return (pass);\n}}\n",
+        s.workers,
         up.ip(),
         up.port()
     ))
@@ -598,7 +715,7 @@ fn lighttpd_config(s: &ServerSetup) -> Result<String, CompareError> {
     let mut o = format!(
         "# weir-bench: lighttpd, {w} workers, keep-alive with a high request cap, no access log.\n\
          server.document-root = \"{}\"\nserver.bind = \"127.0.0.1\"\nserver.port = {}\nserver.max-worker = {w}\n\
-         server.max-keep-alive-requests = 1000000\nserver.max-keep-alive-idle = 65\nserver.max-fds = 20000\n\
+         server.max-keep-alive-requests = 1000000\nserver.max-keep-alive-idle = {KEEPALIVE_SECS}\nserver.max-fds = 20000\n\
          server.max-connections = 10000\nserver.errorlog = \"{}/lighttpd-error.log\"\n\
          mimetype.assign = (\".html\" => \"text/html\", \".bin\" => \"application/octet-stream\")\n",
         root.display(),
@@ -623,4 +740,171 @@ fn lighttpd_config(s: &ServerSetup) -> Result<String, CompareError> {
         );
     }
     Ok(o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup(role: Role, tls: bool, log: bool) -> ServerSetup {
+        ServerSetup {
+            dir: PathBuf::from("/run/x"),
+            port: 28080,
+            tls,
+            role,
+            cert: PathBuf::from("/run/tls/cert.pem"),
+            key: PathBuf::from("/run/tls/key.pem"),
+            combined: PathBuf::from("/run/tls/combined.pem"),
+            workers: 1,
+            weir_accept: None,
+            access_log: log.then(|| PathBuf::from("/run/x/access.log")),
+        }
+    }
+
+    fn proxy(log: bool) -> ServerSetup {
+        setup(Role::Proxy(([127, 0, 0, 1], 28081).into()), false, log)
+    }
+
+    fn statics() -> ServerSetup {
+        setup(Role::Static(PathBuf::from("/run/docroot")), true, false)
+    }
+
+    /// Asserts every line of `want` is a line (trimmed) of `config`.
+    fn has_lines(config: &str, want: &[&str]) {
+        for w in want {
+            assert!(
+                config.lines().any(|l| l.trim() == *w),
+                "missing `{w}` in:\n{config}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_proxy_keeps_weirs_idle_pool_and_the_same_keepalive() {
+        assert_eq!(UPSTREAM_IDLE, 1024, "weir's default max_idle");
+        let weir = weir_config(&proxy(false));
+        assert!(weir.contains("max_idle = 1024"), "{weir}");
+        has_lines(&weir, &["[server.timeouts]", "keepalive = \"65s\""]);
+        let nginx = nginx_config(&proxy(false));
+        assert!(nginx.contains("keepalive 1024;"), "{nginx}");
+        assert!(!nginx.contains("keepalive 64;"), "{nginx}");
+        has_lines(&nginx, &["keepalive_timeout 65;", "access_log off;"]);
+        let haproxy = haproxy_config(&proxy(false)).unwrap();
+        has_lines(
+            &haproxy,
+            &[
+                "http-reuse always",
+                "server b1 127.0.0.1:28081 pool-max-conn 1024",
+                "timeout client 65s",
+                "timeout http-keep-alive 65s",
+            ],
+        );
+        let caddy = caddy_config(&proxy(false));
+        has_lines(
+            &caddy,
+            &[
+                "keepalive_idle_conns 1024",
+                "keepalive_idle_conns_per_host 1024",
+                "idle 65s",
+            ],
+        );
+        let varnish = ServerKind::Varnish
+            .prepare(
+                &ServerSetup {
+                    dir: std::env::temp_dir().join(format!("wb-varnish-{}", std::process::id())),
+                    ..proxy(false)
+                },
+                Weirs {
+                    weir: Path::new("/nonexistent/weir"),
+                    weir_b: None,
+                },
+            )
+            .unwrap();
+        assert!(varnish.args.contains(&"timeout_idle=65".to_string()));
+        assert!(varnish.args.contains(&"thread_pools=1".to_string()));
+        let _ = std::fs::remove_dir_all(varnish.config.parent().unwrap());
+    }
+
+    #[test]
+    fn nginx_serves_files_through_open_file_cache() {
+        let nginx = nginx_config(&statics());
+        has_lines(
+            &nginx,
+            &[
+                "open_file_cache max=10000 inactive=60s;",
+                "open_file_cache_valid 60s;",
+                "open_file_cache_min_uses 1;",
+                "open_file_cache_errors on;",
+                "worker_processes 1;",
+            ],
+        );
+        // Not in front of a backend, where there is no file to cache.
+        assert!(!nginx_config(&proxy(false)).contains("open_file_cache"));
+    }
+
+    #[test]
+    fn haproxy_takes_more_than_the_largest_case_without_strict_limits() {
+        let haproxy = haproxy_config(&proxy(false)).unwrap();
+        let mc = haproxy_maxconn();
+        assert!(mc > super::super::scenarios::max_connections(), "{mc}");
+        let global = haproxy.split("defaults").next().unwrap();
+        has_lines(
+            global,
+            &["no strict-limits", &format!("maxconn {mc}"), "nbthread 1"],
+        );
+        let defaults = haproxy.split("defaults").nth(1).unwrap();
+        has_lines(defaults, &[&format!("maxconn {mc}")]);
+        assert!(!haproxy.contains("maxconn 9000"));
+        assert!(!haproxy.contains("30s"), "{haproxy}");
+    }
+
+    #[test]
+    fn the_features_on_row_logs_every_request_to_a_file() {
+        let weir = weir_config(&proxy(true));
+        assert!(
+            weir.contains("access_log = { path = \"/run/x/access.log\", format = \"json\" }"),
+            "{weir}"
+        );
+        let nginx = nginx_config(&proxy(true));
+        has_lines(
+            &nginx,
+            &["access_log /run/x/access.log combined buffer=64k flush=1s;"],
+        );
+        assert!(!nginx.contains("access_log off"), "{nginx}");
+        let haproxy = haproxy_config(&proxy(true)).unwrap();
+        let global = haproxy.split("defaults").next().unwrap();
+        has_lines(global, &["log stdout format raw local0"]);
+        has_lines(&haproxy, &["log global", "option httplog"]);
+        let caddy = caddy_config(&proxy(true));
+        has_lines(&caddy, &["output file /run/x/access.log", "format json"]);
+        // HAProxy's standard output is the log file; the others' is not redirected.
+        let dir = std::env::temp_dir().join(format!("wb-logs-{}", std::process::id()));
+        let weirs = Weirs {
+            weir: Path::new("/nonexistent/weir"),
+            weir_b: None,
+        };
+        for kind in [ServerKind::Haproxy, ServerKind::Nginx, ServerKind::Weir] {
+            let s = ServerSetup {
+                dir: dir.join(kind.name()),
+                ..proxy(true)
+            };
+            let launch = kind.prepare(&s, weirs).unwrap();
+            assert_eq!(
+                launch.stdout.is_some(),
+                kind == ServerKind::Haproxy,
+                "{kind:?}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        // And nothing is logged outside that row.
+        for config in [
+            weir_config(&proxy(false)),
+            haproxy_config(&proxy(false)).unwrap(),
+            caddy_config(&proxy(false)),
+        ] {
+            assert!(!config.contains("access_log =") && !config.contains("httplog"));
+            assert!(!config.contains("output file"));
+        }
+        assert!(!ServerKind::Varnish.logs_to_file());
+    }
 }

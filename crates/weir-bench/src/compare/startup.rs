@@ -82,7 +82,7 @@ pub fn measure(
     path: &str,
     expected: &[u8],
     repeats: usize,
-    cpu: Option<usize>,
+    cpu: Option<&[usize]>,
 ) -> Result<(Vec<f64>, u64), String> {
     let mut samples = Vec::new();
     let mut probes = Vec::new();
@@ -120,7 +120,7 @@ fn once(
     host: &str,
     path: &str,
     expected: &[u8],
-    cpu: Option<usize>,
+    cpu: Option<&[usize]>,
 ) -> Result<Start, String> {
     wait_port_free(port)?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
