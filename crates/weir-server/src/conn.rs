@@ -20,7 +20,7 @@ use super::drain::{Drain, Signal};
 use super::http1;
 use super::io::{self as tio, ConnState, TimedIo};
 use super::zero_copy::{FileRegion, Regions, ZeroCopy};
-use crate::site::Listener;
+use crate::pipeline::Listener;
 use weir_config::Limits;
 use weir_http::conn::ConnInfo;
 use weir_http::smuggling::Guard;
@@ -56,7 +56,7 @@ impl ConnCtx {
         open: Arc<AtomicUsize>,
     ) -> Self {
         // hyper's own limits sit above ours: when hyper trips one it closes
-        // the connection without an answer, so `site::Listener::handle`
+        // the connection without an answer, so `pipeline::Listener::handle`
         // enforces the configured limits itself and answers 431.
         let buf = (limits.header_size * 2).max(16 * 1024);
         let mut auto = auto::Builder::new(TokioExecutor::new());
@@ -395,7 +395,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_future_holds_its_stream_once() {
         let cfg = weir_config::Config::builtin_welcome();
-        let sites = crate::site::build_sites(&cfg).unwrap();
+        let sites = crate::pipeline::build_sites(&cfg).unwrap();
         let listener = Listener::new(&sites, &[0], 0, cfg.server.limits.clone());
         let timeouts = tio::Limits::from(&cfg.server.timeouts);
         let open = Arc::new(AtomicUsize::new(1));

@@ -21,7 +21,7 @@
 //!    h2c, a malformed or oversized head) goes to hyper with the bytes read
 //!    so far, and hyper serves the rest of the connection: its answers to
 //!    bad input (400, 414, 431) and its body handling stay the only ones;
-//! 3. call the same `site::Listener::handle` hyper's service calls;
+//! 3. call the same `pipeline::Listener::handle` hyper's service calls;
 //! 4. [`encode_head`] the response by hyper's rules (status line, header
 //!    order, implicit `content-length`, chunked for unknown lengths, no body
 //!    for `HEAD`/204/304, `connection: close` when closing, a cached `date`),
@@ -49,7 +49,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use super::drain::Signal;
 use super::io::ConnState;
 use super::zero_copy::{FileRegion, Regions};
-use crate::site::Listener;
+use crate::pipeline::Listener;
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 

@@ -1,5 +1,5 @@
 //! HTTP/3: a QUIC endpoint (quinn) on the UDP port of every TLS listener,
-//! serving requests through the same [`site::Listener::handle`] as HTTP/1.1
+//! serving requests through the same [`pipeline::Listener::handle`] as HTTP/1.1
 //! and HTTP/2, so status, headers and bodies are the same.
 //!
 //! Runs on its own thread and current-thread runtime (`weir-h3`); the TCP
@@ -27,7 +27,7 @@ use http_body::Frame;
 use http_body_util::BodyExt;
 use tokio::sync::watch;
 
-use crate::site::{Listener, Site};
+use crate::pipeline::{Listener, Site};
 use weir_config::Config;
 use weir_http::body::BodyError;
 use weir_http::conn::ConnInfo;

@@ -19,7 +19,7 @@ pub mod http1;
 pub mod http3;
 pub mod io;
 mod listen;
-pub mod site;
+pub mod pipeline;
 pub mod welcome;
 pub mod zero_copy;
 
@@ -29,7 +29,7 @@ use std::sync::atomic::AtomicUsize;
 
 use tokio::sync::watch;
 
-use crate::site::Listener;
+use crate::pipeline::Listener;
 use weir_config::{AcceptSteering, Config, Http1Engine, RuntimeMode};
 
 pub use conn::ConnCtx;
@@ -37,7 +37,7 @@ pub use conn::ConnCtx;
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error(transparent)]
-    Site(#[from] crate::site::SiteError),
+    Site(#[from] crate::pipeline::SiteError),
     #[error("TLS for {addr}: {source}")]
     Tls {
         addr: SocketAddr,
@@ -70,7 +70,7 @@ struct Endpoint {
 
 /// Runs `cfg` until SIGTERM/SIGINT, then shuts down gracefully.
 pub fn run(cfg: Config) -> Result<(), ServerError> {
-    let sites = crate::site::build_sites(&cfg)?;
+    let sites = crate::pipeline::build_sites(&cfg)?;
     let connections = Arc::new(AtomicUsize::new(0));
     let timeouts = io::Limits::from(&cfg.server.timeouts);
 

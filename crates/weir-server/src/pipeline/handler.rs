@@ -1,0 +1,188 @@
+//! The handler phase: the one handler a route chose answers the request
+//! (static files, the reverse proxy, the welcome page, the HTTP → HTTPS
+//! redirect). Only answers; never adds site-wide headers or logs (the
+//! response filters and the log phase do).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{self, HeaderValue};
+use http::{Response, StatusCode};
+
+use weir_config::HandlerConfig;
+use weir_http::body::Body;
+use weir_http::conn::ConnInfo;
+use weir_http::response::{error, method_not_allowed};
+use weir_static::StaticFiles;
+
+use super::SiteError;
+use super::route::Target;
+
+/// What answers the requests of a site.
+pub(super) enum Handler {
+    Static(Arc<StaticFiles>),
+    Welcome,
+    RedirectHttps {
+        port: u16,
+    },
+    Proxy(Arc<weir_proxy::Proxy>),
+    /// Routes by path, then the fallback (404 without one).
+    Routes {
+        routes: Vec<Route>,
+        fallback: Option<Box<Handler>>,
+    },
+}
+
+/// A `[[site."x".route]]`: matching paths go to its proxy.
+pub(super) struct Route {
+    pub cfg: weir_config::proxy::RouteConfig,
+    pub proxy: Arc<weir_proxy::Proxy>,
+}
+
+pub(super) fn build_handler(
+    site: &str,
+    h: &HandlerConfig,
+    own_h1: bool,
+) -> Result<Handler, SiteError> {
+    Ok(match h {
+        HandlerConfig::Static(opts) => Handler::Static(StaticFiles::new(opts.clone()).map_err(
+            |source| SiteError::Static {
+                site: site.to_string(),
+                source,
+            },
+        )?),
+        HandlerConfig::Welcome => Handler::Welcome,
+        HandlerConfig::RedirectHttps { port } => Handler::RedirectHttps { port: *port },
+        HandlerConfig::Proxy(p) => Handler::Proxy(weir_proxy::Proxy::new(p.clone(), own_h1)),
+        HandlerConfig::Routes { routes, fallback } => Handler::Routes {
+            routes: routes
+                .iter()
+                .filter_map(|r| match &r.handler {
+                    HandlerConfig::Proxy(p) => Some(Route {
+                        cfg: r.clone(),
+                        proxy: weir_proxy::Proxy::new(p.clone(), own_h1),
+                    }),
+                    _ => None,
+                })
+                .collect(),
+            fallback: match fallback {
+                Some(f) => Some(Box::new(build_handler(site, f, own_h1)?)),
+                None => None,
+            },
+        },
+    })
+}
+
+/// Answers the request with the handler `target` names.
+pub(super) async fn serve<B>(
+    target: Target<'_>,
+    parts: &mut http::request::Parts,
+    body: B,
+    conn: &ConnInfo,
+) -> Response<Body>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<weir_http::body::BodyError>,
+{
+    match target {
+        Target::Handler(h) => leaf(h, parts, body, conn, None).await,
+        // Boxed, as in `leaf`.
+        Target::Route(r, path) => {
+            Box::pin(
+                r.proxy
+                    .serve(parts, upstream_body(body), conn, path.as_deref()),
+            )
+            .await
+        }
+        Target::NotFound => error(StatusCode::NOT_FOUND),
+    }
+}
+
+/// A request body as the proxy sends it on: no box for a request without one.
+fn upstream_body<B>(body: B) -> Body
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<weir_http::body::BodyError>,
+{
+    if body.is_end_stream() {
+        Body::empty()
+    } else {
+        Body::stream(body)
+    }
+}
+
+/// The handlers that answer by themselves (everything but `Routes`).
+async fn leaf<B>(
+    handler: &Handler,
+    parts: &mut http::request::Parts,
+    body: B,
+    conn: &ConnInfo,
+    path: Option<&str>,
+) -> Response<Body>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<weir_http::body::BodyError>,
+{
+    // Only the proxy tunnels (HTTP/2 extended CONNECT for WebSockets); a
+    // 2xx from anything else would open an HTTP/2 tunnel to nowhere.
+    if parts.method == http::Method::CONNECT && !matches!(handler, Handler::Proxy(_)) {
+        return method_not_allowed();
+    }
+    match handler {
+        Handler::Static(files) => files.serve(parts, parts.uri.path()).await,
+        Handler::Welcome => welcome(parts),
+        Handler::RedirectHttps { port } => redirect_https(parts, *port),
+        // Boxed: the proxy's future is large, and hyper moves the request
+        // future into place on every request; static requests must not pay
+        // for copying it.
+        Handler::Proxy(p) => Box::pin(p.serve(parts, upstream_body(body), conn, path)).await,
+        Handler::Routes { .. } => error(StatusCode::NOT_FOUND),
+    }
+}
+
+fn welcome(parts: &http::request::Parts) -> Response<Body> {
+    use http::Method;
+    if parts.method != Method::GET && parts.method != Method::HEAD {
+        return method_not_allowed();
+    }
+    if parts.uri.path() != "/" {
+        return error(StatusCode::NOT_FOUND);
+    }
+    let body = if parts.method == Method::HEAD {
+        Body::empty()
+    } else {
+        Body::full(Bytes::from_static(crate::welcome::PAGE.as_bytes()))
+    };
+    let mut r = Response::new(body);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    r.headers_mut().insert(
+        header::CONTENT_LENGTH,
+        HeaderValue::from(crate::welcome::PAGE.len()),
+    );
+    r
+}
+
+fn redirect_https(parts: &http::request::Parts, port: u16) -> Response<Body> {
+    let host = super::route::request_host(parts);
+    if host.is_empty() {
+        return error(StatusCode::BAD_REQUEST);
+    }
+    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let location = if port == 443 {
+        format!("https://{host}{pq}")
+    } else {
+        format!("https://{host}:{port}{pq}")
+    };
+    let Ok(loc) = HeaderValue::from_str(&location) else {
+        return error(StatusCode::BAD_REQUEST);
+    };
+    let mut r = Response::new(Body::empty());
+    *r.status_mut() = StatusCode::PERMANENT_REDIRECT;
+    r.headers_mut().insert(header::LOCATION, loc);
+    r.headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    r
+}

@@ -1,0 +1,41 @@
+//! The log phase: one access-log line per request for a site that keeps a
+//! log, handed to the log's writer thread. Never writes to a file on the
+//! request path.
+
+use std::time::{Duration, Instant};
+
+use http::Response;
+use http::header;
+
+use crate::access_log::{AccessLog, Entry};
+use weir_http::body::Body;
+use weir_http::conn::ConnInfo;
+
+use super::route::request_host;
+
+/// Logs the request in `parts` and its response, `started` when it began.
+pub(super) fn record(
+    log: &AccessLog,
+    conn: &ConnInfo,
+    parts: &http::request::Parts,
+    resp: &Response<Body>,
+    started: Option<Instant>,
+) {
+    let field = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    log.log(&Entry {
+        peer: conn.peer,
+        method: parts.method.as_str(),
+        target: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+        version: parts.version,
+        status: resp.status().as_u16(),
+        bytes: resp
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok()),
+        referer: field(header::REFERER),
+        user_agent: field(header::USER_AGENT),
+        host: request_host(parts),
+        duration: started.map_or(Duration::ZERO, |t| t.elapsed()),
+    });
+}

@@ -1,0 +1,223 @@
+//! The request pipeline: the phases every request passes through once a
+//! protocol layer has parsed its head, whichever of HTTP/1.1 (weir's loop
+//! or hyper), HTTP/2 or HTTP/3 brought it. Read [`Listener::handle`] top to
+//! bottom: request head ([`request_head`]: limits, ACME tokens) → route
+//! ([`route`]: site by Host, route by path) → request filters (where limits,
+//! access control and rewrites plug in) → handler ([`handler`]) → response
+//! filters ([`response`]) → log ([`log`]).
+//!
+//! Never blocks and never allocates on the cached static path beyond the
+//! response itself: sites are chosen by comparing bytes, headers that never
+//! change are `HeaderValue::from_static`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::HeaderValue;
+use http::{Request, Response};
+
+mod handler;
+mod log;
+mod request_head;
+mod response;
+mod route;
+
+use crate::access_log::AccessLog;
+use handler::Handler;
+use weir_config::{Config, Limits, SiteConfig};
+use weir_http::body::Body;
+use weir_http::conn::ConnInfo;
+
+/// One site, ready to answer.
+pub struct Site {
+    pub cfg: Arc<SiteConfig>,
+    handler: Handler,
+    access_log: Option<AccessLog>,
+}
+
+/// The sites of one listening address.
+pub struct Listener {
+    sites: Vec<Arc<Site>>,
+    default: Arc<Site>,
+    limits: Limits,
+    /// `Alt-Svc` advertising HTTP/3, on TLS listeners with `tls.http3`.
+    alt_svc: Option<HeaderValue>,
+    /// ACME HTTP-01 answers, on plain listeners.
+    acme: Option<Arc<weir_tls::Challenges>>,
+    /// Whether any site here writes an access log (which times requests):
+    /// without one, no clock is read for it.
+    logs: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SiteError {
+    #[error("site \"{site}\": {source}")]
+    Static {
+        site: String,
+        source: weir_static::Error,
+    },
+    #[error("site \"{site}\": access log: {source}")]
+    AccessLog {
+        site: String,
+        source: std::io::Error,
+    },
+}
+
+/// Builds every site once; listeners share them.
+pub fn build_sites(cfg: &Config) -> Result<Vec<Arc<Site>>, SiteError> {
+    // The HTTP/1.1 engine setting covers both sides of the proxy.
+    let own_h1 = cfg.server.http1 == weir_config::Http1Engine::Fast;
+    cfg.sites
+        .iter()
+        .map(|s| {
+            let handler = handler::build_handler(&s.name, &s.handler, own_h1)?;
+            let access_log = match &s.access_log {
+                Some(a) => Some(AccessLog::open(a).map_err(|source| SiteError::AccessLog {
+                    site: s.name.clone(),
+                    source,
+                })?),
+                None => None,
+            };
+            Ok(Arc::new(Site {
+                cfg: s.clone(),
+                handler,
+                access_log,
+            }))
+        })
+        .collect()
+}
+
+impl Listener {
+    pub fn new(all: &[Arc<Site>], indexes: &[usize], default: usize, limits: Limits) -> Self {
+        let sites: Vec<Arc<Site>> = indexes.iter().map(|&i| all[i].clone()).collect();
+        let default = all[default].clone();
+        let logs = sites
+            .iter()
+            .chain([&default])
+            .any(|s| s.access_log.is_some());
+        Listener {
+            logs,
+            sites,
+            default,
+            limits,
+            alt_svc: None,
+            acme: None,
+        }
+    }
+
+    /// Advertise HTTP/3 on `port` (UDP) in every response.
+    pub fn set_alt_svc(&mut self, port: u16) {
+        self.alt_svc = HeaderValue::from_str(&format!("h3=\":{port}\"; ma=86400")).ok();
+    }
+
+    /// Answer `/.well-known/acme-challenge/<token>` from `c` before any site
+    /// (and so before any redirect to HTTPS).
+    pub fn set_acme_challenges(&mut self, c: Arc<weir_tls::Challenges>) {
+        self.acme = Some(c);
+    }
+
+    /// Answers one request, whichever protocol brought it, through the
+    /// phases in order. `B` is the request body as the protocol layer
+    /// delivers it (hyper's `Incoming`, or empty from weir's HTTP/1.1 loop).
+    pub async fn handle<B>(&self, req: Request<B>, conn: &ConnInfo) -> Response<Body>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<weir_http::body::BodyError>,
+    {
+        let started = self.logs.then(Instant::now);
+        let (mut parts, body) = req.into_parts();
+
+        // Request head: the limits every protocol is held to.
+        if let Some(refused) = request_head::check(&self.limits, &parts) {
+            return refused;
+        }
+        // Answers that come before any site (ACME HTTP-01 tokens).
+        if let Some(r) = self
+            .acme
+            .as_ref()
+            .and_then(|a| request_head::acme(a, &parts))
+        {
+            return r;
+        }
+        // Route: the site by Host, then the route by path.
+        let site = route::site(self, &parts);
+        let target = route::target(&site.handler, &parts);
+        // Request filters (limits, access control, rewrites) plug in here,
+        // between the route and the handler, and may answer instead of it.
+        // Handler: static files, the proxy, the welcome page, a redirect.
+        let mut resp = handler::serve(target, &mut parts, body, conn).await;
+        // Response filters: error pages, the Server and extra headers, Alt-Svc.
+        response::finish(
+            &site.cfg,
+            self.alt_svc.as_ref(),
+            &mut resp,
+            parts.method == http::Method::HEAD,
+        );
+        // Log.
+        if let Some(log) = &site.access_log {
+            log::record(log, conn, &parts, &resp, started);
+        }
+        weir_http::header_maps::give(parts.headers);
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_are_stripped_from_hosts() {
+        use route::strip_port;
+        assert_eq!(strip_port("example.com:8080"), "example.com");
+        assert_eq!(strip_port("example.com"), "example.com");
+        assert_eq!(strip_port("[::1]:8080"), "[::1]");
+        assert_eq!(strip_port("[::1]"), "[::1]");
+    }
+
+    /// hyper moves each request's future into place, so its size is copied
+    /// per request: large branches (the proxy) are boxed to keep it small.
+    #[test]
+    fn request_future_stays_small() {
+        let cfg = weir_config::Config::builtin_welcome();
+        let sites = build_sites(&cfg).unwrap();
+        let l = Listener::new(&sites, &[0], 0, cfg.server.limits.clone());
+        let conn = ConnInfo {
+            peer: ([127, 0, 0, 1], 1).into(),
+            local: ([127, 0, 0, 1], 2).into(),
+            tls: false,
+        };
+        let req = Request::new(http_body_util::Empty::<Bytes>::new());
+        let fut = l.handle(req, &conn);
+        let size = std::mem::size_of_val(&fut);
+        eprintln!("request future: {size} bytes");
+        assert!(size <= 1536, "request future is {size} bytes");
+    }
+
+    /// The proxy's future is boxed per request (see `leaf`), so its size is
+    /// copied into the box on every proxied request.
+    #[test]
+    fn proxy_future_stays_small() {
+        let cfg = weir_config::load_str(
+            "t.toml",
+            "[site.\"a\"]\nlisten = [\"127.0.0.1:1\"]\nproxy = { to = [\"127.0.0.1:2\"] }\n",
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let sites = build_sites(&cfg).unwrap();
+        let Handler::Proxy(p) = &sites[0].handler else {
+            panic!("not a proxy site");
+        };
+        let conn = ConnInfo {
+            peer: ([127, 0, 0, 1], 1).into(),
+            local: ([127, 0, 0, 1], 2).into(),
+            tls: false,
+        };
+        let (mut parts, _) = Request::new(()).into_parts();
+        let fut = p.serve(&mut parts, Body::empty(), &conn, None);
+        let size = std::mem::size_of_val(&fut);
+        eprintln!("proxy future: {size} bytes");
+        assert!(size <= 1536, "proxy future is {size} bytes");
+    }
+}
