@@ -4,6 +4,7 @@
 
 pub mod certs;
 pub mod policy_server;
+pub mod poll;
 pub mod ports;
 pub mod process;
 pub mod proxy;

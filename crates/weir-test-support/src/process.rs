@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::poll::poll_until;
+
 /// A running weir process, killed when dropped.
 pub struct Weir {
     pub child: Child,
@@ -91,14 +93,7 @@ impl Weir {
     /// Waits until the log has `needle`: a line logged as the server starts
     /// may come after its port already accepts connections.
     pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if self.stderr().contains(needle) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        false
+        poll_until(timeout, || self.stderr().contains(needle))
     }
 
     pub fn path(&self) -> &Path {

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, Bytes};
 use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 
+use crate::poll::poll_until;
+
 pub fn install_crypto() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
@@ -62,14 +64,7 @@ impl Weir {
 
     /// Waits until the log has `needle`.
     pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if self.logs().contains(needle) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
+        poll_until(timeout, || self.logs().contains(needle))
     }
 
     /// Sends SIGTERM.

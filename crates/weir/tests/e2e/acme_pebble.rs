@@ -349,6 +349,8 @@ async fn http01_issue_redirect_restart_and_renew() {
     let weir = Weir::start(WEIR, dir.path(), &cfg, https_port);
     let again = wait_for_cert(&weir, addr, name, &roots, Duration::from_secs(10)).await;
     assert_eq!(serial(&again), serial(&renewed));
+    // A window in which a wrongful new order would show in the log: an
+    // absence cannot be polled for.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let logs = weir.stop();
     assert!(logs.contains("using the stored certificate"), "{logs}");
@@ -533,6 +535,8 @@ async fn two_processes_sharing_storage_order_once_and_serve_the_same_certificate
         leaf_a, leaf_b,
         "the two processes serve different certificates"
     );
+    // A window in which a wrongful order by B would show in its log: an
+    // absence cannot be polled for.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (logs_a, logs_b) = (a.stop(), b.stop());
     // One order in all: A's. B waited for the lock and took the stored one.

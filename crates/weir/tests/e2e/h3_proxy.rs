@@ -134,7 +134,7 @@ async fn idle_h3_connection_does_not_hold_shutdown_for_the_grace_period() {
         .await;
     assert_eq!((r.status, &r.body[..]), (200, b"up-a".as_slice()));
 
-    // The connection stays open and idle; the grace period is 10 s.
+    // Scenario: the connection stays open and idle; the grace period is 10 s.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let t = Instant::now();
     weir.terminate();

@@ -152,7 +152,8 @@ async fn an_answer_before_the_request_ends_stands() {
         .body(())
         .unwrap();
     let mut stream = send.send_request(req).await.unwrap();
-    // The request's end comes late: weir has answered by then.
+    // Scenario: the request's end comes late, weir has answered by then (if
+    // not, the finish is plainly accepted and the test still holds).
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     match stream.finish().await {
         Ok(()) => {}

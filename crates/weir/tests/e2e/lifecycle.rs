@@ -6,6 +6,7 @@ use std::net::TcpStream;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use weir_test_support::poll::{PATIENCE, poll_until};
 use weir_test_support::ports::free_port;
 use weir_test_support::process::*;
 
@@ -51,10 +52,9 @@ fn sigterm_finishes_in_flight_requests_then_exits_zero() {
     assert!(total > 0);
 
     w.terminate();
-    std::thread::sleep(Duration::from_millis(300));
     // New connections are refused once it stops accepting...
     assert!(
-        TcpStream::connect(addr(port)).is_err(),
+        poll_until(PATIENCE, || TcpStream::connect(addr(port)).is_err()),
         "still accepting after SIGTERM"
     );
     // ...while the response in flight completes byte for byte.
@@ -172,10 +172,12 @@ fn sigterm_closes_idle_keep_alive_connections_at_once() {
             s.write_all(b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n")
                 .unwrap();
             read_hello(&mut s);
+            // Scenario: each connection waits idle between its requests.
             std::thread::sleep(Duration::from_millis(20));
         }
         conns.push(s);
     }
+    // Scenario: all of them idle when SIGTERM comes; nothing to poll for.
     std::thread::sleep(Duration::from_millis(200));
     let t = Instant::now();
     w.terminate();
@@ -208,6 +210,8 @@ fn grace_period_bounds_shutdown() {
     let mut s = TcpStream::connect(addr(port)).unwrap();
     s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
+    // Scenario: weir has the response in flight (nothing to poll for; too
+    // short a wait only makes the shutdown easier, never fails the test).
     std::thread::sleep(Duration::from_millis(200));
     let t = Instant::now();
     w.terminate();
@@ -254,15 +258,13 @@ access_log = {{ path = "access.json", format = "json" }}
         "/dev/null",
         &format!("http://127.0.0.1:{p2}/missing"),
     ]);
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let (combined, json) = loop {
-        let c = std::fs::read_to_string(w.path().join("access.log")).unwrap_or_default();
-        let j = std::fs::read_to_string(w.path().join("access.json")).unwrap_or_default();
-        if (!c.is_empty() && !j.is_empty()) || Instant::now() > deadline {
-            break (c, j);
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    // Each line is written after its response has gone out.
+    let read = |name: &str| std::fs::read_to_string(w.path().join(name)).unwrap_or_default();
+    let written = poll_until(PATIENCE, || {
+        !read("access.log").is_empty() && !read("access.json").is_empty()
+    });
+    let (combined, json) = (read("access.log"), read("access.json"));
+    assert!(written, "access logs not written: {combined:?} {json:?}");
     assert!(combined.starts_with("127.0.0.1 - - ["), "{combined}");
     assert!(
         combined.contains(
@@ -510,6 +512,7 @@ fn pack_spreads_by_256_connections_on_the_first_worker_and_packs_again_after() {
     assert!(at <= 256, "{log}");
     drop(open);
     let closed_at = w.stderr().len();
+    // Fewer probes below: worker 0 sees its connections close first.
     std::thread::sleep(Duration::from_millis(300));
     // Spread by the kernel's hash, about every other connection reaches
     // worker 0, which then finds itself idle and empty.

@@ -1,7 +1,6 @@
 //! One end-to-end test per balancing family, through the real binary.
 
-use std::time::Duration;
-
+use weir_test_support::poll::{PATIENCE, poll_until_async};
 use weir_test_support::proxy::{Upstream, Weir, client};
 
 use crate::WEIR;
@@ -68,7 +67,15 @@ async fn least_conn_avoids_the_busy_upstream() {
     let c = client();
     let slow = c.get(w.url("/slow/600")).send();
     let quick = async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Only once the slow request is in flight (its upstream sleeps 600 ms).
+        let slow_upstream = async || {
+            let slow = |u: &Upstream| u.seen().iter().any(|s| s.uri == "/slow/600");
+            ups.iter().any(slow)
+        };
+        assert!(
+            poll_until_async(PATIENCE, slow_upstream).await,
+            "the slow request never reached an upstream"
+        );
         for _ in 0..6 {
             get(&w, "/", &[]).await;
         }

@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use weir_test_support::poll::{PATIENCE, poll_until_async};
 use weir_test_support::ports::free_port;
 use weir_test_support::proxy::{self, Upstream, Weir, client, scripted_upstream};
 
@@ -288,6 +289,8 @@ async fn idle_upstream_connections_expire() {
     );
     let c = client();
     c.get(w.url("/")).send().await.unwrap();
+    // Waiting out the idle timeout is the scenario; expiry is judged by age
+    // at checkout, so a slow machine only makes the wait longer.
     tokio::time::sleep(Duration::from_millis(250)).await;
     c.get(w.url("/")).send().await.unwrap();
     assert_eq!(a.conns.load(Ordering::SeqCst), 2);
@@ -319,7 +322,12 @@ async fn errors_map_to_502_503_504() {
     // max_conns = 1 with no queue: a second concurrent request gets 503.
     let first = c.get(w.url("/slow/500")).header("host", "busy.test").send();
     let second = async {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        // Sent once the first holds the only slot (its upstream sleeps 500 ms).
+        let first_upstream = async || slow.seen().iter().any(|s| s.uri == "/slow/500");
+        assert!(
+            poll_until_async(PATIENCE, first_upstream).await,
+            "the first request never reached the upstream"
+        );
         c.get(w.url("/"))
             .header("host", "busy.test")
             .send()
@@ -352,7 +360,7 @@ async fn response_timeout_holds_on_a_reused_connection() {
         async move { c.get(url).send().await.unwrap().status() }
     };
     assert_eq!(get("/slow/100").await, 200);
-    // Idle past the first request's deadline.
+    // Idle past the first request's deadline: the wait is the scenario.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(get("/slow/250").await, 200);
     assert_eq!(get("/slow/300").await, 200);

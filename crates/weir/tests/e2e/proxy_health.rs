@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
+use weir_test_support::poll::{PATIENCE, poll_until_async};
 use weir_test_support::ports::free_port;
 use weir_test_support::proxy::{Upstream, Weir, client};
 
@@ -12,7 +12,7 @@ use crate::WEIR;
 #[tokio::test]
 async fn active_http_check_takes_a_sick_upstream_out_and_503_when_all_are_down() {
     let (good, sick) = (Upstream::start("good").await, Upstream::start("sick").await);
-    let w = Weir::start(
+    let w = Weir::start_logged(
         WEIR,
         &format!(
             "[site.\"127.0.0.1:{{PORT}}\"]\ndefault = true\n\
@@ -22,7 +22,14 @@ async fn active_http_check_takes_a_sick_upstream_out_and_503_when_all_are_down()
             good.addr, sick.addr, sick.addr
         ),
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Both sites' checkers have taken `sick` out (fall = 1) before the first
+    // request: until then it is in rotation, as every upstream starts.
+    let down = format!("health check: upstream {} is down", sick.addr);
+    assert!(
+        poll_until_async(PATIENCE, async || w.log().matches(&down).count() >= 2).await,
+        "sick not taken out by both sites:\n{}",
+        w.log()
+    );
     let c = client();
     for _ in 0..10 {
         assert_eq!(
@@ -151,7 +158,7 @@ async fn refused_connections_end_in_a_502_that_names_the_last_upstream_and_its_c
 async fn tcp_check_and_rise_bring_an_upstream_back() {
     let port = free_port();
     let good = Upstream::start("good").await;
-    let w = Weir::start(
+    let w = Weir::start_logged(
         WEIR,
         &format!(
             "[server]\nworkers = 1\n[site.\"127.0.0.1:{{PORT}}\"]\n\
@@ -159,7 +166,14 @@ async fn tcp_check_and_rise_bring_an_upstream_back() {
             good.addr
         ),
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The dead upstream out of rotation (fall = 1) before the first request.
+    let dead = format!("127.0.0.1:{port}");
+    let down = format!("health check: upstream {dead} is down");
+    assert!(
+        poll_until_async(PATIENCE, async || w.log().contains(&down)).await,
+        "{dead} not taken out:\n{}",
+        w.log()
+    );
     let c = client();
     for _ in 0..4 {
         assert_eq!(
@@ -174,8 +188,13 @@ async fn tcp_check_and_rise_bring_an_upstream_back() {
         );
     }
     // The dead one comes to life on the same port: back in rotation after `rise` checks.
-    let back = Upstream::start_on("back", &format!("127.0.0.1:{port}")).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let back = Upstream::start_on("back", &dead).await;
+    let up = format!("health check: upstream {dead} is up");
+    assert!(
+        poll_until_async(PATIENCE, async || w.log().contains(&up)).await,
+        "{dead} not back after `rise` checks:\n{}",
+        w.log()
+    );
     let mut got = Vec::new();
     for _ in 0..4 {
         got.push(
@@ -244,9 +263,12 @@ async fn upstream_killed_during_a_load_of_gets_no_client_error() {
             errors
         }));
     }
-    while done.load(Ordering::Relaxed) < 120 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // Kill `a` mid-load: once 120 of the 480 requests are done.
+    assert!(
+        poll_until_async(PATIENCE, async || done.load(Ordering::Relaxed) >= 120).await,
+        "the load stalled at {} requests",
+        done.load(Ordering::Relaxed)
+    );
     a.kill();
     let mut errors = Vec::new();
     for t in tasks {

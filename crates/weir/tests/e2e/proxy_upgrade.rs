@@ -10,6 +10,7 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
 use weir::proxy::proxy_protocol;
+use weir_test_support::poll::{PATIENCE, poll_until_async};
 use weir_test_support::proxy::{self, Upstream, Weir, client, h2c, spawn_server, ws_echo};
 
 use crate::WEIR;
@@ -193,14 +194,10 @@ impl H2Ws {
     /// authority), then CONNECT where it must be refused.
     async fn check(&self, mut tx: h2::client::SendRequest<Bytes>, base: &str) {
         // weir's SETTINGS announce the extended CONNECT protocol.
-        let start = std::time::Instant::now();
-        while !tx.is_extended_connect_protocol_enabled() {
-            assert!(
-                start.elapsed() < Duration::from_secs(2),
-                "SETTINGS_ENABLE_CONNECT_PROTOCOL not announced"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        assert!(
+            poll_until_async(PATIENCE, async || tx.is_extended_connect_protocol_enabled()).await,
+            "SETTINGS_ENABLE_CONNECT_PROTOCOL not announced"
+        );
 
         let (resp, mut send) = response(&mut tx, connect_request(base, "/ws/chat?room=1")).await;
         assert_eq!(resp.status(), 200);
