@@ -1,0 +1,449 @@
+//! The server's life as an operator sees it: graceful shutdown, access logs,
+//! custom error pages and headers, static files through curl.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use weir_test_support::poll::{PATIENCE, poll_until};
+use weir_test_support::ports::free_port;
+use weir_test_support::process::*;
+
+use crate::WEIR;
+
+fn curl() -> &'static str {
+    let ok = Command::new("curl")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success());
+    assert!(
+        matches!(ok, Ok(true)),
+        "curl is required for the end-to-end tests: apt-get install -y curl"
+    );
+    "curl"
+}
+
+fn run_curl(args: &[&str]) -> String {
+    let out = Command::new(curl()).args(args).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn sigterm_finishes_in_flight_requests_then_exits_zero() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    // Large enough that a slow reader keeps the response in flight.
+    let big = vec![b'x'; 32 << 20];
+    std::fs::write(dir.path().join("www/big.bin"), &big).unwrap();
+    let mut w = Weir::start_in(
+        WEIR,
+        dir,
+        &format!("[server]\ngrace_period = \"20s\"\n[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"),
+        &[port],
+    );
+    let mut s = TcpStream::connect(addr(port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut got = vec![0u8; 65536];
+    let mut total = s.read(&mut got).unwrap();
+    assert!(total > 0);
+
+    w.terminate();
+    // New connections are refused once it stops accepting...
+    assert!(
+        poll_until(PATIENCE, || TcpStream::connect(addr(port)).is_err()),
+        "still accepting after SIGTERM"
+    );
+    // ...while the response in flight completes byte for byte.
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                total += n;
+                // Slow reader.
+                if total < (8 << 20) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            Err(e) => panic!("in-flight response cut off after {total} bytes: {e}"),
+        }
+        if total >= big.len() {
+            break;
+        }
+    }
+    let head_len = 1024; // headers are well under this
+    assert!(
+        total >= big.len() && total < big.len() + head_len,
+        "got {total}"
+    );
+    let status = w
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits after draining");
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        w.stderr().contains("shutting down gracefully"),
+        "{}",
+        w.stderr()
+    );
+}
+
+/// weir serving `www/a.txt` ("hello") on a free port, after the `[server]`
+/// lines in `server`.
+fn hello_site(server: &str) -> (Weir, u16) {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/a.txt"), b"hello").unwrap();
+    let w = Weir::start_in(
+        WEIR,
+        dir,
+        &format!("{server}[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"),
+        &[port],
+    );
+    (w, port)
+}
+
+/// Reads one whole 200 response for `/a.txt` of [`hello_site`].
+fn read_hello(s: &mut TcpStream) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"hello") {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "closed mid-response");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"), "{got:?}");
+}
+
+#[test]
+fn sighup_is_ignored_with_a_warning_and_the_server_keeps_serving() {
+    let (mut w, port) = hello_site("");
+    let get = b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut kept = TcpStream::connect(addr(port)).unwrap();
+    kept.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    kept.write_all(get).unwrap();
+    read_hello(&mut kept);
+
+    // A reload signal as nginx takes it: weir neither dies nor drops a
+    // connection, and its log says the signal changed nothing.
+    w.signal("HUP");
+    assert!(
+        w.wait_log("SIGHUP ignored", Duration::from_secs(5)),
+        "{}",
+        w.stderr()
+    );
+    assert!(
+        w.wait_exit(Duration::from_millis(300)).is_none(),
+        "exited on SIGHUP"
+    );
+    kept.write_all(get).unwrap();
+    read_hello(&mut kept);
+    let mut fresh = TcpStream::connect(addr(port)).unwrap();
+    fresh
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    fresh.write_all(get).unwrap();
+    read_hello(&mut fresh);
+
+    // SIGTERM still stops it, cleanly.
+    w.terminate();
+    let status = w
+        .wait_exit(Duration::from_secs(15))
+        .expect("exits on SIGTERM");
+    assert!(status.success(), "exit status {status}");
+}
+
+#[test]
+fn sigterm_closes_idle_keep_alive_connections_at_once() {
+    let (mut w, port) = hello_site("[server]\ngrace_period = \"30s\"\n");
+    // Keep-alive connections that have each waited idle more than once
+    // (the first wait and the later ones take different paths), and one
+    // that never sent anything.
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        let mut s = TcpStream::connect(addr(port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        for _ in 0..3 {
+            s.write_all(b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+            read_hello(&mut s);
+            // Scenario: each connection waits idle between its requests.
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        conns.push(s);
+    }
+    // Scenario: all of them idle when SIGTERM comes; nothing to poll for.
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    w.terminate();
+    // Each idle connection is closed with no bytes, well before the grace
+    // period, and the server exits.
+    for mut s in conns {
+        let mut buf = [0u8; 64];
+        assert_eq!(s.read(&mut buf).unwrap(), 0, "idle connection got bytes");
+    }
+    let status = w
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits without waiting out the grace period");
+    assert!(status.success(), "exit status {status}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}
+
+#[test]
+fn grace_period_bounds_shutdown() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/big.bin"), vec![b'x'; 64 << 20]).unwrap();
+    let mut w = Weir::start_in(
+        WEIR,
+        dir,
+        &format!("[server]\ngrace_period = \"1s\"\n[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\n"),
+        &[port],
+    );
+    // A client that never reads its response.
+    let mut s = TcpStream::connect(addr(port)).unwrap();
+    s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    // Scenario: weir has the response in flight (nothing to poll for; too
+    // short a wait only makes the shutdown easier, never fails the test).
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    w.terminate();
+    let status = w.wait_exit(Duration::from_secs(10)).expect("exits");
+    assert!(status.success());
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+}
+
+#[test]
+fn access_logs_in_combined_and_json_formats() {
+    let p1 = free_port();
+    let p2 = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/index.html"), PAGE_164).unwrap();
+    let cfg = format!(
+        r#"
+[site."127.0.0.1:{p1}"]
+root = "www"
+access_log = "access.log"
+
+[site."127.0.0.1:{p2}"]
+root = "www"
+access_log = {{ path = "access.json", format = "json" }}
+"#
+    );
+    let w = Weir::start_in(WEIR, dir, &cfg, &[p1, p2]);
+    let out = run_curl(&[
+        "-s",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "-A",
+        "weir-test/1",
+        "-e",
+        "http://ref/",
+        &format!("http://127.0.0.1:{p1}/index.html?q=1"),
+    ]);
+    assert_eq!(out, "200");
+    run_curl(&[
+        "-s",
+        "-o",
+        "/dev/null",
+        &format!("http://127.0.0.1:{p2}/missing"),
+    ]);
+    // Each line is written after its response has gone out.
+    let read = |name: &str| std::fs::read_to_string(w.path().join(name)).unwrap_or_default();
+    let written = poll_until(PATIENCE, || {
+        !read("access.log").is_empty() && !read("access.json").is_empty()
+    });
+    let (combined, json) = (read("access.log"), read("access.json"));
+    assert!(written, "access logs not written: {combined:?} {json:?}");
+    assert!(combined.starts_with("127.0.0.1 - - ["), "{combined}");
+    assert!(
+        combined.contains(
+            "] \"GET /index.html?q=1 HTTP/1.1\" 200 164 \"http://ref/\" \"weir-test/1\"\n"
+        ),
+        "{combined}"
+    );
+    let line: serde_json::Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
+    assert_eq!(line["status"], 404);
+    assert_eq!(line["uri"], "/missing");
+    assert_eq!(line["method"], "GET");
+    // The Host field without its port.
+    assert_eq!(line["host"], "127.0.0.1");
+}
+
+#[test]
+fn custom_error_pages_and_extra_headers() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("404.html"), "<h1>not here</h1>\n").unwrap();
+    let cfg = format!(
+        r#"
+[site."127.0.0.1:{port}"]
+root = "www"
+errors = {{ 404 = "404.html" }}
+headers = {{ "X-Frame-Options" = "DENY" }}
+"#
+    );
+    let _w = Weir::start_in(WEIR, dir, &cfg, &[port]);
+    let out = run_curl(&["-s", "-i", &format!("http://127.0.0.1:{port}/nope")]);
+    assert!(out.starts_with("HTTP/1.1 404"), "{out}");
+    assert!(
+        out.contains("content-type: text/html; charset=utf-8"),
+        "{out}"
+    );
+    assert!(out.contains("x-frame-options: DENY"), "{out}");
+    assert!(out.contains("server: weir"), "{out}");
+    assert!(out.ends_with("<h1>not here</h1>\n"), "{out}");
+}
+
+/// The static-file behaviour a curl user checks by hand, end to end.
+#[test]
+fn curl_sees_conditionals_ranges_compression_and_listings() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let www = dir.path().join("www");
+    std::fs::create_dir_all(www.join("docs")).unwrap();
+    std::fs::write(www.join("index.html"), PAGE_164).unwrap();
+    let text: String = (0..400)
+        .map(|i| format!("line {i} of a compressible text file\n"))
+        .collect();
+    std::fs::write(www.join("big.txt"), &text).unwrap();
+    std::fs::write(www.join("docs/a.txt"), "a\n").unwrap();
+    let cfg = format!("[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\nbrowse = true\n");
+    let _w = Weir::start_in(WEIR, dir, &cfg, &[port]);
+    let base = format!("http://127.0.0.1:{port}");
+
+    let head = run_curl(&["-s", "-I", &format!("{base}/")]);
+    assert!(head.contains("content-length: 164"), "{head}");
+    assert!(head.contains("accept-ranges: bytes"), "{head}");
+    let etag = head
+        .lines()
+        .find_map(|l| l.strip_prefix("etag: "))
+        .expect("etag")
+        .trim()
+        .to_string();
+    let lm = head
+        .lines()
+        .find_map(|l| l.strip_prefix("last-modified: "))
+        .expect("last-modified")
+        .trim()
+        .to_string();
+    let code = |args: &[&str]| {
+        let mut a = vec!["-s", "-o", "/dev/null", "-w", "%{http_code}"];
+        a.extend_from_slice(args);
+        run_curl(&a)
+    };
+    assert_eq!(
+        code(&["-H", &format!("If-None-Match: {etag}"), &format!("{base}/")]),
+        "304"
+    );
+    assert_eq!(
+        code(&[
+            "-H",
+            &format!("If-Modified-Since: {lm}"),
+            &format!("{base}/")
+        ]),
+        "304"
+    );
+    assert_eq!(
+        run_curl(&["-s", "-r", "0-14", &format!("{base}/")]),
+        "<!DOCTYPE html>"
+    );
+    assert_eq!(code(&["-r", "9000-9100", &format!("{base}/")]), "416");
+    let gz = run_curl(&[
+        "-s",
+        "--compressed",
+        "-H",
+        "Accept-Encoding: gzip",
+        &format!("{base}/big.txt"),
+    ]);
+    assert_eq!(gz, text);
+    let enc = run_curl(&[
+        "-s",
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        "-H",
+        "Accept-Encoding: gzip",
+        &format!("{base}/big.txt"),
+    ]);
+    assert!(enc.contains("content-encoding: gzip"), "{enc}");
+    assert!(
+        enc.contains("vary: accept-encoding") || enc.contains("vary: Accept-Encoding"),
+        "{enc}"
+    );
+    let redirect = run_curl(&[
+        "-s",
+        "-D",
+        "-",
+        "-o",
+        "/dev/null",
+        &format!("{base}/docs?x=1"),
+    ]);
+    assert!(redirect.starts_with("HTTP/1.1 301"), "{redirect}");
+    assert!(redirect.contains("location: /docs/?x=1"), "{redirect}");
+    let listing = run_curl(&["-s", &format!("{base}/docs/")]);
+    assert!(listing.contains("a.txt"), "{listing}");
+    let json = run_curl(&[
+        "-s",
+        "-H",
+        "Accept: application/json",
+        &format!("{base}/docs/"),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v[0]["name"], "a.txt");
+    let h2 = run_curl(&[
+        "-s",
+        "--http2-prior-knowledge",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_version}",
+        &format!("{base}/"),
+    ]);
+    assert_eq!(h2, "2");
+}
+
+/// A second weir on a port the first one holds must refuse to start (the
+/// per-core workers' SO_REUSEPORT must not let it share the port silently),
+/// and the first keeps serving.
+#[test]
+fn second_instance_on_a_taken_port_refuses_to_start() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("index.html"), PAGE_164).unwrap();
+    let cfg = format!(
+        "[site.\"127.0.0.1:{port}\"]\nroot = \"{}\"\n",
+        dir.path().display()
+    );
+    let _first = Weir::start(WEIR, &cfg, &[port]);
+    let mut second = Weir::start(WEIR, &cfg, &[]);
+    let status = second
+        .wait_exit(Duration::from_secs(10))
+        .expect("the second weir must exit, not share the port");
+    assert!(!status.success());
+    let err = second.stderr();
+    assert!(
+        err.contains(&format!("cannot listen on 127.0.0.1:{port}")) && err.contains("in use"),
+        "{err}"
+    );
+    // The cause is said once, not again by the error chain.
+    assert_eq!(err.matches("in use").count(), 1, "{err}");
+    let resp = raw(
+        port,
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        Duration::from_secs(3),
+    );
+    assert_eq!(status_of(&resp), 200);
+}

@@ -1,0 +1,28 @@
+//! weir's end-to-end tests: the real binary started from configs and driven
+//! by real clients. One test binary, a module per area, so the suite links
+//! once instead of once per file.
+
+mod acme_pebble;
+mod cert_files;
+mod cli;
+mod h3_proxy;
+mod h3_static;
+mod http1;
+mod lifecycle;
+mod local_ca;
+mod proxy_balance;
+mod proxy_basic;
+mod proxy_health;
+mod proxy_large;
+mod proxy_nginx;
+mod proxy_plain;
+mod proxy_smuggling;
+mod proxy_streaming;
+mod proxy_transports;
+mod proxy_upgrade;
+mod tls_h2;
+mod tls_many_certs;
+
+/// The binary under test. Only this package's tests know its path, so the
+/// support crate takes it as a parameter.
+const WEIR: &str = env!("CARGO_BIN_EXE_weir");

@@ -1,0 +1,167 @@
+//! What flows around a body through the proxy: trailers both ways (HTTP/1.1
+//! chunked and HTTP/2) and `Expect: 100-continue`, checked on the bytes a
+//! client sees.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use weir_test_support::proxy::{Upstream, Weir, h2_read, h2c, raw};
+
+use crate::WEIR;
+
+async fn proxy_to(up: &Upstream) -> Weir {
+    Weir::start(
+        WEIR,
+        &format!(
+            "[server.limits]\nbody = \"64MiB\"\n[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"], retries = 0 }}\n",
+            up.addr
+        ),
+    )
+}
+
+#[tokio::test]
+async fn chunked_trailers_pass_both_ways_over_http1() {
+    let up = Upstream::start("up").await;
+    let w = proxy_to(&up).await;
+    let resp = raw(
+        &w,
+        b"POST /trailers HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTrailer: x-req-sum\r\n\
+          TE: trailers\r\nConnection: TE, close\r\n\r\n\
+          5\r\nhello\r\n6\r\n world\r\n0\r\nx-req-sum: 42\r\n\r\n",
+    )
+    .await;
+    let lower = resp.to_ascii_lowercase();
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(
+        lower.contains("\r\ntransfer-encoding: chunked\r\n"),
+        "{resp}"
+    );
+    assert!(lower.contains("\r\ntrailer: x-checksum\r\n"), "{resp}");
+    assert!(resp.contains("got 11 bytes; x-req-sum=42\n"), "{resp}");
+    assert!(
+        resp.ends_with("\r\n0\r\nx-checksum: c0ffee\r\n\r\n"),
+        "{resp:?}"
+    );
+    let seen = up.seen().pop().unwrap();
+    assert_eq!(seen.body_len, 11);
+    assert_eq!(seen.trailers.unwrap()["x-req-sum"], "42");
+
+    // A client that does not say `TE: trailers` gets the body without them.
+    let resp = raw(
+        &w,
+        b"POST /trailers HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi",
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(resp.contains("got 2 bytes; x-req-sum=none\n"), "{resp}");
+    assert!(!resp.contains("c0ffee"), "{resp}");
+}
+
+#[tokio::test]
+async fn trailers_pass_both_ways_over_http2() {
+    let up = Upstream::start("up").await;
+    let w = proxy_to(&up).await;
+    let mut tx = h2c(w.addr).await;
+    let req = http::Request::post(format!("http://{}/trailers", w.addr))
+        .header("trailer", "x-req-sum")
+        .body(())
+        .unwrap();
+    let (resp, mut send) = tx.send_request(req, false).unwrap();
+    send.send_data(Bytes::from_static(b"over h2"), false)
+        .unwrap();
+    let mut t = http::HeaderMap::new();
+    t.insert("x-req-sum", "7".parse().unwrap());
+    send.send_trailers(t).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), resp)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let (body, trailers) = h2_read(resp.into_body()).await;
+    assert_eq!(body, b"got 7 bytes; x-req-sum=7\n");
+    assert_eq!(trailers.expect("no trailers")["x-checksum"], "c0ffee");
+    assert_eq!(up.seen().pop().unwrap().trailers.unwrap()["x-req-sum"], "7");
+}
+
+/// Reads up to the end of one response head.
+async fn read_head(s: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut b))
+            .await
+            .expect("no response head in time")
+            .unwrap();
+        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&buf));
+        buf.push(b[0]);
+    }
+    String::from_utf8(buf).unwrap()
+}
+
+async fn read_rest(s: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out))
+        .await
+        .expect("weir kept the connection open")
+        .ok();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn expect_100_continue_then_the_upstream_answer() {
+    let up = Upstream::start("up").await;
+    let w = proxy_to(&up).await;
+    // A small body (kept for retries) and a large one (streamed).
+    for len in [11usize, 300_000] {
+        let mut s = TcpStream::connect(w.addr).await.unwrap();
+        s.write_all(
+            format!(
+                "POST /count HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\
+                 Expect: 100-continue\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let head = read_head(&mut s).await;
+        assert_eq!(head, "HTTP/1.1 100 Continue\r\n\r\n", "{len}");
+        s.write_all(&vec![b'x'; len]).await.unwrap();
+        let resp = read_head(&mut s).await + &read_rest(&mut s).await;
+        assert!(resp.starts_with("HTTP/1.1 200"), "{len}: {resp}");
+        assert!(resp.ends_with(&format!("\r\n\r\n{len}")), "{len}: {resp}");
+        let seen = up.seen().pop().unwrap();
+        assert_eq!(seen.body_len, len);
+        assert!(seen.headers.get("expect").is_none(), "{:?}", seen.headers);
+    }
+}
+
+#[tokio::test]
+async fn an_upstream_refusing_the_body_is_answered_through() {
+    let up = Upstream::start("up").await;
+    let w = proxy_to(&up).await;
+    for len in [11usize, 5_000_000] {
+        let mut s = TcpStream::connect(w.addr).await.unwrap();
+        s.write_all(
+            format!(
+                "POST /reject HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\n\
+                 Expect: 100-continue\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut head = read_head(&mut s).await;
+        if head.starts_with("HTTP/1.1 100 ") {
+            // weir asked for the body: send it (weir may stop reading it
+            // once the answer is in, so errors are expected).
+            let body = vec![b'x'; len];
+            let _ = tokio::time::timeout(Duration::from_secs(5), s.write_all(&body)).await;
+            head = read_head(&mut s).await;
+        }
+        let body = read_rest(&mut s).await;
+        assert!(head.starts_with("HTTP/1.1 413"), "{len}: {head}");
+        assert_eq!(body, "rejected by upstream\n", "{len}: {head}");
+    }
+}
