@@ -50,6 +50,9 @@ pub fn now() -> Instant {
 /// which then fall due up to one tick early. A deadline's check when its
 /// timer fires reads the precise clock. Unit tests read tokio's clock, so
 /// the ones that pause it keep working; the end-to-end tests run this.
+///
+/// Call it through [`tokio_now!`](crate::tokio_now) so that the calling
+/// crate's unit tests read tokio's clock instead.
 pub fn tokio_now() -> tokio::time::Instant {
     #[cfg(test)]
     return tokio::time::Instant::now();
@@ -112,4 +115,18 @@ mod tests {
             coarse
         );
     }
+}
+
+/// [`clock::tokio_now`](crate::clock::tokio_now) in a build, and tokio's own
+/// clock in the calling crate's unit tests, which may pause it (a `cfg(test)`
+/// in a macro's expansion is the caller's).
+#[macro_export]
+macro_rules! tokio_now {
+    () => {{
+        #[cfg(test)]
+        let now = ::tokio::time::Instant::now();
+        #[cfg(not(test))]
+        let now = $crate::clock::tokio_now();
+        now
+    }};
 }

@@ -183,7 +183,7 @@ impl Deadline {
         limit: std::time::Duration,
         mut fut: Pin<&mut F>,
     ) -> Option<F::Output> {
-        let deadline = weir_http::clock::tokio_now() + limit;
+        let deadline = weir_http::tokio_now!() + limit;
         let mut t = self.0.as_mut().project();
         if deadline < *t.armed {
             *t.armed = deadline;

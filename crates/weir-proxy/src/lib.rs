@@ -5,7 +5,7 @@
 //! (pooled or new connection, `pool`) → send with the response timeout
 //! (`send_own` through weir's own HTTP/1.1 client, `h1_client`, when the
 //! body is in memory; `send` through hyper's otherwise) →
-//! on failure `may_retry` decides → `respond` (hop-by-hop removal, Via, the
+//! on failure the error's retry class decides (`error::Failed`) → `respond` (hop-by-hop removal, Via, the
 //! body streamed back, the connection returned to the pool at its end).
 //!
 //! Every failure becomes a [`ProxyError`], and [`Proxy::fail`] is the one
@@ -17,6 +17,7 @@
 pub mod balance;
 pub mod dns;
 pub mod early_response;
+mod error;
 pub mod forward;
 pub mod h1_client;
 pub mod health;
@@ -30,11 +31,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
-use http::{Method, Request, Response, StatusCode, Uri, Version};
+use http::{Method, Request, Response, Uri, Version};
 use http_body::Frame;
 use hyper::body::Incoming;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -43,113 +44,10 @@ use balance::{Balancer, Candidate, hash_parts};
 use forward::{ClientAddr, Forwarding, UpstreamFields};
 use pool::Sender;
 use weir_config::proxy::{Balance, HashKey, HostHeader, ProxyConfig, UpstreamConfig};
-use weir_http::body::{Body, BodyError};
+use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 
-/// Why a request could not be proxied.
-#[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
-    #[error("no upstream is available (all down or excluded)")]
-    NoneAvailable,
-    #[error("the upstream's queue is full")]
-    QueueFull,
-    #[error("no free connection slot within {0:?} in the queue")]
-    QueueTimeout(Duration),
-    #[error("cannot resolve: {0}")]
-    Resolve(std::io::Error),
-    #[error("cannot connect: {0}")]
-    Connect(std::io::Error),
-    #[error("connect timed out after {0:?}")]
-    ConnectTimeout(Duration),
-    #[error("TLS: {0}")]
-    Tls(std::io::Error),
-    #[error("HTTP handshake: {0}")]
-    Handshake(hyper::Error),
-    #[error("{0}")]
-    Upstream(hyper::Error),
-    #[error("{0}")]
-    Client(#[from] h1_client::ClientError),
-    #[error("no response head within {0:?}")]
-    ResponseTimeout(Duration),
-    #[error("reading the request body: {0}")]
-    ClientBody(BodyError),
-    #[error("request smuggling attempt: {0}")]
-    Smuggling(#[from] forward::Smuggling),
-    #[error("answered {0} to a WebSocket upgrade instead of 101 Switching Protocols")]
-    NotSwitched(StatusCode),
-}
-
-impl ProxyError {
-    /// The one mapping from a proxy failure to the client's status.
-    pub fn status(&self) -> StatusCode {
-        use ProxyError as E;
-        match self {
-            E::NoneAvailable | E::QueueFull | E::QueueTimeout(_) => StatusCode::SERVICE_UNAVAILABLE,
-            E::ConnectTimeout(_) | E::ResponseTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            E::Resolve(_)
-            | E::Connect(_)
-            | E::Tls(_)
-            | E::Handshake(_)
-            | E::Upstream(_)
-            | E::Client(_)
-            | E::NotSwitched(_) => StatusCode::BAD_GATEWAY,
-            E::ClientBody(_) | E::Smuggling(_) => StatusCode::BAD_REQUEST,
-        }
-    }
-
-    fn client_text(&self) -> &'static str {
-        use ProxyError as E;
-        match self {
-            E::NoneAvailable => "503 Service Unavailable: no upstream server is available\n",
-            E::QueueFull | E::QueueTimeout(_) => {
-                "503 Service Unavailable: the upstream servers are busy\n"
-            }
-            E::ConnectTimeout(_) | E::ResponseTimeout(_) => {
-                "504 Gateway Timeout: the upstream server did not answer in time\n"
-            }
-            E::ClientBody(_) | E::Smuggling(_) => "400 Bad Request\n",
-            _ => "502 Bad Gateway: the upstream server failed\n",
-        }
-    }
-}
-
-/// How a failed attempt ended, for the retry decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failure {
-    /// No connection: nothing was sent.
-    Connect,
-    /// The connection was gone before the request was written; hyper gave
-    /// the request back intact.
-    NotSent,
-    /// A pooled connection the upstream had already closed: the request
-    /// (idempotent, its body in memory) reached no one. Retried without
-    /// using up a retry, since the upstream was never asked; bounded by the
-    /// pooled connections, as a new one never fails this way.
-    Stale,
-    /// The request (or part of it) went out; no response byte came back.
-    AfterSend,
-    /// The response did not come within the timeout.
-    Timeout,
-    /// The client's own request body failed (aborted, bad chunking).
-    Client,
-}
-
-/// Whether another upstream may be tried. `attempt` counts retries so far.
-pub fn may_retry(
-    f: Failure,
-    idempotent: bool,
-    body_replayable: bool,
-    attempt: u32,
-    retries: u32,
-) -> bool {
-    match f {
-        Failure::Stale => true,
-        _ if attempt >= retries => false,
-        Failure::Connect | Failure::NotSent => true,
-        Failure::AfterSend => idempotent && body_replayable,
-        Failure::Timeout | Failure::Client => false,
-    }
-}
+pub use error::{Blame, Failed, ProxyError, Retry};
 
 static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
 
@@ -341,20 +239,15 @@ impl Proxy {
             let sender = match sender {
                 Ok(s) => s,
                 Err(e) => {
-                    self.passive_failure(up, &e);
-                    if may_retry(
-                        Failure::Connect,
-                        idempotent,
-                        body.replayable(),
-                        attempt,
-                        self.cfg.retries,
-                    ) {
-                        tried.push(idx);
+                    let failed = Failed::connect(e);
+                    self.passive_failure(up, &failed.error);
+                    tried.push(idx);
+                    if failed.may_retry(idempotent, body.replayable(), attempt, self.cfg.retries) {
                         attempt += 1;
-                        last = Some((idx, e));
+                        last = Some((idx, failed.error));
                         continue;
                     }
-                    return self.fail(parts, Some(up), e);
+                    return self.fail(parts, Some(up), failed.error);
                 }
             };
             let sent = match sender {
@@ -399,27 +292,24 @@ impl Proxy {
                     let set_sticky = self.cfg.sticky_cookie.is_some() && sticky != Some(idx);
                     return self.respond_from(rp, from, done, up, parts.version, set_sticky);
                 }
-                Err((e, failure, returned)) => {
+                Err((failed, returned)) => {
                     if let Some(req) = returned {
                         // Nothing was written: the request (and its body) is intact.
                         body = Replay::Stream(Some(req.into_body()));
                     }
-                    let untouched = matches!(failure, Failure::NotSent | Failure::Stale);
-                    if !untouched && failure != Failure::Client {
-                        self.passive_failure(up, &e);
+                    if failed.blame == Blame::Upstream {
+                        self.passive_failure(up, &failed.error);
+                        tried.push(idx);
                     }
-                    let replayable = body.replayable() || untouched;
-                    if may_retry(failure, idempotent, replayable, attempt, self.cfg.retries) {
-                        if !untouched {
-                            tried.push(idx);
-                        }
-                        if failure != Failure::Stale {
+                    let replayable = body.replayable() || failed.untouched();
+                    if failed.may_retry(idempotent, replayable, attempt, self.cfg.retries) {
+                        if failed.retry != Retry::Free {
                             attempt += 1;
                         }
-                        last = Some((idx, e));
+                        last = Some((idx, failed.error));
                         continue;
                     }
-                    return self.fail(parts, Some(up), e);
+                    return self.fail(parts, Some(up), failed.error);
                 }
             }
         }
@@ -625,8 +515,7 @@ impl Proxy {
         &self,
         sender: Sender,
         req: Request<Body>,
-    ) -> Result<(Response<Incoming>, Option<Sender>), (ProxyError, Failure, Option<Request<Body>>)>
-    {
+    ) -> Result<(Response<Incoming>, Option<Sender>), (Failed, Option<Request<Body>>)> {
         let timeout = self.cfg.response_timeout;
         match sender {
             Sender::H1(mut tx) => {
@@ -637,7 +526,7 @@ impl Proxy {
                         let returned = e.take_message();
                         Err(classify(e.into_error(), returned))
                     }
-                    Err(_) => Err((ProxyError::ResponseTimeout(timeout), Failure::Timeout, None)),
+                    Err(_) => Err((Failed::timeout(ProxyError::ResponseTimeout(timeout)), None)),
                 }
             }
             Sender::H2(mut tx) => {
@@ -648,7 +537,7 @@ impl Proxy {
                         let returned = e.take_message();
                         Err(classify(e.into_error(), returned))
                     }
-                    Err(_) => Err((ProxyError::ResponseTimeout(timeout), Failure::Timeout, None)),
+                    Err(_) => Err((Failed::timeout(ProxyError::ResponseTimeout(timeout)), None)),
                 }
             }
             Sender::Own(_) => unreachable!("weir's own connections go through send_own"),
@@ -667,8 +556,7 @@ impl Proxy {
         up: &Upstream,
         body: Option<&Bytes>,
         idempotent: bool,
-    ) -> Result<(http::response::Parts, FromUpstream), (ProxyError, Failure, Option<Request<Body>>)>
-    {
+    ) -> Result<(http::response::Parts, FromUpstream), (Failed, Option<Request<Body>>)> {
         let request = h1_client::Encoded::new(
             h1_client::RequestHead {
                 method: &parts.method,
@@ -706,16 +594,17 @@ impl Proxy {
                 // went out: the upstream never saw it; an idempotent request
                 // goes again on a new connection, as hyper's and nginx's do.
                 let stale = reused && idempotent && e.is_closed_before_response();
-                let failure = if stale {
-                    Failure::Stale
+                let e = ProxyError::Client(e);
+                let failed = if stale {
+                    Failed::stale(e)
                 } else if nothing_sent {
-                    Failure::NotSent
+                    Failed::not_sent(e)
                 } else {
-                    Failure::AfterSend
+                    Failed::after_send(e)
                 };
-                Err((ProxyError::Client(e), failure, None))
+                Err((failed, None))
             }
-            Err(_) => Err((ProxyError::ResponseTimeout(timeout), Failure::Timeout, None)),
+            Err(_) => Err((Failed::timeout(ProxyError::ResponseTimeout(timeout)), None)),
         }
     }
 
@@ -877,20 +766,16 @@ fn own_body(
     }
 }
 
-/// How far a failed send got; the client's body failing is the client's fault.
-fn classify(
-    e: hyper::Error,
-    returned: Option<Request<Body>>,
-) -> (ProxyError, Failure, Option<Request<Body>>) {
+/// How far a failed send through hyper got; the client's body failing is
+/// the client's fault.
+fn classify(e: hyper::Error, returned: Option<Request<Body>>) -> (Failed, Option<Request<Body>>) {
     if e.is_user() {
-        return (ProxyError::ClientBody(e.into()), Failure::Client, None);
+        return (Failed::client(ProxyError::ClientBody(e.into())), None);
     }
-    let failure = if returned.is_some() {
-        Failure::NotSent
-    } else {
-        Failure::AfterSend
-    };
-    (ProxyError::Upstream(e), failure, returned)
+    match returned {
+        Some(req) => (Failed::not_sent(ProxyError::Upstream(e)), Some(req)),
+        None => (Failed::after_send(ProxyError::Upstream(e)), None),
+    }
 }
 
 /// The client-facing response for a proxy failure.
@@ -1237,46 +1122,6 @@ async fn check_once(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn retry_rules() {
-        // Nothing sent: any method, any body.
-        assert!(may_retry(Failure::Connect, false, false, 0, 2));
-        assert!(may_retry(Failure::NotSent, false, false, 1, 2));
-        // Out of retries.
-        assert!(!may_retry(Failure::Connect, true, true, 2, 2));
-        assert!(!may_retry(Failure::NotSent, true, true, 2, 2));
-        // A pooled connection found closed uses up no retry.
-        assert!(may_retry(Failure::Stale, true, true, 2, 2));
-        assert!(may_retry(Failure::Stale, true, true, 0, 0));
-        // Sent: only idempotent with a body we still hold.
-        assert!(may_retry(Failure::AfterSend, true, true, 0, 2));
-        assert!(!may_retry(Failure::AfterSend, false, true, 0, 2));
-        assert!(!may_retry(Failure::AfterSend, true, false, 0, 2));
-        // A slow upstream is not hammered again; a broken client body is final.
-        assert!(!may_retry(Failure::Timeout, true, true, 0, 2));
-        assert!(!may_retry(Failure::Client, true, true, 0, 2));
-    }
-
-    #[test]
-    fn statuses() {
-        assert_eq!(
-            ProxyError::NoneAvailable.status(),
-            StatusCode::SERVICE_UNAVAILABLE
-        );
-        assert_eq!(
-            ProxyError::QueueFull.status(),
-            StatusCode::SERVICE_UNAVAILABLE
-        );
-        assert_eq!(
-            ProxyError::ConnectTimeout(Duration::from_secs(1)).status(),
-            StatusCode::GATEWAY_TIMEOUT
-        );
-        assert_eq!(
-            ProxyError::Connect(std::io::Error::other("refused")).status(),
-            StatusCode::BAD_GATEWAY
-        );
-    }
 
     #[test]
     fn cookies_are_found() {

@@ -16,7 +16,7 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
 use super::forward::{self, ClientAddr, Present};
-use super::{ActiveGuard, Failure, Proxy, ProxyError, may_retry};
+use super::{ActiveGuard, Failed, Proxy, ProxyError};
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 
@@ -166,14 +166,15 @@ async fn tunnel(
                 return p.fail(parts, Some(&up), e);
             }
             Err(e) => {
-                p.passive_failure(&up, &e);
-                if may_retry(Failure::Connect, false, false, attempt, p.cfg.retries) {
-                    tried.push(idx);
+                let failed = Failed::connect(e);
+                p.passive_failure(&up, &failed.error);
+                tried.push(idx);
+                if failed.may_retry(false, false, attempt, p.cfg.retries) {
                     attempt += 1;
-                    last = Some((idx, e));
+                    last = Some((idx, failed.error));
                     continue;
                 }
-                return p.fail(parts, Some(&up), e);
+                return p.fail(parts, Some(&up), failed.error);
             }
         };
         let mut req = super::build_request(

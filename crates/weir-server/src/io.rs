@@ -199,7 +199,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for TimedIo<T> {
                             this.h1 = false;
                         }
                     }
-                    let now = weir_http::clock::tokio_now();
+                    let now = weir_http::tokio_now!();
                     this.last_activity = now;
                     if this.phase() == Phase::Idle {
                         this.head_started = Some((now, this.state.started.load(Ordering::Relaxed)));
@@ -267,7 +267,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> TimedIo<T> {
         match r {
             Poll::Ready(Ok(v)) => {
                 if progress(&v) {
-                    self.last_activity = weir_http::clock::tokio_now();
+                    self.last_activity = weir_http::tokio_now!();
                 }
                 self.write_waiting_since = None;
                 Poll::Ready(Ok(v))
