@@ -70,6 +70,20 @@ pub fn system_time(unix_secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(unix_secs)
 }
 
+/// [`clock::tokio_now`](crate::clock::tokio_now) in a build, and tokio's own
+/// clock in the calling crate's unit tests, which may pause it (a `cfg(test)`
+/// in a macro's expansion is the caller's).
+#[macro_export]
+macro_rules! tokio_now {
+    () => {{
+        #[cfg(test)]
+        let now = ::tokio::time::Instant::now();
+        #[cfg(not(test))]
+        let now = $crate::clock::tokio_now();
+        now
+    }};
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,18 +129,4 @@ mod tests {
             coarse
         );
     }
-}
-
-/// [`clock::tokio_now`](crate::clock::tokio_now) in a build, and tokio's own
-/// clock in the calling crate's unit tests, which may pause it (a `cfg(test)`
-/// in a macro's expansion is the caller's).
-#[macro_export]
-macro_rules! tokio_now {
-    () => {{
-        #[cfg(test)]
-        let now = ::tokio::time::Instant::now();
-        #[cfg(not(test))]
-        let now = $crate::clock::tokio_now();
-        now
-    }};
 }
