@@ -5,6 +5,7 @@
 mod acme_pebble;
 mod cert_files;
 mod cli;
+mod h2_parity;
 mod h3_proxy;
 mod h3_static;
 mod http1;
