@@ -71,10 +71,12 @@ pub enum Feed {
     Dropped,
 }
 
-/// A body fed by the returned [`Sender`]; `remaining`: its announced length.
-pub fn channel(remaining: Option<u64>) -> (Sender, Incoming) {
+/// A body fed by the returned [`Sender`]; `remaining`: its announced
+/// length; `eager`: the first frame may be read before the body asks.
+pub fn channel(remaining: Option<u64>, eager: bool) -> (Sender, Incoming) {
     let chan = Arc::new(Mutex::new(Slot {
         remaining,
+        wanted: eager,
         ..Slot::default()
     }));
     (Sender { chan: chan.clone() }, Incoming { chan: Some(chan) })
@@ -229,7 +231,7 @@ mod tests {
 
     #[tokio::test]
     async fn frames_flow_one_at_a_time_when_asked() {
-        let (tx, rx) = channel(Some(5));
+        let (tx, rx) = channel(Some(5), false);
         assert_eq!(rx.size_hint().exact(), Some(5));
         let reader = tokio::spawn(async move {
             rx.collect()
@@ -259,12 +261,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_sender_is_an_error_and_a_dropped_body_is_seen() {
-        let (tx, mut rx) = channel(None);
+        let (tx, mut rx) = channel(None, false);
         drop(tx);
         assert!(rx.frame().await.unwrap().is_err());
         assert!(rx.frame().await.is_none());
 
-        let (tx, rx) = channel(None);
+        let (tx, rx) = channel(None, false);
         drop(rx);
         assert_eq!(
             std::future::poll_fn(|cx| tx.poll_want(cx)).await,
