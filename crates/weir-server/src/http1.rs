@@ -1033,7 +1033,7 @@ fn encode_trailers(trailers: &http::HeaderMap, allowed: &[HeaderValue], dst: &mu
                 | header::TE
         );
         // hyper keeps the last value of a repeated field.
-        if let Some(value) = trailers.get_all(name).iter().last()
+        if let Some(value) = trailers.get_all(name).iter().next_back()
             && !forbidden
             && named(name)
         {

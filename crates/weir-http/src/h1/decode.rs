@@ -197,13 +197,16 @@ fn take(buf: &mut BytesMut, n: usize) -> Bytes {
 mod tests {
     use super::*;
 
+    /// The data, the trailers, and what is left after the body.
+    type Run = (Vec<u8>, Option<HeaderMap>, Vec<u8>);
+
     /// Decodes `input` fed in the pieces `cuts` makes: the data, the
     /// trailers, and what is left after the body.
     fn run(
         mut d: Decoder,
         input: &[u8],
         cuts: &[usize],
-    ) -> Result<(Vec<u8>, Option<HeaderMap>, Vec<u8>), DecodeError> {
+    ) -> Result<Run, DecodeError> {
         let mut buf = BytesMut::new();
         let mut data = Vec::new();
         let mut trailers = None;
