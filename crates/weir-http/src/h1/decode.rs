@@ -202,11 +202,7 @@ mod tests {
 
     /// Decodes `input` fed in the pieces `cuts` makes: the data, the
     /// trailers, and what is left after the body.
-    fn run(
-        mut d: Decoder,
-        input: &[u8],
-        cuts: &[usize],
-    ) -> Result<Run, DecodeError> {
+    fn run(mut d: Decoder, input: &[u8], cuts: &[usize]) -> Result<Run, DecodeError> {
         let mut buf = BytesMut::new();
         let mut data = Vec::new();
         let mut trailers = None;
