@@ -4,7 +4,9 @@
 //! ([`response`]), the tag that lets a cached file go out with `sendfile`
 //! ([`file_region`]), the per-thread stock of header maps, the coarse
 //! clock, and the strict HTTP/1.1 framing check that refuses smuggling
-//! shapes before any parser sees them ([`smuggling`]).
+//! shapes before any parser sees them ([`smuggling`]), the HTTP/1.1 body
+//! decoder and request body ([`h1`]), and the connection hand-over after a
+//! protocol switch ([`upgrade`]).
 //!
 //! Depends on no other weir crate; must never depend on config, TLS or a
 //! handler.
@@ -13,9 +15,11 @@ pub mod body;
 pub mod clock;
 pub mod conn;
 pub mod file_region;
+pub mod h1;
 pub mod header_maps;
 pub mod response;
 pub mod smuggling;
+pub mod upgrade;
 
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;

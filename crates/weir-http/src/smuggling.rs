@@ -49,7 +49,8 @@ pub enum Violation {
     TooLong,
 }
 
-const MAX_CHUNK_LINE: usize = 4096;
+/// The longest chunk-size line (with extensions) accepted.
+pub(crate) const MAX_CHUNK_LINE: usize = 4096;
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,7 +152,7 @@ impl Framing {
                 let Some(end) = line_end(buf, MAX_CHUNK_LINE)? else {
                     return Ok(Step::NeedMore);
                 };
-                let size = chunk_size(&buf[..end])?;
+                let size = crate::h1::chunk_size(&buf[..end])?;
                 self.state = if size == 0 {
                     State::Trailers
                 } else {
@@ -314,7 +315,7 @@ impl HeadFields {
 }
 
 /// The end of the line (index of its CR) once a CRLF has arrived.
-fn line_end(buf: &[u8], max: usize) -> Result<Option<usize>, Violation> {
+pub(crate) fn line_end(buf: &[u8], max: usize) -> Result<Option<usize>, Violation> {
     let scan = &buf[..buf.len().min(max + 2)];
     match scan.iter().position(|&b| b == b'\n' || b == b'\r') {
         Some(i) if scan[i] == b'\n' => Err(Violation::BareLineEnding),
@@ -360,12 +361,12 @@ const TCHAR: [bool; 256] = {
     t
 };
 
-fn is_tchar(b: u8) -> bool {
+pub(crate) fn is_tchar(b: u8) -> bool {
     TCHAR[b as usize]
 }
 
 /// One `name: value` line: returns the name and the trimmed value.
-fn check_field_line(line: &[u8]) -> Result<(&[u8], &[u8]), Violation> {
+pub(crate) fn check_field_line(line: &[u8]) -> Result<(&[u8], &[u8]), Violation> {
     if line.first().is_some_and(|&b| b == b' ' || b == b'\t') {
         return Err(Violation::ObsFold);
     }
@@ -392,30 +393,6 @@ fn trim_ows(mut v: &[u8]) -> &[u8] {
         v = rest;
     }
     v
-}
-
-/// `1a` or `1a;name=value`: hex digits, then optional extensions.
-fn chunk_size(line: &[u8]) -> Result<u64, Violation> {
-    let hex_end = line
-        .iter()
-        .position(|b| !b.is_ascii_hexdigit())
-        .unwrap_or(line.len());
-    if hex_end == 0 || hex_end > 16 {
-        return Err(Violation::BadChunk);
-    }
-    let ext = &line[hex_end..];
-    if !ext.is_empty() {
-        // `;token[=token|"quoted"]` repeated, no whitespace games.
-        if ext[0] != b';'
-            || !ext[1..]
-                .iter()
-                .all(|&b| is_tchar(b) || b == b';' || b == b'=' || b == b'"')
-        {
-            return Err(Violation::BadChunk);
-        }
-    }
-    let s = std::str::from_utf8(&line[..hex_end]).map_err(|_| Violation::BadChunk)?;
-    u64::from_str_radix(s, 16).map_err(|_| Violation::BadChunk)
 }
 
 /// What hyper is fed instead of a refused request: a request line it cannot

@@ -12,13 +12,13 @@
 
 use http::header::{self, HeaderValue};
 use http::{Method, Response, StatusCode, Version};
-use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
 use super::forward::{self, ClientAddr, Present};
 use super::{ActiveGuard, Failed, Proxy, ProxyError};
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
+use weir_http::upgrade::OnUpgrade;
 
 /// Whether the client asks to switch protocols (HTTP/1.1 `Connection: upgrade`).
 pub fn is_upgrade(parts: &http::request::Parts) -> bool {
@@ -57,7 +57,8 @@ pub async fn serve(
     tunnel(p, parts, body, conn, path, on_client, Tunnel::Upgrade).await
 }
 
-/// A `CONNECT` request (HTTP/2; hyper answers an HTTP/1.1 CONNECT itself).
+/// A `CONNECT` request. Only HTTP/2 carries the `:protocol` this needs;
+/// an HTTP/1.1 CONNECT is answered 405 like any other.
 /// Only the extended CONNECT for WebSockets is proxied: weir is not a
 /// forward proxy (405), and other `:protocol`s are not implemented (501).
 pub async fn serve_connect(
@@ -246,12 +247,16 @@ async fn tunnel(
             let _hold = (permit, active, tx);
             let (c, u) = match tokio::join!(on_client, on_upstream) {
                 (Ok(c), Ok(u)) => (c, u),
-                (Err(e), _) | (_, Err(e)) => {
+                (Err(e), _) => {
+                    tracing::debug!("upgrade via {name} failed: {e}");
+                    return;
+                }
+                (_, Err(e)) => {
                     tracing::debug!("upgrade via {name} failed: {e}");
                     return;
                 }
             };
-            let mut c = TokioIo::new(c);
+            let mut c = c;
             let mut u = TokioIo::new(u);
             if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut u).await {
                 tracing::debug!("tunnel via {name} ended: {e}");

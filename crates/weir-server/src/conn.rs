@@ -1,7 +1,11 @@
 //! One client connection: connection limit, TCP options, the TLS handshake
-//! and ALPN, then weir's HTTP/1.1 loop (`server::http1`, for the common
-//! request) or hyper's HTTP/1.1 and HTTP/2 state machines, over a
-//! [`TimedIo`] that enforces the timeouts.
+//! and ALPN, then weir's HTTP/1 server (`server::http1`, every HTTP/1.0 and
+//! HTTP/1.1 request, upgrades included) or hyper's HTTP/2 server (ALPN `h2`,
+//! or the HTTP/2 preface on a plain listener), over a [`TimedIo`] that
+//! enforces the timeouts. hyper's HTTP/1 server runs only when
+//! `server.http1 = "hyper"` asks for it. At the hyper service boundary a
+//! hyper upgrade (HTTP/2 extended CONNECT) becomes weir's
+//! (`weir_http::upgrade::OnUpgrade`), so handlers know one type.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,6 +28,7 @@ use crate::pipeline::Listener;
 use weir_config::Limits;
 use weir_http::conn::ConnInfo;
 use weir_http::smuggling::Guard;
+use weir_http::upgrade;
 use weir_tls::turns::Turns;
 
 /// hyper's `DEFAULT_MAX_HEADERS`: the header array it keeps on the stack.
@@ -37,13 +42,14 @@ pub struct ConnCtx {
     timeouts: tio::Limits,
     /// Open connections across the whole process.
     open: Arc<AtomicUsize>,
-    /// HTTP/1.1 with h2c prior-knowledge detection, for plain listeners.
+    /// hyper's HTTP/1.1 with h2c prior-knowledge detection, for
+    /// `server.http1 = "hyper"` only.
     auto: auto::Builder<TokioExecutor>,
     /// PROXY protocol header expected from trusted sources.
     accept_pp: Option<weir_config::proxy::AcceptProxyProtocol>,
-    /// For TLS listeners where ALPN chose h2 (HTTP/1.1 uses `auto`, for upgrades).
+    /// HTTP/2: ALPN `h2` on TLS listeners, the preface on plain ones.
     h2: hyper::server::conn::http2::Builder<TokioExecutor>,
-    /// weir's own loop for simple HTTP/1.1 requests (`server.http1 = "fast"`).
+    /// weir's own HTTP/1 server (`server.http1 = "fast"`, the default).
     fast_h1: bool,
 }
 
@@ -102,8 +108,7 @@ impl ConnCtx {
         }
     }
 
-    /// Serve simple HTTP/1.1 requests with weir's loop (default) or leave
-    /// every request to hyper.
+    /// Serve HTTP/1 with weir's server (default) or with hyper's.
     pub fn fast_http1(mut self, on: bool) -> Self {
         self.fast_h1 = on;
         self
@@ -291,6 +296,7 @@ fn service(
         state.request_started();
         let in_flight = InFlight(state.clone());
         let regions = regions.clone();
+        let req = weir_upgrade(req);
         async move {
             let mut resp = ctx.listener.handle(req, &info).await;
             if let Some(r) = resp.extensions_mut().remove::<FileRegion>()
@@ -302,6 +308,25 @@ fn service(
             Ok::<_, Infallible>(resp)
         }
     })
+}
+
+/// hyper's connection hand-over (HTTP/2 extended CONNECT, or any upgrade
+/// under `server.http1 = "hyper"`) as weir's, which the proxy takes. Only
+/// requests hyper marked as upgradable pay for the conversion.
+fn weir_upgrade(mut req: hyper::Request<Incoming>) -> hyper::Request<Incoming> {
+    if let Some(on) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() {
+        req.extensions_mut()
+            .insert(upgrade::OnUpgrade::from_future(async move {
+                match on.await {
+                    Ok(u) => Ok(upgrade::Upgraded::boxed(
+                        TokioIo::new(u),
+                        bytes::Bytes::new(),
+                    )),
+                    Err(e) => Err(upgrade::UpgradeError::Failed(Box::new(e))),
+                }
+            }));
+    }
+    req
 }
 
 /// HTTP/1.1 over `transport`, behind the timeouts and the smuggling guard.
@@ -328,16 +353,14 @@ fn serve_h1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     Box::pin(serve_http1(io, ctx, info, state, regions, signal, open))
 }
 
-/// HTTP/1.1 (or h2c by prior knowledge): weir's loop while requests are
-/// simple, then hyper, with upgrades (the proxy tunnels WebSocket and other
-/// Upgrades) and the bytes the loop had read.
+/// HTTP/1 (or h2c by prior knowledge): weir's server for every request,
+/// hyper's HTTP/2 server for a connection that opens with the preface; an
+/// upgraded connection goes to the handler that switched it.
 ///
 /// A function returning an async block rather than an `async fn`: an
 /// `async fn` moves its arguments from where it captured them into locals
 /// and its future keeps room for both, so the stream (1.5 KiB over TLS)
-/// would be stored twice in every connection. Together with the point
-/// above: 7,336 → 3,872 bytes a TLS connection (BENCHMARKS.md §6, "Each
-/// connection's future, stored once").
+/// would be stored twice in every connection.
 // The layout above is the point, so not `async fn`.
 #[allow(clippy::manual_async_fn)]
 fn serve_http1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
@@ -350,35 +373,42 @@ fn serve_http1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     open: OpenGuard,
 ) -> impl Future<Output = ()> + Send {
     async move {
-        let read = if ctx.fast_h1 {
-            let shared = http1::Shared {
-                listener: &ctx.listener,
-                info: &info,
-                state: &state,
-                regions: regions.as_ref(),
-                max_head: ctx.limits.header_size,
-            };
-            match http1::serve(&mut io, shared, &signal).await {
-                http1::Outcome::Hyper(read) => read,
-                http1::Outcome::Closed => return,
+        if !ctx.fast_h1 {
+            // `server.http1 = "hyper"`: hyper serves every HTTP/1 request
+            // (and h2c). Boxed: hyper's connection is about 3 KiB.
+            let svc = service(ctx.clone(), state, regions, info);
+            let conn = Box::pin(
+                signal.watch(
+                    ctx.auto
+                        .serve_connection_with_upgrades(TokioIo::new(io), svc)
+                        .into_owned(),
+                ),
+            );
+            if let Err(e) = conn.await {
+                tracing::debug!("connection from {}: {e}", info.peer);
             }
-        } else {
-            bytes::Bytes::new()
+            drop(open);
+            return;
+        }
+        let shared = http1::Shared {
+            listener: &ctx.listener,
+            info: &info,
+            state: &state,
+            regions: regions.as_ref(),
+            limits: http1::HeadLimits::new(ctx.limits.header_size, ctx.limits.headers),
         };
-        let svc = service(ctx.clone(), state, regions, info);
-        // The auto builder (same HTTP/1 settings) because hyper's own
-        // upgradeable HTTP/1 connection cannot be watched for graceful
-        // shutdown. Boxed: this state is rare, and hyper's connection is
-        // about 3 KiB.
-        let conn = Box::pin(
-            signal.watch(
-                ctx.auto
-                    .serve_connection_with_upgrades(TokioIo::new(http1::Handoff { io, read }), svc)
-                    .into_owned(),
-            ),
-        );
-        if let Err(e) = conn.await {
-            tracing::debug!("connection from {}: {e}", info.peer);
+        match http1::serve(&mut io, shared, &signal).await {
+            http1::Outcome::Closed => {}
+            http1::Outcome::H2(read) => {
+                // Boxed: rare here, and hyper's connection is large.
+                let svc = service(ctx.clone(), state, regions, info);
+                let io = TokioIo::new(upgrade::Rewind::new(io, read));
+                let conn = Box::pin(signal.watch(ctx.h2.serve_connection(io, svc)));
+                if let Err(e) = conn.await {
+                    tracing::debug!("connection from {}: {e}", info.peer);
+                }
+            }
+            http1::Outcome::Upgrade(to, read) => to.fulfil(upgrade::Upgraded::boxed(io, read)),
         }
         drop(open);
     }
@@ -436,7 +466,7 @@ mod tests {
             info: &info,
             state: &state,
             regions: Some(&regions),
-            max_head: ctx.limits.header_size,
+            limits: http1::HeadLimits::new(ctx.limits.header_size, ctx.limits.headers),
         };
         let stream = std::mem::size_of_val(&io);
         let inner = std::mem::size_of_val(&http1::serve(&mut io, shared, &signal));

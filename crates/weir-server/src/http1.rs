@@ -1,34 +1,43 @@
-//! weir's own HTTP/1.1 connection loop for the common request, a `GET` or
-//! `HEAD` with no body; everything else on the connection is handed to
-//! hyper.
+//! weir's HTTP/1.x server: every HTTP/1.0 and HTTP/1.1 request on a
+//! connection is served here, from its head to its answer: any method and
+//! request-target form, request bodies (Content-Length and chunked, with
+//! trailers) streamed to the handler, `Expect: 100-continue`, pipelining,
+//! upgrades (a `101` hands the connection to the handler through
+//! `weir_http::upgrade`), and the answers to malformed heads. A connection
+//! that opens with the HTTP/2 preface goes back to `server::conn` for
+//! hyper's HTTP/2 server; nothing else leaves this loop.
 //!
-//! Why by hand (the performance issue allows it where the profile shows it
-//! pays): hyper's HTTP/1 connection owns a 16 KiB read buffer and an 8 KiB
-//! head buffer for as long as the connection lives, and cannot be told to
-//! give them back while it is idle. They were 24 of the 29.9 KiB weir held
-//! per idle keep-alive TLS connection, against nginx's 16.6 KiB
-//! (BENCHMARKS.md §6). Here a connection owns no buffer while it waits:
-//! bytes are read into one buffer per thread and only what a request needs
-//! is kept; response heads are written from a per-thread buffer too.
+//! Why by hand: hyper's HTTP/1 connection owns a 16 KiB read buffer and an
+//! 8 KiB head buffer for as long as the connection lives, and cannot be
+//! told to give them back while it is idle. Here a connection owns no
+//! buffer while it waits: bytes are read into one buffer per thread and
+//! only what a request needs is kept; response heads are written from a
+//! per-thread buffer too. A request without a body allocates nothing of
+//! its own beyond its header map (taken from the thread's stock).
 //!
 //! The path of a request, top to bottom in [`serve`]:
-//! 1. read whatever the client sent (through the smuggling [`Guard`] and the
-//!    timeouts of `server::io`, exactly as hyper would have);
-//! 2. [`parse`] the head with httparse, hyper's own parser. Only a complete
-//!    HTTP/1.1 `GET`/`HEAD` in origin form, without Content-Length,
-//!    Transfer-Encoding, Upgrade or Expect and with a plain `Connection`
-//!    value, is served here. Anything else (a body, an upgrade, HTTP/1.0,
-//!    h2c, a malformed or oversized head) goes to hyper with the bytes read
-//!    so far, and hyper serves the rest of the connection: its answers to
-//!    bad input (400, 414, 431) and its body handling stay the only ones;
-//! 3. call the same `pipeline::Listener::handle` hyper's service calls;
+//! 1. read whatever the client sent (through the smuggling [`Guard`], which
+//!    refuses ambiguous framing before this loop parses it, and the
+//!    timeouts of `server::io`);
+//! 2. [`parse`] the head with httparse, hyper's own parser, by hyper's
+//!    rules (`hyper::proto::h1::role::Server::parse`): keep-alive, body
+//!    framing, `Expect`, `Upgrade`; a malformed head is answered 400, an
+//!    oversized one 431 or 414, as hyper answers them;
+//! 3. call `pipeline::Listener::handle` with the body as a
+//!    `weir_http::h1::Incoming`, fed from the connection only when the
+//!    handler asks for more (the first ask sends `100 Continue` if the
+//!    client expects it); meanwhile pipelined bytes are read ahead and a
+//!    client that closes cancels the request;
 //! 4. [`encode_head`] the response by hyper's rules (status line, header
 //!    order, implicit `content-length`, chunked for unknown lengths, no body
-//!    for `HEAD`/204/304, `connection: close` when closing, a cached `date`),
-//!    so a client cannot tell which of the two served it; `tests/http1.rs`
-//!    compares the two byte for byte;
+//!    for `HEAD`/204/304, HTTP/1.0 answers, `connection: close` when
+//!    closing, a cached `date`), so a client cannot tell this loop from
+//!    `server.http1 = "hyper"`; `tests/http1.rs` compares the two byte for
+//!    byte;
 //! 5. write head and body with one vectored write (large cached files still
-//!    go out with `sendfile` through `server::zero_copy`).
+//!    go out with `sendfile` through `server::zero_copy`); a body the
+//!    handler left unread is discarded if it is already here, else the
+//!    connection closes (hyper's rule).
 //!
 //! [`Guard`]: weir_http::smuggling::Guard
 
@@ -52,12 +61,14 @@ use super::zero_copy::{FileRegion, Regions};
 use crate::pipeline::Listener;
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
+use weir_http::h1::{Decoded, Decoder, Feed, Incoming, IncomingError, Sender};
+use weir_http::upgrade;
 
-/// hyper's request-target limit (`MAX_URI_LEN`); longer targets go to hyper,
-/// which answers 414.
+/// hyper's request-target limit (`MAX_URI_LEN`): longer targets get 414.
 const MAX_URI_LEN: usize = (u16::MAX - 1) as usize;
 
-/// Header lines parsed here at most (hyper's default); more go to hyper.
+/// Header lines parsed into an array on the stack (hyper's default); a
+/// configured limit above it parses into one on the heap.
 const MAX_HEADERS: usize = 100;
 
 /// The per-thread read buffer: large enough for any head the smuggling
@@ -68,6 +79,14 @@ const READ_BUF_LEN: usize = 16 * 1024;
 /// that fits in it with its head is copied behind the head and the two go
 /// out in one plain write.
 const HEAD_BUF_KEPT: usize = 4096;
+
+/// A body the handler left unread is discarded up to this many bytes to
+/// keep the connection; past it the connection closes.
+const DISCARD_MAX: usize = 64 * 1024;
+
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 thread_local! {
     static READ_BUF: RefCell<Box<[u8]>> = RefCell::new(vec![0; READ_BUF_LEN].into_boxed_slice());
@@ -82,10 +101,7 @@ thread_local! {
 /// Request heads are copied out of the thread's read buffer into blocks of
 /// this size, shared by the heads read one after another on the thread. A
 /// head, and the slices of it that its request keeps (the target, the field
-/// values), then cost no allocation of their own: copying each head into a
-/// buffer of its own, and the first slice of it making that buffer shared,
-/// were two allocations and two frees per request, about 600 instructions
-/// (callgrind, BENCHMARKS.md §6 "The guard's scan"). A block is freed when
+/// values), then cost no allocation of their own. A block is freed when
 /// the last request read into it is done, so a request in progress keeps at
 /// most one block (4 KiB) alive, less than the 8 KiB hyper's HTTP/1 buffer
 /// keeps per connection; an idle connection keeps none.
@@ -103,61 +119,31 @@ fn in_head_block(bytes: &[u8]) -> BytesMut {
     })
 }
 
-/// The rest of a connection hyper must serve: the bytes [`serve`] had
-/// read, then the stream.
-pub struct Handoff<IO> {
-    pub io: IO,
-    pub read: Bytes,
+/// The limits a head is parsed under (hyper's, from `server.limits`).
+#[derive(Debug, Clone, Copy)]
+pub struct HeadLimits {
+    /// A head still incomplete at this many bytes is answered 431 (hyper's
+    /// `max_buf_size`).
+    pub max_buf: usize,
+    /// More field lines than this are answered 431.
+    pub max_headers: usize,
+    /// The largest trailer section of a chunked body.
+    pub max_trailers: usize,
 }
 
-impl<IO: AsyncRead + Unpin> AsyncRead for Handoff<IO> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.read.is_empty() {
-            return Pin::new(&mut this.io).poll_read(cx, buf);
+impl HeadLimits {
+    /// As `server::conn` configures hyper from the `header_size` and
+    /// `headers` limits.
+    pub fn new(header_size: usize, headers: usize) -> Self {
+        HeadLimits {
+            max_buf: (header_size * 2).max(16 * 1024),
+            max_headers: if headers > MAX_HEADERS {
+                headers + 1
+            } else {
+                MAX_HEADERS
+            },
+            max_trailers: header_size,
         }
-        let n = this.read.len().min(buf.remaining());
-        buf.put_slice(&this.read.split_to(n));
-        if this.read.is_empty() {
-            // An empty slice still holds its buffer, which may be a shared
-            // head block (`HEAD_BLOCK`): let it go for the connection's life.
-            this.read = Bytes::new();
-        }
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<IO: AsyncWrite + Unpin> AsyncWrite for Handoff<IO> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 
@@ -167,25 +153,36 @@ pub struct Shared<'a> {
     pub info: &'a ConnInfo,
     pub state: &'a Arc<ConnState>,
     pub regions: Option<&'a Arc<Regions>>,
-    /// `limits.header_size`: a head still incomplete past this goes to hyper.
-    pub max_head: usize,
+    pub limits: HeadLimits,
 }
 
 /// How [`serve`] left the connection.
 pub enum Outcome {
     /// It has ended.
     Closed,
-    /// A request needs hyper: the bytes read from that request on, for a
-    /// [`Handoff`].
-    Hyper(Bytes),
+    /// It opened with the HTTP/2 preface: the bytes read so far, for
+    /// hyper's HTTP/2 server.
+    H2(Bytes),
+    /// A request switched protocols and its answer has gone out: the
+    /// connection, with the bytes read past that request, goes to the
+    /// handler through this.
+    Upgrade(upgrade::Pending, Bytes),
 }
 
-/// Serves requests until the connection ends or a request needs hyper.
+/// What one request's exchange leaves of the connection.
+enum Next {
+    KeepAlive,
+    Close,
+    Upgrade(upgrade::Pending),
+}
+
+/// Serves requests until the connection ends, switches protocols or turns
+/// out to be HTTP/2.
 pub async fn serve<IO>(io: &mut IO, sh: Shared<'_>, signal: &Signal) -> Outcome
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
-    // Owned clone for the idle wait, so `signal` stays free for the hand-off.
+    // Owned clone for the idle wait, so `signal` stays free.
     let mut drained = pin!({
         let mut s = signal.clone();
         async move { s.signaled().await }
@@ -193,40 +190,34 @@ where
     // The waker `drained` was last polled with.
     let mut drain_waker: Option<Waker> = None;
     let mut pending = BytesMut::new();
+    let mut first = true;
     loop {
         // Every complete request already read, in order (pipelining).
         while !pending.is_empty() {
-            let (mut resp, is_head, keep_alive) = match parse(&mut pending, sh.max_head) {
+            let (req, head) = match parse(&mut pending, sh.limits) {
                 Parsed::NeedMore => break,
-                Parsed::Hyper => return Outcome::Hyper(pending.freeze()),
-                Parsed::Request(req, keep_alive) => {
-                    let is_head = req.method() == Method::HEAD;
-                    sh.state.request_started();
-                    // Pinned here and lent to `handle_reading`: passed by value, the
-                    // handler's future (about 1.2 KiB) would be stored twice in this
-                    // connection's state.
-                    let handled = {
-                        let handler = pin!(sh.listener.handle(req, sh.info));
-                        handle_reading(handler, io, &mut pending, sh.max_head).await
-                    };
-                    sh.state.request_done();
-                    // The client closed (or the stream failed) mid-request: drop the
-                    // handler, as hyper does without half-close.
-                    let Some(resp) = handled else {
-                        return Outcome::Closed;
-                    };
-                    (resp, is_head, keep_alive)
+                // Prior knowledge is only at the start (as hyper's auto
+                // server detects it); later it is a head hyper cannot
+                // parse either, and it closes without an answer.
+                Parsed::H2 if first => return Outcome::H2(pending.freeze()),
+                Parsed::H2 => return Outcome::Closed,
+                Parsed::Refused(status) => {
+                    let resp = http::Response::builder()
+                        .status(status)
+                        .body(Body::Empty)
+                        .unwrap_or_default();
+                    let r =
+                        write_response(io, resp, Kind::default(), true, None, &mut pending).await;
+                    let _ = after_write(io, r, sh.info).await;
+                    return Outcome::Closed;
                 }
+                Parsed::Request(req, head) => (req, head),
             };
-            if let Some(r) = resp.extensions_mut().remove::<FileRegion>()
-                && let Some(regions) = sh.regions
-            {
-                regions.push(r);
-            }
-            let close = !keep_alive || signal.is_signaled();
-            let r = write_response(io, resp, is_head, close).await;
-            if let Some(end) = after_write(io, r, sh.info).await {
-                return end;
+            first = false;
+            match exchange(io, &sh, signal, &mut pending, req, head).await {
+                Next::KeepAlive => {}
+                Next::Close => return Outcome::Closed,
+                Next::Upgrade(p) => return Outcome::Upgrade(p, pending.freeze()),
             }
         }
         // Wait for more bytes; while idle, for the drain signal too.
@@ -234,9 +225,8 @@ where
         let n = if idle {
             // The drain future is polled again only once shutdown has begun
             // or the task's waker has changed; in between it stays
-            // registered. Polled at every idle wait, it was about 220
-            // instructions a request (the watch channel's lock and version,
-            // callgrind, BENCHMARKS.md §6).
+            // registered (polling the watch channel at every idle wait
+            // costs its lock and version check per request).
             let read = poll_fn(|cx| {
                 if let Poll::Ready(r) = poll_read_into(io, cx, &mut pending) {
                     return Poll::Ready(Some(r));
@@ -274,22 +264,130 @@ where
     }
 }
 
+/// One request: the handler, its body, its answer.
+async fn exchange<IO>(
+    io: &mut IO,
+    sh: &Shared<'_>,
+    signal: &Signal,
+    pending: &mut BytesMut,
+    mut req: Request<Incoming>,
+    head: Head,
+) -> Next
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let kind = Kind {
+        is_head: req.method() == Method::HEAD,
+        connect: req.method() == Method::CONNECT,
+        http10: head.http10,
+        upgrade: head.upgrade,
+        trailers: req
+            .headers()
+            .get_all(header::TE)
+            .iter()
+            .any(|v| has_token(v.as_bytes(), b"trailers")),
+    };
+    let mut inbound = head.body.map(|decoder| {
+        // As hyper: the first piece is read at once (so bad framing ends
+        // the request before the handler acts on it), unless the client
+        // waits for a `100 Continue`.
+        let eager = !head.expect_continue || head.http10;
+        let (tx, body) = weir_http::h1::channel(decoder.remaining(), eager);
+        *req.body_mut() = body;
+        Inbound {
+            tx,
+            decoder,
+            cont: if head.expect_continue && !head.http10 {
+                Continue::Owed(0)
+            } else {
+                Continue::No
+            },
+            end: None,
+        }
+    });
+    let switch = head.upgrade.then(|| {
+        let (p, on) = upgrade::pending();
+        req.extensions_mut().insert(on);
+        p
+    });
+    sh.state.request_started();
+    // Pinned here and lent to `handle_reading`: passed by value, the
+    // handler's future would be stored twice in this connection's state.
+    let handled = {
+        let handler = pin!(sh.listener.handle(req, sh.info));
+        handle_reading(handler, io, pending, sh.limits.max_buf, inbound.as_mut()).await
+    };
+    sh.state.request_done();
+    // The client closed (or the stream failed) mid-request: drop the
+    // handler, as hyper does without half-close.
+    let Some(mut resp) = handled else {
+        // Through the guard, which answers a refused body with its 400.
+        let _ = io.shutdown().await;
+        return Next::Close;
+    };
+    if let Some(r) = resp.extensions_mut().remove::<FileRegion>()
+        && let Some(regions) = sh.regions
+    {
+        regions.push(r);
+    }
+    let status = resp.status();
+    let mut close = !head.keep_alive || signal.is_signaled();
+    if let Some(p) = switch {
+        if status == StatusCode::SWITCHING_PROTOCOLS || (kind.connect && status.is_success()) {
+            let r = write_response(io, resp, kind, false, None, pending).await;
+            return match r {
+                Ok(_) => Next::Upgrade(p),
+                Err(e) => {
+                    tracing::debug!("connection from {}: {e}", sh.info.peer);
+                    Next::Close
+                }
+            };
+        }
+        // Not switched: the smuggling guard stopped checking this
+        // connection at the upgrade request, so no request may follow it.
+        close = true;
+    }
+    if let Some(inb) = &mut inbound
+        && inb.end.is_none()
+        && inb.tx_dropped()
+        && !poll_fn(|cx| Poll::Ready(inb.discard(io, cx, pending))).await
+    {
+        close = true;
+    }
+    let r = write_response(io, resp, kind, close, inbound.as_mut(), pending).await;
+    let r = match (r, inbound) {
+        (Ok(true), Some(mut inb)) if inb.end != Some(BodyEnd::Done) => {
+            // The answer is out and the body is not read to its end: drop
+            // what is already here, else close (hyper's
+            // `poll_drain_or_close_read`).
+            let done =
+                inb.end.is_none() && poll_fn(|cx| Poll::Ready(inb.discard(io, cx, pending))).await;
+            Ok(done)
+        }
+        (r, _) => r,
+    };
+    match after_write(io, r, sh.info).await {
+        Some(_) => Next::Close,
+        None => Next::KeepAlive,
+    }
+}
+
 /// What a written response leaves of the connection: `None`, it goes on;
 /// else it has ended (closed after the response, or failed).
 async fn after_write<IO: AsyncWrite + Unpin>(
     io: &mut IO,
     written: io::Result<bool>,
     info: &ConnInfo,
-) -> Option<Outcome> {
+) -> Option<()> {
     match written {
         Ok(true) => None,
         Ok(false) => {
             let _ = io.shutdown().await;
-            Some(Outcome::Closed)
+            Some(())
         }
         Err(e) => {
             tracing::debug!("connection from {}: {e}", info.peer);
-            Some(Outcome::Closed)
+            Some(())
         }
     }
 }
@@ -314,22 +412,170 @@ fn poll_read_into<IO: AsyncRead + Unpin>(
     })
 }
 
-/// Runs the handler, and meanwhile reads on: pipelined requests are kept
-/// (up to `max` bytes) and a client that goes away cancels the request.
-/// `None`: the client closed or the stream failed.
+/// The `100 Continue` a client that sent `Expect: 100-continue` waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Continue {
+    /// Not asked for, already sent, or too late (the answer has begun).
+    No,
+    /// Owed, with this many of its bytes written.
+    Owed(usize),
+}
+
+/// How a request body ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyEnd {
+    /// Read to its end: the next request may follow.
+    Done,
+    /// Broken off (bad framing, the client went away): the connection ends.
+    Broken,
+}
+
+/// A request body being read from the connection for its handler.
+struct Inbound {
+    tx: Sender,
+    decoder: Decoder,
+    cont: Continue,
+    end: Option<BodyEnd>,
+}
+
+impl Inbound {
+    fn tx_dropped(&self) -> bool {
+        let waker = Waker::noop();
+        matches!(
+            self.tx.poll_want(&mut Context::from_waker(waker)),
+            Poll::Ready(Feed::Dropped)
+        )
+    }
+
+    /// Feeds the body what it asks for, reading from `io` only then:
+    /// `Ready` once the body has ended, one way or the other.
+    fn poll_feed<IO>(
+        &mut self,
+        io: &mut IO,
+        cx: &mut Context<'_>,
+        pending: &mut BytesMut,
+    ) -> Poll<()>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
+        loop {
+            if self.end.is_some() {
+                return Poll::Ready(());
+            }
+            match ready!(self.tx.poll_want(cx)) {
+                // Discarded, or the connection closed, after the answer.
+                Feed::Dropped => return Poll::Pending,
+                Feed::Frame => {}
+            }
+            // hyper's rule: the first ask for the body, before any answer,
+            // tells a waiting client to send it.
+            while let Continue::Owed(sent) = &mut self.cont {
+                match ready!(Pin::new(&mut *io).poll_write(cx, &CONTINUE[*sent..])) {
+                    Ok(n) if n > 0 => {
+                        *sent += n;
+                        if *sent == CONTINUE.len() {
+                            self.cont = Continue::No;
+                            if ready!(Pin::new(&mut *io).poll_flush(cx)).is_err() {
+                                return self.broken(IncomingError::Closed);
+                            }
+                        }
+                    }
+                    _ => return self.broken(IncomingError::Closed),
+                }
+            }
+            match self.decoder.decode(pending) {
+                Ok(Decoded::Data(data)) => {
+                    self.tx.data(data, self.decoder.remaining());
+                    if self.decoder.is_done() {
+                        self.tx.end();
+                        self.end = Some(BodyEnd::Done);
+                    }
+                }
+                Ok(Decoded::Trailers(map)) => {
+                    self.tx.trailers(map);
+                    self.end = Some(BodyEnd::Done);
+                }
+                Ok(Decoded::End) => {
+                    self.tx.end();
+                    self.end = Some(BodyEnd::Done);
+                }
+                Ok(Decoded::NeedMore) => match ready!(poll_read_into(io, cx, pending)) {
+                    Ok(0) | Err(_) => return self.broken(IncomingError::Closed),
+                    Ok(_) => {}
+                },
+                Err(e) => {
+                    tracing::debug!("request body refused: {e}");
+                    return self.broken(e.into());
+                }
+            }
+        }
+    }
+
+    fn broken(&mut self, e: IncomingError) -> Poll<()> {
+        self.tx.fail(e);
+        self.end = Some(BodyEnd::Broken);
+        Poll::Ready(())
+    }
+
+    /// Drops the rest of a body nobody reads, as far as it is already here
+    /// (never waiting for the client, never past [`DISCARD_MAX`]): whether
+    /// it reached its end.
+    fn discard<IO: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut IO,
+        cx: &mut Context<'_>,
+        pending: &mut BytesMut,
+    ) -> bool {
+        let mut budget = DISCARD_MAX;
+        loop {
+            match self.decoder.decode(pending) {
+                Ok(Decoded::Data(d)) if d.len() < budget => budget -= d.len(),
+                Ok(Decoded::Trailers(_) | Decoded::End) => {
+                    self.end = Some(BodyEnd::Done);
+                    return true;
+                }
+                Ok(Decoded::NeedMore) => match poll_read_into(io, cx, pending) {
+                    Poll::Ready(Ok(n)) if n > 0 => {}
+                    _ => return false,
+                },
+                Ok(Decoded::Data(_)) | Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// Runs the handler, and meanwhile feeds its body and reads on: pipelined
+/// requests are kept (up to `max` bytes) and a client that goes away
+/// cancels the request. `None`: the client closed or the stream failed.
 async fn handle_reading<F, IO>(
     mut handler: Pin<&mut F>,
     io: &mut IO,
     pending: &mut BytesMut,
     max: usize,
+    mut inbound: Option<&mut Inbound>,
 ) -> Option<F::Output>
 where
     F: Future,
-    IO: AsyncRead + Unpin,
+    IO: AsyncRead + AsyncWrite + Unpin,
 {
     poll_fn(|cx| {
+        // The body first: a body that breaks off (bad framing, the client
+        // gone) ends the request before the handler acts on it, as hyper
+        // ends the connection.
+        if let Some(inb) = inbound.as_deref_mut()
+            && inb.end.is_none()
+            && inb.poll_feed(io, cx, pending).is_ready()
+            && inb.end == Some(BodyEnd::Broken)
+        {
+            return Poll::Ready(None);
+        }
         if let Poll::Ready(r) = handler.as_mut().poll(cx) {
             return Poll::Ready(Some(r));
+        }
+        if inbound.as_deref().is_some_and(|inb| inb.end.is_none()) {
+            // Reading on here would take body bytes the body has not
+            // asked for.
+            return Poll::Pending;
         }
         while pending.len() < max {
             match poll_read_into(io, cx, pending) {
@@ -343,23 +589,61 @@ where
     .await
 }
 
+/// What one request head says beyond the request itself.
+#[derive(Debug)]
+pub struct Head {
+    /// Whether the connection may carry another request after this one.
+    pub keep_alive: bool,
+    pub http10: bool,
+    /// How the body follows the head; `None`: it has none.
+    pub body: Option<Decoder>,
+    pub expect_continue: bool,
+    /// An HTTP/1.1 `Upgrade`, or a `CONNECT`.
+    pub upgrade: bool,
+}
+
+/// The kind of request an answer is written for.
+#[derive(Debug, Clone, Copy, Default)]
+struct Kind {
+    is_head: bool,
+    connect: bool,
+    http10: bool,
+    upgrade: bool,
+    /// The client said `TE: trailers`: response trailers may go out.
+    trailers: bool,
+}
+
 // Returned by value once per request and matched at once: boxing the large
 // variant would cost an allocation per request for nothing.
 #[allow(clippy::large_enum_variant)]
 pub enum Parsed {
-    /// A request to serve here, and whether the connection stays open after it.
-    Request(Request<Body>, bool),
+    /// A request to serve.
+    Request(Request<Incoming>, Head),
     /// The head is not complete yet.
     NeedMore,
-    /// Not for this loop: hyper takes the connection from this request on.
-    Hyper,
+    /// A head refused with this status (400, 414, 431); the connection closes.
+    Refused(StatusCode),
+    /// The HTTP/2 connection preface.
+    H2,
 }
 
-/// Parses the head at the start of `pending` and, if it is one this loop
-/// serves, takes it out of `pending`; otherwise `pending` is left as it was.
-pub fn parse(pending: &mut BytesMut, max_head: usize) -> Parsed {
+/// Parses the head at the start of `pending` and, if it is a request,
+/// takes it out of `pending`; otherwise `pending` is left as it was.
+pub fn parse(pending: &mut BytesMut, limits: HeadLimits) -> Parsed {
+    if pending.starts_with(H2_PREFACE) {
+        return Parsed::H2;
+    }
+    if pending.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(pending) {
+        return Parsed::NeedMore;
+    }
     let buf = std::mem::take(pending).freeze();
-    let (parsed, used) = parse_head(&buf, max_head);
+    let (parsed, used) = if limits.max_headers <= MAX_HEADERS {
+        let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        parse_head(&buf, limits, &mut headers)
+    } else {
+        let mut headers = vec![MaybeUninit::uninit(); limits.max_headers];
+        parse_head(&buf, limits, &mut headers)
+    };
     *pending = match parsed {
         // Usually nothing is left and `pending` holds no memory; a pipelined
         // remainder is copied out so the served head's memory can go.
@@ -370,77 +654,133 @@ pub fn parse(pending: &mut BytesMut, max_head: usize) -> Parsed {
     parsed
 }
 
-/// The request at the start of `buf` and the length of its head.
-fn parse_head(buf: &Bytes, max_head: usize) -> (Parsed, usize) {
-    let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+/// The request at the start of `buf` and the length of its head, by
+/// `hyper::proto::h1::role::Server::parse`'s rules.
+fn parse_head<'b>(
+    buf: &'b Bytes,
+    limits: HeadLimits,
+    headers: &mut [MaybeUninit<httparse::Header<'b>>],
+) -> (Parsed, usize) {
+    let refused = |s| (Parsed::Refused(s), 0);
     let mut req = httparse::Request::new(&mut []);
-    let len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(
-        &mut req,
-        buf,
-        &mut headers,
-    ) {
+    let len = match httparse::ParserConfig::default()
+        .parse_request_with_uninit_headers(&mut req, buf, headers)
+    {
         Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() < max_head => return (Parsed::NeedMore, 0),
-        // Too large, too many headers, malformed: hyper answers it.
-        _ => return (Parsed::Hyper, 0),
+        Ok(httparse::Status::Partial) if buf.len() < limits.max_buf => {
+            return (Parsed::NeedMore, 0);
+        }
+        Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => {
+            return refused(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        }
+        Err(_) => return refused(StatusCode::BAD_REQUEST),
     };
-    let method = match req.method {
-        Some("GET") => Method::GET,
-        Some("HEAD") => Method::HEAD,
-        _ => return (Parsed::Hyper, 0),
+    let (Some(method), Some(path), Some(version)) = (req.method, req.path, req.version) else {
+        return refused(StatusCode::BAD_REQUEST);
     };
-    let Some(path) = req.path else {
-        return (Parsed::Hyper, 0);
-    };
-    if req.version != Some(1) || !path.starts_with('/') || path.len() > MAX_URI_LEN {
-        return (Parsed::Hyper, 0);
+    if path.len() > MAX_URI_LEN {
+        return refused(StatusCode::URI_TOO_LONG);
     }
-    let Ok(uri) = http::Uri::from_maybe_shared(buf.slice_ref(path.as_bytes())) else {
-        return (Parsed::Hyper, 0);
+    let method = match method {
+        "GET" => Method::GET,
+        "HEAD" => Method::HEAD,
+        "POST" => Method::POST,
+        m => match Method::from_bytes(m.as_bytes()) {
+            Ok(m) => m,
+            Err(_) => return refused(StatusCode::BAD_REQUEST),
+        },
     };
-    let mut keep_alive = true;
+    let Ok(uri) = http::Uri::from_maybe_shared(buf.slice_ref(path.as_bytes())) else {
+        return refused(StatusCode::BAD_REQUEST);
+    };
+    let http11 = version == 1;
+    let mut head = Head {
+        keep_alive: http11,
+        http10: !http11,
+        body: None,
+        expect_continue: false,
+        upgrade: method == Method::CONNECT,
+    };
+    let mut saw_close = false;
+    let (mut te, mut chunked, mut cl) = (false, false, None::<u64>);
     let mut map = weir_http::header_maps::take(req.headers.len());
     for h in req.headers.iter() {
         let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
-            return (Parsed::Hyper, 0);
+            return refused(StatusCode::BAD_REQUEST);
         };
         match name {
-            header::CONTENT_LENGTH
-            | header::TRANSFER_ENCODING
-            | header::UPGRADE
-            | header::EXPECT => return (Parsed::Hyper, 0),
-            header::CONNECTION => match connection_keeps_alive(h.value) {
-                Some(k) => keep_alive &= k,
-                None => return (Parsed::Hyper, 0),
-            },
+            header::TRANSFER_ENCODING => {
+                if !http11 {
+                    return refused(StatusCode::BAD_REQUEST);
+                }
+                te = true;
+                cl = None;
+                chunked = last_token_is(h.value, b"chunked");
+            }
+            header::CONTENT_LENGTH => {
+                if te {
+                    continue;
+                }
+                let Some(n) = content_length(h.value) else {
+                    return refused(StatusCode::BAD_REQUEST);
+                };
+                match cl {
+                    Some(prev) if prev != n => return refused(StatusCode::BAD_REQUEST),
+                    Some(_) => continue,
+                    None => cl = Some(n),
+                }
+            }
+            header::CONNECTION => {
+                if saw_close || has_token(h.value, b"close") {
+                    saw_close = true;
+                    head.keep_alive = false;
+                } else if !head.keep_alive {
+                    head.keep_alive = has_token(h.value, b"keep-alive");
+                }
+            }
+            header::EXPECT => head.expect_continue = h.value.eq_ignore_ascii_case(b"100-continue"),
+            header::UPGRADE => head.upgrade = http11,
             _ => {}
         }
         let Ok(value) = HeaderValue::from_maybe_shared(buf.slice_ref(h.value)) else {
-            return (Parsed::Hyper, 0);
+            return refused(StatusCode::BAD_REQUEST);
         };
         map.append(name, value);
     }
-    let mut r = Request::new(Body::Empty);
+    if te && !chunked {
+        return refused(StatusCode::BAD_REQUEST);
+    }
+    head.body = if te {
+        Some(Decoder::chunked(limits.max_trailers))
+    } else {
+        cl.filter(|&n| n > 0).map(Decoder::length)
+    };
+    let mut r = Request::new(Incoming::empty());
     *r.method_mut() = method;
     *r.uri_mut() = uri;
-    *r.version_mut() = Version::HTTP_11;
+    *r.version_mut() = if http11 {
+        Version::HTTP_11
+    } else {
+        Version::HTTP_10
+    };
     *r.headers_mut() = map;
-    (Parsed::Request(r, keep_alive), len)
+    (Parsed::Request(r, head), len)
 }
 
-/// A request's `Connection` value: `Some(false)` for `close`; `None` if it
-/// names anything but `close` or `keep-alive` (hyper serves that).
-fn connection_keeps_alive(value: &[u8]) -> Option<bool> {
-    let mut keep_alive = true;
-    for token in value.split(|&b| b == b',') {
-        let token = token.trim_ascii();
-        if token.eq_ignore_ascii_case(b"close") {
-            keep_alive = false;
-        } else if !token.is_empty() && !token.eq_ignore_ascii_case(b"keep-alive") {
-            return None;
-        }
+/// A Content-Length value: digits only (hyper's `content_length_parse`).
+fn content_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
     }
-    Some(keep_alive)
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+/// Whether the last of the comma-separated tokens of `value` is `token`.
+fn last_token_is(value: &[u8], token: &[u8]) -> bool {
+    value
+        .rsplit(|&b| b == b',')
+        .next()
+        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(token))
 }
 
 /// The worker's spare head buffer, empty (a new one if it is lent out).
@@ -463,6 +803,8 @@ pub(crate) fn give_head_buf(mut head: Vec<u8>) {
 enum Framing {
     Length(u64),
     Chunked,
+    /// Until the connection closes (HTTP/1.0, length unknown).
+    Close,
 }
 
 /// What the body says of its length, as hyper's dispatcher sees it.
@@ -478,12 +820,18 @@ enum BodyLength {
 async fn write_response<IO>(
     io: &mut IO,
     resp: http::Response<Body>,
-    is_head: bool,
+    kind: Kind,
     mut close: bool,
+    mut inbound: Option<&mut Inbound>,
+    pending: &mut BytesMut,
 ) -> io::Result<bool>
 where
-    IO: AsyncWrite + Unpin,
+    IO: AsyncRead + AsyncWrite + Unpin,
 {
+    if let Some(inb) = inbound.as_deref_mut() {
+        // The answer has begun: too late to ask for the body.
+        inb.cont = Continue::No;
+    }
     let (mut parts, mut body) = resp.into_parts();
     let length = if body.is_end_stream() {
         BodyLength::Empty
@@ -493,11 +841,26 @@ where
             None => BodyLength::Unknown,
         }
     };
+    // The fields a chunked answer may send as trailers (hyper's rule: named
+    // in `Trailer`, to a client that accepts them).
+    let allowed: Vec<HeaderValue> = if kind.trailers && !kind.http10 {
+        parts
+            .headers
+            .get_all(header::TRAILER)
+            .iter()
+            .cloned()
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut head = take_head_buf();
-    let framing = encode_head(&mut parts, length, is_head, &mut close, &mut head);
+    let framing = encode_head(&mut parts, length, kind, &mut close, &mut head);
     // The fields are in `head` now: the map's table serves a later message.
     weir_http::header_maps::give(std::mem::take(&mut parts.headers));
-    let r = write_body(io, &mut head, &mut body, framing).await;
+    let r = write_body(
+        io, &mut head, &mut body, framing, &allowed, inbound, pending,
+    )
+    .await;
     give_head_buf(head);
     match r {
         Ok(true) => Ok(!close),
@@ -515,11 +878,16 @@ async fn write_body<IO>(
     head: &mut Vec<u8>,
     body: &mut Body,
     framing: Framing,
+    allowed: &[HeaderValue],
+    mut inbound: Option<&mut Inbound>,
+    pending: &mut BytesMut,
 ) -> io::Result<bool>
 where
-    IO: AsyncWrite + Unpin,
+    IO: AsyncRead + AsyncWrite + Unpin,
 {
     let mut body = Pin::new(body);
+    // `0\r\n`, the trailer fields, `\r\n`: the end of a chunked body.
+    let mut last_chunk: Vec<u8> = Vec::new();
     if framing == Framing::Length(0) {
         write_all(io, &mut [IoSlice::new(head)]).await?;
         flush(io).await?;
@@ -527,16 +895,33 @@ where
     }
     let mut left = match framing {
         Framing::Length(n) => n,
-        Framing::Chunked => u64::MAX,
+        Framing::Chunked | Framing::Close => u64::MAX,
     };
     // `head` is emptied once it has gone out (a head is never empty).
     let mut ok = true;
     loop {
-        let frame = poll_fn(|cx| body.as_mut().poll_frame(cx)).await;
+        // The answer may wait on the request body (a proxied upload the
+        // upstream echoes): feed it while waiting for the next frame.
+        let frame = poll_fn(|cx| {
+            if let Some(inb) = inbound.as_deref_mut()
+                && inb.end.is_none()
+            {
+                let _ = inb.poll_feed(io, cx, pending);
+            }
+            body.as_mut().poll_frame(cx)
+        })
+        .await;
         let data = match frame {
             Some(Ok(f)) => match f.into_data() {
                 Ok(d) => d,
-                Err(_) => continue, // trailers: not sent (nor by hyper without a Trailer header)
+                Err(f) => {
+                    if let Ok(t) = f.into_trailers()
+                        && framing == Framing::Chunked
+                    {
+                        encode_trailers(&t, allowed, &mut last_chunk);
+                    }
+                    continue;
+                }
             },
             Some(Err(e)) => {
                 tracing::debug!("response body failed: {e}");
@@ -572,6 +957,10 @@ where
                     break;
                 }
             }
+            Framing::Close => {
+                write_all(io, &mut [IoSlice::new(head), IoSlice::new(&data)]).await?;
+                head.clear();
+            }
             Framing::Chunked => {
                 let mut size = [0u8; 18];
                 let size = chunk_size_line(data.len(), &mut size);
@@ -599,16 +988,67 @@ where
             ok &= left == 0 || n == 0;
         }
         Framing::Chunked if ok => {
-            write_all(io, &mut [IoSlice::new(h), IoSlice::new(b"0\r\n\r\n")]).await?;
+            let end: &[u8] = if last_chunk.is_empty() {
+                b"0\r\n\r\n"
+            } else {
+                &last_chunk
+            };
+            write_all(io, &mut [IoSlice::new(h), IoSlice::new(end)]).await?;
         }
-        Framing::Chunked => {
+        Framing::Chunked | Framing::Close => {
             if !h.is_empty() {
                 write_all(io, &mut [IoSlice::new(h)]).await?;
             }
+            // The end of a close-delimited body is the end of the connection.
+            ok &= framing != Framing::Close;
         }
     }
     flush(io).await?;
     Ok(ok)
+}
+
+/// The last chunk with the trailer fields `allowed` names, into `dst`
+/// (left empty if none may go out), as hyper's `encode_trailers`.
+fn encode_trailers(trailers: &http::HeaderMap, allowed: &[HeaderValue], dst: &mut Vec<u8>) {
+    dst.clear();
+    let named = |name: &HeaderName| {
+        allowed
+            .iter()
+            .any(|v| has_token(v.as_bytes(), name.as_str().as_bytes()))
+    };
+    for name in trailers.keys() {
+        let forbidden = matches!(
+            *name,
+            header::AUTHORIZATION
+                | header::CACHE_CONTROL
+                | header::CONTENT_ENCODING
+                | header::CONTENT_LENGTH
+                | header::CONTENT_RANGE
+                | header::CONTENT_TYPE
+                | header::HOST
+                | header::MAX_FORWARDS
+                | header::SET_COOKIE
+                | header::TRAILER
+                | header::TRANSFER_ENCODING
+                | header::TE
+        );
+        // hyper keeps the last value of a repeated field.
+        if let Some(value) = trailers.get_all(name).iter().next_back()
+            && !forbidden
+            && named(name)
+        {
+            if dst.is_empty() {
+                extend(dst, b"0\r\n");
+            }
+            extend(dst, name.as_str().as_bytes());
+            extend(dst, b": ");
+            extend(dst, value.as_bytes());
+            extend(dst, b"\r\n");
+        }
+    }
+    if !dst.is_empty() {
+        extend(dst, b"\r\n");
+    }
 }
 
 /// `{len:X}\r\n` into `buf`.
@@ -677,24 +1117,35 @@ pub(crate) fn can_have_content_length(status: StatusCode) -> bool {
 fn encode_head(
     parts: &mut http::response::Parts,
     length: BodyLength,
-    is_head: bool,
+    kind: Kind,
     close: &mut bool,
     dst: &mut Vec<u8>,
 ) -> Framing {
+    let is_head = kind.is_head;
     let mut status = parts.status;
-    if status.is_informational() {
-        // Never produced for a request served here (upgrades go to hyper);
-        // hyper answers 500 in their place too.
+    if status.is_informational() && !(kind.upgrade && status == StatusCode::SWITCHING_PROTOCOLS) {
+        // A handler cannot send an interim answer; hyper answers 500 in
+        // its place too.
         status = StatusCode::INTERNAL_SERVER_ERROR;
         parts.headers.clear();
     }
+    // A 2xx to CONNECT opens a tunnel: no body, no length (RFC 9110 9.3.6).
+    let tunnel = kind.connect && status.is_success();
     // A reason phrase the proxy kept from its upstream goes out as it came,
     // as hyper writes it.
     let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>();
-    if status == StatusCode::OK && reason.is_none() {
+    if status == StatusCode::OK && reason.is_none() && !kind.http10 {
         extend(dst, b"HTTP/1.1 200 OK\r\n");
     } else {
-        extend(dst, b"HTTP/1.1 ");
+        // An HTTP/1.0 client is answered in HTTP/1.0, as hyper does.
+        extend(
+            dst,
+            if kind.http10 {
+                b"HTTP/1.0 "
+            } else {
+                b"HTTP/1.1 "
+            },
+        );
         extend(dst, status.as_str().as_bytes());
         extend(dst, b" ");
         match reason {
@@ -706,7 +1157,22 @@ fn encode_head(
         }
         extend(dst, b"\r\n");
     }
-    if *close {
+    if kind.http10 {
+        // hyper's `fix_keep_alive`: a 1.0 connection that stays open says
+        // so; one that closes says nothing.
+        if !*close {
+            match parts.headers.entry(header::CONNECTION) {
+                header::Entry::Occupied(mut e) => {
+                    if !e.iter().any(|v| has_token(v.as_bytes(), b"keep-alive")) {
+                        e.append(HeaderValue::from_static("keep-alive"));
+                    }
+                }
+                header::Entry::Vacant(e) => {
+                    e.insert(HeaderValue::from_static("keep-alive"));
+                }
+            }
+        }
+    } else if *close {
         // As hyper: `close` joins the handler's Connection values, or is a
         // header of its own at the end.
         match parts.headers.entry(header::CONNECTION) {
@@ -721,7 +1187,8 @@ fn encode_head(
         }
     }
 
-    let chunkable = can_have_body(is_head, status);
+    let chunkable = can_have_body(is_head, status) && !tunnel;
+    let has_length = can_have_content_length(status) && !tunnel;
     let mut framing = None;
     let mut wrote_date = false;
     let mut last: Option<HeaderName> = None;
@@ -735,6 +1202,7 @@ fn encode_head(
         }
         let Some(name) = last.as_ref() else { continue };
         match *name {
+            header::CONTENT_LENGTH if tunnel => continue,
             header::CONTENT_LENGTH => {
                 let len = match length {
                     BodyLength::Known(n) => Some(n),
@@ -750,7 +1218,7 @@ fn encode_head(
                 framing = Some(Framing::Length(len));
             }
             header::TRANSFER_ENCODING => {
-                if !chunkable || repeat || framing.is_some() {
+                if !chunkable || kind.http10 || repeat || framing.is_some() {
                     continue;
                 }
                 framing = Some(Framing::Chunked);
@@ -778,7 +1246,7 @@ fn encode_head(
                 continue;
             }
             header::DATE => wrote_date = true,
-            header::TRAILER if !chunkable => continue,
+            header::TRAILER if !chunkable || kind.http10 => continue,
             _ => {}
         }
         extend(dst, name.as_str().as_bytes());
@@ -789,6 +1257,7 @@ fn encode_head(
     let framing = match framing {
         Some(f) => f,
         None => match length {
+            BodyLength::Unknown if chunkable && kind.http10 => Framing::Close,
             BodyLength::Unknown if chunkable => {
                 extend(dst, b"transfer-encoding: chunked\r\n");
                 Framing::Chunked
@@ -796,13 +1265,13 @@ fn encode_head(
             // Not chunkable means no body at all.
             BodyLength::Unknown => Framing::Length(0),
             BodyLength::Empty | BodyLength::Known(0) => {
-                if can_have_content_length(status) && !is_head {
+                if has_length && !is_head {
                     extend(dst, b"content-length: 0\r\n");
                 }
                 Framing::Length(0)
             }
             BodyLength::Known(n) => {
-                if can_have_content_length(status) {
+                if has_length {
                     extend(dst, b"content-length: ");
                     extend(dst, itoa::Buffer::new().format(n).as_bytes());
                     extend(dst, b"\r\n");
@@ -867,10 +1336,14 @@ pub(crate) mod date {
 /// seeded mutation test): panics if [`parse`] breaks it.
 #[doc(hidden)]
 pub fn check_parse(input: &[u8], max_head: usize) {
+    let limits = HeadLimits {
+        max_buf: max_head,
+        max_headers: MAX_HEADERS,
+        max_trailers: max_head,
+    };
     let mut b = BytesMut::from(input);
-    let general = parse(&mut b, max_head);
-    match general {
-        Parsed::Request(r, _) => {
+    match parse(&mut b, limits) {
+        Parsed::Request(r, head) => {
             let used = input.len() - b.len();
             assert_eq!(&input[used..], &b[..], "the rest is left as it was");
             let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
@@ -880,19 +1353,31 @@ pub fn check_parse(input: &[u8], max_head: usize) {
                 Ok(httparse::Status::Complete(used)),
                 "exactly one complete head is taken"
             );
-            assert!(r.method() == Method::GET || r.method() == Method::HEAD);
-            assert!(r.uri().path().starts_with('/'));
-            for h in [
-                header::CONTENT_LENGTH,
-                header::TRANSFER_ENCODING,
-                header::UPGRADE,
-                header::EXPECT,
-            ] {
-                assert!(!r.headers().contains_key(&h), "{h} must go to hyper");
+            assert_eq!(r.method().as_str(), req.method.unwrap());
+            assert_eq!(head.http10, req.version == Some(0));
+            assert!(!head.http10 || !head.upgrade || r.method() == Method::CONNECT);
+            let te = r.headers().contains_key(header::TRANSFER_ENCODING);
+            assert!(!te || head.body.is_some(), "a chunked request has a body");
+            assert!(!(te && head.http10), "HTTP/1.0 has no chunked bodies");
+            if head.body.is_none() {
+                assert!(!te);
+                assert!(
+                    r.headers()
+                        .get(header::CONTENT_LENGTH)
+                        .is_none_or(|v| v.as_bytes().iter().all(|&c| c == b'0'))
+                );
             }
-            assert_eq!(r.headers().len(), req.headers.len());
+            assert!(
+                head.keep_alive.then_some(()).is_none()
+                    || !r
+                        .headers()
+                        .get_all(header::CONNECTION)
+                        .iter()
+                        .any(|v| has_token(v.as_bytes(), b"close"))
+            );
+            assert!(r.headers().len() <= req.headers.len());
         }
-        Parsed::NeedMore | Parsed::Hyper => assert_eq!(&b[..], input),
+        Parsed::NeedMore | Parsed::Refused(_) | Parsed::H2 => assert_eq!(&b[..], input),
     }
 }
 

@@ -4,11 +4,22 @@ fn bytes(s: &str) -> BytesMut {
     BytesMut::from(s.as_bytes())
 }
 
-fn request(p: Parsed) -> (Request<Body>, bool) {
+const LIMITS: HeadLimits = HeadLimits {
+    max_buf: 8192,
+    max_headers: MAX_HEADERS,
+    max_trailers: 8192,
+};
+
+fn limits(max_buf: usize) -> HeadLimits {
+    HeadLimits { max_buf, ..LIMITS }
+}
+
+fn request(p: Parsed) -> (Request<Incoming>, Head) {
     match p {
-        Parsed::Request(r, ka) => (r, ka),
+        Parsed::Request(r, head) => (r, head),
         Parsed::NeedMore => panic!("NeedMore"),
-        Parsed::Hyper => panic!("Hyper"),
+        Parsed::Refused(s) => panic!("Refused({s})"),
+        Parsed::H2 => panic!("H2"),
     }
 }
 
@@ -16,8 +27,8 @@ fn request(p: Parsed) -> (Request<Body>, bool) {
 fn a_simple_get_is_parsed_and_taken_out() {
     let mut b =
         bytes("GET /a/b?c=d HTTP/1.1\r\nHost: example.test\r\nX-One: 1\r\nx-one: 2\r\n\r\n");
-    let (r, keep_alive) = request(parse(&mut b, 8192));
-    assert!(keep_alive);
+    let (r, head) = request(parse(&mut b, LIMITS));
+    assert!(head.keep_alive && head.body.is_none() && !head.upgrade);
     assert!(b.is_empty());
     assert_eq!(r.method(), Method::GET);
     assert_eq!(r.uri().path(), "/a/b");
@@ -33,48 +44,201 @@ fn pipelined_requests_come_out_one_at_a_time() {
     let mut b = bytes(
         "HEAD / HTTP/1.1\r\nHost: a\r\n\r\nGET /2 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\nGET /3 HT",
     );
-    let (r, ka) = request(parse(&mut b, 8192));
-    assert_eq!((r.method(), ka), (&Method::HEAD, true));
-    let (r, ka) = request(parse(&mut b, 8192));
-    assert_eq!((r.uri().path(), ka), ("/2", false));
+    let (r, head) = request(parse(&mut b, LIMITS));
+    assert_eq!((r.method(), head.keep_alive), (&Method::HEAD, true));
+    let (r, head) = request(parse(&mut b, LIMITS));
+    assert_eq!((r.uri().path(), head.keep_alive), ("/2", false));
     assert_eq!(&b[..], b"GET /3 HT");
-    assert!(matches!(parse(&mut b, 8192), Parsed::NeedMore));
+    assert!(matches!(parse(&mut b, LIMITS), Parsed::NeedMore));
     assert_eq!(&b[..], b"GET /3 HT", "an incomplete head stays");
 }
 
 #[test]
-fn anything_but_a_simple_request_goes_to_hyper_untouched() {
-    for req in [
-        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx",
-        "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
-        "GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-        "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
-        "GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n",
-        "GET / HTTP/1.1\r\nHost: a\r\nConnection: x-hop\r\n\r\n",
-        "GET / HTTP/1.0\r\n\r\n",
-        "GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n",
-        "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
-        "DELETE / HTTP/1.1\r\nHost: a\r\n\r\n",
-        "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
-        "GARBAGE\r\n\r\n",
-        "GET / HTTP/1.1\r\nBad Name: a\r\n\r\n",
-        "GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n",
-    ] {
-        // (Bare LF, accepted by httparse and hyper alike, never gets here:
-        // the smuggling guard in front refuses it; tests/http1.rs.)
+fn every_request_form_is_parsed_by_hypers_rules() {
+    // (request, keep-alive, has a body, expects 100, upgrade, HTTP/1.0)
+    let cases: &[(&str, bool, bool, bool, bool, bool)] = &[
+        (
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx",
+            true,
+            true,
+            false,
+            false,
+            false,
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+            true,
+            false,
+            false,
+            false,
+            false,
+        ),
+        (
+            "PUT / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            true,
+            true,
+            false,
+            false,
+            false,
+        ),
+        (
+            "GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+            true,
+            false,
+            false,
+            true,
+            false,
+        ),
+        (
+            "POST / HTTP/1.1\r\nContent-Length: 3\r\nExpect: 100-Continue\r\n\r\n",
+            true,
+            true,
+            true,
+            false,
+            false,
+        ),
+        (
+            "GET / HTTP/1.1\r\nConnection: x-hop\r\n\r\n",
+            true,
+            false,
+            false,
+            false,
+            false,
+        ),
+        ("GET / HTTP/1.0\r\n\r\n", false, false, false, false, true),
+        (
+            "GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n",
+            true,
+            false,
+            false,
+            false,
+            true,
+        ),
+        (
+            "GET / HTTP/1.0\r\nUpgrade: websocket\r\n\r\n",
+            false,
+            false,
+            false,
+            false,
+            true,
+        ),
+        (
+            "GET / HTTP/1.1\r\nConnection: close\r\nConnection: keep-alive\r\n\r\n",
+            false,
+            false,
+            false,
+            false,
+            false,
+        ),
+        (
+            "GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n",
+            true,
+            false,
+            false,
+            false,
+            false,
+        ),
+        (
+            "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+            true,
+            false,
+            false,
+            false,
+            false,
+        ),
+        (
+            "CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n",
+            true,
+            false,
+            false,
+            true,
+            false,
+        ),
+        (
+            "DELETE / HTTP/1.1\r\nHost: a\r\n\r\n",
+            true,
+            false,
+            false,
+            false,
+            false,
+        ),
+    ];
+    for &(req, keep_alive, body, cont, upgrade, http10) in cases {
         let mut b = bytes(req);
-        assert!(matches!(parse(&mut b, 8192), Parsed::Hyper), "{req:?}");
-        assert_eq!(&b[..], req.as_bytes(), "{req:?} must reach hyper whole");
+        let (r, head) = request(parse(&mut b, LIMITS));
+        let got = (
+            head.keep_alive,
+            head.body.is_some(),
+            head.expect_continue,
+            head.upgrade,
+            head.http10,
+        );
+        assert_eq!(got, (keep_alive, body, cont, upgrade, http10), "{req:?}");
+        assert_eq!(r.version() == Version::HTTP_10, http10, "{req:?}");
     }
-    // Past the head limit while still incomplete: hyper answers 431.
+}
+
+#[test]
+fn bad_heads_are_refused_as_hyper_refuses_them() {
+    for (req, status) in [
+        ("GARBAGE\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nBad Name: a\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n", 400),
+        ("\x00 / HTTP/1.1\r\n\r\n", 400),
+        ("GET / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+        ("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 400),
+        (
+            "POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            400,
+        ),
+        ("POST / HTTP/1.1\r\nContent-Length: x\r\n\r\n", 400),
+    ] {
+        let mut b = bytes(req);
+        assert!(
+            matches!(parse(&mut b, LIMITS), Parsed::Refused(s) if s.as_u16() == status),
+            "{req:?}"
+        );
+        assert_eq!(&b[..], req.as_bytes(), "{req:?} is left as it was");
+    }
+    // Still incomplete at the buffer's size: 431.
     let mut b = bytes(&format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(200)));
-    assert!(matches!(parse(&mut b, 100), Parsed::Hyper));
-    // More header lines than parsed here: hyper decides.
+    assert!(matches!(
+        parse(&mut b, limits(100)),
+        Parsed::Refused(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+    ));
+    // More header lines than allowed: 431.
     let many: String = (0..MAX_HEADERS + 1)
         .map(|i| format!("X-{i}: v\r\n"))
         .collect();
     let mut b = bytes(&format!("GET / HTTP/1.1\r\n{many}\r\n"));
-    assert!(matches!(parse(&mut b, 1 << 20), Parsed::Hyper));
+    assert!(matches!(
+        parse(&mut b, limits(1 << 20)),
+        Parsed::Refused(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+    ));
+    // ... unless the configured limit is higher.
+    let mut b = bytes(&format!("GET / HTTP/1.1\r\n{many}\r\n"));
+    let more = HeadLimits {
+        max_headers: 200,
+        ..limits(1 << 20)
+    };
+    assert!(matches!(parse(&mut b, more), Parsed::Request(..)));
+    // A target past hyper's limit: 414.
+    let mut b = bytes(&format!(
+        "GET /{} HTTP/1.1\r\n\r\n",
+        "a".repeat(MAX_URI_LEN)
+    ));
+    assert!(matches!(
+        parse(&mut b, limits(1 << 20)),
+        Parsed::Refused(StatusCode::URI_TOO_LONG)
+    ));
+}
+
+#[test]
+fn the_http2_preface_is_recognised_whole_and_in_pieces() {
+    let mut b = bytes("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00");
+    assert!(matches!(parse(&mut b, LIMITS), Parsed::H2));
+    let mut b = bytes("PRI * HTTP/2.0\r\n");
+    assert!(matches!(parse(&mut b, LIMITS), Parsed::NeedMore));
 }
 
 fn head(
@@ -95,7 +259,11 @@ fn head(
     let (mut parts, ()) = r.into_parts();
     let mut close = close;
     let mut dst = Vec::new();
-    let f = encode_head(&mut parts, length, is_head, &mut close, &mut dst);
+    let kind = Kind {
+        is_head,
+        ..Kind::default()
+    };
+    let f = encode_head(&mut parts, length, kind, &mut close, &mut dst);
     let text = String::from_utf8(dst).unwrap();
     let date = text.find("date: ").expect("a date header");
     let text = format!("{}date: X\r\n\r\n", &text[..date]);
@@ -195,11 +363,104 @@ fn heads_follow_hypers_rules() {
         .insert(header::DATE, HeaderValue::from_static("then"));
     let (mut parts, ()) = r.into_parts();
     let mut dst = Vec::new();
-    encode_head(&mut parts, Known(0), false, &mut false, &mut dst);
+    encode_head(&mut parts, Known(0), Kind::default(), &mut false, &mut dst);
     assert_eq!(
         dst,
         b"HTTP/1.1 200 OK\r\ndate: then\r\ncontent-length: 0\r\n\r\n"
     );
+}
+
+/// A head for an HTTP/1.0 client, or a protocol switch, by hyper's rules.
+fn head_for(
+    status: StatusCode,
+    headers: &[(&str, &str)],
+    length: BodyLength,
+    kind: Kind,
+    close: bool,
+) -> (String, Framing) {
+    let mut r = http::Response::new(());
+    *r.status_mut() = status;
+    for (k, v) in headers {
+        r.headers_mut().append(
+            HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    let (mut parts, ()) = r.into_parts();
+    let mut close = close;
+    let mut dst = Vec::new();
+    let f = encode_head(&mut parts, length, kind, &mut close, &mut dst);
+    let text = String::from_utf8(dst).unwrap();
+    let date = text.find("date: ").expect("a date header");
+    (format!("{}date: X\r\n\r\n", &text[..date]), f)
+}
+
+#[test]
+fn http_1_0_and_protocol_switches_follow_hypers_rules() {
+    use BodyLength::*;
+    let v10 = Kind {
+        http10: true,
+        ..Kind::default()
+    };
+    // Kept alive: says so; closing: says nothing; never chunked.
+    let (t, f) = head_for(StatusCode::OK, &[], Known(3), v10, false);
+    assert_eq!(
+        t,
+        "HTTP/1.0 200 OK\r\nconnection: keep-alive\r\ncontent-length: 3\r\ndate: X\r\n\r\n"
+    );
+    assert_eq!(f, Framing::Length(3));
+    let (t, f) = head_for(
+        StatusCode::OK,
+        &[("transfer-encoding", "chunked")],
+        Unknown,
+        v10,
+        true,
+    );
+    assert_eq!(t, "HTTP/1.0 200 OK\r\ndate: X\r\n\r\n");
+    assert_eq!(f, Framing::Close);
+    // A 101 to an upgrade goes out as it is, with no length.
+    let up = Kind {
+        upgrade: true,
+        ..Kind::default()
+    };
+    let (t, f) = head_for(
+        StatusCode::SWITCHING_PROTOCOLS,
+        &[("upgrade", "websocket"), ("connection", "upgrade")],
+        Empty,
+        up,
+        false,
+    );
+    assert_eq!(
+        t,
+        "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: upgrade\r\ndate: X\r\n\r\n"
+    );
+    assert_eq!(f, Framing::Length(0));
+    // Without an upgrade to switch to, it is a 500, as hyper answers.
+    let (t, _) = head_for(
+        StatusCode::SWITCHING_PROTOCOLS,
+        &[],
+        Empty,
+        Kind::default(),
+        false,
+    );
+    assert!(
+        t.starts_with("HTTP/1.1 500 Internal Server Error\r\n"),
+        "{t}"
+    );
+    // A 2xx to CONNECT has no length.
+    let connect = Kind {
+        connect: true,
+        upgrade: true,
+        ..Kind::default()
+    };
+    let (t, _) = head_for(
+        StatusCode::OK,
+        &[("content-length", "0")],
+        Empty,
+        connect,
+        false,
+    );
+    assert_eq!(t, "HTTP/1.1 200 OK\r\ndate: X\r\n\r\n");
 }
 
 #[test]
@@ -217,8 +478,12 @@ fn chunk_size_lines_are_hex() {
 /// not taken is left byte for byte.
 #[test]
 fn parse_holds_up_under_mutation() {
-    let seeds: [&[u8]; 6] = [
+    let seeds: [&[u8]; 10] = [
         b"GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+        b"POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n5\r\nhello\r\n0\r\nT: 1\r\n\r\n",
+        b"GET /ws HTTP/1.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n\x81\x00",
+        b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n",
+        b"OPTIONS * HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nhi",
         b"HEAD /x?y HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, close\r\nAccept: */*\r\n\r\nGET / HTTP/1.1\r\n\r\n",
         b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello",
         b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
@@ -245,7 +510,7 @@ fn heads_share_a_block_and_an_incomplete_one_is_copied_out() {
             second.as_ptr() as usize
         );
         // Each parses as a request of its own, whose slices outlive the other.
-        let (r1, _) = request(parse(&mut first, 8192));
+        let (r1, _) = request(parse(&mut first, LIMITS));
         drop(second.split());
         assert_eq!(r1.uri().path(), "/one");
         assert_eq!(r1.headers()["host"], "a");
@@ -256,36 +521,10 @@ fn heads_share_a_block_and_an_incomplete_one_is_copied_out() {
         // out, so a stalled client does not hold the block alive.
         let mut partial = in_head_block(b"GET /two HTTP/1.1\r\nHo");
         let at = partial.as_ptr();
-        assert!(matches!(parse(&mut partial, 8192), Parsed::NeedMore));
+        assert!(matches!(parse(&mut partial, LIMITS), Parsed::NeedMore));
         assert_eq!(&partial[..], b"GET /two HTTP/1.1\r\nHo");
         assert_ne!(partial.as_ptr(), at);
     })
     .join()
     .unwrap();
-}
-
-#[test]
-fn a_handoff_lets_go_of_the_bytes_it_has_passed_on() {
-    // What `serve` read before hyper took over may sit in a shared head
-    // block: once hyper has it, the connection must not keep the block.
-    let read = Bytes::from(b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\nok".to_vec());
-    let mut h = Handoff {
-        io: tokio::io::empty(),
-        read: read.clone(),
-    };
-    assert!(!read.is_unique());
-    let waker = std::task::Waker::noop();
-    let mut cx = Context::from_waker(waker);
-    let mut out = [0u8; 64];
-    let mut got = Vec::new();
-    loop {
-        let mut rb = ReadBuf::new(&mut out[..16]);
-        match Pin::new(&mut h).poll_read(&mut cx, &mut rb) {
-            Poll::Ready(Ok(())) if rb.filled().is_empty() => break,
-            Poll::Ready(Ok(())) => got.extend_from_slice(rb.filled()),
-            other => panic!("{other:?}"),
-        }
-    }
-    assert_eq!(got, &read[..]);
-    assert!(read.is_unique());
 }

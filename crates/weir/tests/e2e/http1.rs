@@ -511,6 +511,9 @@ proxy = {{ to = ["127.0.0.1:{s}"] }}
         "GET / HTTP/1.1\r\nHost: a\r\n\r\nOPTIONS * HTTP/1.1\r\nHost: a\r\n\r\nGET /../../etc/passwd HTTP/1.1\r\nHost: a\r\n\r\nGARBAGE\r\n\r\n".into(),
         "GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n".into(),
         "GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\n\r\nGET / HTTP/1.1\r\nConnection: close\r\n\r\n".into(),
+        "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nx-t: 1\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".into(),
+        "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\nabcGET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n".into(),
+        "POST / HTTP/1.0\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nhiGET /sub/page.txt HTTP/1.0\r\n\r\n".into(),
     ];
     let normalize = |b: Vec<u8>| -> Vec<u8> {
         // The date differs by when each was asked; every other byte must not.
@@ -585,4 +588,33 @@ proxy = {{ to = ["127.0.0.1:{s}"] }}
             );
         }
     }
+}
+
+/// A handler that answers without reading the body never asks for it: no
+/// `100 Continue`, and the connection closes since the body never came.
+#[test]
+fn expect_100_continue_is_not_sent_to_a_handler_that_answers_without_the_body() {
+    let (_w, port) = site();
+    let resp = raw(
+        port,
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
+        Duration::from_secs(3),
+    );
+    let text = String::from_utf8_lossy(&resp).to_lowercase();
+    assert!(text.starts_with("http/1.1 405"), "{text}");
+    assert!(!text.contains("100 continue"), "{text}");
+    assert!(text.contains("connection: close"), "{text}");
+}
+
+/// Bodies of every framing on one connection, pipelined: each is read to
+/// its end, so the next request is found where it starts.
+#[test]
+fn pipelined_requests_with_bodies_are_answered_in_order() {
+    let (_w, port) = site();
+    let req = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello\
+        POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n0\r\nx-t: 1\r\n\r\n\
+        GET /sub/page.txt HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let resp = String::from_utf8(raw(port, req, Duration::from_secs(3))).unwrap();
+    assert_eq!(resp.matches("HTTP/1.1 405").count(), 2, "{resp}");
+    assert!(resp.ends_with("sub page\n"), "{resp}");
 }

@@ -165,3 +165,28 @@ async fn an_upstream_refusing_the_body_is_answered_through() {
         assert_eq!(body, "rejected by upstream\n", "{len}: {head}");
     }
 }
+
+/// Uploads of every framing pipelined on one connection reach the upstream
+/// whole and in order, with a chunked body's trailers.
+#[tokio::test]
+async fn pipelined_posts_reach_the_upstream_whole_and_in_order() {
+    let up = Upstream::start("up").await;
+    let w = proxy_to(&up).await;
+    let resp = raw(
+        &w,
+        b"POST /count HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello\
+          POST /trailers HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTrailer: x-req-sum\r\n\r\n\
+          3;ext=1\r\nabc\r\n4\r\ndefg\r\n0\r\nx-req-sum: 9\r\n\r\n\
+          POST /count HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi",
+    )
+    .await;
+    assert_eq!(resp.matches("HTTP/1.1 200").count(), 3, "{resp}");
+    let first = resp.find("\r\n\r\n5").expect("the first answer");
+    let second = resp
+        .find("got 7 bytes; x-req-sum=9")
+        .expect("the second answer");
+    assert!(first < second && resp.ends_with("\r\n\r\n2"), "{resp}");
+    let seen = up.seen();
+    let lens: Vec<usize> = seen[seen.len() - 3..].iter().map(|s| s.body_len).collect();
+    assert_eq!(lens, [5, 7, 2]);
+}
