@@ -8,7 +8,7 @@
 //! Creating and dropping them was about 1,100 of the 22,400 user-space
 //! instructions of a proxied request (callgrind, BENCHMARKS.md §6 "Reused
 //! header maps"). A map comes back through [`give`] where its message ends
-//! (`site::Listener::handle` for requests, `server::http1` once a response
+//! (`pipeline::Listener::handle` for requests, `http1` once a response
 //! head is written); a map that never comes back is simply dropped, as
 //! before. The stock is per thread (no lock) and bounded in count and in
 //! the size of what it keeps, so one request with hundreds of fields does

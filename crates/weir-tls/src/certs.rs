@@ -115,7 +115,7 @@ impl std::fmt::Debug for Resolver {
 
 impl Resolver {
     /// Adds a site's slot; the first slot added for a pattern wins, as the
-    /// first site with a name wins in `site::Listener`.
+    /// first site with a name wins in the server's `pipeline::Listener`.
     pub fn add(&mut self, pattern: &HostPattern, slot: Slot) {
         match pattern {
             HostPattern::Exact(n) => {
