@@ -367,10 +367,10 @@ struct CompareArgs {
     /// Workers/threads per server (with --pin: one per server CPU).
     #[arg(long, default_value_t = 2)]
     workers: usize,
-    /// weir's `server.accept`: `hash` (the kernel's spread), `cpu` (each
-    /// connection to the worker of the CPU that received it) or `pack` (the
-    /// first worker while it keeps up) or `adaptive` (packed or spread,
-    /// whichever serves more; open connections move to follow).
+    /// weir's `server.accept`: `hash` (the kernel's spread, weir's default)
+    /// or `cpu` (each connection to the worker of the CPU that received
+    /// it); `pack` and `adaptive` only for older builds that had them (an
+    /// A/B against one), since weir refuses them now.
     #[arg(long, value_parser = ["hash", "cpu", "pack", "adaptive"])]
     weir_accept: Option<String>,
     /// Measure a round again (every server of it) when the hypervisor stole

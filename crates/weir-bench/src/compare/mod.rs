@@ -109,7 +109,7 @@ pub struct CompareConfig {
     pub port: u16,
     /// Workers/threads per server.
     pub workers: usize,
-    /// weir's `server.accept` (`None`: weir's default, `"adaptive"`).
+    /// weir's `server.accept` (`None`: weir's default).
     pub weir_accept: Option<String>,
     /// A round in which the hypervisor stole more than this share of the
     /// machine's CPU (percent) during any server's measured seconds is
