@@ -236,19 +236,17 @@ fn an_incomplete_head_asks_for_more_at_every_split() {
 }
 
 fn dechunk_all(input: &[u8], step: usize) -> Result<(Vec<u8>, Option<HeaderMap>), ClientError> {
-    let mut d = Dechunk::default();
+    let mut d = dechunk();
     let mut buf = BytesMut::new();
     let mut out = Vec::new();
     let mut trailers = None;
     let mut fed = 0;
     loop {
         match d.decode(&mut buf)? {
-            Some(f) => match f.into_data() {
-                Ok(b) => out.extend_from_slice(&b),
-                Err(f) => trailers = f.into_trailers().ok(),
-            },
-            None if d.is_done() => return Ok((out, trailers)),
-            None => {
+            Decoded::Data(b) => out.extend_from_slice(&b),
+            Decoded::Trailers(t) => trailers = Some(t),
+            Decoded::End => return Ok((out, trailers)),
+            Decoded::NeedMore => {
                 if fed >= input.len() {
                     panic!("decoder wants more after all {} bytes", input.len());
                 }
