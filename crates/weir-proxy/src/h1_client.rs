@@ -1,7 +1,9 @@
-//! weir's own HTTP/1.1 client for upstream connections, for every request
-//! whose body is already in memory (none, or one small enough to replay).
-//! Streamed request bodies, upgrades and HTTP/2 upstreams go through hyper's
-//! client (`pool::handshake`); a connection opened here can be handed to it.
+//! weir's own HTTP/1.1 client for upstream connections: every HTTP/1.1
+//! request the proxy sends (a body in memory, a streamed body of known
+//! length or chunked with trailers, an Upgrade whose 101 hands the
+//! connection to a tunnel) and every HTTP/1.1 health check. HTTP/2
+//! upstreams go through hyper's client; hyper's HTTP/1.1 client only runs
+//! under `server.http1 = "hyper"`, the engine where hyper serves both sides.
 //!
 //! Why by hand: hyper's client runs each upstream connection as a task of its
 //! own and passes every request, response and body chunk across channels (an
@@ -14,11 +16,14 @@
 //! with httparse from the connection's buffer, and a body that has already
 //! arrived is handed on as one `Bytes` without a copy.
 //!
-//! Owns: request encoding, response head parsing, response framing
-//! (RFC 9112 §6.3: no body, Content-Length, chunked with trailers, or until
-//! close), whether the connection can be reused, and reading the body.
-//! Never decides which upstream to use, never retries, never touches the
-//! pool: it says how far a failed exchange got, and `proxy` decides.
+//! Owns: request encoding (the head, and a streamed body written as it
+//! arrives while the response is read, so an early answer such as a 413
+//! ends the upload), response head parsing, response framing (RFC 9112
+//! §6.3: no body, Content-Length, chunked with trailers through
+//! `weir_http::h1::Decoder`, or until close), whether the connection can be
+//! reused, and reading the body. Never decides which upstream to use, never
+//! retries, never touches the pool: it says how far a failed exchange got
+//! (nothing written, the body untouched), and `proxy` decides.
 
 use std::cell::RefCell;
 use std::future::Future;

@@ -3,8 +3,10 @@
 //! `check_smuggling` → forwarding headers (`forward`) → `pick` (balancer,
 //! health, sticky cookie) → `admit` (max_conns and queue) → `sender`
 //! (pooled or new connection, `pool`) → send with the response timeout
-//! (`send_own` through weir's own HTTP/1.1 client, `h1_client`, when the
-//! body is in memory; `send` through hyper's otherwise) →
+//! (through weir's own HTTP/1.1 client, `h1_client`: `send_own` for a body
+//! in memory, `send_streamed` for one streamed from the client; `send`
+//! through hyper's for HTTP/2 upstreams, and for HTTP/1.1 too under
+//! `server.http1 = "hyper"`) →
 //! on failure the error's retry class decides (`error::Failed`) → `respond` (hop-by-hop removal, Via, the
 //! body streamed back, the connection returned to the pool at its end).
 //!
@@ -77,7 +79,8 @@ pub struct Proxy {
     tls: Option<tokio_rustls::TlsConnector>,
     tls_h2: Option<tokio_rustls::TlsConnector>,
     /// HTTP/1.1 upstream connections through weir's own client
-    /// (`h1_client`) where it applies; `false`: always hyper's.
+    /// (`h1_client`) for everything; `false` (`server.http1 = "hyper"`):
+    /// through hyper's for everything.
     own_h1: bool,
 }
 
@@ -103,8 +106,8 @@ impl Replay {
 }
 
 impl Proxy {
-    /// `own_h1`: use weir's own HTTP/1.1 client where it applies (the
-    /// `server.http1 = "fast"` default); `false`: hyper's for every request.
+    /// `own_h1`: weir's own HTTP/1.1 client for every HTTP/1.1 upstream
+    /// request (the `server.http1 = "fast"` default); `false`: hyper's.
     pub fn new(cfg: Arc<ProxyConfig>, own_h1: bool) -> Arc<Proxy> {
         let ups = cfg
             .upstreams

@@ -1,10 +1,12 @@
 //! Tunnels through the proxy: HTTP/1.1 Upgrade (WebSocket and others) and
 //! WebSockets over HTTP/2 (RFC 8441 extended CONNECT with
 //! `:protocol websocket`). Either way the request goes to an upstream on a
-//! fresh HTTP/1.1 connection as an Upgrade; when the upstream answers 101,
-//! the client side (the HTTP/1.1 connection, or the one HTTP/2 stream after
-//! a 200) and the upstream connection become raw byte tunnels copied into
-//! each other until one closes.
+//! fresh HTTP/1.1 connection of weir's own client (`h1_client`; hyper's
+//! under `server.http1 = "hyper"`) as an Upgrade; when the upstream answers
+//! 101, the client side (the HTTP/1.1 connection, or the one HTTP/2 stream
+//! after a 200) and the upstream connection, with any bytes it sent past
+//! the 101, become raw byte tunnels copied into each other until one
+//! closes.
 //!
 //! Never pools an upgraded connection; never reads or changes the tunnelled
 //! bytes (WebSocket framing is the same over both client protocols); never
