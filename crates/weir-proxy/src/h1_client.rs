@@ -79,6 +79,8 @@ pub enum ClientError {
     BadChunk(#[from] weir_http::h1::DecodeError),
     #[error("the upstream closed the connection in the middle of the body")]
     Truncated,
+    #[error("the request body failed while the response was read: {0}")]
+    RequestBody(BodyError),
 }
 
 impl ClientError {
@@ -474,21 +476,130 @@ fn stopped_reading(e: &std::io::Error) -> bool {
     )
 }
 
+/// A request body being sent: taken from the client's body frame by frame
+/// and written, in chunks when `chunked`. It outlives the response head
+/// when the upstream answers before the body is all sent (an echo streams
+/// its answer while it reads; a 413 does not wait for it): the response
+/// body then goes on writing it ([`ResponseBody::new`]).
+pub struct Uploading {
+    body: Body,
+    out: Out,
+    state: Upload,
+    chunked: bool,
+    /// The trailer fields the request's `Trailer` declared (hyper's client
+    /// sends only those).
+    trailers: Vec<HeaderName>,
+    /// A frame was taken from the body: it cannot be sent elsewhere.
+    touched: bool,
+}
+
+impl Uploading {
+    pub fn new(body: Body, chunked: bool, trailers: Vec<HeaderName>) -> Self {
+        let state = if http_body::Body::is_end_stream(&body) {
+            Upload::Last
+        } else {
+            Upload::Body
+        };
+        Uploading {
+            body,
+            out: Out::new(),
+            state,
+            chunked,
+            trailers,
+            touched: false,
+        }
+    }
+
+    /// The whole body went out (else the connection cannot be reused).
+    pub fn is_sent(&self) -> bool {
+        self.state == Upload::Done
+    }
+
+    /// The body, when no frame has been taken from it.
+    pub fn into_untouched(self) -> Option<Body> {
+        (!self.touched).then_some(self.body)
+    }
+
+    /// Writes what it can: `Ready(Ok)` once there is nothing more to write
+    /// (sent, or the upstream stopped reading), `Pending` when the body or
+    /// the connection must be waited for. `Err(Err)`: the client's body
+    /// failed.
+    fn poll_send(
+        &mut self,
+        io: &mut dyn Io,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), Result<ClientError, BodyError>>> {
+        loop {
+            let written = match self.state {
+                Upload::Done | Upload::Gone => return Poll::Ready(Ok(())),
+                Upload::Body | Upload::Last if !self.out.is_empty() => {
+                    std::task::ready!(self.out.poll_write(io, cx))
+                }
+                Upload::Last => {
+                    self.state = Upload::Flush;
+                    Ok(())
+                }
+                Upload::Flush => {
+                    let r = std::task::ready!(Pin::new(&mut *io).poll_flush(cx));
+                    self.state = Upload::Done;
+                    r
+                }
+                Upload::Body => {
+                    let frame = std::task::ready!(http_body::Body::poll_frame(
+                        Pin::new(&mut self.body),
+                        cx
+                    ));
+                    self.touched = true;
+                    match frame {
+                        None => {
+                            if self.chunked {
+                                self.out.set(Bytes::from_static(b"0\r\n\r\n"), false);
+                            }
+                            self.state = Upload::Last;
+                        }
+                        Some(Err(e)) => return Poll::Ready(Err(Err(e))),
+                        Some(Ok(frame)) => match frame.into_data() {
+                            Ok(data) if data.is_empty() => {}
+                            Ok(data) => self.out.set(data, self.chunked),
+                            Err(frame) => {
+                                // The trailer section ends a chunked body; a
+                                // body of known length has nowhere to put it.
+                                if let Ok(t) = frame.into_trailers()
+                                    && self.chunked
+                                {
+                                    self.out.set(trailer_section(&t, &self.trailers), false);
+                                    self.state = Upload::Last;
+                                }
+                            }
+                        },
+                    }
+                    Ok(())
+                }
+            };
+            if let Err(e) = written {
+                if !stopped_reading(&e) {
+                    return Poll::Ready(Err(Ok(ClientError::Write(e))));
+                }
+                tracing::debug!(
+                    "upstream stopped reading the request ({e}); waiting for its answer"
+                );
+                self.state = Upload::Gone;
+            }
+        }
+    }
+}
+
 impl Conn {
-    /// Writes the head, then `body` as it arrives (`chunked`: in chunks,
-    /// with the trailers the head's `Trailer` field declares, as hyper's
-    /// client sends them), reading the response all along.
+    /// Writes the head, then the body as it arrives, reading the response
+    /// all along; returns at the final response head, which may come
+    /// before the body is all sent (see [`Uploading`]).
     ///
-    /// An upstream may answer before it has the whole body (a 413, a 401):
-    /// then the upload stops and the connection is not reused; a write the
-    /// upstream refused by closing (RFC 9112 §9.5) only stops the upload,
-    /// so its answer is still read.
+    /// A write the upstream refused by closing (RFC 9112 §9.5) only stops
+    /// the upload, so an answer it sent first is still read.
     pub async fn send_streamed(
         &mut self,
         req: Encoded<'_>,
-        body: &mut Body,
-        chunked: bool,
-        trailers: &[HeaderName],
+        upload: &mut Uploading,
         expect: Expect,
     ) -> Result<Head, StreamError> {
         self.send(req)
@@ -498,59 +609,27 @@ impl Conn {
                 nothing_sent,
                 body_untouched: true,
             })?;
-        let mut out = Out::new();
-        let mut upload = if http_body::Body::is_end_stream(body) {
-            Upload::Last
-        } else {
-            Upload::Body
-        };
-        let mut touched = false;
-        let r = std::future::poll_fn(|cx| {
-            self.poll_streamed(
-                cx,
-                body,
-                &mut out,
-                &mut upload,
-                &mut touched,
-                chunked,
-                trailers,
-                expect,
-            )
-        })
-        .await;
-        match r {
-            Ok(mut head) => {
-                if upload != Upload::Done {
-                    head.keep_alive = false;
-                }
-                Ok(head)
-            }
-            Err(Ok(error)) => Err(StreamError::Upstream {
+        let r = std::future::poll_fn(|cx| self.poll_streamed(cx, upload, expect)).await;
+        r.map_err(|e| match e {
+            Ok(error) => StreamError::Upstream {
                 error,
                 nothing_sent: false,
-                body_untouched: !touched,
-            }),
-            Err(Err(e)) => Err(StreamError::Body(e)),
-        }
+                body_untouched: !upload.touched,
+            },
+            Err(e) => StreamError::Body(e),
+        })
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn poll_streamed(
         &mut self,
         cx: &mut Context<'_>,
-        body: &mut Body,
-        out: &mut Out,
-        upload: &mut Upload,
-        touched: &mut bool,
-        chunked: bool,
-        trailers: &[HeaderName],
+        upload: &mut Uploading,
         expect: Expect,
     ) -> Poll<Result<Head, Result<ClientError, BodyError>>> {
+        let (head_request, upgrade) = (expect == Expect::HeadRequest, expect == Expect::Upgrade);
         loop {
-            // The response first: an early answer ends the upload.
+            // The response first: an answer ends the wait.
             if !self.buf.is_empty() {
-                let (head_request, upgrade) =
-                    (expect == Expect::HeadRequest, expect == Expect::Upgrade);
                 match parse_response(&mut self.buf, head_request, upgrade) {
                     Ok(Some(Parsed::Interim)) => continue,
                     Ok(Some(Parsed::Final(head))) => return Poll::Ready(Ok(head)),
@@ -575,67 +654,8 @@ impl Conn {
                 Poll::Pending => {}
             }
             // Then the body, until it is written or something must wait.
-            let written = match *upload {
-                Upload::Done | Upload::Gone => return Poll::Pending,
-                Upload::Body | Upload::Last if !out.is_empty() => {
-                    match out.poll_write(&mut *self.io, cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(r) => r,
-                    }
-                }
-                Upload::Last => {
-                    *upload = Upload::Flush;
-                    Ok(())
-                }
-                Upload::Flush => match Pin::new(&mut *self.io).poll_flush(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(r) => {
-                        *upload = Upload::Done;
-                        r
-                    }
-                },
-                Upload::Body => {
-                    let frame = match http_body::Body::poll_frame(Pin::new(&mut *body), cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(f) => f,
-                    };
-                    *touched = true;
-                    match frame {
-                        None => {
-                            if chunked {
-                                out.set(Bytes::from_static(b"0\r\n\r\n"), false);
-                            }
-                            *upload = Upload::Last;
-                        }
-                        Some(Err(e)) => return Poll::Ready(Err(Err(e))),
-                        Some(Ok(frame)) => match frame.into_data() {
-                            Ok(data) if data.is_empty() => {}
-                            Ok(data) => out.set(data, chunked),
-                            Err(frame) => {
-                                // The trailer section ends a chunked body; a
-                                // body of known length has nowhere to put it.
-                                if let Ok(t) = frame.into_trailers()
-                                    && chunked
-                                {
-                                    out.set(trailer_section(&t, trailers), false);
-                                    *upload = Upload::Last;
-                                }
-                            }
-                        },
-                    }
-                    Ok(())
-                }
-            };
-            if let Err(e) = written {
-                if stopped_reading(&e) {
-                    tracing::debug!(
-                        "upstream stopped reading the request ({e}); waiting for its answer"
-                    );
-                    *upload = Upload::Gone;
-                } else {
-                    return Poll::Ready(Err(Ok(ClientError::Write(e))));
-                }
-            }
+            std::task::ready!(upload.poll_send(&mut *self.io, cx))?;
+            return Poll::Pending;
         }
     }
 }
@@ -1088,6 +1108,8 @@ pub struct ResponseBody<F: Finish> {
     state: BodyState,
     keep_alive: bool,
     done: Option<F>,
+    /// A request body still going out, written as the response is read.
+    upload: Option<Box<Uploading>>,
 }
 
 impl<F: Finish> ResponseBody<F> {
@@ -1103,13 +1125,25 @@ impl<F: Finish> ResponseBody<F> {
             state,
             keep_alive: keep_alive && framing != Framing::Close,
             done: Some(done),
+            upload: None,
         }
+    }
+
+    /// Goes on sending `upload` while the response is read (an upstream
+    /// that answers as it reads, such as an echo). The upload stops when
+    /// the response ends, and the connection is then reused only if it
+    /// had finished.
+    pub fn sending(mut self, upload: Option<Box<Uploading>>) -> Self {
+        self.upload = upload.filter(|u| !u.is_sent());
+        self
     }
 
     fn end(&mut self, clean: bool) {
         let conn = self.conn.take();
+        let sent = self.upload.take().is_none_or(|u| u.is_sent());
         if let Some(d) = self.done.take() {
-            let reuse = clean && self.keep_alive && conn.as_ref().is_some_and(Conn::is_clean);
+            let reuse =
+                clean && sent && self.keep_alive && conn.as_ref().is_some_and(Conn::is_clean);
             d.finish(if reuse { conn } else { None });
         }
     }
@@ -1128,6 +1162,13 @@ impl<F: Finish + Unpin> http_body::Body for ResponseBody<F> {
             let Some(conn) = this.conn.as_mut() else {
                 return Poll::Ready(None);
             };
+            if let Some(u) = this.upload.as_mut()
+                && let Poll::Ready(Err(e)) = u.poll_send(&mut *conn.io, cx)
+            {
+                this.end(false);
+                let e = e.unwrap_or_else(ClientError::RequestBody);
+                return Poll::Ready(Some(Err(e)));
+            }
             // First whatever is buffered.
             match &mut this.state {
                 BodyState::Length(0) => {

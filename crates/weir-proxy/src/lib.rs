@@ -582,6 +582,7 @@ impl Proxy {
                     framing: head.framing,
                     keep_alive: head.keep_alive,
                     hop_by_hop: head.hop_by_hop,
+                    upload: None,
                 },
             )),
             Ok(Err((e, nothing_sent))) => {
@@ -618,7 +619,7 @@ impl Proxy {
         body: &mut Option<Body>,
         idempotent: bool,
     ) -> Result<(http::response::Parts, FromUpstream), (Failed, Option<Request<Body>>)> {
-        let mut b = body.take().unwrap_or_default();
+        let b = body.take().unwrap_or_default();
         // hyper's client sends the trailers the request's `Trailer` declares.
         let trailers: Vec<header::HeaderName> = fields
             .iter()
@@ -640,12 +641,12 @@ impl Proxy {
         } else {
             h1_client::Expect::Response
         };
+        let mut upload = h1_client::Uploading::new(b, chunked, trailers);
         let reused = c.reused();
         let timeout = self.cfg.response_timeout;
         let mut timer = c.take_timer();
         let r = {
-            let exchange =
-                std::pin::pin!(c.send_streamed(request, &mut b, chunked, &trailers, expect));
+            let exchange = std::pin::pin!(c.send_streamed(request, &mut upload, expect));
             timer.within(timeout, exchange).await
         };
         c.put_timer(timer);
@@ -657,6 +658,7 @@ impl Proxy {
                     framing: head.framing,
                     keep_alive: head.keep_alive,
                     hop_by_hop: head.hop_by_hop,
+                    upload: (!upload.is_sent()).then(|| Box::new(upload)),
                 },
             )),
             Some(Err(h1_client::StreamError::Body(e))) => {
@@ -667,9 +669,7 @@ impl Proxy {
                 nothing_sent,
                 body_untouched,
             })) => {
-                if body_untouched {
-                    *body = Some(b);
-                }
+                *body = upload.into_untouched();
                 // As in `send_own`; the body must still be whole to go again.
                 let stale =
                     reused && idempotent && body_untouched && error.is_closed_before_response();
@@ -739,8 +739,9 @@ impl Proxy {
                 conn,
                 framing,
                 keep_alive,
+                upload,
                 ..
-            } => own_body(conn, framing, keep_alive, done),
+            } => own_body(conn, framing, keep_alive, upload, done),
         };
         Response::from_parts(rp, body)
     }
@@ -810,19 +811,21 @@ fn own_body(
     mut conn: h1_client::Conn,
     framing: h1_client::Framing,
     keep_alive: bool,
+    upload: Option<Box<h1_client::Uploading>>,
     mut done: Done,
 ) -> Body {
     match conn.take_buffered(framing) {
-        // The whole body has arrived: one frame, no copy.
+        // The whole body has arrived: one frame, no copy. A request body
+        // still going out stops here (an early answer such as a 413).
         Some(bytes) => {
-            let reuse = keep_alive && conn.is_clean();
+            let reuse = keep_alive && conn.is_clean() && upload.is_none();
             done.sender = Some(Sender::Own(conn));
             done.release(reuse);
             Body::full(bytes)
         }
-        None => Body::stream(h1_client::ResponseBody::new(
-            conn, framing, keep_alive, done,
-        )),
+        None => Body::stream(
+            h1_client::ResponseBody::new(conn, framing, keep_alive, done).sending(upload),
+        ),
     }
 }
 
@@ -996,6 +999,8 @@ enum FromUpstream {
         keep_alive: bool,
         /// The head holds a hop-by-hop field (else nothing to strip).
         hop_by_hop: bool,
+        /// The request body, when the answer came before all of it went out.
+        upload: Option<Box<h1_client::Uploading>>,
     },
 }
 

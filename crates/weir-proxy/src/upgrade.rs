@@ -17,7 +17,7 @@ use http::{Method, Response, StatusCode, Version};
 use hyper_util::rt::TokioIo;
 
 use super::forward::{self, ClientAddr, Present};
-use super::h1_client::{Conn, Encoded, Expect, RequestHead, StreamError};
+use super::h1_client::{Conn, Encoded, Expect, RequestHead, StreamError, Uploading};
 use super::pool::Sender;
 use super::{ActiveGuard, Failed, FromUpstream, Proxy, ProxyError};
 use weir_http::body::Body;
@@ -302,7 +302,7 @@ async fn exchange_own(
     pq: &http::uri::PathAndQuery,
     host: &HeaderValue,
     headers: &http::HeaderMap,
-    mut body: Body,
+    body: Body,
 ) -> Result<Exchanged, ProxyError> {
     let (req, chunked) = Encoded::streamed(
         RequestHead {
@@ -313,8 +313,9 @@ async fn exchange_own(
         },
         &body,
     );
+    let mut upload = Uploading::new(body, chunked, Vec::new());
     let head = c
-        .send_streamed(req, &mut body, chunked, &[], Expect::Upgrade)
+        .send_streamed(req, &mut upload, Expect::Upgrade)
         .await
         .map_err(|e| match e {
             StreamError::Body(e) => ProxyError::ClientBody(e),
@@ -333,6 +334,7 @@ async fn exchange_own(
             framing: head.framing,
             keep_alive: false,
             hop_by_hop: head.hop_by_hop,
+            upload: (!upload.is_sent()).then(|| Box::new(upload)),
         },
     ))
 }

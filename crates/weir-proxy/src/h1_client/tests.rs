@@ -622,7 +622,7 @@ mod streamed {
         let mut c = Conn::new(Box::new(ours));
         let mut fields = HeaderMap::new();
         fields.insert(header::CONTENT_LENGTH, HeaderValue::from_static("11"));
-        let mut body = Body::stream(frames(vec![
+        let body = Body::stream(frames(vec![
             Frame::data(Bytes::from_static(b"hello")),
             Frame::data(Bytes::from_static(b" world")),
         ]));
@@ -638,7 +638,11 @@ mod streamed {
             (got, theirs)
         });
         let h = c
-            .send_streamed(req, &mut body, chunked, &[], Expect::Response)
+            .send_streamed(
+                req,
+                &mut Uploading::new(body, chunked, Vec::new()),
+                Expect::Response,
+            )
             .await
             .unwrap();
         let (got, _theirs) = upstream.await.unwrap();
@@ -659,7 +663,7 @@ mod streamed {
         let mut t = HeaderMap::new();
         t.insert("x-sum", HeaderValue::from_static("42"));
         t.insert("x-undeclared", HeaderValue::from_static("1"));
-        let mut body = Body::stream(frames(vec![
+        let body = Body::stream(frames(vec![
             Frame::data(Bytes::from_static(b"hello")),
             Frame::data(Bytes::new()),
             Frame::data(Bytes::from(vec![b'x'; 300])),
@@ -678,7 +682,11 @@ mod streamed {
         });
         let trailers = [HeaderName::from_static("x-sum")];
         let h = c
-            .send_streamed(req, &mut body, chunked, &trailers, Expect::Response)
+            .send_streamed(
+                req,
+                &mut Uploading::new(body, chunked, trailers.to_vec()),
+                Expect::Response,
+            )
             .await
             .unwrap();
         let (got, _theirs) = upstream.await.unwrap();
@@ -714,7 +722,7 @@ mod streamed {
         let fields = HeaderMap::new();
         let chunk = Bytes::from(vec![b'x'; 8192]);
         // Endless: only the answer can end this exchange.
-        let mut body = Body::stream(http_body_util::StreamBody::new(
+        let body = Body::stream(http_body_util::StreamBody::new(
             futures_util::stream::repeat_with(move || {
                 Ok::<_, std::io::Error>(Frame::data(chunk.clone()))
             }),
@@ -729,17 +737,84 @@ mod streamed {
                 .unwrap();
             theirs
         });
+        let mut upload = Uploading::new(body, chunked, Vec::new());
         let h = tokio::time::timeout(
             std::time::Duration::from_secs(10),
-            c.send_streamed(req, &mut body, chunked, &[], Expect::Response),
+            c.send_streamed(req, &mut upload, Expect::Response),
         )
         .await
         .expect("the early answer ends the exchange")
         .unwrap();
         let _theirs = upstream.await.unwrap();
         assert_eq!(h.parts.status, StatusCode::PAYLOAD_TOO_LARGE);
-        assert!(!h.keep_alive, "half a body went out: never reused");
+        assert!(!upload.is_sent(), "half a body went out: never reused");
+        assert!(upload.into_untouched().is_none());
         assert_eq!(c.take_buffered(h.framing).unwrap(), "big!");
+    }
+
+    /// An upstream that answers as it reads (an echo): the response body
+    /// goes on sending the request body, and the connection is reusable
+    /// once both have ended.
+    #[tokio::test]
+    async fn the_upload_goes_on_while_an_echo_answers() {
+        let (ours, mut theirs) = tokio::io::duplex(1024);
+        let mut c = Conn::new(Box::new(ours));
+        let mut fields = HeaderMap::new();
+        fields.insert(header::CONTENT_LENGTH, HeaderValue::from_static("10000"));
+        let body = Body::stream(frames(
+            (0..10)
+                .map(|_| Frame::data(Bytes::from(vec![b'e'; 1000])))
+                .collect(),
+        ));
+        let host = HeaderValue::from_static("up");
+        let (req, chunked) = Encoded::streamed(head(&Method::POST, &host, &fields), &body);
+        let upstream = tokio::spawn(async move {
+            let got = read_until(&mut theirs, b"\r\n\r\n").await;
+            let at = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            let mut n = got.len() - at;
+            theirs
+                .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .await
+                .unwrap();
+            if n > 0 {
+                theirs
+                    .write_all(format!("{n:x}\r\n").as_bytes())
+                    .await
+                    .unwrap();
+                theirs.write_all(&got[at..]).await.unwrap();
+                theirs.write_all(b"\r\n").await.unwrap();
+            }
+            let mut b = [0u8; 512];
+            while n < 10_000 {
+                let k = theirs.read(&mut b).await.unwrap();
+                assert!(k > 0);
+                n += k;
+                theirs
+                    .write_all(format!("{k:x}\r\n").as_bytes())
+                    .await
+                    .unwrap();
+                theirs.write_all(&b[..k]).await.unwrap();
+                theirs.write_all(b"\r\n").await.unwrap();
+            }
+            theirs.write_all(b"0\r\n\r\n").await.unwrap();
+            theirs
+        });
+        let mut upload = Uploading::new(body, chunked, Vec::new());
+        let h = c
+            .send_streamed(req, &mut upload, Expect::Response)
+            .await
+            .unwrap();
+        assert!(!upload.is_sent(), "the pipe is smaller than the body");
+        let told = Outcome::default();
+        let body = ResponseBody::new(c, h.framing, h.keep_alive, Told(told.clone()))
+            .sending(Some(Box::new(upload)));
+        let echoed = tokio::time::timeout(std::time::Duration::from_secs(10), collect(body))
+            .await
+            .expect("the echo ends")
+            .unwrap();
+        assert_eq!(echoed, vec![b'e'; 10_000]);
+        assert_eq!(*told.lock().unwrap(), Some(true), "reusable");
+        drop(upstream.await.unwrap());
     }
 
     /// A write the upstream refused by going away stops the upload; with no
@@ -750,7 +825,7 @@ mod streamed {
         let mut c = Conn::new(Box::new(ours));
         let mut fields = HeaderMap::new();
         fields.insert(header::CONTENT_LENGTH, HeaderValue::from_static("100000"));
-        let mut body = Body::stream(frames(vec![Frame::data(Bytes::from(vec![b'y'; 100_000]))]));
+        let body = Body::stream(frames(vec![Frame::data(Bytes::from(vec![b'y'; 100_000]))]));
         let host = HeaderValue::from_static("up");
         let (req, chunked) = Encoded::streamed(head(&Method::POST, &host, &fields), &body);
         let upstream = tokio::spawn(async move {
@@ -758,7 +833,11 @@ mod streamed {
             drop(theirs);
         });
         let r = c
-            .send_streamed(req, &mut body, chunked, &[], Expect::Response)
+            .send_streamed(
+                req,
+                &mut Uploading::new(body, chunked, Vec::new()),
+                Expect::Response,
+            )
             .await;
         upstream.await.unwrap();
         match r {
@@ -777,7 +856,7 @@ mod streamed {
         let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
         let mut c = Conn::new(Box::new(ours));
         let fields = HeaderMap::new();
-        let mut body = Body::stream(http_body_util::StreamBody::new(futures_util::stream::iter(
+        let body = Body::stream(http_body_util::StreamBody::new(futures_util::stream::iter(
             [
                 Ok(Frame::data(Bytes::from_static(b"a"))),
                 Err(std::io::Error::other("client went away")),
@@ -790,7 +869,11 @@ mod streamed {
             theirs
         });
         let r = c
-            .send_streamed(req, &mut body, chunked, &[], Expect::Response)
+            .send_streamed(
+                req,
+                &mut Uploading::new(body, chunked, Vec::new()),
+                Expect::Response,
+            )
             .await;
         assert!(matches!(r, Err(StreamError::Body(_))), "{r:?}");
         drop(keep.await);
@@ -805,7 +888,7 @@ mod streamed {
         let mut fields = HeaderMap::new();
         fields.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         fields.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-        let mut body = Body::empty();
+        let body = Body::empty();
         let host = HeaderValue::from_static("up");
         let (req, chunked) = Encoded::streamed(head(&Method::GET, &host, &fields), &body);
         assert!(!chunked);
@@ -814,7 +897,11 @@ mod streamed {
             .await
             .unwrap();
         let h = c
-            .send_streamed(req, &mut body, chunked, &[], Expect::Upgrade)
+            .send_streamed(
+                req,
+                &mut Uploading::new(body, chunked, Vec::new()),
+                Expect::Upgrade,
+            )
             .await
             .unwrap();
         assert_eq!(h.parts.status, StatusCode::SWITCHING_PROTOCOLS);
