@@ -1,7 +1,9 @@
-//! weir's own HTTP/1.1 client for upstream connections, for every request
-//! whose body is already in memory (none, or one small enough to replay).
-//! Streamed request bodies, upgrades and HTTP/2 upstreams go through hyper's
-//! client (`pool::handshake`); a connection opened here can be handed to it.
+//! weir's own HTTP/1.1 client for upstream connections: every HTTP/1.1
+//! request the proxy sends (a body in memory, a streamed body of known
+//! length or chunked with trailers, an Upgrade whose 101 hands the
+//! connection to a tunnel) and every HTTP/1.1 health check. HTTP/2
+//! upstreams go through hyper's client; hyper's HTTP/1.1 client only runs
+//! under `server.http1 = "hyper"`, the engine where hyper serves both sides.
 //!
 //! Why by hand: hyper's client runs each upstream connection as a task of its
 //! own and passes every request, response and body chunk across channels (an
@@ -14,11 +16,14 @@
 //! with httparse from the connection's buffer, and a body that has already
 //! arrived is handed on as one `Bytes` without a copy.
 //!
-//! Owns: request encoding, response head parsing, response framing
-//! (RFC 9112 §6.3: no body, Content-Length, chunked with trailers, or until
-//! close), whether the connection can be reused, and reading the body.
-//! Never decides which upstream to use, never retries, never touches the
-//! pool: it says how far a failed exchange got, and `proxy` decides.
+//! Owns: request encoding (the head, and a streamed body written as it
+//! arrives while the response is read, so an early answer such as a 413
+//! ends the upload), response head parsing, response framing (RFC 9112
+//! §6.3: no body, Content-Length, chunked with trailers through
+//! `weir_http::h1::Decoder`, or until close), whether the connection can be
+//! reused, and reading the body. Never decides which upstream to use, never
+//! retries, never touches the pool: it says how far a failed exchange got
+//! (nothing written, the body untouched), and `proxy` decides.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -31,6 +36,9 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode, Version};
 use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+
+use weir_http::body::{Body, BodyError};
+use weir_http::h1::{Decoded, Decoder};
 
 use crate::forward::Present;
 
@@ -67,10 +75,12 @@ pub enum ClientError {
     UnexpectedSwitch,
     #[error("invalid Content-Length in the response")]
     BadLength,
-    #[error("malformed chunked response body")]
-    BadChunk,
+    #[error("malformed response body: {0}")]
+    BadChunk(#[from] weir_http::h1::DecodeError),
     #[error("the upstream closed the connection in the middle of the body")]
     Truncated,
+    #[error("the request body failed while the response was read: {0}")]
+    RequestBody(BodyError),
 }
 
 impl ClientError {
@@ -284,9 +294,10 @@ impl Conn {
         )
     }
 
-    /// The stream, for hyper's client (`None` if bytes are pending on it).
-    pub fn into_io(self) -> Option<Box<dyn Io>> {
-        self.buf.is_empty().then_some(self.io)
+    /// The connection after a 101: the stream, with the bytes the upstream
+    /// sent past the 101's head put back in front.
+    pub fn into_upgraded(self) -> weir_http::upgrade::Upgraded {
+        weir_http::upgrade::Upgraded::boxed(self.io, self.buf.freeze())
     }
 
     /// Writes the request. On failure, says whether nothing at all went out
@@ -303,9 +314,19 @@ impl Conn {
     /// Reads the final response head (1xx interim responses are skipped, as
     /// hyper's client does). `head_request`: the request was HEAD.
     pub async fn read_head(&mut self, head_request: bool) -> Result<Head, ClientError> {
+        self.read_final(head_request, false).await
+    }
+
+    /// Reads the answer to an Upgrade request: a 101 (then the connection
+    /// is the tunnel's, [`Conn::into_upgraded`]) or any final response.
+    pub async fn read_upgrade_head(&mut self) -> Result<Head, ClientError> {
+        self.read_final(false, true).await
+    }
+
+    async fn read_final(&mut self, head_request: bool, upgrade: bool) -> Result<Head, ClientError> {
         loop {
             if !self.buf.is_empty() {
-                match parse_head(&mut self.buf, head_request)? {
+                match parse_response(&mut self.buf, head_request, upgrade)? {
                     Some(Parsed::Interim) => continue,
                     Some(Parsed::Final(head)) => return Ok(head),
                     None => {}
@@ -351,6 +372,328 @@ impl Conn {
     }
 }
 
+/// Why a streamed exchange failed.
+#[derive(Debug)]
+pub enum StreamError {
+    /// The client's request body failed (aborted, malformed): its fault.
+    Body(BodyError),
+    /// The upstream exchange failed. `nothing_sent`: no byte went out;
+    /// `body_untouched`: no frame was taken from the request body, which
+    /// can still be sent elsewhere.
+    Upstream {
+        error: ClientError,
+        nothing_sent: bool,
+        body_untouched: bool,
+    },
+}
+
+/// The part of the request body being written: a chunk-size line, data, and
+/// what ends the chunk (all empty for a Content-Length body but the data).
+struct Out {
+    line: [u8; 18],
+    /// Where the unwritten part of `line` starts (18: nothing left).
+    line_at: usize,
+    data: Bytes,
+    end: &'static [u8],
+}
+
+impl Out {
+    fn new() -> Self {
+        Out {
+            line: [0; 18],
+            line_at: 18,
+            data: Bytes::new(),
+            end: b"",
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.line_at == 18 && self.data.is_empty() && self.end.is_empty()
+    }
+
+    fn set(&mut self, data: Bytes, chunked: bool) {
+        if chunked {
+            let n = weir_http::h1::chunk_size_line(data.len(), &mut self.line).len();
+            self.line_at = 18 - n;
+            self.end = b"\r\n";
+        }
+        self.data = data;
+    }
+
+    /// One write of what is left, in a single vectored call.
+    fn poll_write(&mut self, io: &mut dyn Io, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let parts = [
+            std::io::IoSlice::new(&self.line[self.line_at..]),
+            std::io::IoSlice::new(&self.data),
+            std::io::IoSlice::new(self.end),
+        ];
+        let mut n = std::task::ready!(Pin::new(io).poll_write_vectored(cx, &parts))?;
+        if n == 0 {
+            return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
+        }
+        let k = n.min(18 - self.line_at);
+        self.line_at += k;
+        n -= k;
+        let k = n.min(self.data.len());
+        self.data.advance(k);
+        n -= k;
+        self.end = &self.end[n..];
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// What the request makes of its response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    Response,
+    /// A HEAD request: no body follows any head.
+    HeadRequest,
+    /// An Upgrade: a 101 is a final answer.
+    Upgrade,
+}
+
+/// Where the upload of a streamed request body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Upload {
+    /// Taking frames from the body and writing them.
+    Body,
+    /// The body has ended: writing what ends it (the last chunk).
+    Last,
+    /// Flushing what was written.
+    Flush,
+    Done,
+    /// The upstream stopped reading (a reset or a broken pipe): nothing
+    /// more is written, and its answer, if one comes, is still read.
+    Gone,
+}
+
+/// The errors that mean "the upstream stopped reading", not "the
+/// connection broke": its answer may already be on the way.
+fn stopped_reading(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+    )
+}
+
+/// A request body being sent: taken from the client's body frame by frame
+/// and written, in chunks when `chunked`. It outlives the response head
+/// when the upstream answers before the body is all sent (an echo streams
+/// its answer while it reads; a 413 does not wait for it): the response
+/// body then goes on writing it ([`ResponseBody::new`]).
+pub struct Uploading {
+    body: Body,
+    out: Out,
+    state: Upload,
+    chunked: bool,
+    /// The trailer fields the request's `Trailer` declared (hyper's client
+    /// sends only those).
+    trailers: Vec<HeaderName>,
+    /// A frame was taken from the body: it cannot be sent elsewhere.
+    touched: bool,
+}
+
+impl Uploading {
+    pub fn new(body: Body, chunked: bool, trailers: Vec<HeaderName>) -> Self {
+        let state = if http_body::Body::is_end_stream(&body) {
+            Upload::Last
+        } else {
+            Upload::Body
+        };
+        Uploading {
+            body,
+            out: Out::new(),
+            state,
+            chunked,
+            trailers,
+            touched: false,
+        }
+    }
+
+    /// The whole body went out (else the connection cannot be reused).
+    pub fn is_sent(&self) -> bool {
+        self.state == Upload::Done
+    }
+
+    /// The body, when no frame has been taken from it.
+    pub fn into_untouched(self) -> Option<Body> {
+        (!self.touched).then_some(self.body)
+    }
+
+    /// Writes what it can: `Ready(Ok)` once there is nothing more to write
+    /// (sent, or the upstream stopped reading), `Pending` when the body or
+    /// the connection must be waited for. `Err(Err)`: the client's body
+    /// failed.
+    fn poll_send(
+        &mut self,
+        io: &mut dyn Io,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), Result<ClientError, BodyError>>> {
+        loop {
+            let written = match self.state {
+                Upload::Done | Upload::Gone => return Poll::Ready(Ok(())),
+                Upload::Body | Upload::Last if !self.out.is_empty() => {
+                    std::task::ready!(self.out.poll_write(io, cx))
+                }
+                Upload::Last => {
+                    self.state = Upload::Flush;
+                    Ok(())
+                }
+                Upload::Flush => {
+                    let r = std::task::ready!(Pin::new(&mut *io).poll_flush(cx));
+                    self.state = Upload::Done;
+                    r
+                }
+                Upload::Body => {
+                    let frame = std::task::ready!(http_body::Body::poll_frame(
+                        Pin::new(&mut self.body),
+                        cx
+                    ));
+                    self.touched = true;
+                    match frame {
+                        None => {
+                            if self.chunked {
+                                self.out.set(Bytes::from_static(b"0\r\n\r\n"), false);
+                            }
+                            self.state = Upload::Last;
+                        }
+                        Some(Err(e)) => return Poll::Ready(Err(Err(e))),
+                        Some(Ok(frame)) => match frame.into_data() {
+                            Ok(data) if data.is_empty() => {}
+                            Ok(data) => self.out.set(data, self.chunked),
+                            Err(frame) => {
+                                // The trailer section ends a chunked body; a
+                                // body of known length has nowhere to put it.
+                                if let Ok(t) = frame.into_trailers()
+                                    && self.chunked
+                                {
+                                    self.out.set(trailer_section(&t, &self.trailers), false);
+                                    self.state = Upload::Last;
+                                }
+                            }
+                        },
+                    }
+                    Ok(())
+                }
+            };
+            if let Err(e) = written {
+                if !stopped_reading(&e) {
+                    return Poll::Ready(Err(Ok(ClientError::Write(e))));
+                }
+                tracing::debug!(
+                    "upstream stopped reading the request ({e}); waiting for its answer"
+                );
+                self.state = Upload::Gone;
+            }
+        }
+    }
+}
+
+impl Conn {
+    /// Writes the head, then the body as it arrives, reading the response
+    /// all along; returns at the final response head, which may come
+    /// before the body is all sent (see [`Uploading`]).
+    ///
+    /// A write the upstream refused by closing (RFC 9112 §9.5) only stops
+    /// the upload, so an answer it sent first is still read.
+    pub async fn send_streamed(
+        &mut self,
+        req: Encoded<'_>,
+        upload: &mut Uploading,
+        expect: Expect,
+    ) -> Result<Head, StreamError> {
+        self.send(req)
+            .await
+            .map_err(|(error, nothing_sent)| StreamError::Upstream {
+                error,
+                nothing_sent,
+                body_untouched: true,
+            })?;
+        let r = std::future::poll_fn(|cx| self.poll_streamed(cx, upload, expect)).await;
+        r.map_err(|e| match e {
+            Ok(error) => StreamError::Upstream {
+                error,
+                nothing_sent: false,
+                body_untouched: !upload.touched,
+            },
+            Err(e) => StreamError::Body(e),
+        })
+    }
+
+    fn poll_streamed(
+        &mut self,
+        cx: &mut Context<'_>,
+        upload: &mut Uploading,
+        expect: Expect,
+    ) -> Poll<Result<Head, Result<ClientError, BodyError>>> {
+        let (head_request, upgrade) = (expect == Expect::HeadRequest, expect == Expect::Upgrade);
+        loop {
+            // The response first: an answer ends the wait.
+            if !self.buf.is_empty() {
+                match parse_response(&mut self.buf, head_request, upgrade) {
+                    Ok(Some(Parsed::Interim)) => continue,
+                    Ok(Some(Parsed::Final(head))) => return Poll::Ready(Ok(head)),
+                    Ok(None) if self.buf.len() > MAX_HEAD => {
+                        return Poll::Ready(Err(Ok(ClientError::HeadTooLarge)));
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Poll::Ready(Err(Ok(e))),
+                }
+            }
+            match self.poll_fill(cx) {
+                Poll::Ready(Ok(0)) => {
+                    let e = if self.buf.is_empty() {
+                        ClientError::Closed
+                    } else {
+                        ClientError::ClosedInHead
+                    };
+                    return Poll::Ready(Err(Ok(e)));
+                }
+                Poll::Ready(Ok(_)) => continue,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(Ok(ClientError::Read(e)))),
+                Poll::Pending => {}
+            }
+            // Then the body, until it is written or something must wait.
+            std::task::ready!(upload.poll_send(&mut *self.io, cx))?;
+            return Poll::Pending;
+        }
+    }
+}
+
+/// `0\r\n`, the trailer fields the request declared in `Trailer` and may
+/// carry (hyper's list of fields a trailer must not hold), and `\r\n`.
+fn trailer_section(t: &HeaderMap, allowed: &[HeaderName]) -> Bytes {
+    let mut out = b"0\r\n".to_vec();
+    for (name, value) in t {
+        if allowed.contains(name) && trailer_may_carry(name) {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    Bytes::from(out)
+}
+
+fn trailer_may_carry(name: &HeaderName) -> bool {
+    !matches!(
+        *name,
+        header::AUTHORIZATION
+            | header::CACHE_CONTROL
+            | header::CONTENT_ENCODING
+            | header::CONTENT_LENGTH
+            | header::CONTENT_RANGE
+            | header::CONTENT_TYPE
+            | header::HOST
+            | header::MAX_FORWARDS
+            | header::SET_COOKIE
+            | header::TRAILER
+            | header::TRANSFER_ENCODING
+            | header::TE
+    )
+}
+
 async fn write_all(
     io: &mut dyn Io,
     head: &[u8],
@@ -394,6 +737,15 @@ where
     /// Encodes the head as hyper's client does: lower-case names, Host
     /// first, and a Content-Length for a body that has none.
     pub fn encode(self, out: &mut Vec<u8>, body_len: Option<usize>) {
+        self.encode_for(
+            out,
+            body_len.map_or(BodyLen::None, |n| BodyLen::Known(n as u64)),
+        );
+    }
+
+    /// [`RequestHead::encode`] for any body; `true` when the body must go
+    /// out chunked (a streamed body with no Content-Length).
+    fn encode_for(self, out: &mut Vec<u8>, body: BodyLen) -> bool {
         out.extend_from_slice(self.method.as_str().as_bytes());
         out.push(b' ');
         out.extend_from_slice(self.target.as_bytes());
@@ -411,15 +763,30 @@ where
             out.extend_from_slice(value);
             out.extend_from_slice(b"\r\n");
         }
-        if let Some(n) = body_len
-            && !has_length
-        {
-            out.extend_from_slice(b"content-length: ");
-            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-            out.extend_from_slice(b"\r\n");
+        let chunked = !has_length && body == BodyLen::Unknown;
+        match body {
+            BodyLen::Known(n) if !has_length => {
+                out.extend_from_slice(b"content-length: ");
+                out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+                out.extend_from_slice(b"\r\n");
+            }
+            BodyLen::Unknown if chunked => {
+                out.extend_from_slice(b"transfer-encoding: chunked\r\n");
+            }
+            _ => {}
         }
         out.extend_from_slice(b"\r\n");
+        chunked
     }
+}
+
+/// What a request head says of its body when the fields do not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyLen {
+    None,
+    Known(u64),
+    /// Streamed, of no known length: chunked.
+    Unknown,
 }
 
 /// A request ready to write: the head encoded into the worker's reused
@@ -448,6 +815,29 @@ impl<'a> Encoded<'a> {
             b => b,
         };
         Encoded { out, body }
+    }
+}
+
+impl Encoded<'static> {
+    /// A request whose body is streamed after the head ([`Conn::send_streamed`]):
+    /// with the body's length when it is known, else chunked. The second
+    /// value says whether it is chunked.
+    pub fn streamed<'f, F>(req: RequestHead<'_, F>, body: &Body) -> (Self, bool)
+    where
+        F: Iterator<Item = (&'f HeaderName, &'f [u8])>,
+    {
+        let mut out = REQ_BUF.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        out.clear();
+        let len = if http_body::Body::is_end_stream(body) {
+            BodyLen::None
+        } else {
+            match http_body::Body::size_hint(body).exact() {
+                Some(n) => BodyLen::Known(n),
+                None => BodyLen::Unknown,
+            }
+        };
+        let chunked = req.encode_for(&mut out, len);
+        (Encoded { out, body: None }, chunked)
     }
 }
 
@@ -520,6 +910,16 @@ fn raw_fields<'h>(
 
 /// Parses one response head off the front of `buf`. `None`: incomplete.
 fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, ClientError> {
+    parse_response(buf, head_request, false)
+}
+
+/// [`parse_head`]; `upgrade`: the request asked to switch protocols, so a
+/// 101 is its final answer (and nothing after it is HTTP).
+fn parse_response(
+    buf: &mut BytesMut,
+    head_request: bool,
+    upgrade: bool,
+) -> Result<Option<Parsed>, ClientError> {
     let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut []);
     let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
@@ -533,7 +933,8 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
         Err(e) => return Err(ClientError::BadHead(e)),
     };
     let code = resp.code.unwrap_or(0);
-    if (100..200).contains(&code) {
+    let switched = code == 101 && upgrade;
+    if (100..200).contains(&code) && !switched {
         if code == 101 {
             return Err(ClientError::UnexpectedSwitch);
         }
@@ -573,10 +974,17 @@ fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, 
         present.add_raw(name);
     }
     let fields = || raw_fields(&buf[..len], spans);
-    let (framing, mut keep_alive) = framing(fields(), present, status, head_request)?;
+    let (framing, mut keep_alive) = if switched {
+        (Framing::None, false)
+    } else {
+        framing(fields(), present, status, head_request)?
+    };
     // Only `Connection` can end a keep-alive HTTP/1.1 response's connection.
     if version == Version::HTTP_10 || present.has(Present::CONNECTION) {
-        keep_alive &= connection_keeps_alive(fields(), version);
+        let connection = fields()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
+            .map(|(_, v)| v);
+        keep_alive &= weir_http::h1::keeps_alive(version == Version::HTTP_10, connection);
     }
     let head = buf.split_to(len).freeze();
 
@@ -672,156 +1080,6 @@ fn framing<'h>(
     })
 }
 
-/// HTTP/1.1 stays open unless `Connection: close`; HTTP/1.0 only with
-/// `Connection: keep-alive`.
-fn connection_keeps_alive<'h>(
-    fields: impl Iterator<Item = (&'h [u8], &'h [u8])>,
-    version: Version,
-) -> bool {
-    let mut close = false;
-    let mut keep = false;
-    for (_, v) in fields.filter(|(n, _)| n.eq_ignore_ascii_case(b"connection")) {
-        for tok in v.split(|&b| b == b',') {
-            let tok = tok.trim_ascii();
-            close |= tok.eq_ignore_ascii_case(b"close");
-            keep |= tok.eq_ignore_ascii_case(b"keep-alive");
-        }
-    }
-    if version == Version::HTTP_10 {
-        keep && !close
-    } else {
-        !close
-    }
-}
-
-/// Where a chunked body is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Chunk {
-    Size,
-    Data(u64),
-    DataEnd,
-    Trailers,
-    Done,
-}
-
-/// Decodes a chunked body from `buf`, one frame at a time.
-#[derive(Debug)]
-pub struct Dechunk {
-    state: Chunk,
-}
-
-/// A chunk-size line longer than this is refused (hyper: 4 KiB of extensions).
-const MAX_CHUNK_LINE: usize = 4096;
-
-impl Default for Dechunk {
-    fn default() -> Self {
-        Dechunk { state: Chunk::Size }
-    }
-}
-
-impl Dechunk {
-    pub fn is_done(&self) -> bool {
-        self.state == Chunk::Done
-    }
-
-    /// The next frame from `buf`: `Ok(None)` when more bytes are needed or
-    /// the body has ended (see [`Dechunk::is_done`]).
-    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame<Bytes>>, ClientError> {
-        loop {
-            match self.state {
-                Chunk::Size => {
-                    let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") else {
-                        if buf.len() > MAX_CHUNK_LINE {
-                            return Err(ClientError::BadChunk);
-                        }
-                        return Ok(None);
-                    };
-                    // The same limit whether the line came in one read or many.
-                    if eol > MAX_CHUNK_LINE {
-                        return Err(ClientError::BadChunk);
-                    }
-                    let line = &buf[..eol];
-                    let digits_end = line
-                        .iter()
-                        .position(|b| !b.is_ascii_hexdigit())
-                        .unwrap_or(line.len());
-                    let rest = line[digits_end..].trim_ascii_start();
-                    if digits_end == 0 || digits_end > 16 || !(rest.is_empty() || rest[0] == b';') {
-                        return Err(ClientError::BadChunk);
-                    }
-                    let size = std::str::from_utf8(&line[..digits_end])
-                        .ok()
-                        .and_then(|s| u64::from_str_radix(s, 16).ok())
-                        .ok_or(ClientError::BadChunk)?;
-                    buf.advance(eol + 2);
-                    self.state = if size == 0 {
-                        Chunk::Trailers
-                    } else {
-                        Chunk::Data(size)
-                    };
-                }
-                Chunk::Data(left) => {
-                    if buf.is_empty() {
-                        return Ok(None);
-                    }
-                    let n = left.min(buf.len() as u64) as usize;
-                    let data = buf.split_to(n).freeze();
-                    self.state = if n as u64 == left {
-                        Chunk::DataEnd
-                    } else {
-                        Chunk::Data(left - n as u64)
-                    };
-                    return Ok(Some(Frame::data(data)));
-                }
-                Chunk::DataEnd => {
-                    if buf.len() < 2 {
-                        return Ok(None);
-                    }
-                    if &buf[..2] != b"\r\n" {
-                        return Err(ClientError::BadChunk);
-                    }
-                    buf.advance(2);
-                    self.state = Chunk::Size;
-                }
-                Chunk::Trailers => {
-                    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-                    match httparse::parse_headers(buf, &mut fields) {
-                        Ok(httparse::Status::Complete((len, fields))) => {
-                            if len > MAX_HEAD {
-                                return Err(ClientError::BadChunk);
-                            }
-                            let mut map = HeaderMap::new();
-                            for f in fields.iter() {
-                                let (Ok(n), Ok(v)) = (
-                                    HeaderName::from_bytes(f.name.as_bytes()),
-                                    HeaderValue::from_bytes(f.value),
-                                ) else {
-                                    return Err(ClientError::BadChunk);
-                                };
-                                map.append(n, v);
-                            }
-                            buf.advance(len);
-                            self.state = Chunk::Done;
-                            if !map.is_empty() {
-                                return Ok(Some(Frame::trailers(map)));
-                            }
-                            return Ok(None);
-                        }
-                        Ok(httparse::Status::Partial) => {
-                            if buf.len() > MAX_HEAD {
-                                return Err(ClientError::BadChunk);
-                            }
-                            return Ok(None);
-                        }
-                        Err(_) => return Err(ClientError::BadChunk),
-                    }
-                }
-                Chunk::Done => return Ok(None),
-            }
-        }
-    }
-}
-
 /// Told once when a streamed response body is over: with the connection if
 /// it can be reused, `None` if it must be closed.
 pub trait Finish {
@@ -830,8 +1088,16 @@ pub trait Finish {
 
 enum BodyState {
     Length(u64),
-    Chunked(Dechunk),
+    /// weir's one chunked decoder (`weir_http::h1`), lenient about padded
+    /// chunk sizes as hyper's client is.
+    Chunked(Decoder),
     Close,
+}
+
+/// The decoder of a chunked response body; its trailers may be as large as
+/// a head.
+fn dechunk() -> Decoder {
+    Decoder::chunked(MAX_HEAD).lenient()
 }
 
 /// A response body still arriving on its connection; gives the connection
@@ -842,13 +1108,15 @@ pub struct ResponseBody<F: Finish> {
     state: BodyState,
     keep_alive: bool,
     done: Option<F>,
+    /// A request body still going out, written as the response is read.
+    upload: Option<Box<Uploading>>,
 }
 
 impl<F: Finish> ResponseBody<F> {
     pub fn new(conn: Conn, framing: Framing, keep_alive: bool, done: F) -> Self {
         let state = match framing {
             Framing::Length(n) => BodyState::Length(n),
-            Framing::Chunked => BodyState::Chunked(Dechunk::default()),
+            Framing::Chunked => BodyState::Chunked(dechunk()),
             Framing::None => BodyState::Length(0),
             Framing::Close => BodyState::Close,
         };
@@ -857,13 +1125,25 @@ impl<F: Finish> ResponseBody<F> {
             state,
             keep_alive: keep_alive && framing != Framing::Close,
             done: Some(done),
+            upload: None,
         }
+    }
+
+    /// Goes on sending `upload` while the response is read (an upstream
+    /// that answers as it reads, such as an echo). The upload stops when
+    /// the response ends, and the connection is then reused only if it
+    /// had finished.
+    pub fn sending(mut self, upload: Option<Box<Uploading>>) -> Self {
+        self.upload = upload.filter(|u| !u.is_sent());
+        self
     }
 
     fn end(&mut self, clean: bool) {
         let conn = self.conn.take();
+        let sent = self.upload.take().is_none_or(|u| u.is_sent());
         if let Some(d) = self.done.take() {
-            let reuse = clean && self.keep_alive && conn.as_ref().is_some_and(Conn::is_clean);
+            let reuse =
+                clean && sent && self.keep_alive && conn.as_ref().is_some_and(Conn::is_clean);
             d.finish(if reuse { conn } else { None });
         }
     }
@@ -882,6 +1162,13 @@ impl<F: Finish + Unpin> http_body::Body for ResponseBody<F> {
             let Some(conn) = this.conn.as_mut() else {
                 return Poll::Ready(None);
             };
+            if let Some(u) = this.upload.as_mut()
+                && let Poll::Ready(Err(e)) = u.poll_send(&mut *conn.io, cx)
+            {
+                this.end(false);
+                let e = e.unwrap_or_else(ClientError::RequestBody);
+                return Poll::Ready(Some(Err(e)));
+            }
             // First whatever is buffered.
             match &mut this.state {
                 BodyState::Length(0) => {
@@ -900,20 +1187,19 @@ impl<F: Finish + Unpin> http_body::Body for ResponseBody<F> {
                     }
                 }
                 BodyState::Chunked(d) => match d.decode(&mut conn.buf) {
-                    Ok(Some(f)) => {
-                        if d.is_done() {
-                            this.end(true);
-                        }
-                        return Poll::Ready(Some(Ok(f)));
+                    Ok(Decoded::Data(b)) => return Poll::Ready(Some(Ok(Frame::data(b)))),
+                    Ok(Decoded::Trailers(t)) => {
+                        this.end(true);
+                        return Poll::Ready(Some(Ok(Frame::trailers(t))));
                     }
-                    Ok(None) if d.is_done() => {
+                    Ok(Decoded::End) => {
                         this.end(true);
                         return Poll::Ready(None);
                     }
-                    Ok(None) => {}
+                    Ok(Decoded::NeedMore) => {}
                     Err(e) => {
                         this.end(false);
-                        return Poll::Ready(Some(Err(e)));
+                        return Poll::Ready(Some(Err(e.into())));
                     }
                 },
                 BodyState::Close => {
@@ -1027,15 +1313,13 @@ fn decode_in_steps(input: &[u8], step: usize) -> Outcome {
             Some(true)
         }
         Framing::Chunked => {
-            let mut d = Dechunk::default();
+            let mut d = dechunk();
             loop {
                 match d.decode(&mut buf) {
-                    Ok(Some(f)) => match f.into_data() {
-                        Ok(b) => body.extend_from_slice(&b),
-                        Err(f) => trailers = f.into_trailers().map_or(0, |t| t.len()),
-                    },
-                    Ok(None) if d.is_done() => break Some(true),
-                    Ok(None) => {
+                    Ok(Decoded::Data(b)) => body.extend_from_slice(&b),
+                    Ok(Decoded::Trailers(t)) => trailers = t.len(),
+                    Ok(Decoded::End) => break Some(true),
+                    Ok(Decoded::NeedMore) => {
                         if !feed(&mut buf) {
                             break None;
                         }

@@ -3,8 +3,10 @@
 //! `check_smuggling` → forwarding headers (`forward`) → `pick` (balancer,
 //! health, sticky cookie) → `admit` (max_conns and queue) → `sender`
 //! (pooled or new connection, `pool`) → send with the response timeout
-//! (`send_own` through weir's own HTTP/1.1 client, `h1_client`, when the
-//! body is in memory; `send` through hyper's otherwise) →
+//! (through weir's own HTTP/1.1 client, `h1_client`: `send_own` for a body
+//! in memory, `send_streamed` for one streamed from the client; `send`
+//! through hyper's for HTTP/2 upstreams, and for HTTP/1.1 too under
+//! `server.http1 = "hyper"`) →
 //! on failure the error's retry class decides (`error::Failed`) → `respond` (hop-by-hop removal, Via, the
 //! body streamed back, the connection returned to the pool at its end).
 //!
@@ -77,7 +79,8 @@ pub struct Proxy {
     tls: Option<tokio_rustls::TlsConnector>,
     tls_h2: Option<tokio_rustls::TlsConnector>,
     /// HTTP/1.1 upstream connections through weir's own client
-    /// (`h1_client`) where it applies; `false`: always hyper's.
+    /// (`h1_client`) for everything; `false` (`server.http1 = "hyper"`):
+    /// through hyper's for everything.
     own_h1: bool,
 }
 
@@ -103,8 +106,8 @@ impl Replay {
 }
 
 impl Proxy {
-    /// `own_h1`: use weir's own HTTP/1.1 client where it applies (the
-    /// `server.http1 = "fast"` default); `false`: hyper's for every request.
+    /// `own_h1`: weir's own HTTP/1.1 client for every HTTP/1.1 upstream
+    /// request (the `server.http1 = "fast"` default); `false`: hyper's.
     pub fn new(cfg: Arc<ProxyConfig>, own_h1: bool) -> Arc<Proxy> {
         let ups = cfg
             .upstreams
@@ -229,12 +232,9 @@ impl Proxy {
                 }
             };
             let active = ActiveGuard::new(up.clone());
-            // A body already in memory (or none) can go through weir's own
-            // client; a streamed one needs hyper's.
-            let own = self.own_h1 && body.replayable();
-            let sender = match self.pooled_now(idx, own) {
+            let sender = match self.pooled_now(idx) {
                 Ok(s) => Ok(s),
-                Err(first) => Box::pin(self.sender_after(idx, conn, false, own, first)).await,
+                Err(first) => Box::pin(self.sender_after(idx, conn, false, first)).await,
             };
             let sender = match sender {
                 Ok(s) => s,
@@ -250,10 +250,13 @@ impl Proxy {
                     return self.fail(parts, Some(up), failed.error);
                 }
             };
-            let sent = match sender {
-                Sender::Own(c) => {
-                    let bytes = match &body {
-                        Replay::Full(b) => Some(b),
+            let sent = match (sender, &mut body) {
+                (Sender::Own(c), Replay::Stream(b)) => {
+                    Box::pin(self.send_streamed(c, parts, &pq, &fields, up, b, idempotent)).await
+                }
+                (Sender::Own(c), body) => {
+                    let bytes = match body {
+                        Replay::Full(b) => Some(&*b),
                         _ => None,
                     };
                     // Boxed on its own (about 930 bytes): with it, this
@@ -262,7 +265,7 @@ impl Proxy {
                     // several times as much; apart, both fit in it.
                     Box::pin(self.send_own(c, parts, &pq, &fields, up, bytes, idempotent)).await
                 }
-                sender => {
+                (sender, body) => {
                     let req = build_request(
                         parts,
                         &pq,
@@ -428,26 +431,23 @@ impl Proxy {
         }
     }
 
-    /// A pooled connection to upstream `idx`, or a new one. `own`: weir's own
-    /// HTTP/1.1 client may take the request (else a pooled one of its
-    /// connections is handed to hyper's).
+    /// A pooled connection to upstream `idx`, or a new one (`upgrades`:
+    /// always a new one, never pooled after).
     async fn sender(
         &self,
         idx: usize,
         conn: &ConnInfo,
         upgrades: bool,
-        own: bool,
     ) -> Result<Sender, ProxyError> {
-        self.sender_after(idx, conn, upgrades, own, None).await
+        self.sender_after(idx, conn, upgrades, None).await
     }
 
     /// A pooled connection that needs no waiting (the common case: one of
     /// weir's own, or a shared HTTP/2 one), else what the pool gave, for
     /// [`Proxy::sender_after`].
-    fn pooled_now(&self, idx: usize, own: bool) -> Result<Sender, Option<Sender>> {
+    fn pooled_now(&self, idx: usize) -> Result<Sender, Option<Sender>> {
         match pool::checkout((self.id, idx), self.cfg.idle_timeout) {
-            Some(s @ Sender::H2(_)) => Ok(s),
-            Some(s @ Sender::Own(_)) if own => Ok(s),
+            Some(s @ (Sender::H2(_) | Sender::Own(_))) => Ok(s),
             other => Err(other),
         }
     }
@@ -458,7 +458,6 @@ impl Proxy {
         idx: usize,
         conn: &ConnInfo,
         upgrades: bool,
-        own: bool,
         mut first: Option<Sender>,
     ) -> Result<Sender, ProxyError> {
         let up = &self.ups[idx];
@@ -469,14 +468,10 @@ impl Proxy {
                 .or_else(|| pool::checkout(key, self.cfg.idle_timeout))
             {
                 match s {
+                    // hyper's (`server.http1 = "hyper"`): wait until it can send.
                     Sender::H1(mut tx) => {
                         if tx.ready().await.is_ok() {
                             return Ok(Sender::H1(tx));
-                        }
-                    }
-                    Sender::Own(c) if !own => {
-                        if let Ok(s) = Box::pin(pool::into_hyper(c)).await {
-                            return Ok(s);
                         }
                     }
                     s => return Ok(s),
@@ -498,7 +493,7 @@ impl Proxy {
                 tls,
                 sni: self.cfg.sni.as_deref(),
                 upgrades,
-                own_h1: own && self.own_h1,
+                own_h1: self.own_h1,
             },
         ))
         .await?;
@@ -587,6 +582,7 @@ impl Proxy {
                     framing: head.framing,
                     keep_alive: head.keep_alive,
                     hop_by_hop: head.hop_by_hop,
+                    upload: None,
                 },
             )),
             Ok(Err((e, nothing_sent))) => {
@@ -608,23 +604,87 @@ impl Proxy {
         }
     }
 
-    fn respond(
+    /// Sends a request whose body streams from the client on one of weir's
+    /// own connections and reads the response head, within the response
+    /// timeout. A body no frame was taken from stays in `body`, so the
+    /// request can still go elsewhere.
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    async fn send_streamed(
         &self,
-        resp: Response<Incoming>,
-        done: Done,
+        mut c: h1_client::Conn,
+        parts: &http::request::Parts,
+        pq: &http::uri::PathAndQuery,
+        fields: &UpstreamFields<'_>,
         up: &Upstream,
-        version: Version,
-        set_sticky: bool,
-    ) -> Response<Body> {
-        let (rp, incoming) = resp.into_parts();
-        self.respond_from(
-            rp,
-            FromUpstream::Hyper(incoming, None),
-            done,
-            up,
-            version,
-            set_sticky,
-        )
+        body: &mut Option<Body>,
+        idempotent: bool,
+    ) -> Result<(http::response::Parts, FromUpstream), (Failed, Option<Request<Body>>)> {
+        let b = body.take().unwrap_or_default();
+        // hyper's client sends the trailers the request's `Trailer` declares.
+        let trailers: Vec<header::HeaderName> = fields
+            .iter()
+            .filter(|(n, _)| *n == header::TRAILER)
+            .flat_map(|(_, v)| v.split(|&c| c == b','))
+            .filter_map(|t| header::HeaderName::from_bytes(t.trim_ascii()).ok())
+            .collect();
+        let (request, chunked) = h1_client::Encoded::streamed(
+            h1_client::RequestHead {
+                method: &parts.method,
+                target: pq.as_str(),
+                host: upstream_host(&self.cfg.host, fields.host(), up),
+                fields: fields.iter(),
+            },
+            &b,
+        );
+        let expect = if parts.method == Method::HEAD {
+            h1_client::Expect::HeadRequest
+        } else {
+            h1_client::Expect::Response
+        };
+        let mut upload = h1_client::Uploading::new(b, chunked, trailers);
+        let reused = c.reused();
+        let timeout = self.cfg.response_timeout;
+        let mut timer = c.take_timer();
+        let r = {
+            let exchange = std::pin::pin!(c.send_streamed(request, &mut upload, expect));
+            timer.within(timeout, exchange).await
+        };
+        c.put_timer(timer);
+        match r {
+            Some(Ok(head)) => Ok((
+                head.parts,
+                FromUpstream::Own {
+                    conn: c,
+                    framing: head.framing,
+                    keep_alive: head.keep_alive,
+                    hop_by_hop: head.hop_by_hop,
+                    upload: (!upload.is_sent()).then(|| Box::new(upload)),
+                },
+            )),
+            Some(Err(h1_client::StreamError::Body(e))) => {
+                Err((Failed::client(ProxyError::ClientBody(e)), None))
+            }
+            Some(Err(h1_client::StreamError::Upstream {
+                error,
+                nothing_sent,
+                body_untouched,
+            })) => {
+                *body = upload.into_untouched();
+                // As in `send_own`; the body must still be whole to go again.
+                let stale =
+                    reused && idempotent && body_untouched && error.is_closed_before_response();
+                let e = ProxyError::Client(error);
+                let failed = if stale {
+                    Failed::stale(e)
+                } else if nothing_sent {
+                    Failed::not_sent(e)
+                } else {
+                    Failed::after_send(e)
+                };
+                Err((failed, None))
+            }
+            None => Err((Failed::timeout(ProxyError::ResponseTimeout(timeout)), None)),
+        }
     }
 
     /// The client's response: the upstream's head with hop-by-hop fields
@@ -679,8 +739,9 @@ impl Proxy {
                 conn,
                 framing,
                 keep_alive,
+                upload,
                 ..
-            } => own_body(conn, framing, keep_alive, done),
+            } => own_body(conn, framing, keep_alive, upload, done),
         };
         Response::from_parts(rp, body)
     }
@@ -750,19 +811,21 @@ fn own_body(
     mut conn: h1_client::Conn,
     framing: h1_client::Framing,
     keep_alive: bool,
+    upload: Option<Box<h1_client::Uploading>>,
     mut done: Done,
 ) -> Body {
     match conn.take_buffered(framing) {
-        // The whole body has arrived: one frame, no copy.
+        // The whole body has arrived: one frame, no copy. A request body
+        // still going out stops here (an early answer such as a 413).
         Some(bytes) => {
-            let reuse = keep_alive && conn.is_clean();
+            let reuse = keep_alive && conn.is_clean() && upload.is_none();
             done.sender = Some(Sender::Own(conn));
             done.release(reuse);
             Body::full(bytes)
         }
-        None => Body::stream(h1_client::ResponseBody::new(
-            conn, framing, keep_alive, done,
-        )),
+        None => Body::stream(
+            h1_client::ResponseBody::new(conn, framing, keep_alive, done).sending(upload),
+        ),
     }
 }
 
@@ -936,6 +999,8 @@ enum FromUpstream {
         keep_alive: bool,
         /// The head holds a hop-by-hop field (else nothing to strip).
         hop_by_hop: bool,
+        /// The request body, when the answer came before all of it went out.
+        upload: Option<Box<h1_client::Uploading>>,
     },
 }
 
@@ -1067,13 +1132,16 @@ async fn check_once(
             tls,
             sni: p.cfg.sni.as_deref(),
             upgrades: false,
-            own_h1: false,
+            own_h1: p.own_h1,
         },
     )
     .await?;
     let Some(path) = &hc.path else {
         return Ok(true);
     };
+    if let Sender::Own(c) = sender {
+        return check_own(c, path, &up.host, hc).await;
+    }
     let h2 = sender.is_h2();
     let mut req = Request::new(Body::empty());
     *req.uri_mut() = if h2 {
@@ -1097,7 +1165,7 @@ async fn check_once(
     let resp = match sender {
         Sender::H1(mut tx) => tx.send_request(req).await,
         Sender::H2(mut tx) => tx.send_request(req).await,
-        Sender::Own(_) => unreachable!("health checks open hyper connections (own_h1: false)"),
+        Sender::Own(_) => unreachable!("weir's own connections are checked by check_own"),
     }
     .map_err(ProxyError::Upstream)?;
     let status = resp.status().as_u16();
@@ -1117,6 +1185,55 @@ async fn check_once(
         &body,
         hc.body.as_deref(),
     ))
+}
+
+/// One health check request on one of weir's own connections.
+async fn check_own(
+    mut c: h1_client::Conn,
+    path: &str,
+    host: &HeaderValue,
+    hc: &weir_config::proxy::HealthConfig,
+) -> Result<bool, ProxyError> {
+    let req = h1_client::Encoded::new(
+        h1_client::RequestHead {
+            method: &Method::GET,
+            target: path,
+            host,
+            fields: std::iter::empty(),
+        },
+        None,
+    );
+    c.send(req).await.map_err(|(e, _)| ProxyError::Client(e))?;
+    let head = c.read_head(false).await?;
+    let status = head.parts.status.as_u16();
+    let body = match (&hc.body, c.take_buffered(head.framing)) {
+        (None, _) => Bytes::new(),
+        (Some(_), Some(b)) => b,
+        (Some(_), None) => {
+            use http_body_util::BodyExt;
+            let body = h1_client::ResponseBody::new(c, head.framing, false, Discard);
+            match http_body_util::Limited::new(body, health::MAX_CHECK_BODY)
+                .collect()
+                .await
+            {
+                Ok(b) => b.to_bytes(),
+                Err(_) => return Ok(false),
+            }
+        }
+    };
+    Ok(health::check_passes(
+        status,
+        hc.status,
+        &body,
+        hc.body.as_deref(),
+    ))
+}
+
+/// A health check's connection is closed after its one request.
+struct Discard;
+
+impl h1_client::Finish for Discard {
+    fn finish(self, _: Option<h1_client::Conn>) {}
 }
 
 #[cfg(test)]

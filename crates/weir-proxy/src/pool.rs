@@ -1,8 +1,9 @@
 //! Upstream connections: opening them (TCP or Unix socket, PROXY protocol
 //! header, TLS with SNI, HTTP/1.1 or HTTP/2 handshake) and keeping idle
-//! HTTP/1.1 ones for reuse. An HTTP/1.1 connection starts out as weir's own
-//! (`h1_client`) unless the caller needs hyper's (upgrades, health checks),
-//! and can be handed to hyper later (`into_hyper`) for a streamed body.
+//! HTTP/1.1 ones for reuse. Every HTTP/1.1 connection is weir's own
+//! (`h1_client`: requests, streamed bodies, upgrades, health checks);
+//! hyper's HTTP/1.1 client only runs under `server.http1 = "hyper"`, the
+//! engine where hyper serves both sides. HTTP/2 upstreams are hyper's.
 //!
 //! The pool is per worker thread (`thread_local!`), so the request path takes
 //! no lock: with the per-core runtime a connection never leaves the thread
@@ -31,6 +32,7 @@ use weir_http::body::Body;
 
 /// A ready-to-use request sender on one upstream connection.
 pub enum Sender {
+    /// hyper's HTTP/1.1 client: only under `server.http1 = "hyper"`.
     H1(http1::SendRequest<Body>),
     H2(http2::SendRequest<Body>),
     /// weir's own HTTP/1.1 client, driven by the request's task.
@@ -143,7 +145,8 @@ pub struct ConnectOpts<'a> {
     pub sni: Option<&'a str>,
     /// Let the connection carry upgrades (WebSocket).
     pub upgrades: bool,
-    /// Open an HTTP/1.1 connection as weir's own client, not hyper's.
+    /// Open an HTTP/1.1 connection as weir's own client, not hyper's (which
+    /// only the `server.http1 = "hyper"` engine uses).
     pub own_h1: bool,
 }
 
@@ -217,21 +220,11 @@ where
     handshake(s, up.scheme.is_h2(), o.upgrades, o.own_h1).await
 }
 
-/// Hands one of weir's own idle HTTP/1.1 connections to hyper's client.
-pub async fn into_hyper(conn: Conn) -> Result<Sender, ProxyError> {
-    let Some(io) = conn.into_io() else {
-        return Err(ProxyError::Connect(std::io::Error::other(
-            "pooled connection has unread bytes",
-        )));
-    };
-    handshake(io, false, false, false).await
-}
-
 async fn handshake<S>(s: S, h2: bool, upgrades: bool, own_h1: bool) -> Result<Sender, ProxyError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    if own_h1 && !h2 && !upgrades {
+    if own_h1 && !h2 {
         return Ok(Sender::Own(Conn::new(Box::new(s))));
     }
     if h2 {

@@ -1,10 +1,12 @@
 //! Tunnels through the proxy: HTTP/1.1 Upgrade (WebSocket and others) and
 //! WebSockets over HTTP/2 (RFC 8441 extended CONNECT with
 //! `:protocol websocket`). Either way the request goes to an upstream on a
-//! fresh HTTP/1.1 connection as an Upgrade; when the upstream answers 101,
-//! the client side (the HTTP/1.1 connection, or the one HTTP/2 stream after
-//! a 200) and the upstream connection become raw byte tunnels copied into
-//! each other until one closes.
+//! fresh HTTP/1.1 connection of weir's own client (`h1_client`; hyper's
+//! under `server.http1 = "hyper"`) as an Upgrade; when the upstream answers
+//! 101, the client side (the HTTP/1.1 connection, or the one HTTP/2 stream
+//! after a 200) and the upstream connection, with any bytes it sent past
+//! the 101, become raw byte tunnels copied into each other until one
+//! closes.
 //!
 //! Never pools an upgraded connection; never reads or changes the tunnelled
 //! bytes (WebSocket framing is the same over both client protocols); never
@@ -15,10 +17,12 @@ use http::{Method, Response, StatusCode, Version};
 use hyper_util::rt::TokioIo;
 
 use super::forward::{self, ClientAddr, Present};
-use super::{ActiveGuard, Failed, Proxy, ProxyError};
+use super::h1_client::{Conn, Encoded, Expect, RequestHead, StreamError, Uploading};
+use super::pool::Sender;
+use super::{ActiveGuard, Failed, FromUpstream, Proxy, ProxyError};
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
-use weir_http::upgrade::OnUpgrade;
+use weir_http::upgrade::{OnUpgrade, Upgraded};
 
 /// Whether the client asks to switch protocols (HTTP/1.1 `Connection: upgrade`).
 pub fn is_upgrade(parts: &http::request::Parts) -> bool {
@@ -155,17 +159,14 @@ async fn tunnel(
             Err(e) => return p.fail(parts, Some(&up), e),
         };
         let active = ActiveGuard::new(up.clone());
-        let tx = match p.sender(idx, conn, true, false).await {
-            Ok(super::pool::Sender::H1(tx)) => tx,
-            Ok(super::pool::Sender::Own(_)) => {
-                unreachable!("upgrades open hyper connections")
-            }
-            Ok(super::pool::Sender::H2(_)) => {
+        let sender = match p.sender(idx, conn, true).await {
+            Ok(Sender::H2(_)) => {
                 let e = ProxyError::Connect(std::io::Error::other(
                     "an HTTP/2 upstream cannot take an HTTP/1.1 upgrade",
                 ));
                 return p.fail(parts, Some(&up), e);
             }
+            Ok(s) => s,
             Err(e) => {
                 let failed = Failed::connect(e);
                 p.passive_failure(&up, &failed.error);
@@ -178,53 +179,54 @@ async fn tunnel(
                 return p.fail(parts, Some(&up), failed.error);
             }
         };
-        let mut req = super::build_request(
-            parts,
-            &pq,
-            headers.clone(),
-            super::upstream_host(&p.cfg.host, client_host.as_ref(), &up),
-            &up,
-            false,
-            body.take().unwrap_or_default(),
-        );
-        if kind == Tunnel::H2WebSocket {
-            *req.method_mut() = Method::GET;
-        }
-        let mut tx = tx;
-        let mut resp =
-            match tokio::time::timeout(p.cfg.response_timeout, tx.send_request(req)).await {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => {
-                    let e = ProxyError::Upstream(e);
-                    p.passive_failure(&up, &e);
-                    return p.fail(parts, Some(&up), e);
+        let method = if kind == Tunnel::H2WebSocket {
+            Method::GET
+        } else {
+            parts.method.clone()
+        };
+        let host = super::upstream_host(&p.cfg.host, client_host.as_ref(), &up);
+        let body = body.take().unwrap_or_default();
+        let exchange = async {
+            match sender {
+                Sender::Own(c) => exchange_own(c, &method, &pq, host, &headers, body).await,
+                Sender::H1(tx) => {
+                    let mut req =
+                        super::build_request(parts, &pq, headers.clone(), host, &up, false, body);
+                    *req.method_mut() = method.clone();
+                    exchange_hyper(tx, req).await
                 }
-                Err(_) => {
-                    return p.fail(
-                        parts,
-                        Some(&up),
-                        ProxyError::ResponseTimeout(p.cfg.response_timeout),
-                    );
-                }
-            };
-        let status = resp.status();
-        if status != StatusCode::SWITCHING_PROTOCOLS {
-            if kind == Tunnel::H2WebSocket && status.is_success() {
-                // A 2xx to an HTTP/2 CONNECT opens the tunnel: an upstream
-                // that did not switch protocols must not look as if it had.
-                return p.fail(parts, Some(&up), ProxyError::NotSwitched(status));
+                Sender::H2(_) => unreachable!("refused above"),
             }
-            let done = super::Done {
-                key: (p.id, idx),
-                sender: None,
-                max_idle: 0,
-                _permit: permit,
-                _active: active,
-            };
-            return p.respond(resp, done, &up, parts.version, false);
-        }
-        let on_upstream = hyper::upgrade::on(&mut resp);
-        let (mut rp, _) = resp.into_parts();
+        };
+        let timeout = p.cfg.response_timeout;
+        let exchange = match tokio::time::timeout(timeout, Box::pin(exchange)).await {
+            Ok(r) => r,
+            Err(_) => Err(ProxyError::ResponseTimeout(timeout)),
+        };
+        let (mut rp, upstream) = match exchange {
+            Ok(Exchanged::Switched(rp, side)) => (rp, side),
+            Ok(Exchanged::Answered(rp, from)) => {
+                if kind == Tunnel::H2WebSocket && rp.status.is_success() {
+                    // A 2xx to an HTTP/2 CONNECT opens the tunnel: an upstream
+                    // that did not switch protocols must not look as if it had.
+                    return p.fail(parts, Some(&up), ProxyError::NotSwitched(rp.status));
+                }
+                let done = super::Done {
+                    key: (p.id, idx),
+                    sender: None,
+                    max_idle: 0,
+                    _permit: permit,
+                    _active: active,
+                };
+                return p.respond_from(rp, from, done, &up, parts.version, false);
+            }
+            Err(e) => {
+                if !matches!(e, ProxyError::ResponseTimeout(_)) {
+                    p.passive_failure(&up, &e);
+                }
+                return p.fail(parts, Some(&up), e);
+            }
+        };
         match kind {
             Tunnel::Upgrade => {
                 forward::strip_hop_by_hop(&mut rp.headers, true);
@@ -244,8 +246,17 @@ async fn tunnel(
         }
         let name = up.cfg.name.clone();
         tokio::spawn(async move {
-            let _hold = (permit, active, tx);
-            let (c, u) = match tokio::join!(on_client, on_upstream) {
+            let _hold = (permit, active);
+            let (c, u) = match upstream {
+                UpstreamSide::Own(u) => (on_client.await, Ok(u)),
+                UpstreamSide::Hyper(on_upstream, tx) => {
+                    let _tx = tx;
+                    let (c, u) = tokio::join!(on_client, on_upstream);
+                    let u = u.map(|u| Upgraded::boxed(TokioIo::new(u), bytes::Bytes::new()));
+                    (c, u.map_err(|e| e.to_string()))
+                }
+            };
+            let (mut c, mut u) = match (c, u) {
                 (Ok(c), Ok(u)) => (c, u),
                 (Err(e), _) => {
                     tracing::debug!("upgrade via {name} failed: {e}");
@@ -256,14 +267,94 @@ async fn tunnel(
                     return;
                 }
             };
-            let mut c = c;
-            let mut u = TokioIo::new(u);
             if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut u).await {
                 tracing::debug!("tunnel via {name} ended: {e}");
             }
         });
         return Response::from_parts(rp, Body::empty());
     }
+}
+
+/// The upstream's end of a tunnel, once it has answered 101.
+enum UpstreamSide {
+    /// weir's own client: the connection, with what came after the 101.
+    Own(Upgraded),
+    /// hyper's (`server.http1 = "hyper"`): its hand-over, and the sender
+    /// that keeps its connection task alive until then.
+    Hyper(
+        hyper::upgrade::OnUpgrade,
+        hyper::client::conn::http1::SendRequest<Body>,
+    ),
+}
+
+/// What the upstream answered to the Upgrade request.
+enum Exchanged {
+    Switched(http::response::Parts, UpstreamSide),
+    /// Anything else: passed on as an answer, its connection then closed.
+    Answered(http::response::Parts, FromUpstream),
+}
+
+/// The Upgrade request on one of weir's own connections: a 101 hands the
+/// connection over (with any bytes the upstream sent past the 101's head).
+async fn exchange_own(
+    mut c: Conn,
+    method: &Method,
+    pq: &http::uri::PathAndQuery,
+    host: &HeaderValue,
+    headers: &http::HeaderMap,
+    body: Body,
+) -> Result<Exchanged, ProxyError> {
+    let (req, chunked) = Encoded::streamed(
+        RequestHead {
+            method,
+            target: pq.as_str(),
+            host,
+            fields: headers.iter().map(|(n, v)| (n, v.as_bytes())),
+        },
+        &body,
+    );
+    let mut upload = Uploading::new(body, chunked, Vec::new());
+    let head = c
+        .send_streamed(req, &mut upload, Expect::Upgrade)
+        .await
+        .map_err(|e| match e {
+            StreamError::Body(e) => ProxyError::ClientBody(e),
+            StreamError::Upstream { error, .. } => ProxyError::Client(error),
+        })?;
+    if head.parts.status == StatusCode::SWITCHING_PROTOCOLS {
+        return Ok(Exchanged::Switched(
+            head.parts,
+            UpstreamSide::Own(c.into_upgraded()),
+        ));
+    }
+    Ok(Exchanged::Answered(
+        head.parts,
+        FromUpstream::Own {
+            conn: c,
+            framing: head.framing,
+            keep_alive: false,
+            hop_by_hop: head.hop_by_hop,
+            upload: (!upload.is_sent()).then(|| Box::new(upload)),
+        },
+    ))
+}
+
+/// The Upgrade request through hyper's client (`server.http1 = "hyper"`).
+async fn exchange_hyper(
+    mut tx: hyper::client::conn::http1::SendRequest<Body>,
+    req: http::Request<Body>,
+) -> Result<Exchanged, ProxyError> {
+    let mut resp = tx.send_request(req).await.map_err(ProxyError::Upstream)?;
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        let (rp, incoming) = resp.into_parts();
+        return Ok(Exchanged::Answered(rp, FromUpstream::Hyper(incoming, None)));
+    }
+    let on_upstream = hyper::upgrade::on(&mut resp);
+    let (rp, _) = resp.into_parts();
+    Ok(Exchanged::Switched(
+        rp,
+        UpstreamSide::Hyper(on_upstream, tx),
+    ))
 }
 
 #[cfg(test)]

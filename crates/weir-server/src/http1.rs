@@ -61,7 +61,7 @@ use super::zero_copy::{FileRegion, Regions};
 use crate::pipeline::Listener;
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
-use weir_http::h1::{Decoded, Decoder, Feed, Incoming, IncomingError, Sender};
+use weir_http::h1::{Decoded, Decoder, Feed, Incoming, IncomingError, Sender, chunk_size_line};
 use weir_http::upgrade;
 
 /// hyper's request-target limit (`MAX_URI_LEN`): longer targets get 414.
@@ -1049,24 +1049,6 @@ fn encode_trailers(trailers: &http::HeaderMap, allowed: &[HeaderValue], dst: &mu
     if !dst.is_empty() {
         extend(dst, b"\r\n");
     }
-}
-
-/// `{len:X}\r\n` into `buf`.
-fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut i = 16;
-    let mut n = len;
-    loop {
-        i -= 1;
-        buf[i] = HEX[n & 0xf];
-        n >>= 4;
-        if n == 0 {
-            break;
-        }
-    }
-    buf[16] = b'\r';
-    buf[17] = b'\n';
-    &buf[i..]
 }
 
 /// Writes every slice; one slice goes out with a plain write (`send`), not

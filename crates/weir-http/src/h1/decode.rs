@@ -40,18 +40,30 @@ enum State {
     Done,
 }
 
-/// The decoder of one request body.
+/// The decoder of one message body (a request's, or a response's of known
+/// length or chunked; a close-delimited response body is the caller's).
 #[derive(Debug, Clone)]
 pub struct Decoder {
     state: State,
     /// The largest trailer section accepted (the head limit).
     max_trailers: usize,
+    /// Whitespace after a chunk size is tolerated (bodies from upstreams,
+    /// as hyper's client reads them); requests get the strict reading.
+    lenient: bool,
 }
 
 /// `1a` or `1a;name=value`: the size of a chunk from its line (without the
 /// CRLF). Hex digits (16 at most), then optional `;` extensions of token
 /// characters, `=` and quotes; no whitespace games.
 pub fn chunk_size(line: &[u8]) -> Result<u64, Violation> {
+    parse_chunk_size(line, false)
+}
+
+/// [`chunk_size`], or with `lenient` also spaces and tabs after the digits
+/// and around extensions (`1a \r\n`, `5 ; x`): some origin servers pad the
+/// size, and hyper's client accepts it. Never for requests: two readings of
+/// a request's framing are what smuggling needs.
+fn parse_chunk_size(line: &[u8], lenient: bool) -> Result<u64, Violation> {
     let hex_end = line
         .iter()
         .position(|b| !b.is_ascii_hexdigit())
@@ -60,11 +72,14 @@ pub fn chunk_size(line: &[u8]) -> Result<u64, Violation> {
         return Err(Violation::BadChunk);
     }
     let ext = &line[hex_end..];
+    let ws = |b: u8| lenient && (b == b' ' || b == b'\t');
+    let pad = ext.iter().take_while(|&&b| ws(b)).count();
+    let ext = &ext[pad..];
     if !ext.is_empty()
         && (ext[0] != b';'
             || !ext[1..]
                 .iter()
-                .all(|&b| smuggling::is_tchar(b) || b == b';' || b == b'=' || b == b'"'))
+                .all(|&b| smuggling::is_tchar(b) || b == b';' || b == b'=' || b == b'"' || ws(b)))
     {
         return Err(Violation::BadChunk);
     }
@@ -82,6 +97,7 @@ impl Decoder {
                 State::Length(n)
             },
             max_trailers: 0,
+            lenient: false,
         }
     }
 
@@ -90,7 +106,15 @@ impl Decoder {
         Decoder {
             state: State::ChunkSize,
             max_trailers,
+            lenient: false,
         }
+    }
+
+    /// The same decoder, tolerating padded chunk sizes (for response
+    /// bodies; see [`chunk_size`]).
+    pub fn lenient(mut self) -> Self {
+        self.lenient = true;
+        self
     }
 
     pub fn is_done(&self) -> bool {
@@ -139,7 +163,7 @@ impl Decoder {
                     let Some(end) = smuggling::line_end(buf, MAX_CHUNK_LINE)? else {
                         return Ok(Decoded::NeedMore);
                     };
-                    let size = chunk_size(&buf[..end])?;
+                    let size = parse_chunk_size(&buf[..end], self.lenient)?;
                     take(buf, end + 2);
                     self.state = if size == 0 {
                         State::Trailers
@@ -349,6 +373,10 @@ mod tests {
         assert_eq!(chunk_size(b"0x1"), Err(Violation::BadChunk));
         assert_eq!(chunk_size(b""), Err(Violation::BadChunk));
         assert_eq!(chunk_size(b"1 "), Err(Violation::BadChunk));
+        assert_eq!(parse_chunk_size(b"1a \t", true), Ok(26));
+        assert_eq!(parse_chunk_size(b"5 ; x=\"a b\"", true), Ok(5));
+        assert_eq!(parse_chunk_size(b" 5", true), Err(Violation::BadChunk));
+        assert_eq!(parse_chunk_size(b"5 x", true), Err(Violation::BadChunk));
     }
 
     /// Seeded mutation of chunked bodies: never a panic, and whatever is

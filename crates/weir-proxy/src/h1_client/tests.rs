@@ -236,19 +236,17 @@ fn an_incomplete_head_asks_for_more_at_every_split() {
 }
 
 fn dechunk_all(input: &[u8], step: usize) -> Result<(Vec<u8>, Option<HeaderMap>), ClientError> {
-    let mut d = Dechunk::default();
+    let mut d = dechunk();
     let mut buf = BytesMut::new();
     let mut out = Vec::new();
     let mut trailers = None;
     let mut fed = 0;
     loop {
         match d.decode(&mut buf)? {
-            Some(f) => match f.into_data() {
-                Ok(b) => out.extend_from_slice(&b),
-                Err(f) => trailers = f.into_trailers().ok(),
-            },
-            None if d.is_done() => return Ok((out, trailers)),
-            None => {
+            Decoded::Data(b) => out.extend_from_slice(&b),
+            Decoded::Trailers(t) => trailers = Some(t),
+            Decoded::End => return Ok((out, trailers)),
+            Decoded::NeedMore => {
                 if fed >= input.len() {
                     panic!("decoder wants more after all {} bytes", input.len());
                 }
@@ -575,5 +573,358 @@ mod deadline {
         .await;
         assert_eq!(got, None);
         assert_eq!(start.elapsed(), Duration::from_secs(1));
+    }
+}
+
+/// Streamed request bodies and upgrades, against an upstream on an
+/// in-memory pipe.
+mod streamed {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn frames(
+        parts: Vec<Frame<Bytes>>,
+    ) -> impl http_body::Body<Data = Bytes, Error = std::io::Error> + Send + 'static {
+        http_body_util::StreamBody::new(futures_util::stream::iter(
+            parts.into_iter().map(Ok::<_, std::io::Error>),
+        ))
+    }
+
+    fn head<'a>(
+        method: &'a Method,
+        host: &'a HeaderValue,
+        fields: &'a HeaderMap,
+    ) -> RequestHead<'a, impl Iterator<Item = (&'a HeaderName, &'a [u8])>> {
+        RequestHead {
+            method,
+            target: "/up",
+            host,
+            fields: fields.iter().map(|(n, v)| (n, v.as_bytes())),
+        }
+    }
+
+    /// Reads from the upstream's end until `end` has arrived (and what came
+    /// with it).
+    async fn read_until(s: &mut tokio::io::DuplexStream, end: &[u8]) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut b = [0u8; 4096];
+        while !got.windows(end.len()).any(|w| w == end) {
+            let n = s.read(&mut b).await.unwrap();
+            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&b[..n]);
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn a_body_of_known_length_goes_out_as_it_is() {
+        let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+        let mut c = Conn::new(Box::new(ours));
+        let mut fields = HeaderMap::new();
+        fields.insert(header::CONTENT_LENGTH, HeaderValue::from_static("11"));
+        let body = Body::stream(frames(vec![
+            Frame::data(Bytes::from_static(b"hello")),
+            Frame::data(Bytes::from_static(b" world")),
+        ]));
+        let host = HeaderValue::from_static("up");
+        let (req, chunked) = Encoded::streamed(head(&Method::POST, &host, &fields), &body);
+        assert!(!chunked);
+        let upstream = tokio::spawn(async move {
+            let got = read_until(&mut theirs, b"hello world").await;
+            theirs
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+            (got, theirs)
+        });
+        let h = c
+            .send_streamed(
+                req,
+                &mut Uploading::new(body, chunked, Vec::new()),
+                Expect::Response,
+            )
+            .await
+            .unwrap();
+        let (got, _theirs) = upstream.await.unwrap();
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            "POST /up HTTP/1.1\r\nhost: up\r\ncontent-length: 11\r\n\r\nhello world"
+        );
+        assert_eq!(h.parts.status, StatusCode::OK);
+        assert!(h.keep_alive, "the whole body went out: reusable");
+    }
+
+    #[tokio::test]
+    async fn a_body_of_unknown_length_goes_chunked_with_its_declared_trailers() {
+        let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+        let mut c = Conn::new(Box::new(ours));
+        let mut fields = HeaderMap::new();
+        fields.insert(header::TRAILER, HeaderValue::from_static("x-sum"));
+        let mut t = HeaderMap::new();
+        t.insert("x-sum", HeaderValue::from_static("42"));
+        t.insert("x-undeclared", HeaderValue::from_static("1"));
+        let body = Body::stream(frames(vec![
+            Frame::data(Bytes::from_static(b"hello")),
+            Frame::data(Bytes::new()),
+            Frame::data(Bytes::from(vec![b'x'; 300])),
+            Frame::trailers(t),
+        ]));
+        let host = HeaderValue::from_static("up");
+        let (req, chunked) = Encoded::streamed(head(&Method::POST, &host, &fields), &body);
+        assert!(chunked);
+        let upstream = tokio::spawn(async move {
+            let got = read_until(&mut theirs, b"\r\n0\r\nx-sum: 42\r\n\r\n").await;
+            theirs
+                .write_all(b"HTTP/1.1 204 No Content\r\n\r\n")
+                .await
+                .unwrap();
+            (got, theirs)
+        });
+        let trailers = [HeaderName::from_static("x-sum")];
+        let h = c
+            .send_streamed(
+                req,
+                &mut Uploading::new(body, chunked, trailers.to_vec()),
+                Expect::Response,
+            )
+            .await
+            .unwrap();
+        let (got, _theirs) = upstream.await.unwrap();
+        let want = format!(
+            "POST /up HTTP/1.1\r\nhost: up\r\ntrailer: x-sum\r\ntransfer-encoding: chunked\r\n\r\n\
+             5\r\nhello\r\n12C\r\n{}\r\n0\r\nx-sum: 42\r\n\r\n",
+            "x".repeat(300)
+        );
+        assert_eq!(String::from_utf8(got).unwrap(), want);
+        // What was sent decodes with weir's own decoder to the same body.
+        let mut buf = BytesMut::from(&want.as_bytes()[want.find("\r\n\r\n").unwrap() + 4..]);
+        let mut d = Decoder::chunked(1024);
+        let mut n = 0;
+        loop {
+            match d.decode(&mut buf).unwrap() {
+                Decoded::Data(b) => n += b.len(),
+                Decoded::Trailers(t) => assert_eq!(t["x-sum"], "42"),
+                Decoded::End => break,
+                Decoded::NeedMore => panic!("incomplete"),
+            }
+        }
+        assert_eq!(n, 305);
+        assert_eq!(h.parts.status, StatusCode::NO_CONTENT);
+        assert!(h.keep_alive);
+    }
+
+    /// An upstream that answers 413 without reading the body: the answer is
+    /// returned, the upload stops, and the connection is not reused.
+    #[tokio::test]
+    async fn an_early_answer_ends_the_upload() {
+        let (ours, mut theirs) = tokio::io::duplex(16 * 1024);
+        let mut c = Conn::new(Box::new(ours));
+        let fields = HeaderMap::new();
+        let chunk = Bytes::from(vec![b'x'; 8192]);
+        // Endless: only the answer can end this exchange.
+        let body = Body::stream(http_body_util::StreamBody::new(
+            futures_util::stream::repeat_with(move || {
+                Ok::<_, std::io::Error>(Frame::data(chunk.clone()))
+            }),
+        ));
+        let host = HeaderValue::from_static("up");
+        let (req, chunked) = Encoded::streamed(head(&Method::PUT, &host, &fields), &body);
+        let upstream = tokio::spawn(async move {
+            read_until(&mut theirs, b"\r\n\r\n").await;
+            theirs
+                .write_all(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\n\r\nbig!")
+                .await
+                .unwrap();
+            theirs
+        });
+        let mut upload = Uploading::new(body, chunked, Vec::new());
+        let h = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            c.send_streamed(req, &mut upload, Expect::Response),
+        )
+        .await
+        .expect("the early answer ends the exchange")
+        .unwrap();
+        let _theirs = upstream.await.unwrap();
+        assert_eq!(h.parts.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(!upload.is_sent(), "half a body went out: never reused");
+        assert!(upload.into_untouched().is_none());
+        assert_eq!(c.take_buffered(h.framing).unwrap(), "big!");
+    }
+
+    /// An upstream that answers as it reads (an echo): the response body
+    /// goes on sending the request body, and the connection is reusable
+    /// once both have ended.
+    #[tokio::test]
+    async fn the_upload_goes_on_while_an_echo_answers() {
+        let (ours, mut theirs) = tokio::io::duplex(1024);
+        let mut c = Conn::new(Box::new(ours));
+        let mut fields = HeaderMap::new();
+        fields.insert(header::CONTENT_LENGTH, HeaderValue::from_static("10000"));
+        let body = Body::stream(frames(
+            (0..10)
+                .map(|_| Frame::data(Bytes::from(vec![b'e'; 1000])))
+                .collect(),
+        ));
+        let host = HeaderValue::from_static("up");
+        let (req, chunked) = Encoded::streamed(head(&Method::POST, &host, &fields), &body);
+        let upstream = tokio::spawn(async move {
+            let got = read_until(&mut theirs, b"\r\n\r\n").await;
+            let at = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            let mut n = got.len() - at;
+            theirs
+                .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .await
+                .unwrap();
+            if n > 0 {
+                theirs
+                    .write_all(format!("{n:x}\r\n").as_bytes())
+                    .await
+                    .unwrap();
+                theirs.write_all(&got[at..]).await.unwrap();
+                theirs.write_all(b"\r\n").await.unwrap();
+            }
+            let mut b = [0u8; 512];
+            while n < 10_000 {
+                let k = theirs.read(&mut b).await.unwrap();
+                assert!(k > 0);
+                n += k;
+                theirs
+                    .write_all(format!("{k:x}\r\n").as_bytes())
+                    .await
+                    .unwrap();
+                theirs.write_all(&b[..k]).await.unwrap();
+                theirs.write_all(b"\r\n").await.unwrap();
+            }
+            theirs.write_all(b"0\r\n\r\n").await.unwrap();
+            theirs
+        });
+        let mut upload = Uploading::new(body, chunked, Vec::new());
+        let h = c
+            .send_streamed(req, &mut upload, Expect::Response)
+            .await
+            .unwrap();
+        assert!(!upload.is_sent(), "the pipe is smaller than the body");
+        let told = Outcome::default();
+        let body = ResponseBody::new(c, h.framing, h.keep_alive, Told(told.clone()))
+            .sending(Some(Box::new(upload)));
+        let echoed = tokio::time::timeout(std::time::Duration::from_secs(10), collect(body))
+            .await
+            .expect("the echo ends")
+            .unwrap();
+        assert_eq!(echoed, vec![b'e'; 10_000]);
+        assert_eq!(*told.lock().unwrap(), Some(true), "reusable");
+        drop(upstream.await.unwrap());
+    }
+
+    /// A write the upstream refused by going away stops the upload; with no
+    /// answer, the exchange fails having sent something (no blind retry).
+    #[tokio::test]
+    async fn an_upstream_gone_mid_body_fails_after_sending() {
+        let (ours, mut theirs) = tokio::io::duplex(1024);
+        let mut c = Conn::new(Box::new(ours));
+        let mut fields = HeaderMap::new();
+        fields.insert(header::CONTENT_LENGTH, HeaderValue::from_static("100000"));
+        let body = Body::stream(frames(vec![Frame::data(Bytes::from(vec![b'y'; 100_000]))]));
+        let host = HeaderValue::from_static("up");
+        let (req, chunked) = Encoded::streamed(head(&Method::POST, &host, &fields), &body);
+        let upstream = tokio::spawn(async move {
+            read_until(&mut theirs, b"\r\n\r\n").await;
+            drop(theirs);
+        });
+        let r = c
+            .send_streamed(
+                req,
+                &mut Uploading::new(body, chunked, Vec::new()),
+                Expect::Response,
+            )
+            .await;
+        upstream.await.unwrap();
+        match r {
+            Err(StreamError::Upstream {
+                nothing_sent,
+                body_untouched,
+                ..
+            }) => assert!(!nothing_sent && !body_untouched),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A client body that fails is the client's fault, not the upstream's.
+    #[tokio::test]
+    async fn a_failing_client_body_is_told_apart() {
+        let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+        let mut c = Conn::new(Box::new(ours));
+        let fields = HeaderMap::new();
+        let body = Body::stream(http_body_util::StreamBody::new(futures_util::stream::iter(
+            [
+                Ok(Frame::data(Bytes::from_static(b"a"))),
+                Err(std::io::Error::other("client went away")),
+            ],
+        )));
+        let host = HeaderValue::from_static("up");
+        let (req, chunked) = Encoded::streamed(head(&Method::POST, &host, &fields), &body);
+        let keep = tokio::spawn(async move {
+            read_until(&mut theirs, b"\r\n\r\n").await;
+            theirs
+        });
+        let r = c
+            .send_streamed(
+                req,
+                &mut Uploading::new(body, chunked, Vec::new()),
+                Expect::Response,
+            )
+            .await;
+        assert!(matches!(r, Err(StreamError::Body(_))), "{r:?}");
+        drop(keep.await);
+    }
+
+    /// A 101 to an Upgrade request is its answer, and what the upstream sent
+    /// right after it comes first out of the handed-over connection.
+    #[tokio::test]
+    async fn a_101_hands_over_the_connection_with_the_bytes_past_it() {
+        let (ours, mut theirs) = tokio::io::duplex(64 * 1024);
+        let mut c = Conn::new(Box::new(ours));
+        let mut fields = HeaderMap::new();
+        fields.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        fields.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        let body = Body::empty();
+        let host = HeaderValue::from_static("up");
+        let (req, chunked) = Encoded::streamed(head(&Method::GET, &host, &fields), &body);
+        assert!(!chunked);
+        theirs
+            .write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\nearly")
+            .await
+            .unwrap();
+        let h = c
+            .send_streamed(
+                req,
+                &mut Uploading::new(body, chunked, Vec::new()),
+                Expect::Upgrade,
+            )
+            .await
+            .unwrap();
+        assert_eq!(h.parts.status, StatusCode::SWITCHING_PROTOCOLS);
+        assert!(!h.keep_alive);
+        let got = read_until(&mut theirs, b"\r\n\r\n").await;
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            "GET /up HTTP/1.1\r\nhost: up\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n",
+            "no body framing on an Upgrade without a body"
+        );
+        let mut up = c.into_upgraded();
+        theirs.write_all(b" late").await.unwrap();
+        let mut b = [0u8; 10];
+        up.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"early late");
+        up.write_all(b"back").await.unwrap();
+        let mut b = [0u8; 4];
+        theirs.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"back");
+        // Without the Upgrade, a 101 is still refused.
+        assert!(matches!(
+            head_of(b"HTTP/1.1 101 Switching Protocols\r\n\r\n", false),
+            Err(ClientError::UnexpectedSwitch)
+        ));
     }
 }

@@ -190,3 +190,100 @@ async fn pipelined_posts_reach_the_upstream_whole_and_in_order() {
     let lens: Vec<usize> = seen[seen.len() - 3..].iter().map(|s| s.body_len).collect();
     assert_eq!(lens, [5, 7, 2]);
 }
+
+/// An upstream on a bare socket that records the bytes of one request and
+/// answers with `answer` once `until` has arrived.
+async fn bare_upstream(
+    answer: &'static [u8],
+    until: &'static [u8],
+) -> (std::net::SocketAddr, tokio::task::JoinHandle<Vec<u8>>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let (mut s, _) = l.accept().await.unwrap();
+        let mut got = Vec::new();
+        let mut b = [0u8; 4096];
+        while !got.windows(until.len()).any(|w| w == until) {
+            let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut b))
+                .await
+                .expect("the request in time")
+                .unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&b[..n]);
+        }
+        s.write_all(answer).await.unwrap();
+        // Closing with the rest of a body unread resets the connection.
+        got
+    });
+    (addr, task)
+}
+
+/// weir's own client sends a chunked upload on as chunks, with the
+/// trailers the request declared, and nothing it did not declare.
+#[tokio::test]
+async fn a_chunked_upload_reaches_the_upstream_chunked_with_its_trailers() {
+    let (addr, got) = bare_upstream(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+        b"\r\n0\r\nx-sum: 42\r\n\r\n",
+    )
+    .await;
+    let w = Weir::start(
+        WEIR,
+        &format!("[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{addr}\"], retries = 0 }}\n"),
+    );
+    let resp = raw(
+        &w,
+        b"POST /up HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTrailer: x-sum\r\nConnection: close\r\n\r\n\
+          5\r\nhello\r\n6\r\n world\r\n0\r\nx-sum: 42\r\nx-other: 1\r\n\r\n",
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    let got = String::from_utf8(got.await.unwrap()).unwrap();
+    let lower = got.to_ascii_lowercase();
+    assert!(
+        lower.contains("\r\ntransfer-encoding: chunked\r\n"),
+        "{got}"
+    );
+    assert!(!lower.contains("content-length"), "{got}");
+    let body = &got[got.find("\r\n\r\n").unwrap() + 4..];
+    assert!(body.contains("hello") && body.contains(" world"), "{got:?}");
+    assert!(body.ends_with("\r\n0\r\nx-sum: 42\r\n\r\n"), "{got:?}");
+    assert!(!body.contains("x-other"), "{got:?}");
+}
+
+/// An upstream that answers 413 as soon as it has the head, never reading
+/// the 4 MiB body: the client gets the 413, not a 502, and the next
+/// request on a fresh connection works.
+#[tokio::test]
+async fn an_upstream_answering_413_before_the_body_is_passed_on() {
+    let (addr, got) = bare_upstream(
+        b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large",
+        b"\r\n\r\n",
+    )
+    .await;
+    let w = Weir::start(
+        WEIR,
+        &format!(
+            "[server.limits]\nbody = \"64MiB\"\n[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{addr}\"], retries = 0 }}\n"
+        ),
+    );
+    let len = 4 * 1024 * 1024;
+    let mut s = TcpStream::connect(w.addr).await.unwrap();
+    s.write_all(
+        format!(
+            "PUT /big HTTP/1.1\r\nHost: x\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    // weir may stop reading the body once the answer is in.
+    let body = vec![b'b'; len];
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.write_all(&body)).await;
+    let resp = read_head(&mut s).await + &read_rest(&mut s).await;
+    assert!(resp.starts_with("HTTP/1.1 413"), "{resp}");
+    assert!(resp.ends_with("too large"), "{resp}");
+    got.await.unwrap();
+}
