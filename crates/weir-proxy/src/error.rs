@@ -154,6 +154,19 @@ impl Failed {
         }
     }
 
+    /// An exchange on weir's own connection that failed: on a pooled
+    /// connection found closed (`stale`), before anything was written, or
+    /// after.
+    pub fn exchange(error: ProxyError, stale: bool, nothing_sent: bool) -> Self {
+        if stale {
+            Failed::stale(error)
+        } else if nothing_sent {
+            Failed::not_sent(error)
+        } else {
+            Failed::after_send(error)
+        }
+    }
+
     /// The response did not come within the timeout.
     pub fn timeout(error: ProxyError) -> Self {
         Failed {

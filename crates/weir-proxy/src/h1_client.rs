@@ -665,7 +665,7 @@ impl Conn {
 fn trailer_section(t: &HeaderMap, allowed: &[HeaderName]) -> Bytes {
     let mut out = b"0\r\n".to_vec();
     for (name, value) in t {
-        if allowed.contains(name) && trailer_may_carry(name) {
+        if allowed.contains(name) && weir_http::h1::trailer_may_carry(name) {
             out.extend_from_slice(name.as_str().as_bytes());
             out.extend_from_slice(b": ");
             out.extend_from_slice(value.as_bytes());
@@ -674,24 +674,6 @@ fn trailer_section(t: &HeaderMap, allowed: &[HeaderName]) -> Bytes {
     }
     out.extend_from_slice(b"\r\n");
     Bytes::from(out)
-}
-
-fn trailer_may_carry(name: &HeaderName) -> bool {
-    !matches!(
-        *name,
-        header::AUTHORIZATION
-            | header::CACHE_CONTROL
-            | header::CONTENT_ENCODING
-            | header::CONTENT_LENGTH
-            | header::CONTENT_RANGE
-            | header::CONTENT_TYPE
-            | header::HOST
-            | header::MAX_FORWARDS
-            | header::SET_COOKIE
-            | header::TRAILER
-            | header::TRANSFER_ENCODING
-            | header::TE
-    )
 }
 
 async fn write_all(

@@ -590,15 +590,10 @@ impl Proxy {
                 // went out: the upstream never saw it; an idempotent request
                 // goes again on a new connection, as hyper's and nginx's do.
                 let stale = reused && idempotent && e.is_closed_before_response();
-                let e = ProxyError::Client(e);
-                let failed = if stale {
-                    Failed::stale(e)
-                } else if nothing_sent {
-                    Failed::not_sent(e)
-                } else {
-                    Failed::after_send(e)
-                };
-                Err((failed, None))
+                Err((
+                    Failed::exchange(ProxyError::Client(e), stale, nothing_sent),
+                    None,
+                ))
             }
             Err(_) => Err((Failed::timeout(ProxyError::ResponseTimeout(timeout)), None)),
         }
@@ -673,14 +668,7 @@ impl Proxy {
                 // As in `send_own`; the body must still be whole to go again.
                 let stale =
                     reused && idempotent && body_untouched && error.is_closed_before_response();
-                let e = ProxyError::Client(error);
-                let failed = if stale {
-                    Failed::stale(e)
-                } else if nothing_sent {
-                    Failed::not_sent(e)
-                } else {
-                    Failed::after_send(e)
-                };
+                let failed = Failed::exchange(ProxyError::Client(error), stale, nothing_sent);
                 Err((failed, None))
             }
             None => Err((Failed::timeout(ProxyError::ResponseTimeout(timeout)), None)),

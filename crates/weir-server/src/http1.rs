@@ -1017,21 +1017,7 @@ fn encode_trailers(trailers: &http::HeaderMap, allowed: &[HeaderValue], dst: &mu
             .any(|v| has_token(v.as_bytes(), name.as_str().as_bytes()))
     };
     for name in trailers.keys() {
-        let forbidden = matches!(
-            *name,
-            header::AUTHORIZATION
-                | header::CACHE_CONTROL
-                | header::CONTENT_ENCODING
-                | header::CONTENT_LENGTH
-                | header::CONTENT_RANGE
-                | header::CONTENT_TYPE
-                | header::HOST
-                | header::MAX_FORWARDS
-                | header::SET_COOKIE
-                | header::TRAILER
-                | header::TRANSFER_ENCODING
-                | header::TE
-        );
+        let forbidden = !weir_http::h1::trailer_may_carry(name);
         // hyper keeps the last value of a repeated field.
         if let Some(value) = trailers.get_all(name).iter().next_back()
             && !forbidden

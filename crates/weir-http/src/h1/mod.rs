@@ -2,7 +2,7 @@
 //! its upstream client: the body [`Decoder`] (Content-Length and chunked,
 //! with extensions and trailers) over bytes in memory, the chunk-size line
 //! a sender writes ([`chunk_size_line`]), the keep-alive rule
-//! ([`keeps_alive`]), and the request body a handler receives
+//! ([`keeps_alive`]), the fields a trailer may carry ([`trailer_may_carry`]), and the request body a handler receives
 //! ([`Incoming`]), fed by the connection loop through its [`Sender`].
 //!
 //! Owns the one chunk-size parser of weir ([`chunk_size`]); the smuggling
@@ -32,6 +32,28 @@ pub fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
     buf[16] = b'\r';
     buf[17] = b'\n';
     &buf[i..]
+}
+
+/// Whether a trailer section may carry `name`: not the fields that frame,
+/// route, authenticate or describe the content (RFC 9110 §6.5.1), which
+/// hyper drops from trailers too.
+pub fn trailer_may_carry(name: &http::HeaderName) -> bool {
+    use http::header;
+    !matches!(
+        *name,
+        header::AUTHORIZATION
+            | header::CACHE_CONTROL
+            | header::CONTENT_ENCODING
+            | header::CONTENT_LENGTH
+            | header::CONTENT_RANGE
+            | header::CONTENT_TYPE
+            | header::HOST
+            | header::MAX_FORWARDS
+            | header::SET_COOKIE
+            | header::TRAILER
+            | header::TRANSFER_ENCODING
+            | header::TE
+    )
 }
 
 /// Whether a message leaves its connection open, from its version and its
