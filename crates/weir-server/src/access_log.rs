@@ -1,9 +1,16 @@
 //! Per-site access logs (combined log format or JSON lines), off by default.
 //!
-//! The request path only formats a line and hands it to a channel; one
-//! writer thread per log file does the blocking writes, batching them through
-//! a `BufWriter` and flushing when the channel runs dry.
+//! The request path formats a line by hand into one buffer (no JSON value
+//! tree, the time formatted once a second per thread) and hands it to a
+//! channel; one writer thread per log file does the blocking writes. The
+//! writer wakes for the first line after a quiet spell, then gathers for
+//! `GATHER` before it writes, so under load a worker never wakes it per
+//! line and lines go out in one write per batch (nginx's `buffer=` and
+//! `flush=` do the same in the worker itself). Never writes to the file
+//! from a worker thread.
 
+use std::cell::RefCell;
+use std::fmt::Write as _;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::Path;
@@ -11,6 +18,10 @@ use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
 use weir_config::{AccessLogConfig, AccessLogFormat};
+
+/// How long the writer gathers lines after the first one of a batch: at
+/// most this late in the file, and one wake-up and one write per batch.
+const GATHER: Duration = Duration::from_millis(20);
 
 /// What is logged about one request.
 pub struct Entry<'a> {
@@ -42,10 +53,20 @@ impl AccessLog {
             .name("weir-access-log".into())
             .spawn(move || {
                 let mut w = std::io::BufWriter::with_capacity(64 * 1024, out);
+                // Parked in `recv` only while the channel is empty, so a
+                // worker's send wakes this thread once per batch at most.
                 while let Ok(line) = rx.recv() {
                     let _ = w.write_all(&line);
-                    while let Ok(line) = rx.try_recv() {
-                        let _ = w.write_all(&line);
+                    loop {
+                        std::thread::sleep(GATHER);
+                        let mut more = false;
+                        while let Ok(line) = rx.try_recv() {
+                            let _ = w.write_all(&line);
+                            more = true;
+                        }
+                        if !more {
+                            break;
+                        }
                     }
                     let _ = w.flush();
                 }
@@ -85,7 +106,7 @@ fn version(v: http::Version) -> &'static str {
 
 /// `127.0.0.1 - - [21/Nov/2026:15:03:00 +0000] "GET / HTTP/1.1" 200 164 "-" "curl/7.88.1"`
 fn combined(e: &Entry<'_>) -> Vec<u8> {
-    let now = clf_time(SystemTime::now());
+    let now = with_now(|t| t.clf.clone());
     let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
     format!(
         "{} - - [{}] \"{} {} {}\" {} {} \"{}\" \"{}\"\n",
@@ -103,22 +124,88 @@ fn combined(e: &Entry<'_>) -> Vec<u8> {
 }
 
 fn json(e: &Entry<'_>) -> Vec<u8> {
-    let v = serde_json::json!({
-        "time": httpdate::fmt_http_date(SystemTime::now()),
-        "remote_addr": e.peer.ip().to_string(),
-        "host": e.host,
-        "method": e.method,
-        "uri": e.target,
-        "protocol": version(e.version),
-        "status": e.status,
-        "bytes": e.bytes,
-        "referer": e.referer,
-        "user_agent": e.user_agent,
-        "duration_ms": e.duration.as_secs_f64() * 1000.0,
-    });
-    let mut out = serde_json::to_vec(&v).unwrap_or_default();
-    out.push(b'\n');
-    out
+    let mut out = String::with_capacity(256);
+    out.push_str("{\"time\":\"");
+    with_now(|t| out.push_str(&t.http));
+    let _ = write!(out, "\",\"remote_addr\":\"{}\",\"host\":", e.peer.ip());
+    json_str(&mut out, Some(e.host));
+    out.push_str(",\"method\":");
+    json_str(&mut out, Some(e.method));
+    out.push_str(",\"uri\":");
+    json_str(&mut out, Some(e.target));
+    let _ = write!(
+        out,
+        ",\"protocol\":\"{}\",\"status\":{},\"bytes\":",
+        version(e.version),
+        e.status
+    );
+    match e.bytes {
+        Some(b) => {
+            let _ = write!(out, "{b}");
+        }
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"referer\":");
+    json_str(&mut out, e.referer);
+    out.push_str(",\"user_agent\":");
+    json_str(&mut out, e.user_agent);
+    let _ = writeln!(
+        out,
+        ",\"duration_ms\":{}}}",
+        e.duration.as_secs_f64() * 1000.0
+    );
+    out.into_bytes()
+}
+
+/// `s` as a JSON string (`null` for `None`): quotes, backslashes and
+/// control characters escaped.
+fn json_str(out: &mut String, s: Option<&str>) {
+    let Some(s) = s else {
+        out.push_str("null");
+        return;
+    };
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// The current second's time in the two forms the logs write.
+struct Now {
+    secs: u64,
+    http: String,
+    clf: String,
+}
+
+thread_local! {
+    /// Formatted once a second per thread, not per line.
+    static NOW: RefCell<Now> = const {
+        RefCell::new(Now { secs: u64::MAX, http: String::new(), clf: String::new() })
+    };
+}
+
+fn with_now<R>(f: impl FnOnce(&Now) -> R) -> R {
+    NOW.with_borrow_mut(|n| {
+        let secs = weir_http::clock::unix_secs();
+        if n.secs != secs {
+            let t = weir_http::clock::system_time(secs);
+            n.http = httpdate::fmt_http_date(t);
+            n.clf = clf_time(t);
+            n.secs = secs;
+        }
+        f(n)
+    })
 }
 
 /// `21/Nov/2026:15:03:00 +0000`, the combined log format's time, in UTC.
@@ -160,5 +247,49 @@ mod tests {
         let j: serde_json::Value = serde_json::from_slice(&json(&e)).unwrap();
         assert_eq!(j["status"], 404);
         assert_eq!(j["uri"], "/a\"b");
+        assert_eq!(j["bytes"], 12);
+        assert_eq!(j["referer"], serde_json::Value::Null);
+        assert_eq!(j["user_agent"], "curl/8");
+        assert_eq!(j["remote_addr"], "10.0.0.1");
+        assert_eq!(j["duration_ms"], 3.0);
+        assert!(j["time"].as_str().unwrap().ends_with(" GMT"));
+    }
+
+    /// Whatever a client puts in a field, each JSON line parses and gives
+    /// the field back as it came.
+    #[test]
+    fn json_lines_escape_what_clients_send() {
+        for nasty in [
+            "\"",
+            "\\",
+            "a\nb",
+            "\u{1}\u{1f}",
+            "é ☃",
+            "}{\"x\":1",
+            "\t\r",
+        ] {
+            let e = Entry {
+                peer: "[::1]:1".parse().unwrap(),
+                method: "GET",
+                target: nasty,
+                version: http::Version::HTTP_2,
+                status: 200,
+                bytes: None,
+                referer: Some(nasty),
+                user_agent: None,
+                host: nasty,
+                duration: Duration::from_micros(1500),
+            };
+            let line = json(&e);
+            assert_eq!(line.last(), Some(&b'\n'));
+            assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
+            let j: serde_json::Value = serde_json::from_slice(&line).unwrap();
+            assert_eq!(j["uri"], nasty);
+            assert_eq!(j["referer"], nasty);
+            assert_eq!(j["host"], nasty);
+            assert_eq!(j["bytes"], serde_json::Value::Null);
+            assert_eq!(j["protocol"], "HTTP/2.0");
+            assert_eq!(j["remote_addr"], "::1");
+        }
     }
 }
