@@ -227,7 +227,7 @@ async fn serve(
     // Boxed, as are the hyper connections below: a task's memory is its
     // largest state, and an idle keep-alive connection should pay only for
     // the state it is in (BENCHMARKS.md, idle).
-    let handshake = Box::pin(acceptor.accept(stream, &turns));
+    let handshake = Box::pin(acceptor.accept(tio::SliceWrites(stream), &turns));
     let handshake = tokio::time::timeout(ctx.timeouts.header, handshake);
     // The connection's future is built in a block that ends before it runs,
     // so the TLS stream (about 1.4 KiB) is not also kept in this task.
