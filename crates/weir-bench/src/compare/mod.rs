@@ -517,6 +517,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                     .join(server.name());
                 let setup = ServerSetup {
                     access_log: case.access_log.then(|| dir.join("access.log")),
+                    max_connections: scenarios::max_connections(),
                     dir,
                     port: cfg.port,
                     tls: case.tls,
@@ -662,7 +663,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
         concurrency_min_measure_s: scenarios::CONCURRENCY_MIN_MEASURE.as_secs_f64(),
         upstream_idle_pool: servers::UPSTREAM_IDLE,
         keepalive_s: servers::KEEPALIVE_SECS,
-        haproxy_maxconn: servers::haproxy_maxconn(),
+        haproxy_maxconn: servers::haproxy_maxconn(scenarios::max_connections()),
         generator_copies_bodies: cfg.copy_bodies,
         repeats: cfg.repeats,
         duration_s: cfg.duration.as_secs_f64(),
@@ -1134,6 +1135,7 @@ fn run_startup(
             workers: cfg.workers,
             weir_accept: cfg.weir_accept.clone(),
             access_log: None,
+            max_connections: scenarios::max_connections(),
         };
         let measured = usable.and_then(|()| {
             let launch = prepare_validated(server, &setup, cfg.weirs())?;
@@ -1211,6 +1213,7 @@ fn run_idle(
                 workers: cfg.workers,
                 weir_accept: cfg.weir_accept.clone(),
                 access_log: None,
+                max_connections: scenarios::max_connections(),
             };
             let icase = IdleCase {
                 connections: case.connections,

@@ -29,11 +29,10 @@ pub const UPSTREAM_IDLE: usize = 1024;
 /// Client keep-alive idle timeout, seconds, of every server.
 pub const KEEPALIVE_SECS: u64 = 65;
 
-/// HAProxy's `maxconn`: above the largest case's connections (the backend
-/// side shares pooled connections). It asks for about 2 × maxconn
+/// HAProxy's `maxconn`: above `most`, the largest case's connections (the
+/// backend side shares pooled connections). It asks for about 2 × maxconn
 /// descriptors; `no strict-limits` makes a shortfall a warning.
-pub fn haproxy_maxconn() -> usize {
-    let most = super::scenarios::max_connections();
+pub fn haproxy_maxconn(most: usize) -> usize {
     (most + most / 10).max(1000)
 }
 
@@ -103,6 +102,8 @@ pub struct ServerSetup {
     pub weir_accept: Option<String>,
     /// Write an access log line per request to this file (features-on row).
     pub access_log: Option<PathBuf>,
+    /// The most connections any case of the run opens at once.
+    pub max_connections: usize,
 }
 
 /// How to start a server.
@@ -676,7 +677,7 @@ fn haproxy_config(s: &ServerSetup) -> Result<String, CompareError> {
          backend be\n  option forwardfor\n  http-request set-header X-Forwarded-Proto {scheme}\n\
          \x20 http-request set-header X-Forwarded-Host %[req.hdr(host)]\n  server b1 {up} pool-max-conn {UPSTREAM_IDLE}\n",
         w = s.workers,
-        mc = haproxy_maxconn(),
+        mc = haproxy_maxconn(s.max_connections),
         ka = KEEPALIVE_SECS,
         log = if s.access_log.is_some() {
             "access log (httplog) to standard output, a file"
@@ -758,6 +759,7 @@ mod tests {
             workers: 1,
             weir_accept: None,
             access_log: log.then(|| PathBuf::from("/run/x/access.log")),
+            max_connections: 10_000,
         }
     }
 
@@ -845,8 +847,8 @@ mod tests {
     #[test]
     fn haproxy_takes_more_than_the_largest_case_without_strict_limits() {
         let haproxy = haproxy_config(&proxy(false)).unwrap();
-        let mc = haproxy_maxconn();
-        assert!(mc > super::super::scenarios::max_connections(), "{mc}");
+        let mc = haproxy_maxconn(10_000);
+        assert!(mc > 10_000, "{mc}");
         let global = haproxy.split("defaults").next().unwrap();
         has_lines(
             global,

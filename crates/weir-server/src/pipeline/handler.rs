@@ -16,7 +16,6 @@ use weir_http::response::{error, method_not_allowed};
 use weir_static::StaticFiles;
 
 use super::SiteError;
-use super::route::Target;
 
 /// What answers the requests of a site.
 pub(super) enum Handler {
@@ -71,6 +70,16 @@ pub(super) fn build_handler(
             },
         },
     })
+}
+
+/// What the handler phase is to run.
+pub(super) enum Target<'a> {
+    /// A site's own handler, or a routed site's fallback.
+    Handler(&'a Handler),
+    /// A route's proxy, with the path its rewrite made (if it changed it).
+    Route(&'a Route, Option<String>),
+    /// A routed site with no matching route and no fallback.
+    NotFound,
 }
 
 /// Answers the request with the handler `target` names.
@@ -166,7 +175,7 @@ fn welcome(parts: &http::request::Parts) -> Response<Body> {
 }
 
 fn redirect_https(parts: &http::request::Parts, port: u16) -> Response<Body> {
-    let host = super::route::request_host(parts);
+    let host = super::request_head::request_host(parts);
     if host.is_empty() {
         return error(StatusCode::BAD_REQUEST);
     }

@@ -11,7 +11,7 @@ use crate::access_log::{AccessLog, Entry};
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 
-use super::route::request_host;
+use super::request_head::request_host;
 
 /// Logs the request in `parts` and its response, `started` when it began.
 pub(super) fn record(

@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn ports_are_stripped_from_hosts() {
-        use route::strip_port;
+        use request_head::strip_port;
         assert_eq!(strip_port("example.com:8080"), "example.com");
         assert_eq!(strip_port("example.com"), "example.com");
         assert_eq!(strip_port("[::1]:8080"), "[::1]");

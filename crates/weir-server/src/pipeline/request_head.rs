@@ -1,8 +1,9 @@
 //! The request-head phase: the limits every request is held to whatever
 //! protocol brought it (target length 414, field count and size 431,
 //! declared body size 413), and the answers that come before any site
-//! (ACME HTTP-01 tokens, so a redirect to HTTPS cannot hide them). Reads
-//! the head only; never reads the body.
+//! (ACME HTTP-01 tokens, so a redirect to HTTPS cannot hide them), and the
+//! request's host as the later phases read it. Reads the head only; never
+//! reads the body.
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -73,4 +74,30 @@ fn closing(mut r: Response<Body>) -> Response<Body> {
     r.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     r
+}
+
+/// The request's host without port: the URI authority (HTTP/2, absolute
+/// form) or the Host header.
+pub(super) fn request_host(parts: &http::request::Parts) -> &str {
+    let raw = parts
+        .uri
+        .host()
+        .or_else(|| {
+            parts
+                .headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+        })
+        .unwrap_or("");
+    strip_port(raw)
+}
+
+pub(super) fn strip_port(h: &str) -> &str {
+    if h.starts_with('[') {
+        return h.split(']').next().map_or(h, |s| &h[..s.len() + 1]);
+    }
+    match h.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => h,
+    }
 }

@@ -6,20 +6,9 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use http::header;
-
-use super::handler::{Handler, Route};
+use super::handler::{Handler, Target};
+use super::request_head::request_host;
 use super::{Listener, Site};
-
-/// What the handler phase is to run.
-pub(super) enum Target<'a> {
-    /// A site's own handler, or a routed site's fallback.
-    Handler(&'a Handler),
-    /// A route's proxy, with the path its rewrite made (if it changed it).
-    Route(&'a Route, Option<String>),
-    /// A routed site with no matching route and no fallback.
-    NotFound,
-}
 
 /// The site that answers a request on `l`.
 pub(super) fn site<'l>(l: &'l Listener, parts: &http::request::Parts) -> &'l Arc<Site> {
@@ -70,30 +59,4 @@ fn pick<'l>(l: &'l Listener, host: &str) -> &'l Arc<Site> {
         }
     }
     &l.default
-}
-
-/// The request's host without port: the URI authority (HTTP/2, absolute
-/// form) or the Host header.
-pub(super) fn request_host(parts: &http::request::Parts) -> &str {
-    let raw = parts
-        .uri
-        .host()
-        .or_else(|| {
-            parts
-                .headers
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-        })
-        .unwrap_or("");
-    strip_port(raw)
-}
-
-pub(super) fn strip_port(h: &str) -> &str {
-    if h.starts_with('[') {
-        return h.split(']').next().map_or(h, |s| &h[..s.len() + 1]);
-    }
-    match h.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => h,
-    }
 }
