@@ -3,6 +3,8 @@
 
 use std::net::SocketAddr;
 
+use crate::worker::Worker;
+
 /// What a handler may need to know about the connection a request came on.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnInfo {
@@ -12,4 +14,7 @@ pub struct ConnInfo {
     pub local: SocketAddr,
     /// Whether the client connection is TLS (HTTPS, HTTP/3).
     pub tls: bool,
+    /// The worker the connection runs on: the slot of per-worker state
+    /// (upstream pools, balancers) its requests use.
+    pub worker: Worker,
 }

@@ -5,8 +5,9 @@
 //! ([`file_region`]), the per-thread stock of header maps, the coarse
 //! clock, and the strict HTTP/1.1 framing check that refuses smuggling
 //! shapes before any parser sees them ([`smuggling`]), the HTTP/1.1 body
-//! decoder and request body ([`h1`]), and the connection hand-over after a
-//! protocol switch ([`upgrade`]).
+//! decoder and request body ([`h1`]), the connection hand-over after a
+//! protocol switch ([`upgrade`]), and the worker a connection runs on with
+//! the per-worker slots of state ([`worker`]).
 //!
 //! Depends on no other weir crate; must never depend on config, TLS or a
 //! handler.
@@ -20,6 +21,7 @@ pub mod header_maps;
 pub mod response;
 pub mod smuggling;
 pub mod upgrade;
+pub mod worker;
 
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;

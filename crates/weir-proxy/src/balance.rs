@@ -6,7 +6,7 @@
 //! not, weight, requests in flight, full) and a hash key, and returns an
 //! index. It never does I/O, never reads a clock, and its randomness comes
 //! from a seeded generator, so the tests replay exact sequences. One
-//! `Balancer` lives per worker thread per proxy; nothing here is shared.
+//! `Balancer` lives in each worker's slot of its proxy; nothing here is shared.
 
 use weir_config::proxy::Balance;
 

@@ -1,14 +1,14 @@
 //! Resolving upstream host names, again after a TTL, so a changed address
 //! is picked up without a reload.
 //!
-//! The cache is per worker thread (no lock on the request path) and is only
-//! consulted when a new upstream connection is opened. IP literals never
+//! Each worker has a [`Resolver`] of its own per proxy (its lock is never
+//! contended), consulted only when a new upstream connection is opened. IP literals never
 //! reach the resolver. Never blocks a worker: lookups run on tokio's
 //! blocking pool (`lookup_host`).
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// A cached answer and when it stops being fresh.
@@ -57,32 +57,46 @@ impl Cache {
     }
 }
 
-thread_local! {
-    static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
+/// One worker's cached answers, and the lookups that fill them.
+#[derive(Debug, Default)]
+pub struct Resolver {
+    cache: Mutex<Cache>,
 }
 
-/// The addresses of `host:port`, from the worker's cache when fresh.
-pub async fn resolve(host: &str, port: u16, ttl: Duration) -> std::io::Result<Vec<SocketAddr>> {
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return Ok(vec![SocketAddr::new(ip, port)]);
-    }
-    let now = Instant::now();
-    if let Some(a) = CACHE.with(|c| c.borrow().get(host, port, now).map(<[_]>::to_vec)) {
-        return Ok(a);
-    }
-    match tokio::net::lookup_host((host, port)).await {
-        Ok(it) => {
-            let addrs: Vec<SocketAddr> = it.collect();
-            CACHE.with(|c| c.borrow_mut().put(host, port, addrs.clone(), now, ttl));
-            Ok(addrs)
+impl Resolver {
+    /// The addresses of `host:port`, from the cache when fresh. The lock is
+    /// never held across the lookup.
+    pub async fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+        ttl: Duration,
+    ) -> std::io::Result<Vec<SocketAddr>> {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Ok(vec![SocketAddr::new(ip, port)]);
         }
-        Err(e) => match CACHE.with(|c| c.borrow().stale(host, port).map(<[_]>::to_vec)) {
-            Some(a) => {
-                tracing::warn!("resolving {host}: {e}; using the previous addresses");
-                Ok(a)
+        let now = Instant::now();
+        if let Some(a) = self.with(|c| c.get(host, port, now).map(<[_]>::to_vec)) {
+            return Ok(a);
+        }
+        match tokio::net::lookup_host((host, port)).await {
+            Ok(it) => {
+                let addrs: Vec<SocketAddr> = it.collect();
+                self.with(|c| c.put(host, port, addrs.clone(), now, ttl));
+                Ok(addrs)
             }
-            None => Err(e),
-        },
+            Err(e) => match self.with(|c| c.stale(host, port).map(<[_]>::to_vec)) {
+                Some(a) => {
+                    tracing::warn!("resolving {host}: {e}; using the previous addresses");
+                    Ok(a)
+                }
+                None => Err(e),
+            },
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Cache) -> R) -> R {
+        f(&mut self.cache.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 

@@ -27,11 +27,9 @@ pub mod pool;
 pub mod proxy_protocol;
 pub mod upgrade;
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
@@ -48,14 +46,24 @@ use pool::Sender;
 use weir_config::proxy::{Balance, HashKey, HostHeader, ProxyConfig, UpstreamConfig};
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
+use weir_http::worker::{PerWorker, Worker};
 
 pub use error::{Blame, Failed, ProxyError, Retry};
 
-static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
+/// What one worker keeps for one proxy: its idle upstream connections, its
+/// balancer and its DNS answers. Only that worker's requests take these
+/// locks, so they are never contended with the per-core runtime (and with
+/// the shared one, only by the threads its connections happen to run on).
+struct Local {
+    pools: Mutex<pool::Pools>,
+    balancer: Mutex<Balancer>,
+    dns: dns::Resolver,
+}
 
-thread_local! {
-    /// One balancer per proxy per worker thread.
-    static BALANCERS: RefCell<HashMap<usize, Balancer>> = RefCell::new(HashMap::new());
+impl Local {
+    fn pools(&self) -> MutexGuard<'_, pool::Pools> {
+        self.pools.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// One upstream's run-time state, shared by the workers.
@@ -73,9 +81,10 @@ pub struct Upstream {
 
 /// A running proxy handler.
 pub struct Proxy {
-    id: usize,
     pub cfg: Arc<ProxyConfig>,
     ups: Vec<Arc<Upstream>>,
+    /// One slot per worker (`ConnInfo::worker`).
+    locals: PerWorker<Arc<Local>>,
     tls: Option<tokio_rustls::TlsConnector>,
     tls_h2: Option<tokio_rustls::TlsConnector>,
     /// HTTP/1.1 upstream connections through weir's own client
@@ -108,7 +117,8 @@ impl Replay {
 impl Proxy {
     /// `own_h1`: weir's own HTTP/1.1 client for every HTTP/1.1 upstream
     /// request (the `server.http1 = "fast"` default); `false`: hyper's.
-    pub fn new(cfg: Arc<ProxyConfig>, own_h1: bool) -> Arc<Proxy> {
+    /// `workers`: how many workers' slots of pools and balancers to keep.
+    pub fn new(cfg: Arc<ProxyConfig>, own_h1: bool, workers: usize) -> Arc<Proxy> {
         let ups = cfg
             .upstreams
             .iter()
@@ -130,8 +140,22 @@ impl Proxy {
             })
             .collect();
         let any_tls = cfg.upstreams.iter().any(|u| u.scheme.is_tls());
+        let names: Vec<&str> = cfg.upstreams.iter().map(|u| u.name.as_str()).collect();
+        let weights: Vec<u32> = cfg.upstreams.iter().map(|u| u.weight).collect();
+        let locals = PerWorker::new(workers, || {
+            Arc::new(Local {
+                pools: Mutex::new(pool::Pools::new(names.len())),
+                balancer: Mutex::new(Balancer::new(
+                    cfg.balance.clone(),
+                    &names,
+                    &weights,
+                    fastrand::u64(..),
+                )),
+                dns: dns::Resolver::default(),
+            })
+        });
         let p = Arc::new(Proxy {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            locals,
             tls: any_tls.then(|| pool::tls_connector(cfg.tls_verify, false)),
             tls_h2: any_tls.then(|| pool::tls_connector(cfg.tls_verify, true)),
             cfg,
@@ -147,6 +171,16 @@ impl Proxy {
     /// Upstreams and their state (for tests and the admin API).
     pub fn upstreams(&self) -> &[Arc<Upstream>] {
         &self.ups
+    }
+
+    /// Idle connections to upstream `idx`, summed over the workers (for
+    /// tests and the admin API).
+    pub fn idle_connections(&self, idx: usize) -> usize {
+        self.locals.iter().map(|l| l.pools().idle_count(idx)).sum()
+    }
+
+    fn local(&self, w: Worker) -> &Arc<Local> {
+        self.locals.get(w)
     }
 
     /// Proxies one request. `path` is the path to send when a route rewrote it.
@@ -209,7 +243,7 @@ impl Proxy {
         // connect" naming the upstream), not "no upstream is available".
         let mut last: Option<(usize, ProxyError)> = None;
         loop {
-            let Some(idx) = self.pick(key, sticky, &tried) else {
+            let Some(idx) = self.pick(conn.worker, key, sticky, &tried) else {
                 return match last {
                     Some((i, e)) => self.fail(parts, Some(&self.ups[i]), e),
                     None => self.fail(parts, None, ProxyError::NoneAvailable),
@@ -232,7 +266,7 @@ impl Proxy {
                 }
             };
             let active = ActiveGuard::new(up.clone());
-            let sender = match self.pooled_now(idx) {
+            let sender = match self.pooled_now(conn.worker, idx) {
                 Ok(s) => Ok(s),
                 Err(first) => Box::pin(self.sender_after(idx, conn, false, first)).await,
             };
@@ -286,7 +320,8 @@ impl Proxy {
             match sent {
                 Ok((rp, from)) => {
                     let done = Done {
-                        key: (self.id, idx),
+                        local: self.local(conn.worker).clone(),
+                        idx,
                         sender: None,
                         max_idle: self.cfg.max_idle,
                         _permit: permit,
@@ -369,7 +404,13 @@ impl Proxy {
     }
 
     /// Chooses an upstream among the healthy ones not yet tried.
-    fn pick(&self, key: Option<u64>, sticky: Option<usize>, tried: &[usize]) -> Option<usize> {
+    fn pick(
+        &self,
+        worker: Worker,
+        key: Option<u64>,
+        sticky: Option<usize>,
+        tried: &[usize],
+    ) -> Option<usize> {
         // Read once, and only if an upstream is in a passive cool-down.
         let now = std::cell::LazyCell::new(weir_http::clock::now);
         let is_up = |u: &Upstream| u.health.is_up_with(|| *now);
@@ -395,20 +436,11 @@ impl Proxy {
                 full: u.limit.as_ref().is_some_and(|s| s.available_permits() == 0),
             })
             .collect();
-        BALANCERS.with(|b| {
-            let mut b = b.borrow_mut();
-            let bal = b.entry(self.id).or_insert_with(|| {
-                let names: Vec<&str> = self.ups.iter().map(|u| u.cfg.name.as_str()).collect();
-                let weights: Vec<u32> = self.ups.iter().map(|u| u.cfg.weight).collect();
-                Balancer::new(
-                    self.cfg.balance.clone(),
-                    &names,
-                    &weights,
-                    fastrand::u64(..),
-                )
-            });
-            bal.pick(&cands, key)
-        })
+        self.local(worker)
+            .balancer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pick(&cands, key)
     }
 
     /// A connection slot on `up`: at once, after waiting in its queue, or an error.
@@ -445,8 +477,12 @@ impl Proxy {
     /// A pooled connection that needs no waiting (the common case: one of
     /// weir's own, or a shared HTTP/2 one), else what the pool gave, for
     /// [`Proxy::sender_after`].
-    fn pooled_now(&self, idx: usize) -> Result<Sender, Option<Sender>> {
-        match pool::checkout((self.id, idx), self.cfg.idle_timeout) {
+    fn pooled_now(&self, worker: Worker, idx: usize) -> Result<Sender, Option<Sender>> {
+        let pooled = self
+            .local(worker)
+            .pools()
+            .checkout(idx, self.cfg.idle_timeout);
+        match pooled {
             Some(s @ (Sender::H2(_) | Sender::Own(_))) => Ok(s),
             other => Err(other),
         }
@@ -461,11 +497,11 @@ impl Proxy {
         mut first: Option<Sender>,
     ) -> Result<Sender, ProxyError> {
         let up = &self.ups[idx];
-        let key = (self.id, idx);
+        let local = self.local(conn.worker);
         if !upgrades {
             while let Some(s) = first
                 .take()
-                .or_else(|| pool::checkout(key, self.cfg.idle_timeout))
+                .or_else(|| local.pools().checkout(idx, self.cfg.idle_timeout))
             {
                 match s {
                     // hyper's (`server.http1 = "hyper"`): wait until it can send.
@@ -488,6 +524,7 @@ impl Proxy {
             &pool::ConnectOpts {
                 timeout: self.cfg.connect_timeout,
                 dns_ttl: self.cfg.dns_ttl,
+                dns: &local.dns,
                 proxy_protocol: self.cfg.send_proxy_protocol,
                 client: (conn.peer, conn.local),
                 tls,
@@ -498,7 +535,7 @@ impl Proxy {
         ))
         .await?;
         if let Sender::H2(tx) = &s {
-            pool::share_h2(key, tx);
+            local.pools().share_h2(idx, tx);
         }
         Ok(s)
     }
@@ -949,7 +986,9 @@ impl Drop for ActiveGuard {
 
 /// What an upstream response holds until its body ends.
 struct Done {
-    key: pool::Key,
+    /// The worker's pools, and the upstream the connection goes back to.
+    local: Arc<Local>,
+    idx: usize,
     sender: Option<Sender>,
     max_idle: usize,
     _permit: Option<OwnedSemaphorePermit>,
@@ -963,7 +1002,7 @@ impl Done {
             if let Sender::Own(c) = &mut s {
                 c.set_reused();
             }
-            pool::checkin(self.key, s, self.max_idle);
+            self.local.pools().checkin(self.idx, s, self.max_idle);
         }
     }
 }
@@ -1073,6 +1112,8 @@ async fn health_loop(p: Arc<Proxy>) {
     };
     let mut tick = tokio::time::interval(hc.interval.max(health::MIN_INTERVAL));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The checks' own DNS answers: they run on a thread of their own.
+    let dns = &dns::Resolver::default();
     loop {
         tick.tick().await;
         let checks = p.ups.iter().map(|up| {
@@ -1081,7 +1122,7 @@ async fn health_loop(p: Arc<Proxy>) {
             let hc = hc.clone();
             async move {
                 let ok = matches!(
-                    tokio::time::timeout(hc.timeout, check_once(&p, &up, &hc)).await,
+                    tokio::time::timeout(hc.timeout, check_once(&p, &up, &hc, dns)).await,
                     Ok(Ok(true))
                 );
                 match up.health.active_result(ok, hc.rise, hc.fall) {
@@ -1103,6 +1144,7 @@ async fn check_once(
     p: &Proxy,
     up: &Upstream,
     hc: &weir_config::proxy::HealthConfig,
+    dns: &dns::Resolver,
 ) -> Result<bool, ProxyError> {
     let local: std::net::SocketAddr = ([127, 0, 0, 1], 0).into();
     let tls = if up.cfg.scheme.is_h2() {
@@ -1115,6 +1157,7 @@ async fn check_once(
         &pool::ConnectOpts {
             timeout: hc.timeout,
             dns_ttl: p.cfg.dns_ttl,
+            dns,
             proxy_protocol: p.cfg.send_proxy_protocol,
             client: (local, local),
             tls,

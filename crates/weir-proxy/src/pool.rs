@@ -5,14 +5,13 @@
 //! hyper's HTTP/1.1 client only runs under `server.http1 = "hyper"`, the
 //! engine where hyper serves both sides. HTTP/2 upstreams are hyper's.
 //!
-//! The pool is per worker thread (`thread_local!`), so the request path takes
-//! no lock: with the per-core runtime a connection never leaves the thread
-//! that opened it. Idle connections are kept most-recent first, at most
+//! The pools are per worker (a `Pools` in each of the proxy's per-worker
+//! slots), so workers never contend for them: with the per-core runtime a
+//! connection never leaves the worker that opened it. Idle connections are kept most-recent first, at most
 //! `max_idle` per upstream, and dropped once idle longer than `idle_timeout`
 //! (checked when the pool is touched; a connection the upstream closed is
 //! noticed by hyper and skipped). Never decides which upstream to use.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -20,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustc_hash::FxHashMap;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::ProxyError;
@@ -39,105 +37,104 @@ pub enum Sender {
     Own(Conn),
 }
 
-/// Identifies one upstream of one proxy in the per-thread pools.
-pub type Key = (usize, usize);
-
 struct Idle {
     since: Instant,
     /// `H1` or `Own`.
     tx: Sender,
 }
 
-/// Keyed with Fx, not std's SipHash: the keys are two small integers chosen
-/// by weir, not by a client, so there is nothing to flood, and SipHash was
-/// about 400 instructions of every proxied request (checkout plus checkin).
+/// One worker's idle connections to each upstream of one proxy, indexed
+/// like the proxy's upstreams (no hashing on the request path).
+pub struct Pools {
+    ups: Vec<UpstreamPool>,
+}
+
 #[derive(Default)]
-struct Pools {
-    h1: FxHashMap<Key, VecDeque<Idle>>,
-    h2: FxHashMap<Key, http2::SendRequest<Body>>,
+struct UpstreamPool {
+    /// Oldest at the front.
+    h1: VecDeque<Idle>,
+    h2: Option<http2::SendRequest<Body>>,
 }
 
-thread_local! {
-    static POOLS: RefCell<Pools> = RefCell::new(Pools::default());
-}
-
-/// A pooled connection to reuse, if one is alive.
-pub fn checkout(key: Key, idle_timeout: Duration) -> Option<Sender> {
-    POOLS
-        .try_with(|p| {
-            let mut p = p.borrow_mut();
-            if let Some(tx) = p.h2.get(&key) {
-                if !tx.is_closed() {
-                    return Some(Sender::H2(tx.clone()));
-                }
-                p.h2.remove(&key);
-            }
-            let q = p.h1.get_mut(&key)?;
-            let now = weir_http::clock::now();
-            // Oldest at the front: drop the expired ones.
-            while q
-                .front()
-                .is_some_and(|i| now.duration_since(i.since) >= idle_timeout)
-            {
-                q.pop_front();
-            }
-            while let Some(mut i) = q.pop_back() {
-                let open = match &mut i.tx {
-                    Sender::H1(tx) => !tx.is_closed(),
-                    Sender::Own(c) => c.is_idle_and_open(),
-                    Sender::H2(_) => false,
-                };
-                if open {
-                    return Some(i.tx);
-                }
-            }
-            None
-        })
-        .ok()
-        .flatten()
-}
-
-/// Returns an HTTP/1.1 connection whose response is complete.
-pub fn checkin(key: Key, tx: Sender, max_idle: usize) {
-    let open = match &tx {
-        Sender::H1(tx) => !tx.is_closed(),
-        Sender::Own(_) => true,
-        Sender::H2(_) => false,
-    };
-    if max_idle == 0 || !open {
-        return;
+impl Pools {
+    pub fn new(upstreams: usize) -> Pools {
+        Pools {
+            ups: (0..upstreams).map(|_| UpstreamPool::default()).collect(),
+        }
     }
-    let _ = POOLS.try_with(|p| {
-        let mut p = p.borrow_mut();
-        let q = p.h1.entry(key).or_default();
-        q.push_back(Idle {
+
+    /// A pooled connection to upstream `idx` to reuse, if one is alive.
+    pub fn checkout(&mut self, idx: usize, idle_timeout: Duration) -> Option<Sender> {
+        let p = self.ups.get_mut(idx)?;
+        if let Some(tx) = &p.h2 {
+            if !tx.is_closed() {
+                return Some(Sender::H2(tx.clone()));
+            }
+            p.h2 = None;
+        }
+        let q = &mut p.h1;
+        let now = weir_http::clock::now();
+        while q
+            .front()
+            .is_some_and(|i| now.duration_since(i.since) >= idle_timeout)
+        {
+            q.pop_front();
+        }
+        while let Some(mut i) = q.pop_back() {
+            let open = match &mut i.tx {
+                Sender::H1(tx) => !tx.is_closed(),
+                Sender::Own(c) => c.is_idle_and_open(),
+                Sender::H2(_) => false,
+            };
+            if open {
+                return Some(i.tx);
+            }
+        }
+        None
+    }
+
+    /// Takes back an HTTP/1.1 connection to upstream `idx` whose response
+    /// is complete; the oldest goes past `max_idle`.
+    pub fn checkin(&mut self, idx: usize, tx: Sender, max_idle: usize) {
+        let open = match &tx {
+            Sender::H1(tx) => !tx.is_closed(),
+            Sender::Own(_) => true,
+            Sender::H2(_) => false,
+        };
+        let Some(p) = self.ups.get_mut(idx) else {
+            return;
+        };
+        if max_idle == 0 || !open {
+            return;
+        }
+        p.h1.push_back(Idle {
             since: weir_http::clock::now(),
             tx,
         });
-        while q.len() > max_idle {
-            q.pop_front();
+        while p.h1.len() > max_idle {
+            p.h1.pop_front();
         }
-    });
-}
+    }
 
-/// Shares an HTTP/2 connection with later requests on this thread.
-pub fn share_h2(key: Key, tx: &http2::SendRequest<Body>) {
-    let _ = POOLS.try_with(|p| {
-        p.borrow_mut().h2.insert(key, tx.clone());
-    });
-}
+    /// Shares an HTTP/2 connection to upstream `idx` with later requests.
+    pub fn share_h2(&mut self, idx: usize, tx: &http2::SendRequest<Body>) {
+        if let Some(p) = self.ups.get_mut(idx) {
+            p.h2 = Some(tx.clone());
+        }
+    }
 
-/// Idle HTTP/1.1 connections held for `key` on this thread (for tests and metrics).
-pub fn idle_count(key: Key) -> usize {
-    POOLS
-        .try_with(|p| p.borrow().h1.get(&key).map_or(0, VecDeque::len))
-        .unwrap_or(0)
+    /// Idle HTTP/1.1 connections held for upstream `idx` (for tests and metrics).
+    pub fn idle_count(&self, idx: usize) -> usize {
+        self.ups.get(idx).map_or(0, |p| p.h1.len())
+    }
 }
 
 /// What opening a connection needs besides the upstream.
 pub struct ConnectOpts<'a> {
     pub timeout: Duration,
     pub dns_ttl: Duration,
+    /// The DNS answers of the worker opening the connection.
+    pub dns: &'a super::dns::Resolver,
     pub proxy_protocol: Option<ProxyProtocolVersion>,
     /// The client connection's addresses, for the PROXY header.
     pub client: (SocketAddr, SocketAddr),
@@ -162,7 +159,9 @@ pub async fn connect(up: &UpstreamConfig, o: &ConnectOpts<'_>) -> Result<Sender,
 async fn connect_inner(up: &UpstreamConfig, o: &ConnectOpts<'_>) -> Result<Sender, ProxyError> {
     match &up.target {
         UpstreamTarget::Tcp { host, port } => {
-            let addrs = super::dns::resolve(host, *port, o.dns_ttl)
+            let addrs = o
+                .dns
+                .resolve(host, *port, o.dns_ttl)
                 .await
                 .map_err(ProxyError::Resolve)?;
             let mut last = None;
@@ -333,5 +332,48 @@ impl rustls::client::danger::ServerCertVerifier for NoVerify {
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn idle_conn() -> (Sender, tokio::io::DuplexStream) {
+        let (ours, theirs) = tokio::io::duplex(64);
+        (Sender::Own(Conn::new(Box::new(ours))), theirs)
+    }
+
+    #[tokio::test]
+    async fn keeps_the_newest_per_upstream_and_skips_closed_ones() {
+        let mut p = Pools::new(2);
+        let (a, _a) = idle_conn();
+        let (b, b_peer) = idle_conn();
+        let (c, _c) = idle_conn();
+        p.checkin(0, a, 2);
+        p.checkin(0, b, 2);
+        // Past max_idle the oldest (a) goes.
+        p.checkin(0, c, 2);
+        assert_eq!((p.idle_count(0), p.idle_count(1)), (2, 0));
+        // Upstream 1 has its own queue; an index past the upstreams is ignored.
+        let (d, _d) = idle_conn();
+        p.checkin(7, d, 2);
+        assert!(p.checkout(1, Duration::from_secs(60)).is_none());
+        // Newest first (c); then b, whose upstream closed it, is skipped.
+        assert!(p.checkout(0, Duration::from_secs(60)).is_some());
+        drop(b_peer);
+        assert!(p.checkout(0, Duration::from_secs(60)).is_none());
+        assert_eq!(p.idle_count(0), 0);
+    }
+
+    #[tokio::test]
+    async fn drops_connections_idle_past_the_timeout() {
+        let mut p = Pools::new(1);
+        let (a, _a) = idle_conn();
+        p.checkin(0, a, 4);
+        assert!(p.checkout(0, Duration::ZERO).is_none());
+        let (b, _b) = idle_conn();
+        p.checkin(0, b, 0);
+        assert_eq!(p.idle_count(0), 0, "max_idle 0 keeps none");
     }
 }

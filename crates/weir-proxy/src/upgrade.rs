@@ -147,7 +147,7 @@ async fn tunnel(
     // As in `Proxy::serve`: the failure that moved on, if none is left.
     let mut last: Option<(usize, ProxyError)> = None;
     loop {
-        let Some(idx) = p.pick(key, sticky, &tried) else {
+        let Some(idx) = p.pick(conn.worker, key, sticky, &tried) else {
             return match last {
                 Some((i, e)) => p.fail(parts, Some(&p.ups[i]), e),
                 None => p.fail(parts, None, ProxyError::NoneAvailable),
@@ -212,7 +212,8 @@ async fn tunnel(
                     return p.fail(parts, Some(&up), ProxyError::NotSwitched(rp.status));
                 }
                 let done = super::Done {
-                    key: (p.id, idx),
+                    local: p.local(conn.worker).clone(),
+                    idx,
                     sender: None,
                     max_idle: 0,
                     _permit: permit,

@@ -29,6 +29,7 @@ use weir_config::Limits;
 use weir_http::conn::ConnInfo;
 use weir_http::smuggling::Guard;
 use weir_http::upgrade;
+use weir_http::worker::Worker;
 use weir_tls::turns::Turns;
 
 /// hyper's `DEFAULT_MAX_HEADERS`: the header array it keeps on the stack.
@@ -152,6 +153,7 @@ pub fn spawn(
     peer: SocketAddr,
     bound: SocketAddr,
     ctx: Arc<ConnCtx>,
+    worker: Worker,
     drain: &Drain,
     turns: &Turns,
 ) {
@@ -175,23 +177,24 @@ pub fn spawn(
     let signal = drain.signal();
     // Only a TLS connection takes turns (its handshake).
     let turns = ctx.tls.is_some().then(|| turns.clone());
-    tokio::spawn(serve(stream, peer, local, ctx, signal, guard, turns));
+    let info = ConnInfo {
+        peer,
+        local,
+        tls: ctx.tls.is_some(),
+        worker,
+    };
+    tokio::spawn(serve(stream, info, ctx, signal, guard, turns));
 }
 
 async fn serve(
     mut stream: TcpStream,
-    peer: SocketAddr,
-    local: SocketAddr,
+    mut info: ConnInfo,
     ctx: Arc<ConnCtx>,
     signal: Signal,
     open: OpenGuard,
     turns: Option<Turns>,
 ) {
-    let mut info = ConnInfo {
-        peer,
-        local,
-        tls: ctx.tls.is_some(),
-    };
+    let peer = info.peer;
     if let Some(pp) = &ctx.accept_pp {
         // Boxed: its buffer would otherwise stay in every connection's task.
         let read = Box::pin(weir_proxy::proxy_protocol::read_header(
@@ -444,6 +447,7 @@ mod tests {
             peer,
             local: addr,
             tls: false,
+            worker: Default::default(),
         };
         let drain = Drain::new();
 

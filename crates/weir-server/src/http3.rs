@@ -31,6 +31,7 @@ use crate::pipeline::{Listener, Site};
 use weir_config::Config;
 use weir_http::body::BodyError;
 use weir_http::conn::ConnInfo;
+use weir_http::worker::Worker;
 use weir_tls::CertManager;
 
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +52,7 @@ struct Endpoint {
     server: quinn::ServerConfig,
     listener: Arc<Listener>,
     addr: SocketAddr,
+    worker: Worker,
 }
 
 /// Binds a UDP socket for every TLS listener and serves HTTP/3 on a thread
@@ -86,6 +88,7 @@ pub fn start(
             server,
             listener: Arc::new(listener),
             addr: l.addr,
+            worker: crate::http3_worker(cfg),
         });
     }
     if eps.is_empty() {
@@ -155,9 +158,10 @@ async fn serve_endpoint(
                 Some(inc) => {
                     let listener = ep.listener.clone();
                     let local = ep.addr;
+                    let worker = ep.worker;
                     let stop = stop.clone();
                     conns.spawn(async move {
-                        if let Err(e) = serve_conn(inc, listener, local, early, stop).await {
+                        if let Err(e) = serve_conn(inc, listener, local, worker, early, stop).await {
                             tracing::debug!("HTTP/3 connection: {e}");
                         }
                     });
@@ -211,6 +215,7 @@ async fn serve_conn(
     inc: quinn::Incoming,
     listener: Arc<Listener>,
     local: SocketAddr,
+    worker: Worker,
     early: bool,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -238,6 +243,7 @@ async fn serve_conn(
         peer: conn.remote_address(),
         local,
         tls: true,
+        worker,
     };
     let mut h3: h3::server::Connection<h3_quinn::Connection, Bytes> =
         h3::server::Connection::new(h3_quinn::Connection::new(conn)).await?;

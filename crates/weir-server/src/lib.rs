@@ -31,6 +31,7 @@ use tokio::sync::watch;
 
 use crate::pipeline::Listener;
 use weir_config::{AcceptSteering, Config, Http1Engine, RuntimeMode};
+use weir_http::worker::Worker;
 
 pub use conn::ConnCtx;
 
@@ -60,6 +61,37 @@ pub enum ServerError {
 /// takes microseconds from the page cache; queueing on a few threads is
 /// faster and keeps RSS flat.
 const BLOCKING_THREADS: usize = 16;
+
+/// Slots of per-worker state (`weir_http::worker::PerWorker`) an owner
+/// keeps: one per request worker, and one for HTTP/3, which runs on a
+/// thread of its own.
+pub(crate) fn worker_slots(cfg: &Config) -> usize {
+    cfg.server.workers.max(1) + 1
+}
+
+/// HTTP/3's worker: the slot after the request workers'.
+pub(crate) fn http3_worker(cfg: &Config) -> Worker {
+    Worker::new(cfg.server.workers.max(1))
+}
+
+/// Which worker an accepted connection's requests use.
+#[derive(Clone, Copy)]
+enum Assign {
+    /// Per-core: the thread that accepted it.
+    One(Worker),
+    /// Shared: the thread is the scheduler's choice, so the client's port
+    /// spreads connections over the `n` slots (nothing shared to count with).
+    ByPeer(usize),
+}
+
+impl Assign {
+    fn worker(self, peer: SocketAddr) -> Worker {
+        match self {
+            Assign::One(w) => w,
+            Assign::ByPeer(n) => Worker::new(usize::from(peer.port()) % n.max(1)),
+        }
+    }
+}
 
 /// Everything a worker needs to serve one listening address.
 #[derive(Clone)]
@@ -166,7 +198,13 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                             .max_blocking_threads(BLOCKING_THREADS)
                             .build()
                             .expect("tokio runtime");
-                        rt.block_on(worker(socks, stop, grace, batch));
+                        rt.block_on(worker(
+                            socks,
+                            stop,
+                            grace,
+                            batch,
+                            Assign::One(Worker::new(i)),
+                        ));
                     })
                     .map_err(ServerError::Worker)?;
                 handles.push(h);
@@ -192,7 +230,7 @@ pub fn run(cfg: Config) -> Result<(), ServerError> {
                         .max_blocking_threads(BLOCKING_THREADS * workers)
                         .build()
                         .expect("tokio runtime");
-                    rt.block_on(worker(socks, stop, grace, batch));
+                    rt.block_on(worker(socks, stop, grace, batch, Assign::ByPeer(workers)));
                 })
                 .map_err(ServerError::Worker)?;
             vec![h]
@@ -262,6 +300,7 @@ async fn worker(
     mut stop: watch::Receiver<bool>,
     grace: std::time::Duration,
     batch: usize,
+    assign: Assign,
 ) {
     let watcher = Arc::new(drain::Drain::new());
     let turns = weir_tls::turns::Turns::start(batch);
@@ -284,7 +323,8 @@ async fn worker(
                     _ = stop.changed() => break,
                     r = listener.accept() => match r {
                         Ok((stream, peer)) => {
-                            conn::spawn(stream, peer, ep.addr, ep.ctx.clone(), &watcher, &turns)
+                            let worker = assign.worker(peer);
+                            conn::spawn(stream, peer, ep.addr, ep.ctx.clone(), worker, &watcher, &turns)
                         }
                         Err(e) => {
                             // EMFILE and friends: back off instead of spinning.

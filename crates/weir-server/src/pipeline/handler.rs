@@ -42,6 +42,7 @@ pub(super) fn build_handler(
     site: &str,
     h: &HandlerConfig,
     own_h1: bool,
+    workers: usize,
 ) -> Result<Handler, SiteError> {
     Ok(match h {
         HandlerConfig::Static(opts) => Handler::Static(StaticFiles::new(opts.clone()).map_err(
@@ -52,20 +53,22 @@ pub(super) fn build_handler(
         )?),
         HandlerConfig::Welcome => Handler::Welcome,
         HandlerConfig::RedirectHttps { port } => Handler::RedirectHttps { port: *port },
-        HandlerConfig::Proxy(p) => Handler::Proxy(weir_proxy::Proxy::new(p.clone(), own_h1)),
+        HandlerConfig::Proxy(p) => {
+            Handler::Proxy(weir_proxy::Proxy::new(p.clone(), own_h1, workers))
+        }
         HandlerConfig::Routes { routes, fallback } => Handler::Routes {
             routes: routes
                 .iter()
                 .filter_map(|r| match &r.handler {
                     HandlerConfig::Proxy(p) => Some(Route {
                         cfg: r.clone(),
-                        proxy: weir_proxy::Proxy::new(p.clone(), own_h1),
+                        proxy: weir_proxy::Proxy::new(p.clone(), own_h1, workers),
                     }),
                     _ => None,
                 })
                 .collect(),
             fallback: match fallback {
-                Some(f) => Some(Box::new(build_handler(site, f, own_h1)?)),
+                Some(f) => Some(Box::new(build_handler(site, f, own_h1, workers)?)),
                 None => None,
             },
         },

@@ -68,10 +68,11 @@ pub enum SiteError {
 pub fn build_sites(cfg: &Config) -> Result<Vec<Arc<Site>>, SiteError> {
     // The HTTP/1.1 engine setting covers both sides of the proxy.
     let own_h1 = cfg.server.http1 == weir_config::Http1Engine::Fast;
+    let workers = crate::worker_slots(cfg);
     cfg.sites
         .iter()
         .map(|s| {
-            let handler = handler::build_handler(&s.name, &s.handler, own_h1)?;
+            let handler = handler::build_handler(&s.name, &s.handler, own_h1, workers)?;
             let access_log = match &s.access_log {
                 Some(a) => Some(AccessLog::open(a).map_err(|source| SiteError::AccessLog {
                     site: s.name.clone(),
@@ -187,6 +188,7 @@ mod tests {
             peer: ([127, 0, 0, 1], 1).into(),
             local: ([127, 0, 0, 1], 2).into(),
             tls: false,
+            worker: Default::default(),
         };
         let req = Request::new(http_body_util::Empty::<Bytes>::new());
         let fut = l.handle(req, &conn);
@@ -213,6 +215,7 @@ mod tests {
             peer: ([127, 0, 0, 1], 1).into(),
             local: ([127, 0, 0, 1], 2).into(),
             tls: false,
+            worker: Default::default(),
         };
         let (mut parts, _) = Request::new(()).into_parts();
         let fut = p.serve(&mut parts, Body::empty(), &conn, None);
