@@ -1,6 +1,10 @@
-//! Request-smuggling defence on the raw HTTP/1.1 byte stream, in front of
-//! hyper: every request head (and every chunk-size line and trailer) is held
-//! back until it is complete and checked; only then does hyper see it.
+//! The strict reading of HTTP/1.1 request framing, weir's defence against
+//! request smuggling. The rules are here once: [`RequestFraming`] (the
+//! framing fields of a head), [`check_line_endings`], the field-line check,
+//! and the chunk-line rules the body decoder (`h1::Decoder`) applies.
+//! weir's HTTP/1 server applies them while it parses (its strict mode);
+//! [`Guard`] applies the same rules on the raw byte stream in front of
+//! hyper, for the `server.http1 = "hyper"` reference engine only.
 //!
 //! Refused, with a 400 and the connection closed: both Content-Length and
 //! Transfer-Encoding, a Transfer-Encoding other than one exact `chunked`
@@ -251,47 +255,107 @@ impl Framing {
     }
 }
 
+/// The strict reading of a request's framing fields, fed each
+/// `Transfer-Encoding` and `Content-Length` value as its line is read: the
+/// one set of rules weir's HTTP/1 server applies while it parses a head
+/// (`weir_server::http1`) and the [`Guard`] applies in front of hyper.
+#[derive(Debug, Default)]
+pub struct RequestFraming {
+    te: usize,
+    te_chunked: bool,
+    cl: Option<u64>,
+    cl_count: usize,
+}
+
+/// How a request's body follows its head, once its framing is accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// No body (no framing field, or a length of zero).
+    None,
+    Length(u64),
+    Chunked,
+}
+
+impl RequestFraming {
+    /// A `Transfer-Encoding` value (trimmed): only one exact `chunked` is
+    /// accepted, and only once.
+    pub fn transfer_encoding(&mut self, value: &[u8]) {
+        self.te += 1;
+        self.te_chunked = value == b"chunked";
+    }
+
+    /// A `Content-Length` value (trimmed): digits only, at most 19.
+    pub fn content_length(&mut self, value: &[u8]) -> Result<(), Violation> {
+        self.cl_count += 1;
+        if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
+            return Err(Violation::BadContentLength);
+        }
+        self.cl = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok());
+        Ok(())
+    }
+
+    /// The body's framing once every field line is in; `http10`: the
+    /// request line says HTTP/1.0.
+    pub fn finish(&self, http10: bool) -> Result<BodyFraming, Violation> {
+        if self.te > 0 && self.cl_count > 0 {
+            return Err(Violation::BothLengths);
+        }
+        if self.te > 1 || (self.te == 1 && !self.te_chunked) {
+            return Err(Violation::BadTransferEncoding);
+        }
+        if self.te > 0 && http10 {
+            return Err(Violation::TransferEncodingOnHttp10);
+        }
+        if self.cl_count > 1 {
+            return Err(Violation::BadContentLength);
+        }
+        Ok(match self.cl {
+            _ if self.te == 1 => BodyFraming::Chunked,
+            Some(n) if n > 0 => BodyFraming::Length(n),
+            _ => BodyFraming::None,
+        })
+    }
+}
+
+/// Every line of a complete head ends with CRLF: no bare LF, no bare CR.
+/// One pass that jumps from one CR or LF to the next.
+pub fn check_line_endings(head: &[u8]) -> Result<(), Violation> {
+    let mut at = 0;
+    while let Some(k) = memchr::memchr2(b'\r', b'\n', &head[at..]) {
+        let i = at + k;
+        if head[i] == b'\n' || head.get(i + 1) != Some(&b'\n') {
+            return Err(Violation::BareLineEnding);
+        }
+        at = i + 2;
+    }
+    Ok(())
+}
+
 /// What a request head says of its framing, gathered line by line.
 #[derive(Default)]
 struct HeadFields {
     http10: bool,
     connect: bool,
-    te: usize,
-    te_ok: bool,
-    cl: Option<u64>,
-    cl_count: usize,
     upgrade: bool,
+    framing: RequestFraming,
 }
 
 impl HeadFields {
     fn request_line(&mut self, line: &[u8]) {
         self.http10 = line.ends_with(b"HTTP/1.0");
         self.connect = line.starts_with(b"CONNECT ");
-        self.te_ok = true;
     }
 
     /// The framing of what follows the head, once every line is in.
     fn framing(self) -> Result<State, Violation> {
-        if self.te > 0 && self.cl_count > 0 {
-            return Err(Violation::BothLengths);
-        }
-        if self.te > 1 || !self.te_ok {
-            return Err(Violation::BadTransferEncoding);
-        }
-        if self.te > 0 && self.http10 {
-            return Err(Violation::TransferEncodingOnHttp10);
-        }
-        if self.cl_count > 1 {
-            return Err(Violation::BadContentLength);
-        }
+        let body = self.framing.finish(self.http10)?;
         Ok(if self.upgrade || self.connect {
             State::Passthrough
-        } else if self.te == 1 {
-            State::ChunkLine
         } else {
-            match self.cl {
-                Some(n) if n > 0 => State::Body(n),
-                _ => State::Head,
+            match body {
+                BodyFraming::Chunked => State::ChunkLine,
+                BodyFraming::Length(n) => State::Body(n),
+                BodyFraming::None => State::Head,
             }
         })
     }
@@ -299,14 +363,9 @@ impl HeadFields {
     fn field_line(&mut self, line: &[u8]) -> Result<(), Violation> {
         let (name, value) = check_field_line(line)?;
         if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            self.te += 1;
-            self.te_ok &= value == b"chunked";
+            self.framing.transfer_encoding(value);
         } else if name.eq_ignore_ascii_case(b"content-length") {
-            self.cl_count += 1;
-            if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
-                return Err(Violation::BadContentLength);
-            }
-            self.cl = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok());
+            self.framing.content_length(value)?;
         } else if name.eq_ignore_ascii_case(b"upgrade") {
             self.upgrade = true;
         }

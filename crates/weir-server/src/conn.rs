@@ -332,8 +332,10 @@ fn weir_upgrade(mut req: hyper::Request<Incoming>) -> hyper::Request<Incoming> {
     req
 }
 
-/// HTTP/1.1 over `transport`, behind the timeouts and the smuggling guard.
-/// Built outside the boxed future, so only the future, not the moved-from
+/// HTTP/1.1 over `transport`, behind the timeouts. weir's HTTP/1 server
+/// reads heads and bodies strictly itself; hyper (`server.http1 =
+/// "hyper"`) gets the same strict reading from the smuggling guard in
+/// front of it. Built outside the boxed future, so only the future, not the moved-from
 /// layers (about 1.5 KiB each), is kept across its awaits. The box holds
 /// `serve_http1`'s future itself: an async block around it would keep its
 /// own copy of every value it passes in (the TLS stream among them) for the
@@ -347,13 +349,38 @@ fn serve_h1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     open: OpenGuard,
 ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
     let state = Arc::new(ConnState::default());
-    // Request-smuggling checks on the raw bytes before anyone parses them.
-    let io = Guard::new(
-        TimedIo::new(transport, state.clone(), ctx.timeouts, true),
-        ctx.limits.header_size,
-        info.peer,
-    );
+    let io = TimedIo::new(transport, state.clone(), ctx.timeouts, true);
+    if !ctx.fast_h1 {
+        let io = Guard::new(io, ctx.limits.header_size, info.peer);
+        return Box::pin(serve_hyper_h1(io, ctx, info, state, regions, signal, open));
+    }
     Box::pin(serve_http1(io, ctx, info, state, regions, signal, open))
+}
+
+/// `server.http1 = "hyper"`: hyper serves every HTTP/1 request (and h2c),
+/// behind the smuggling guard.
+async fn serve_hyper_h1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    io: Guard<TimedIo<T>>,
+    ctx: Arc<ConnCtx>,
+    info: ConnInfo,
+    state: Arc<ConnState>,
+    regions: Option<Arc<Regions>>,
+    signal: Signal,
+    open: OpenGuard,
+) {
+    // Boxed: hyper's connection is about 3 KiB.
+    let svc = service(ctx.clone(), state, regions, info);
+    let conn = Box::pin(
+        signal.watch(
+            ctx.auto
+                .serve_connection_with_upgrades(TokioIo::new(io), svc)
+                .into_owned(),
+        ),
+    );
+    if let Err(e) = conn.await {
+        tracing::debug!("connection from {}: {e}", info.peer);
+    }
+    drop(open);
 }
 
 /// HTTP/1 (or h2c by prior knowledge): weir's server for every request,
@@ -367,7 +394,7 @@ fn serve_h1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 // The layout above is the point, so not `async fn`.
 #[allow(clippy::manual_async_fn)]
 fn serve_http1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
-    mut io: Guard<TimedIo<T>>,
+    mut io: TimedIo<T>,
     ctx: Arc<ConnCtx>,
     info: ConnInfo,
     state: Arc<ConnState>,
@@ -376,23 +403,6 @@ fn serve_http1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     open: OpenGuard,
 ) -> impl Future<Output = ()> + Send {
     async move {
-        if !ctx.fast_h1 {
-            // `server.http1 = "hyper"`: hyper serves every HTTP/1 request
-            // (and h2c). Boxed: hyper's connection is about 3 KiB.
-            let svc = service(ctx.clone(), state, regions, info);
-            let conn = Box::pin(
-                signal.watch(
-                    ctx.auto
-                        .serve_connection_with_upgrades(TokioIo::new(io), svc)
-                        .into_owned(),
-                ),
-            );
-            if let Err(e) = conn.await {
-                tracing::debug!("connection from {}: {e}", info.peer);
-            }
-            drop(open);
-            return;
-        }
         let shared = http1::Shared {
             listener: &ctx.listener,
             info: &info,
@@ -454,15 +464,11 @@ mod tests {
         // The loop's own future, over a stream of the same type.
         let regions = Arc::new(Regions::default());
         let state = Arc::new(ConnState::default());
-        let mut io = Guard::new(
-            TimedIo::new(
-                ZeroCopy::new(client, regions.clone()),
-                state.clone(),
-                ctx.timeouts,
-                true,
-            ),
-            ctx.limits.header_size,
-            peer,
+        let mut io = TimedIo::new(
+            ZeroCopy::new(client, regions.clone()),
+            state.clone(),
+            ctx.timeouts,
+            true,
         );
         let signal = drain.signal();
         let shared = http1::Shared {

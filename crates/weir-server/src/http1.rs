@@ -16,13 +16,14 @@
 //! its own beyond its header map (taken from the thread's stock).
 //!
 //! The path of a request, top to bottom in [`serve`]:
-//! 1. read whatever the client sent (through the smuggling [`Guard`], which
-//!    refuses ambiguous framing before this loop parses it, and the
-//!    timeouts of `server::io`);
+//! 1. read whatever the client sent (through the timeouts of `server::io`);
 //! 2. [`parse`] the head with httparse, hyper's own parser, by hyper's
 //!    rules (`hyper::proto::h1::role::Server::parse`): keep-alive, body
-//!    framing, `Expect`, `Upgrade`; a malformed head is answered 400, an
-//!    oversized one 431 or 414, as hyper answers them;
+//!    framing, `Expect`, `Upgrade`; and by the strict reading of framing
+//!    (`weir_http::smuggling`): a smuggling shape is answered 400, logged,
+//!    and closes the connection, as is a chunked body that breaks it; a
+//!    malformed head is answered 400, an oversized one 431 or 414, as hyper
+//!    answers them;
 //! 3. call `pipeline::Listener::handle` with the body as a
 //!    `weir_http::h1::Incoming`, fed from the connection only when the
 //!    handler asks for more (the first ask sends `100 Continue` if the
@@ -39,7 +40,6 @@
 //!    handler left unread is discarded if it is already here, else the
 //!    connection closes (hyper's rule).
 //!
-//! [`Guard`]: weir_http::smuggling::Guard
 
 use std::cell::{Cell, RefCell};
 use std::future::{Future, poll_fn};
@@ -62,6 +62,7 @@ use crate::pipeline::Listener;
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 use weir_http::h1::{Decoded, Decoder, Feed, Incoming, IncomingError, Sender, chunk_size_line};
+use weir_http::smuggling::{self, BodyFraming, RequestFraming, Violation};
 use weir_http::upgrade;
 
 /// hyper's request-target limit (`MAX_URI_LEN`): longer targets get 414.
@@ -71,8 +72,8 @@ const MAX_URI_LEN: usize = (u16::MAX - 1) as usize;
 /// configured limit above it parses into one on the heap.
 const MAX_HEADERS: usize = 100;
 
-/// The per-thread read buffer: large enough for any head the smuggling
-/// guard releases in one piece.
+/// The per-thread read buffer: one read takes a typical head, or several
+/// pipelined ones, whole.
 const READ_BUF_LEN: usize = 16 * 1024;
 
 /// The largest head buffer a thread keeps for the next response; a body
@@ -202,13 +203,12 @@ where
                 Parsed::H2 if first => return Outcome::H2(pending.freeze()),
                 Parsed::H2 => return Outcome::Closed,
                 Parsed::Refused(status) => {
-                    let resp = http::Response::builder()
-                        .status(status)
-                        .body(Body::Empty)
-                        .unwrap_or_default();
-                    let r =
-                        write_response(io, resp, Kind::default(), true, None, &mut pending).await;
-                    let _ = after_write(io, r, sh.info).await;
+                    refuse(io, status, &mut pending, sh.info).await;
+                    return Outcome::Closed;
+                }
+                Parsed::Smuggling(v) => {
+                    tracing::warn!("request from {} refused: {v}", sh.info.peer);
+                    refuse(io, StatusCode::BAD_REQUEST, &mut pending, sh.info).await;
                     return Outcome::Closed;
                 }
                 Parsed::Request(req, head) => (req, head),
@@ -262,6 +262,19 @@ where
             }
         }
     }
+}
+
+/// Answers a request the connection cannot go on after, and closes.
+async fn refuse<IO>(io: &mut IO, status: StatusCode, pending: &mut BytesMut, info: &ConnInfo)
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let resp = http::Response::builder()
+        .status(status)
+        .body(Body::Empty)
+        .unwrap_or_default();
+    let r = write_response(io, resp, Kind::default(), true, None, pending).await;
+    let _ = after_write(io, r, info).await;
 }
 
 /// One request: the handler, its body, its answer.
@@ -321,8 +334,17 @@ where
     // The client closed (or the stream failed) mid-request: drop the
     // handler, as hyper does without half-close.
     let Some(mut resp) = handled else {
-        // Through the guard, which answers a refused body with its 400.
-        let _ = io.shutdown().await;
+        if let Some(Inbound {
+            end: Some(BodyEnd::Refused(e)),
+            ..
+        }) = inbound
+        {
+            // The body's framing broke the strict reading before an answer.
+            tracing::warn!("request from {} refused: {e}", sh.info.peer);
+            refuse(io, StatusCode::BAD_REQUEST, pending, sh.info).await;
+        } else {
+            let _ = io.shutdown().await;
+        }
         return Next::Close;
     };
     if let Some(r) = resp.extensions_mut().remove::<FileRegion>()
@@ -343,8 +365,8 @@ where
                 }
             };
         }
-        // Not switched: the smuggling guard stopped checking this
-        // connection at the upgrade request, so no request may follow it.
+        // Not switched: the client may already be sending the protocol it
+        // asked for, so no request may follow it (hyper's rule).
         close = true;
     }
     if let Some(inb) = &mut inbound
@@ -426,8 +448,11 @@ enum Continue {
 enum BodyEnd {
     /// Read to its end: the next request may follow.
     Done,
-    /// Broken off (bad framing, the client went away): the connection ends.
+    /// Broken off (the client went away): the connection ends.
     Broken,
+    /// Refused by the strict reading (bad chunk line or trailer): answered
+    /// 400 if no answer has begun, and the connection ends.
+    Refused(weir_http::h1::DecodeError),
 }
 
 /// A request body being read from the connection for its handler.
@@ -504,8 +529,9 @@ impl Inbound {
                     Ok(_) => {}
                 },
                 Err(e) => {
-                    tracing::debug!("request body refused: {e}");
-                    return self.broken(e.into());
+                    self.tx.fail(e.into());
+                    self.end = Some(BodyEnd::Refused(e));
+                    return Poll::Ready(());
                 }
             }
         }
@@ -565,7 +591,7 @@ where
         if let Some(inb) = inbound.as_deref_mut()
             && inb.end.is_none()
             && inb.poll_feed(io, cx, pending).is_ready()
-            && inb.end == Some(BodyEnd::Broken)
+            && matches!(inb.end, Some(BodyEnd::Broken | BodyEnd::Refused(_)))
         {
             return Poll::Ready(None);
         }
@@ -623,6 +649,9 @@ pub enum Parsed {
     NeedMore,
     /// A head refused with this status (400, 414, 431); the connection closes.
     Refused(StatusCode),
+    /// A head whose framing the strict reading refuses (a smuggling
+    /// shape): 400, logged, and the connection closes.
+    Smuggling(Violation),
     /// The HTTP/2 connection preface.
     H2,
 }
@@ -675,6 +704,11 @@ fn parse_head<'b>(
         }
         Err(_) => return refused(StatusCode::BAD_REQUEST),
     };
+    // The strict reading (weir_http::smuggling) as the head is read: httparse
+    // takes a bare LF for a line ending, and keeps several framing fields.
+    if let Err(v) = smuggling::check_line_endings(&buf[..len]) {
+        return (Parsed::Smuggling(v), 0);
+    }
     let (Some(method), Some(path), Some(version)) = (req.method, req.path, req.version) else {
         return refused(StatusCode::BAD_REQUEST);
     };
@@ -702,32 +736,17 @@ fn parse_head<'b>(
         upgrade: method == Method::CONNECT,
     };
     let mut saw_close = false;
-    let (mut te, mut chunked, mut cl) = (false, false, None::<u64>);
+    let mut framing = RequestFraming::default();
     let mut map = weir_http::header_maps::take(req.headers.len());
     for h in req.headers.iter() {
         let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
             return refused(StatusCode::BAD_REQUEST);
         };
         match name {
-            header::TRANSFER_ENCODING => {
-                if !http11 {
-                    return refused(StatusCode::BAD_REQUEST);
-                }
-                te = true;
-                cl = None;
-                chunked = last_token_is(h.value, b"chunked");
-            }
+            header::TRANSFER_ENCODING => framing.transfer_encoding(h.value.trim_ascii()),
             header::CONTENT_LENGTH => {
-                if te {
-                    continue;
-                }
-                let Some(n) = content_length(h.value) else {
-                    return refused(StatusCode::BAD_REQUEST);
-                };
-                match cl {
-                    Some(prev) if prev != n => return refused(StatusCode::BAD_REQUEST),
-                    Some(_) => continue,
-                    None => cl = Some(n),
+                if let Err(v) = framing.content_length(h.value.trim_ascii()) {
+                    return (Parsed::Smuggling(v), 0);
                 }
             }
             header::CONNECTION => {
@@ -747,13 +766,11 @@ fn parse_head<'b>(
         };
         map.append(name, value);
     }
-    if te && !chunked {
-        return refused(StatusCode::BAD_REQUEST);
-    }
-    head.body = if te {
-        Some(Decoder::chunked(limits.max_trailers))
-    } else {
-        cl.filter(|&n| n > 0).map(Decoder::length)
+    head.body = match framing.finish(!http11) {
+        Ok(BodyFraming::Chunked) => Some(Decoder::chunked(limits.max_trailers)),
+        Ok(BodyFraming::Length(n)) => Some(Decoder::length(n)),
+        Ok(BodyFraming::None) => None,
+        Err(v) => return (Parsed::Smuggling(v), 0),
     };
     let mut r = Request::new(Incoming::empty());
     *r.method_mut() = method;
@@ -765,22 +782,6 @@ fn parse_head<'b>(
     };
     *r.headers_mut() = map;
     (Parsed::Request(r, head), len)
-}
-
-/// A Content-Length value: digits only (hyper's `content_length_parse`).
-fn content_length(v: &[u8]) -> Option<u64> {
-    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(v).ok()?.parse().ok()
-}
-
-/// Whether the last of the comma-separated tokens of `value` is `token`.
-fn last_token_is(value: &[u8], token: &[u8]) -> bool {
-    value
-        .rsplit(|&b| b == b',')
-        .next()
-        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(token))
 }
 
 /// The worker's spare head buffer, empty (a new one if it is lent out).
@@ -1344,8 +1345,21 @@ pub fn check_parse(input: &[u8], max_head: usize) {
                         .any(|v| has_token(v.as_bytes(), b"close"))
             );
             assert!(r.headers().len() <= req.headers.len());
+            // The strict reading: one framing field at most, exactly
+            // `chunked`, and CRLF line endings only.
+            let cls = r.headers().get_all(header::CONTENT_LENGTH).iter().count();
+            let tes: Vec<_> = r
+                .headers()
+                .get_all(header::TRANSFER_ENCODING)
+                .iter()
+                .collect();
+            assert!(cls + tes.len() <= 1, "one framing field at most");
+            assert!(tes.iter().all(|v| v.as_bytes().trim_ascii() == b"chunked"));
+            assert!(smuggling::check_line_endings(&input[..used]).is_ok());
         }
-        Parsed::NeedMore | Parsed::Refused(_) | Parsed::H2 => assert_eq!(&b[..], input),
+        Parsed::NeedMore | Parsed::Refused(_) | Parsed::Smuggling(_) | Parsed::H2 => {
+            assert_eq!(&b[..], input)
+        }
     }
 }
 

@@ -5,9 +5,9 @@
 //! ([`keeps_alive`]), the fields a trailer may carry ([`trailer_may_carry`]), and the request body a handler receives
 //! ([`Incoming`]), fed by the connection loop through its [`Sender`].
 //!
-//! Owns the one chunk-size parser of weir ([`chunk_size`]); the smuggling
-//! guard and the decoder share it and the field-line rules, so there is one
-//! strict reading of HTTP/1.1 framing. Never does I/O, never buffers more
+//! Owns the one chunk-size parser of weir ([`chunk_size`]); the decoder
+//! reads chunk lines and trailers by the strict rules of `smuggling` (which
+//! its guard shares), so there is one strict reading of HTTP/1.1 framing. Never does I/O, never buffers more
 //! than one chunk line or one trailer section.
 
 mod body;
