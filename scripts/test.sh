@@ -2,7 +2,8 @@
 # The whole test suite, exactly as CI runs it (.ci/run calls this script).
 #
 # 1. installs what the end-to-end tests talk to (curl, nginx for the harness
-#    smoke test, h2load, pebble for ACME) from Debian's packages when missing,
+#    smoke test, h2load, pebble for ACME, chromium for the run report page)
+#    from Debian's packages when missing,
 #    and pebble v2.10.1 (ACME Renewal Information) with `go install`;
 # 2. checks formatting and lints;
 # 3. builds the release binaries once and runs every test against them.
@@ -19,6 +20,7 @@ command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v pebble >/dev/null 2>&1 || need+=(pebble)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ "${#need[@]}" -gt 0 ]; then
     echo "== installing: ${need[*]}"
     sudo=""

@@ -373,6 +373,10 @@ struct CompareArgs {
     /// A/B against one), since weir refuses them now.
     #[arg(long, value_parser = ["hash", "cpu", "pack", "adaptive"])]
     weir_accept: Option<String>,
+    /// weir-b's `server.accept`, when it should differ from weir's (for
+    /// example `adaptive` on an older build against today's default).
+    #[arg(long, value_parser = ["hash", "cpu", "pack", "adaptive"], requires = "weir_b")]
+    weir_b_accept: Option<String>,
     /// Measure a round again (every server of it) when the hypervisor stole
     /// more than this percentage of the machine's CPU during one of its
     /// repeats (shared VMs; 100 turns it off).
@@ -489,6 +493,7 @@ fn run_compare(a: CompareArgs) -> Result<()> {
         port: a.port,
         workers,
         weir_accept: a.weir_accept,
+        weir_b_accept: a.weir_b_accept,
         max_stolen_pct: a.max_stolen,
         stolen_retries: a.stolen_retries,
         copy_bodies: a.copy_bodies,

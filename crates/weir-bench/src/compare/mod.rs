@@ -111,6 +111,8 @@ pub struct CompareConfig {
     pub workers: usize,
     /// weir's `server.accept` (`None`: weir's default).
     pub weir_accept: Option<String>,
+    /// weir-b's, when it differs from weir's (an A/B of two placements).
+    pub weir_b_accept: Option<String>,
     /// A round in which the hypervisor stole more than this share of the
     /// machine's CPU (percent) during any server's measured seconds is
     /// measured again, all of its servers, up to `stolen_retries` times.
@@ -130,6 +132,17 @@ impl CompareConfig {
         servers::Weirs {
             weir: &self.weir,
             weir_b: self.weir_b.as_deref(),
+        }
+    }
+
+    /// The `server.accept` a weir build runs with (`None` for the others,
+    /// which ignore it).
+    pub fn accept_for(&self, server: servers::ServerKind) -> Option<String> {
+        match server {
+            servers::ServerKind::WeirB if self.weir_b_accept.is_some() => {
+                self.weir_b_accept.clone()
+            }
+            _ => self.weir_accept.clone(),
         }
     }
 }
@@ -526,7 +539,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                     key: key.clone(),
                     combined: combined.clone(),
                     workers: cfg.workers,
-                    weir_accept: cfg.weir_accept.clone(),
+                    weir_accept: cfg.accept_for(server),
                 };
                 contenders.push((server, setup, row, Measured::default()));
             }
@@ -676,6 +689,10 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
     let json = serde_json::to_string_pretty(&summary).unwrap_or_default();
     write(&cfg.out.join("summary.json"), &json)?;
     write(&cfg.out.join("README.md"), &report::readme(&summary, cfg))?;
+    let names: Vec<&str> = cfg.scenarios.iter().map(|s| s.name()).collect();
+    let page = report::html(&cfg.out, &summary.run, &names)
+        .map_err(|e| CompareError::io(&cfg.out.join("report.html"), e))?;
+    write(&cfg.out.join("report.html"), &page)?;
     Ok(summary)
 }
 
@@ -1133,7 +1150,7 @@ fn run_startup(
             key: PathBuf::new(),
             combined: PathBuf::new(),
             workers: cfg.workers,
-            weir_accept: cfg.weir_accept.clone(),
+            weir_accept: cfg.accept_for(server),
             access_log: None,
             max_connections: scenarios::max_connections(),
         };
@@ -1211,7 +1228,7 @@ fn run_idle(
                 key: assets.key.clone(),
                 combined: assets.combined.clone(),
                 workers: cfg.workers,
-                weir_accept: cfg.weir_accept.clone(),
+                weir_accept: cfg.accept_for(server),
                 access_log: None,
                 max_connections: scenarios::max_connections(),
             };

@@ -1,7 +1,7 @@
 //! The run folder's human outputs: a Markdown table per scenario (the seed
 //! tables' columns plus weir's ratio to each competitor; `startup` and `idle`
-//! have their own columns), an SVG chart per scenario, and a README tying
-//! them together.
+//! have their own columns), an SVG chart per scenario, a README tying
+//! them together, and `report.html`, all of it on one page for a browser.
 
 use std::fmt::Write as _;
 
@@ -194,6 +194,12 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
         let _ = writeln!(
             o,
             "weir ran with `server.accept = \"{a}\"` (`--weir-accept`), not its default.\n"
+        );
+    }
+    if let Some(a) = &cfg.weir_b_accept {
+        let _ = writeln!(
+            o,
+            "weir-b ran with `server.accept = \"{a}\"` (`--weir-b-accept`).\n"
         );
     }
     let _ = writeln!(o, "| {} |", COLUMNS.join(" | "));
@@ -414,6 +420,83 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
         let _ = writeln!(o, "- [{0}]({0}.md) · ![{0}]({0}.svg)", sc.name());
     }
     o
+}
+
+/// `report.html`: the run's README (machine, method, what each server
+/// got), then each scenario's table with its chart inline, then a link to
+/// every server's config. Built from the files the run wrote (`names`: the
+/// scenarios', in order), so the page says exactly what they say.
+pub fn html(out: &std::path::Path, run: &str, names: &[&str]) -> std::io::Result<String> {
+    let mut body = String::new();
+    let readme = std::fs::read_to_string(out.join("README.md"))?;
+    // The README's list of links to each table and chart: the page has them inline.
+    let readme: String = readme
+        .lines()
+        .filter(|l| !(l.starts_with("- [") && l.contains(".svg)")))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    markdown_html(&readme, &mut body);
+    body.push_str("<nav><h2>Scenarios</h2><ul>");
+    for n in names {
+        let _ = write!(body, "<li><a href=\"#{n}\">{n}</a></li>");
+    }
+    body.push_str("</ul></nav>\n");
+    for n in names {
+        let _ = write!(body, "<section id=\"{n}\">\n");
+        match std::fs::read_to_string(out.join(format!("{n}.md"))) {
+            Ok(md) => markdown_html(&md, &mut body),
+            Err(_) => {
+                let _ = write!(
+                    body,
+                    "<h2>{n}</h2><p>No table: the scenario wrote none.</p>"
+                );
+            }
+        }
+        if let Ok(svg) = std::fs::read_to_string(out.join(format!("{n}.svg"))) {
+            let _ = write!(body, "<figure>{svg}</figure>\n");
+        }
+        body.push_str("</section>\n");
+    }
+    let mut configs = Vec::new();
+    list_files(&out.join("configs"), out, &mut configs);
+    configs.sort();
+    body.push_str("<section id=\"configs\"><h2>Configs</h2><ul>\n");
+    for c in &configs {
+        let c = esc(c);
+        let _ = writeln!(body, "<li><a href=\"{c}\">{c}</a></li>");
+    }
+    body.push_str("</ul></section>\n");
+    Ok(format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>weir-bench compare run {run}</title>\
+         <style>body{{font-family:sans-serif;margin:2em;max-width:110em}}\
+         table{{border-collapse:collapse;font-size:0.85em}}\
+         th,td{{border:1px solid #ccc;padding:0.2em 0.5em;text-align:right}}\
+         th:nth-child(-n+2),td:nth-child(-n+2){{text-align:left}}\
+         figure{{margin:1em 0}}code{{background:#f4f4f4}}</style></head>\n<body>\n{body}</body></html>\n",
+        run = esc(run)
+    ))
+}
+
+/// Markdown (with tables) as HTML, by pulldown-cmark.
+fn markdown_html(md: &str, out: &mut String) {
+    let parser = pulldown_cmark::Parser::new_ext(md, pulldown_cmark::Options::ENABLE_TABLES);
+    pulldown_cmark::html::push_html(out, parser);
+}
+
+/// Every file under `dir`, as a path relative to `base` with `/`.
+fn list_files(dir: &std::path::Path, base: &std::path::Path, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            list_files(&p, base, out);
+        } else if let Ok(rel) = p.strip_prefix(base) {
+            out.push(rel.to_string_lossy().replace('\\', "/"));
+        }
+    }
 }
 
 /// The CPU mode of a run, in words.
@@ -782,6 +865,7 @@ mod tests {
             port: 28080,
             workers: 2,
             weir_accept: None,
+            weir_b_accept: None,
             max_stolen_pct: 10.0,
             stolen_retries: 2,
             copy_bodies: false,

@@ -64,6 +64,7 @@ fn quick_compare_writes_the_expected_shape() {
         "proxy.svg",
         "ab.md",
         "ab.svg",
+        "report.html",
     ] {
         assert!(out.join(f).is_file(), "missing {f}");
     }
@@ -125,6 +126,68 @@ fn quick_compare_writes_the_expected_shape() {
     assert!(md.contains("| http | weir | not installed |"));
     let svg = std::fs::read_to_string(out.join("static.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("nginx"));
+
+    // The run's one page, as a browser builds it.
+    let dom = chromium_dom(&out.join("report.html"));
+    for id in ["static", "proxy", "ab", "configs"] {
+        assert!(
+            dom.contains(&format!("<section id=\"{id}\">")),
+            "no {id} section"
+        );
+    }
+    // The README's facts, each scenario's table and its chart inline.
+    assert!(dom.contains("What each server got"), "no README part");
+    assert!(dom.contains("RSA-2048"), "the certificate is not named");
+    assert!(dom.matches("<table>").count() >= 3, "tables missing");
+    assert!(dom.matches("<svg").count() >= 3, "charts not inline");
+    assert!(
+        dom.contains("<th>weir ÷ this</th>"),
+        "table header not rendered"
+    );
+    assert!(
+        dom.contains("<td>http</td><td>weir</td><td>not installed</td>"),
+        "weir's row not rendered"
+    );
+    assert!(
+        dom.contains("href=\"configs/static/http/nginx/nginx.conf\""),
+        "configs not linked"
+    );
+}
+
+/// Chromium must be installed; install it, or fail loudly saying how.
+fn ensure_chromium() -> &'static str {
+    let found = || {
+        ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+            .into_iter()
+            .find(|p| Path::new(p).is_file())
+    };
+    if let Some(p) = found() {
+        return p;
+    }
+    let _ = Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends", "chromium"])
+        .status();
+    found().expect(
+        "this test needs Chromium: `apt-get install -y chromium` failed; install it (scripts/test.sh does) and rerun",
+    )
+}
+
+/// `page` opened in headless Chromium: the DOM it built, serialised.
+fn chromium_dom(page: &Path) -> String {
+    let bin = ensure_chromium();
+    let profile = page.with_file_name("chromium-profile");
+    let out = Command::new(bin)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("run chromium");
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("the DOM is UTF-8")
 }
 
 /// Repeats go in rounds: every server runs once per round, so the machine's
