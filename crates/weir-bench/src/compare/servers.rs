@@ -412,6 +412,12 @@ fn weir_config(s: &ServerSetup) -> String {
         let _ = writeln!(o, "accept = \"{a}\"");
     }
     let _ = writeln!(o, "\n[server.timeouts]\nkeepalive = \"{KEEPALIVE_SECS}s\"");
+    // weir's default connection limit (16,384) is below the largest case.
+    let _ = writeln!(
+        o,
+        "\n[server.limits]\nconnections = {}",
+        s.max_connections.max(16_384)
+    );
     let site = |o: &mut String, name: &str, what: String| {
         let _ = write!(
             o,
