@@ -12,7 +12,7 @@ use std::time::Duration;
 use http::StatusCode;
 use weir_http::body::BodyError;
 
-use crate::{forward, h1_client};
+use crate::h1_client;
 
 /// Why a request could not be proxied.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +42,7 @@ pub enum ProxyError {
     #[error("reading the request body: {0}")]
     ClientBody(BodyError),
     #[error("request smuggling attempt: {0}")]
-    Smuggling(#[from] forward::Smuggling),
+    Smuggling(#[from] weir_http::smuggling::Violation),
     #[error("answered {0} to a WebSocket upgrade instead of 101 Switching Protocols")]
     NotSwitched(StatusCode),
 }

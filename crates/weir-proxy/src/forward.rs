@@ -10,6 +10,7 @@ use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
+use weir_http::smuggling::{RequestFraming, Violation};
 
 pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -614,52 +615,26 @@ fn is_token(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
-/// Why a request head could smuggle a second request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum Smuggling {
-    #[error("both Content-Length and Transfer-Encoding")]
-    BothLengths,
-    #[error("Transfer-Encoding other than a single `chunked`")]
-    BadTransferEncoding,
-    #[error("several or malformed Content-Length values")]
-    BadContentLength,
-    #[error("Transfer-Encoding on HTTP/1.0")]
-    TransferEncodingOnHttp10,
-}
-
-/// Checks a parsed request head for framing that a proxy and its upstream
-/// could read differently. hyper has already refused the worst (invalid
-/// names, obs-fold, a final coding other than chunked, conflicting lengths);
-/// this refuses what it lets through.
-pub fn check_smuggling(version: http::Version, h: &HeaderMap) -> Result<(), Smuggling> {
+/// The strict reading of a request's framing fields
+/// (`weir_http::smuggling::RequestFraming`, the rules weir's HTTP/1 server
+/// parses by) applied to a header map: for requests that came over HTTP/2
+/// or HTTP/3, whose framing fields an HTTP/1.1 upstream would read. An
+/// HTTP/1 request was read by these rules as it arrived.
+pub fn check_smuggling(version: http::Version, h: &HeaderMap) -> Result<(), Violation> {
     let present = Present::of(h);
     if !present.has(Present::TRANSFER_ENCODING | Present::CONTENT_LENGTH) {
         return Ok(());
     }
-    let mut te = h.get_all(header::TRANSFER_ENCODING).iter();
-    let te_first = te.next();
-    if let Some(v) = te_first {
-        if version == http::Version::HTTP_10 {
-            return Err(Smuggling::TransferEncodingOnHttp10);
-        }
-        if te.next().is_some() || v.as_bytes() != b"chunked" {
-            return Err(Smuggling::BadTransferEncoding);
-        }
-        if h.contains_key(header::CONTENT_LENGTH) {
-            return Err(Smuggling::BothLengths);
-        }
+    let mut framing = RequestFraming::default();
+    for v in h.get_all(header::TRANSFER_ENCODING) {
+        framing.transfer_encoding(v.as_bytes());
     }
-    let mut cl = h.get_all(header::CONTENT_LENGTH).iter();
-    if let Some(v) = cl.next() {
-        if cl.next().is_some() {
-            return Err(Smuggling::BadContentLength);
-        }
-        let b = v.as_bytes();
-        if b.is_empty() || b.len() > 19 || !b.iter().all(u8::is_ascii_digit) {
-            return Err(Smuggling::BadContentLength);
-        }
+    for v in h.get_all(header::CONTENT_LENGTH) {
+        framing.content_length(v.as_bytes())?;
     }
-    Ok(())
+    framing
+        .finish(version == http::Version::HTTP_10)
+        .map(|_| ())
 }
 
 #[cfg(test)]
@@ -929,7 +904,7 @@ mod tests {
         assert_eq!(ok(&[("content-length", "10")]), Ok(()));
         assert_eq!(
             ok(&[("transfer-encoding", "chunked"), ("content-length", "3")]),
-            Err(Smuggling::BothLengths)
+            Err(Violation::BothLengths)
         );
         for te in [
             "Chunked",
@@ -941,7 +916,7 @@ mod tests {
         ] {
             assert_eq!(
                 ok(&[("transfer-encoding", te)]),
-                Err(Smuggling::BadTransferEncoding),
+                Err(Violation::BadTransferEncoding),
                 "{te:?}"
             );
         }
@@ -950,22 +925,22 @@ mod tests {
                 ("transfer-encoding", "chunked"),
                 ("transfer-encoding", "chunked")
             ]),
-            Err(Smuggling::BadTransferEncoding)
+            Err(Violation::BadTransferEncoding)
         );
         for cl in ["+5", "5,5", "0x10", " 5", ""] {
             assert_eq!(
                 ok(&[("content-length", cl)]),
-                Err(Smuggling::BadContentLength),
+                Err(Violation::BadContentLength),
                 "{cl:?}"
             );
         }
         assert_eq!(
             ok(&[("content-length", "5"), ("content-length", "5")]),
-            Err(Smuggling::BadContentLength)
+            Err(Violation::BadContentLength)
         );
         assert_eq!(
             check_smuggling(V::HTTP_10, &map(&[("transfer-encoding", "chunked")])),
-            Err(Smuggling::TransferEncodingOnHttp10)
+            Err(Violation::TransferEncodingOnHttp10)
         );
     }
 }

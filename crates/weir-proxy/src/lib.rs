@@ -1,6 +1,7 @@
 //! The reverse proxy: one [`Proxy`] per `proxy = { ... }` in the config.
 //! [`Proxy::serve`] walks a request through named steps:
-//! `check_smuggling` → forwarding headers (`forward`) → `pick` (balancer,
+//! `check_smuggling` (HTTP/2 and HTTP/3 requests: the strict framing
+//! rules HTTP/1 requests were read by) → forwarding headers (`forward`) → `pick` (balancer,
 //! health, sticky cookie) → `admit` (max_conns and queue) → `sender`
 //! (pooled or new connection, `pool`) → send with the response timeout
 //! (through weir's own HTTP/1.1 client, `h1_client`: `send_own` for a body
@@ -191,7 +192,10 @@ impl Proxy {
         conn: &ConnInfo,
         path: Option<&str>,
     ) -> Response<Body> {
-        if let Err(e) = forward::check_smuggling(parts.version, &parts.headers) {
+        // HTTP/1 requests were read strictly as they arrived (weir_http::smuggling).
+        if parts.version >= Version::HTTP_2
+            && let Err(e) = forward::check_smuggling(parts.version, &parts.headers)
+        {
             let mut r = self.fail(parts, None, e.into());
             r.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));

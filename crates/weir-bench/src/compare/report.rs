@@ -442,7 +442,7 @@ pub fn html(out: &std::path::Path, run: &str, names: &[&str]) -> std::io::Result
     }
     body.push_str("</ul></nav>\n");
     for n in names {
-        let _ = write!(body, "<section id=\"{n}\">\n");
+        let _ = writeln!(body, "<section id=\"{n}\">");
         match std::fs::read_to_string(out.join(format!("{n}.md"))) {
             Ok(md) => markdown_html(&md, &mut body),
             Err(_) => {
@@ -453,7 +453,7 @@ pub fn html(out: &std::path::Path, run: &str, names: &[&str]) -> std::io::Result
             }
         }
         if let Ok(svg) = std::fs::read_to_string(out.join(format!("{n}.svg"))) {
-            let _ = write!(body, "<figure>{svg}</figure>\n");
+            let _ = writeln!(body, "<figure>{svg}</figure>");
         }
         body.push_str("</section>\n");
     }

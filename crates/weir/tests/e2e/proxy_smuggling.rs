@@ -96,3 +96,42 @@ async fn a_smuggled_second_request_after_a_clean_one_is_refused() {
     let seen: Vec<String> = up.seen().iter().map(|s| s.uri.clone()).collect();
     assert!(seen.iter().all(|u| u == "/first"), "{seen:?}");
 }
+
+/// An HTTP/2 request whose framing fields an HTTP/1.1 upstream could read
+/// two ways (two Content-Length values) gets the same strict reading at the
+/// proxy as an HTTP/1 head: 400, and nothing reaches the upstream.
+#[tokio::test]
+async fn an_http2_request_with_two_lengths_never_reaches_the_upstream() {
+    let up = Upstream::start("up").await;
+    let w = Weir::start(
+        WEIR,
+        &format!(
+            "[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"] }}\n",
+            up.addr
+        ),
+    );
+    // h2c with prior knowledge.
+    let tcp = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+    let (h2, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(conn);
+    let mut h2 = h2.ready().await.unwrap();
+    let send = |h2: &mut h2::client::SendRequest<bytes::Bytes>, path: &str, lengths: &[&str]| {
+        let mut req = http::Request::builder()
+            .method("POST")
+            .uri(format!("http://{}{path}", w.addr));
+        for l in lengths {
+            req = req.header("content-length", *l);
+        }
+        let (resp, mut body) = h2.send_request(req.body(()).unwrap(), false).unwrap();
+        body.send_data(bytes::Bytes::from_static(b"abc"), true)
+            .unwrap();
+        resp
+    };
+    // Control: a clean request reaches the upstream.
+    let ok = send(&mut h2, "/clean", &["3"]).await.unwrap();
+    assert_eq!(ok.status(), 200);
+    let resp = send(&mut h2, "/two-lengths", &["3", "3"]).await.unwrap();
+    assert_eq!(resp.status(), 400);
+    let seen: Vec<String> = up.seen().iter().map(|s| s.uri.clone()).collect();
+    assert_eq!(seen, ["/clean"]);
+}
