@@ -36,8 +36,8 @@ const CASES: &[(&str, &[u8])] = &[
     ("empty header name", b"GET /a HTTP/1.1\r\nHost: x\r\n: b\r\n\r\n"),
 ];
 
-#[tokio::test]
-async fn smuggling_attempts_get_400_and_close_and_never_reach_the_upstream() {
+/// weir proxying to one recording upstream.
+async fn proxied() -> (Upstream, Weir) {
     let up = Upstream::start("up").await;
     let w = Weir::start(
         WEIR,
@@ -46,6 +46,12 @@ async fn smuggling_attempts_get_400_and_close_and_never_reach_the_upstream() {
             up.addr
         ),
     );
+    (up, w)
+}
+
+#[tokio::test]
+async fn smuggling_attempts_get_400_and_close_and_never_reach_the_upstream() {
+    let (up, w) = proxied().await;
     // Control: a clean request reaches the upstream.
     let ok = raw(
         &w,
@@ -73,14 +79,7 @@ async fn smuggling_attempts_get_400_and_close_and_never_reach_the_upstream() {
 
 #[tokio::test]
 async fn a_smuggled_second_request_after_a_clean_one_is_refused() {
-    let up = Upstream::start("up").await;
-    let w = Weir::start(
-        WEIR,
-        &format!(
-            "[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"] }}\n",
-            up.addr
-        ),
-    );
+    let (up, w) = proxied().await;
     let resp = raw(
         &w,
         b"POST /first HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nokGET /second HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
@@ -102,14 +101,7 @@ async fn a_smuggled_second_request_after_a_clean_one_is_refused() {
 /// proxy as an HTTP/1 head: 400, and nothing reaches the upstream.
 #[tokio::test]
 async fn an_http2_request_with_two_lengths_never_reaches_the_upstream() {
-    let up = Upstream::start("up").await;
-    let w = Weir::start(
-        WEIR,
-        &format!(
-            "[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"] }}\n",
-            up.addr
-        ),
-    );
+    let (up, w) = proxied().await;
     // h2c with prior knowledge.
     let tcp = tokio::net::TcpStream::connect(w.addr).await.unwrap();
     let (h2, conn) = h2::client::handshake(tcp).await.unwrap();
