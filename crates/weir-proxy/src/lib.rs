@@ -174,12 +174,6 @@ impl Proxy {
         &self.ups
     }
 
-    /// Idle connections to upstream `idx`, summed over the workers (for
-    /// tests and the admin API).
-    pub fn idle_connections(&self, idx: usize) -> usize {
-        self.locals.iter().map(|l| l.pools().idle_count(idx)).sum()
-    }
-
     fn local(&self, w: Worker) -> &Arc<Local> {
         self.locals.get(w)
     }
