@@ -2,9 +2,11 @@
 # The whole test suite, exactly as CI runs it (.ci/run calls this script).
 #
 # 1. installs what the end-to-end tests talk to (curl, nginx for the harness
-#    smoke test, h2load, pebble for ACME, chromium for the run report page)
-#    from Debian's packages when missing,
-#    and pebble v2.10.1 (ACME Renewal Information) with `go install`;
+#    smoke test, h2load, pebble for ACME, chromium for the run report page,
+#    systemd's systemd-analyze, passwd's useradd and binutils' objcopy for
+#    the Debian package test) from Debian's packages when missing,
+#    pebble v2.10.1 (ACME Renewal Information) with `go install`,
+#    and cargo-deb with `cargo install`;
 # 2. checks formatting and lints;
 # 3. builds the release binaries once and runs every test against them.
 #
@@ -21,6 +23,9 @@ command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v pebble >/dev/null 2>&1 || need+=(pebble)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v useradd >/dev/null 2>&1 || need+=(passwd)
+command -v objcopy >/dev/null 2>&1 || need+=(binutils)
 if [ "${#need[@]}" -gt 0 ]; then
     echo "== installing: ${need[*]}"
     sudo=""
@@ -40,6 +45,13 @@ if ! "$pebble_ari" -version >/dev/null 2>&1; then
     echo "== installing pebble v2.10.1 (ARI) with go install"
     GOFLAGS=-mod=mod GOBIN="$pebble_ari_dir" go install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.1
     "$pebble_ari" -version >/dev/null 2>&1 || { echo "pebble with ARI could not be installed" >&2; exit 1; }
+fi
+
+# The package test (crates/weir/tests/e2e/package.rs) builds the .deb with
+# cargo-deb, installs it with dpkg (so the suite runs as root) and purges it.
+if ! command -v cargo-deb >/dev/null 2>&1; then
+    echo "== installing cargo-deb with cargo install"
+    cargo install cargo-deb --locked
 fi
 
 echo "== cargo fmt --check"

@@ -51,7 +51,7 @@ impl Encoding {
 }
 
 /// On-the-fly compression settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CompressOptions {
     pub enabled: bool,
     /// Files smaller than this are sent as they are.
@@ -75,7 +75,7 @@ impl Default for CompressOptions {
 }
 
 /// In-memory cache of small hot files.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CacheOptions {
     /// Total bytes held (bodies and compressed variants); 0 disables the cache.
     pub max_bytes: u64,
@@ -94,7 +94,7 @@ impl Default for CacheOptions {
 }
 
 /// Everything the file server needs from the site config.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Options {
     pub root: PathBuf,
     pub index: Vec<String>,

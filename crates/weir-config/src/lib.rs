@@ -7,6 +7,7 @@
 //! every problem as `file:line:col: message`. A config that has errors never
 //! starts a server.
 
+pub mod admin;
 pub mod error;
 pub mod files;
 mod introspect;
@@ -35,7 +36,7 @@ pub use tls::{
 };
 
 /// A validated configuration, ready to run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     /// Where it came from (a path, or `<built-in>`), for messages.
     pub source: String,
@@ -44,9 +45,14 @@ pub struct Config {
     pub listeners: Vec<ListenerConfig>,
     /// Certificates, automatic HTTPS and HTTP/3: `[tls]`.
     pub tls: TlsGlobal,
+    /// The admin API: `[admin]`.
+    pub admin: admin::AdminConfig,
+    /// The text it was read from (`None` for the built-in welcome page),
+    /// which the admin API's `GET /config` returns.
+    pub text: Option<Arc<str>>,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServerConfig {
     pub workers: usize,
     pub runtime: RuntimeMode,
@@ -88,7 +94,7 @@ pub enum RuntimeMode {
     Shared,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Timeouts {
     pub header: Duration,
     pub keepalive: Duration,
@@ -96,7 +102,7 @@ pub struct Timeouts {
     pub write: Duration,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     pub header_size: usize,
     pub headers: usize,
@@ -110,7 +116,7 @@ pub struct Limits {
 }
 
 /// One socket address weir listens on, and the sites it serves.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ListenerConfig {
     pub addr: SocketAddr,
     pub tls: bool,
@@ -123,6 +129,7 @@ pub struct ListenerConfig {
 }
 
 /// A site: which requests it answers and how.
+#[derive(PartialEq)]
 pub struct SiteConfig {
     /// The name as written in the file (`example.com`, `*.example.com:8443`).
     pub name: String,
@@ -171,7 +178,7 @@ impl HostPattern {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum HandlerConfig {
     /// Static files from a root directory.
     Static(files::Options),
@@ -196,7 +203,7 @@ impl HandlerConfig {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AccessLogConfig {
     /// `None`: standard output.
     pub path: Option<PathBuf>,
@@ -281,6 +288,8 @@ impl Config {
                 proxy_protocol: None,
             }],
             tls: TlsGlobal::default(),
+            admin: admin::AdminConfig::default_on(),
+            text: None,
         }
     }
 }
@@ -342,6 +351,7 @@ pub fn load_str_with(
 
     let server = validate_server(&mut c, &raw.server);
     let tls_global = tls::validate_global(&mut c, base, &raw.tls);
+    let admin = admin::validate(&mut c, &raw.admin);
     let mut sites: Vec<SiteConfig> = Vec::new();
     // (addr, tls, site index, explicit default, span of the site name)
     let mut binds: Vec<(SocketAddr, bool, usize, bool, std::ops::Range<usize>)> = Vec::new();
@@ -553,6 +563,8 @@ pub fn load_str_with(
         sites: sites.into_iter().map(Arc::new).collect(),
         listeners,
         tls: tls_global,
+        admin,
+        text: Some(Arc::from(src)),
     })
 }
 
@@ -591,6 +603,7 @@ fn known_keys(path: &[String]) -> &'static [&'static str] {
         ["site", _] => fields::<RawSite>(),
         ["site", _, "tls"] => fields::<RawTls>(),
         ["tls"] => fields::<RawTlsGlobal>(),
+        ["admin"] => fields::<raw::RawAdmin>(),
         ["tls", "acme"] => fields::<RawAcme>(),
         ["tls", "internal"] => fields::<RawInternal>(),
         ["tls", "on_demand"] => fields::<RawOnDemand>(),

@@ -19,7 +19,7 @@ use super::raw::{RawProxy, RawRoute, RawSite, RawUpstream, RawUpstreams, Value};
 use super::units;
 
 /// A validated `proxy = { ... }`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ProxyConfig {
     pub upstreams: Vec<UpstreamConfig>,
     pub balance: Balance,
@@ -112,7 +112,7 @@ pub enum UpstreamTarget {
     Unix(PathBuf),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamConfig {
     /// As written in the file, for logs.
     pub name: String,
@@ -132,7 +132,7 @@ impl UpstreamConfig {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HealthConfig {
     /// `None`: TCP connect only.
     pub path: Option<String>,
@@ -144,7 +144,7 @@ pub struct HealthConfig {
     pub fall: u32,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PassiveConfig {
     /// 0: off.
     pub failures: u32,
@@ -256,7 +256,7 @@ impl PathRewrite {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RouteConfig {
     pub pattern: PathPattern,
     pub rewrite: PathRewrite,
@@ -264,7 +264,7 @@ pub struct RouteConfig {
 }
 
 /// PROXY protocol accepted on a listener.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct AcceptProxyProtocol {
     pub trusted_sources: Vec<IpNet>,
 }

@@ -25,6 +25,19 @@ pub struct RawConfig {
     /// Automatic HTTPS, the local CA and HTTP/3: `[tls]`.
     #[serde(default)]
     pub tls: RawTlsGlobal,
+    /// The admin API: `[admin]`.
+    #[serde(default)]
+    pub admin: RawAdmin,
+}
+
+/// `[admin]`.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawAdmin {
+    /// `"127.0.0.1:2019"` (default), a Unix socket path, or `"off"`.
+    pub listen: Option<Spanned<String>>,
+    /// A bearer token every admin request must carry; required for a
+    /// non-loopback address.
+    pub token: Option<Spanned<String>>,
 }
 
 /// `[server]`.

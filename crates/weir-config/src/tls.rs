@@ -19,7 +19,7 @@ pub const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
 pub const LETS_ENCRYPT_STAGING: &str = "https://acme-staging-v02.api.letsencrypt.org/directory";
 
 /// How a TLS site gets its certificate.
-#[derive(Clone)]
+#[derive(Clone, PartialEq)]
 pub enum TlsConfig {
     /// From files, reloaded when they change.
     Files {
@@ -53,7 +53,7 @@ impl Issuer {
 }
 
 /// `[tls]`, validated.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TlsGlobal {
     pub storage: PathBuf,
     pub http3: bool,
@@ -63,7 +63,7 @@ pub struct TlsGlobal {
     pub on_demand: OnDemandConfig,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AcmeConfig {
     pub directory: String,
     pub email: Option<String>,
@@ -88,7 +88,7 @@ pub enum ChallengeKind {
     TlsAlpn01,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct OnDemandConfig {
     pub ask: Option<String>,
     pub allow: Vec<HostPattern>,

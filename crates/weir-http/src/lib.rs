@@ -18,6 +18,7 @@ pub mod conn;
 pub mod file_region;
 pub mod h1;
 pub mod header_maps;
+pub mod metrics;
 pub mod response;
 pub mod smuggling;
 pub mod upgrade;

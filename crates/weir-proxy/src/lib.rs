@@ -67,12 +67,41 @@ impl Local {
     }
 }
 
+/// What an operator set for an upstream through the admin API (HAProxy's
+/// `set server state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AdminState {
+    /// In rotation (when healthy).
+    Ready = 0,
+    /// No new requests; those in flight finish.
+    Drain = 1,
+    /// As drain, and shown as under maintenance.
+    Maint = 2,
+}
+
+/// Per-upstream counters (`Upstream::count`).
+pub mod counter {
+    pub const REQUESTS: usize = 0;
+    pub const RETRIES: usize = 1;
+    /// Errors by kind, from [`ERRORS`]`[0]` on.
+    pub const FIRST_ERROR: usize = 2;
+    pub const ERRORS: [&str; 6] = ["connect", "timeout", "tls", "protocol", "queue", "other"];
+    pub const N: usize = FIRST_ERROR + ERRORS.len();
+}
+
 /// One upstream's run-time state, shared by the workers.
 pub struct Upstream {
     pub cfg: UpstreamConfig,
     pub health: health::Shared,
     /// Requests in flight.
     active: AtomicU32,
+    /// [`AdminState`] as a number.
+    state: std::sync::atomic::AtomicU8,
+    /// The weight in force (the config's, until the admin API changes it).
+    weight: AtomicU32,
+    /// Attempts, retries and errors by kind, per worker.
+    pub counts: weir_http::metrics::Counts<{ counter::N }>,
     limit: Option<Arc<Semaphore>>,
     queued: AtomicUsize,
     host: HeaderValue,
@@ -115,7 +144,59 @@ impl Replay {
     }
 }
 
+impl Upstream {
+    pub fn admin_state(&self) -> AdminState {
+        match self.state.load(Ordering::Relaxed) {
+            0 => AdminState::Ready,
+            1 => AdminState::Drain,
+            _ => AdminState::Maint,
+        }
+    }
+
+    /// Takes the upstream in or out of rotation; requests in flight finish.
+    pub fn set_admin_state(&self, s: AdminState) {
+        self.state.store(s as u8, Ordering::Relaxed);
+    }
+
+    fn in_rotation(&self) -> bool {
+        self.state.load(Ordering::Relaxed) == AdminState::Ready as u8
+    }
+
+    pub fn weight(&self) -> u32 {
+        self.weight.load(Ordering::Relaxed)
+    }
+
+    /// The weight the balancers use from the next pick on (the hash ring
+    /// of `ip_hash` and `hash` keeps the config's weights).
+    pub fn set_weight(&self, w: u32) {
+        self.weight.store(w, Ordering::Relaxed);
+    }
+
+    /// Requests in flight to it now.
+    pub fn in_flight(&self) -> u32 {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    fn count_error(&self, w: Worker, e: &ProxyError) {
+        use ProxyError as E;
+        let kind = match e {
+            E::Connect(_) | E::Resolve(_) => 0,
+            E::ConnectTimeout(_) | E::ResponseTimeout(_) => 1,
+            E::Tls(_) => 2,
+            E::Handshake(_) | E::Upstream(_) | E::Client(_) | E::NotSwitched(_) => 3,
+            E::QueueFull | E::QueueTimeout(_) => 4,
+            _ => 5,
+        };
+        self.counts.add(w, counter::FIRST_ERROR + kind, 1);
+    }
+}
+
 impl Proxy {
+    /// Idle connections to upstream `idx`, over every worker's pool.
+    pub fn idle_connections(&self, idx: usize) -> usize {
+        self.locals.iter().map(|l| l.pools().idle_count(idx)).sum()
+    }
+
     /// `own_h1`: weir's own HTTP/1.1 client for every HTTP/1.1 upstream
     /// request (the `server.http1 = "fast"` default); `false`: hyper's.
     /// `workers`: how many workers' slots of pools and balancers to keep.
@@ -133,6 +214,9 @@ impl Proxy {
                     cfg: u.clone(),
                     health: health::Shared::default(),
                     active: AtomicU32::new(0),
+                    state: std::sync::atomic::AtomicU8::new(AdminState::Ready as u8),
+                    weight: AtomicU32::new(u.weight),
+                    counts: weir_http::metrics::Counts::new(workers),
                     limit: (cfg.max_conns > 0).then(|| Arc::new(Semaphore::new(cfg.max_conns))),
                     queued: AtomicUsize::new(0),
                     host,
@@ -164,7 +248,7 @@ impl Proxy {
             own_h1,
         });
         if p.cfg.health.is_some() {
-            spawn_health_checks(p.clone());
+            spawn_health_checks(Arc::downgrade(&p));
         }
         p
     }
@@ -248,6 +332,10 @@ impl Proxy {
                 };
             };
             let up = &self.ups[idx];
+            up.counts.add(conn.worker, counter::REQUESTS, 1);
+            if last.is_some() {
+                up.counts.add(conn.worker, counter::RETRIES, 1);
+            }
             if let Some((i, e)) = &last {
                 tracing::info!(
                     "proxy: {}: {e}; retrying on {}",
@@ -260,7 +348,10 @@ impl Proxy {
             } else {
                 match Box::pin(self.admit(up)).await {
                     Ok(p) => p,
-                    Err(e) => return self.fail(parts, Some(up), e),
+                    Err(e) => {
+                        up.count_error(conn.worker, &e);
+                        return self.fail(parts, Some(up), e);
+                    }
                 }
             };
             let active = ActiveGuard::new(up.clone());
@@ -272,6 +363,7 @@ impl Proxy {
                 Ok(s) => s,
                 Err(e) => {
                     let failed = Failed::connect(e);
+                    up.count_error(conn.worker, &failed.error);
                     self.passive_failure(up, &failed.error);
                     tried.push(idx);
                     if failed.may_retry(idempotent, body.replayable(), attempt, self.cfg.retries) {
@@ -334,6 +426,7 @@ impl Proxy {
                         body = Replay::Stream(Some(req.into_body()));
                     }
                     if failed.blame == Blame::Upstream {
+                        up.count_error(conn.worker, &failed.error);
                         self.passive_failure(up, &failed.error);
                         tried.push(idx);
                     }
@@ -411,7 +504,7 @@ impl Proxy {
     ) -> Option<usize> {
         // Read once, and only if an upstream is in a passive cool-down.
         let now = std::cell::LazyCell::new(weir_http::clock::now);
-        let is_up = |u: &Upstream| u.health.is_up_with(|| *now);
+        let is_up = |u: &Upstream| u.in_rotation() && u.health.is_up_with(|| *now);
         if let Some(i) = sticky
             && !tried.contains(&i)
             && is_up(&self.ups[i])
@@ -429,7 +522,7 @@ impl Proxy {
             .enumerate()
             .map(|(i, u)| Candidate {
                 eligible: !tried.contains(&i) && is_up(u),
-                weight: u.cfg.weight,
+                weight: u.weight.load(Ordering::Relaxed),
                 active: u.active.load(Ordering::Relaxed),
                 full: u.limit.as_ref().is_some_and(|s| s.available_permits() == 0),
             })
@@ -1082,8 +1175,9 @@ impl Sender {
 }
 
 /// Runs the active health checks of one proxy on a thread of their own, so
-/// they never compete with requests for a worker's runtime.
-fn spawn_health_checks(p: Arc<Proxy>) {
+/// they never compete with requests for a worker's runtime. The thread ends
+/// once the proxy is gone (a reload replaced it).
+fn spawn_health_checks(p: std::sync::Weak<Proxy>) {
     let spawned = std::thread::Builder::new()
         .name("weir-health".into())
         .spawn(move || {
@@ -1104,8 +1198,8 @@ fn spawn_health_checks(p: Arc<Proxy>) {
     }
 }
 
-async fn health_loop(p: Arc<Proxy>) {
-    let Some(hc) = p.cfg.health.clone() else {
+async fn health_loop(weak: std::sync::Weak<Proxy>) {
+    let Some(hc) = weak.upgrade().and_then(|p| p.cfg.health.clone()) else {
         return;
     };
     let mut tick = tokio::time::interval(hc.interval.max(health::MIN_INTERVAL));
@@ -1114,6 +1208,9 @@ async fn health_loop(p: Arc<Proxy>) {
     let dns = &dns::Resolver::default();
     loop {
         tick.tick().await;
+        let Some(p) = weak.upgrade() else {
+            return;
+        };
         let checks = p.ups.iter().map(|up| {
             let p = p.clone();
             let up = up.clone();

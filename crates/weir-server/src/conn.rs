@@ -24,9 +24,10 @@ use super::drain::{Drain, Signal};
 use super::http1;
 use super::io::{self as tio, ConnState, TimedIo};
 use super::zero_copy::{FileRegion, Regions, ZeroCopy};
-use crate::pipeline::Listener;
+use crate::pipeline::Current;
 use weir_config::Limits;
 use weir_http::conn::ConnInfo;
+use weir_http::metrics::{ConnCounts, Proto};
 use weir_http::smuggling::Guard;
 use weir_http::upgrade;
 use weir_http::worker::Worker;
@@ -37,12 +38,16 @@ const HYPER_INLINE_HEADERS: usize = 100;
 
 /// What every connection on one listening address shares.
 pub struct ConnCtx {
-    listener: Listener,
+    /// The sites, as the latest reload left them (shared with the
+    /// address's other contexts, old and new).
+    listener: Arc<Current>,
     tls: Option<weir_tls::Acceptor>,
     limits: Limits,
     timeouts: tio::Limits,
     /// Open connections across the whole process.
     open: Arc<AtomicUsize>,
+    /// Connections by protocol and TLS handshakes, for the metrics.
+    counts: Arc<ConnCounts>,
     /// hyper's HTTP/1.1 with h2c prior-knowledge detection, for
     /// `server.http1 = "hyper"` only.
     auto: auto::Builder<TokioExecutor>,
@@ -56,11 +61,12 @@ pub struct ConnCtx {
 
 impl ConnCtx {
     pub fn new(
-        listener: Listener,
+        listener: Arc<Current>,
         tls: Option<weir_tls::Acceptor>,
         limits: Limits,
         timeouts: tio::Limits,
         open: Arc<AtomicUsize>,
+        counts: Arc<ConnCounts>,
     ) -> Self {
         // hyper's own limits sit above ours: when hyper trips one it closes
         // the connection without an answer, so `pipeline::Listener::handle`
@@ -102,6 +108,7 @@ impl ConnCtx {
             limits,
             timeouts,
             open,
+            counts,
             auto,
             h2,
             accept_pp: None,
@@ -129,12 +136,30 @@ impl ConnCtx {
     }
 }
 
-/// Decrements the open-connection count when the connection ends.
-struct OpenGuard(Arc<AtomicUsize>);
+/// Counts the connection open until it ends: in the connection limit, and
+/// in the metrics once its protocol is known.
+struct OpenGuard {
+    ctx: Arc<ConnCtx>,
+    worker: Worker,
+    proto: Option<Proto>,
+}
+
+impl OpenGuard {
+    /// The connection speaks `p` from now on.
+    fn speaks(&mut self, p: Proto) {
+        if let Some(old) = self.proto.replace(p) {
+            self.ctx.counts.closed(self.worker, old);
+        }
+        self.ctx.counts.opened(self.worker, p);
+    }
+}
 
 impl Drop for OpenGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.ctx.open.fetch_sub(1, Ordering::Relaxed);
+        if let Some(p) = self.proto {
+            self.ctx.counts.closed(self.worker, p);
+        }
     }
 }
 
@@ -165,7 +190,11 @@ pub fn spawn(
         );
         return;
     }
-    let guard = OpenGuard(ctx.open.clone());
+    let guard = OpenGuard {
+        ctx: ctx.clone(),
+        worker,
+        proto: None,
+    };
     // TCP_NODELAY is inherited from the listening socket (listen.rs).
     // The local address is the bound one unless that is a wildcard: no
     // getsockname per connection.
@@ -191,7 +220,7 @@ async fn serve(
     mut info: ConnInfo,
     ctx: Arc<ConnCtx>,
     signal: Signal,
-    open: OpenGuard,
+    mut open: OpenGuard,
     turns: Option<Turns>,
 ) {
     let peer = info.peer;
@@ -236,19 +265,25 @@ async fn serve(
     // so the TLS stream (about 1.4 KiB) is not also kept in this task.
     let conn: Pin<Box<dyn Future<Output = ()> + Send + '_>> = {
         let tls = match handshake.await {
-            Ok(Ok(Some(s))) => s,
+            Ok(Ok(Some(s))) => {
+                ctx.counts.handshake(info.worker, true);
+                s
+            }
             // An ACME TLS-ALPN-01 validation: answered during the handshake.
             Ok(Ok(None)) => return,
             Ok(Err(e)) => {
+                ctx.counts.handshake(info.worker, false);
                 tracing::debug!("TLS handshake with {peer} failed: {e}");
                 return;
             }
             Err(_) => {
+                ctx.counts.handshake(info.worker, false);
                 tracing::debug!("TLS handshake with {peer} timed out");
                 return;
             }
         };
         if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+            open.speaks(Proto::Http2);
             let state = Arc::new(ConnState::default());
             let svc = service(ctx.clone(), state.clone(), None, info);
             let io = TimedIo::new(tls, state, ctx.timeouts, false);
@@ -301,7 +336,10 @@ fn service(
         let regions = regions.clone();
         let req = weir_upgrade(req);
         async move {
-            let mut resp = ctx.listener.handle(req, &info).await;
+            // The sites as they are now; a reload during the request does
+            // not change them under it.
+            let sites = ctx.listener.load_full();
+            let mut resp = sites.handle(req, &info).await;
             if let Some(r) = resp.extensions_mut().remove::<FileRegion>()
                 && let Some(regions) = &regions
             {
@@ -346,8 +384,9 @@ fn serve_h1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     ctx: Arc<ConnCtx>,
     regions: Option<Arc<Regions>>,
     signal: Signal,
-    open: OpenGuard,
+    mut open: OpenGuard,
 ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    open.speaks(Proto::Http1);
     let state = Arc::new(ConnState::default());
     let io = TimedIo::new(transport, state.clone(), ctx.timeouts, true);
     if !ctx.fast_h1 {
@@ -400,7 +439,7 @@ fn serve_http1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     state: Arc<ConnState>,
     regions: Option<Arc<Regions>>,
     signal: Signal,
-    open: OpenGuard,
+    mut open: OpenGuard,
 ) -> impl Future<Output = ()> + Send {
     async move {
         let shared = http1::Shared {
@@ -413,6 +452,7 @@ fn serve_http1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         match http1::serve(&mut io, shared, &signal).await {
             http1::Outcome::Closed => {}
             http1::Outcome::H2(read) => {
+                open.speaks(Proto::Http2);
                 // Boxed: rare here, and hyper's connection is large.
                 let svc = service(ctx.clone(), state, regions, info);
                 let io = TokioIo::new(upgrade::Rewind::new(io, read));
@@ -438,8 +478,14 @@ mod tests {
     #[tokio::test]
     async fn a_connection_future_holds_its_stream_once() {
         let cfg = weir_config::Config::builtin_welcome();
-        let sites = crate::pipeline::build_sites(&cfg).unwrap();
-        let listener = Listener::new(&sites, &[0], 0, cfg.server.limits.clone());
+        let sites =
+            crate::pipeline::build_sites(&cfg, &[], &crate::pipeline::Registry::new(1)).unwrap();
+        let listener = Arc::new(Current::from_pointee(crate::pipeline::Listener::new(
+            &sites,
+            &[0],
+            0,
+            cfg.server.limits.clone(),
+        )));
         let timeouts = tio::Limits::from(&cfg.server.timeouts);
         let open = Arc::new(AtomicUsize::new(1));
         let ctx = Arc::new(ConnCtx::new(
@@ -448,6 +494,7 @@ mod tests {
             cfg.server.limits.clone(),
             timeouts,
             open.clone(),
+            Arc::new(ConnCounts::new(1)),
         ));
         let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = tcp.local_addr().unwrap();
@@ -486,7 +533,11 @@ mod tests {
             info,
             ctx.clone(),
             drain.signal(),
-            OpenGuard(open.clone()),
+            OpenGuard {
+                ctx: ctx.clone(),
+                worker: Worker::default(),
+                proto: None,
+            },
         );
         let whole = std::mem::size_of_val(&*conn);
         // ctx, info, state, regions, signal, open: 128 bytes; the rest is

@@ -58,7 +58,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use super::drain::Signal;
 use super::io::ConnState;
 use super::zero_copy::{FileRegion, Regions};
-use crate::pipeline::Listener;
+use crate::pipeline::{Current, Listener};
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 use weir_http::h1::{Decoded, Decoder, Feed, Incoming, IncomingError, Sender, chunk_size_line};
@@ -150,7 +150,9 @@ impl HeadLimits {
 
 /// What one connection's requests share.
 pub struct Shared<'a> {
-    pub listener: &'a Listener,
+    /// The sites; each request takes the current ones (a reload's apply
+    /// from the next request on).
+    pub listener: &'a Current,
     pub info: &'a ConnInfo,
     pub state: &'a Arc<ConnState>,
     pub regions: Option<&'a Arc<Regions>>,
@@ -192,6 +194,9 @@ where
     let mut drain_waker: Option<Waker> = None;
     let mut pending = BytesMut::new();
     let mut first = true;
+    // The connection's sites, checked against the current ones (one load)
+    // at each request.
+    let mut sites = arc_swap::Cache::new(sh.listener);
     loop {
         // Every complete request already read, in order (pipelining).
         while !pending.is_empty() {
@@ -214,7 +219,7 @@ where
                 Parsed::Request(req, head) => (req, head),
             };
             first = false;
-            match exchange(io, &sh, signal, &mut pending, req, head).await {
+            match exchange(io, &sh, sites.load(), signal, &mut pending, req, head).await {
                 Next::KeepAlive => {}
                 Next::Close => return Outcome::Closed,
                 Next::Upgrade(p) => return Outcome::Upgrade(p, pending.freeze()),
@@ -281,6 +286,7 @@ where
 async fn exchange<IO>(
     io: &mut IO,
     sh: &Shared<'_>,
+    sites: &Listener,
     signal: &Signal,
     pending: &mut BytesMut,
     mut req: Request<Incoming>,
@@ -327,7 +333,7 @@ where
     // Pinned here and lent to `handle_reading`: passed by value, the
     // handler's future would be stored twice in this connection's state.
     let handled = {
-        let handler = pin!(sh.listener.handle(req, sh.info));
+        let handler = pin!(sites.handle(req, sh.info));
         handle_reading(handler, io, pending, sh.limits.max_buf, inbound.as_mut()).await
     };
     sh.state.request_done();

@@ -9,7 +9,10 @@
 //! early data can be replayed. Never sends connection-specific headers
 //! (RFC 9114 §4.2).
 //!
-//! Shutdown (`stop` turns true): the endpoint stops taking connections,
+//! A reload gives an endpoint new sites (read per request, like TCP's),
+//! new certificates for the connections to come, or stops it.
+//!
+//! Shutdown: the endpoint stops taking connections,
 //! every connection sends GOAWAY, answers the requests it already accepted
 //! and closes with H3_NO_ERROR, then the endpoint closes. An idle client
 //! therefore does not hold the process; only requests in flight do, and
@@ -27,10 +30,13 @@ use http_body::Frame;
 use http_body_util::BodyExt;
 use tokio::sync::watch;
 
-use crate::pipeline::{Listener, Site};
-use weir_config::Config;
+use std::collections::HashMap;
+
+use crate::pipeline::{Current, Listener};
+use weir_config::{Config, ListenerConfig};
 use weir_http::body::BodyError;
 use weir_http::conn::ConnInfo;
+use weir_http::metrics::{ConnCounts, Proto};
 use weir_http::worker::Worker;
 use weir_tls::CertManager;
 
@@ -49,71 +55,194 @@ pub enum H3Error {
 
 struct Endpoint {
     sock: std::net::UdpSocket,
-    server: quinn::ServerConfig,
-    listener: Arc<Listener>,
+    server: watch::Receiver<quinn::ServerConfig>,
+    listener: Arc<Current>,
     addr: SocketAddr,
     worker: Worker,
+    stop: watch::Receiver<bool>,
 }
 
-/// Binds a UDP socket for every TLS listener and serves HTTP/3 on a thread
-/// of its own until `stop` turns true. `None` when there is nothing to serve.
-pub fn start(
-    cfg: &Config,
-    sites: &[Arc<Site>],
-    certs: &CertManager,
-    stop: watch::Receiver<bool>,
+/// What the running server keeps of one HTTP/3 address.
+struct EndpointCtl {
+    /// A duplicate of the UDP socket, for a binary upgrade to hand over.
+    socket: Option<std::net::UdpSocket>,
+    server: watch::Sender<quinn::ServerConfig>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// HTTP/3 on its thread: endpoints are added, given new certificates and
+/// removed as the config is reloaded.
+pub struct H3 {
+    thread: Option<std::thread::JoinHandle<()>>,
+    rt: tokio::runtime::Handle,
+    /// Ends the thread's runtime once every endpoint has finished.
+    exit: Option<tokio::sync::oneshot::Sender<()>>,
+    endpoints: HashMap<SocketAddr, EndpointCtl>,
+    early: bool,
     grace: Duration,
-) -> Result<Option<std::thread::JoinHandle<()>>, H3Error> {
-    let mut eps = Vec::new();
-    for l in cfg.listeners.iter().filter(|l| l.tls) {
-        let rustls_cfg = weir_tls::quic_server_config(certs.resolver(cfg, l), cfg.tls.early_data)
-            .map_err(|e| H3Error::Tls(e.to_string()))?;
-        let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(rustls_cfg)
-            .map_err(|e| H3Error::Tls(e.to_string()))?;
-        let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        let mut transport = quinn::TransportConfig::default();
-        transport
-            .max_concurrent_bidi_streams(cfg.server.limits.h2_streams.into())
-            .max_idle_timeout(quinn::IdleTimeout::try_from(cfg.server.timeouts.keepalive).ok());
-        server.transport_config(Arc::new(transport));
-        let sock = bind_udp(l.addr).map_err(|source| H3Error::Bind {
-            addr: l.addr,
-            source,
-        })?;
-        let mut listener =
-            Listener::new(sites, &l.sites, l.default_site, cfg.server.limits.clone());
-        listener.set_alt_svc(l.addr.port());
-        eps.push(Endpoint {
-            sock,
-            server,
-            listener: Arc::new(listener),
-            addr: l.addr,
-            worker: crate::http3_worker(cfg),
-        });
-    }
-    if eps.is_empty() {
-        return Ok(None);
-    }
-    let early = cfg.tls.early_data;
-    let h = std::thread::Builder::new()
-        .name("weir-h3".into())
-        .spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("tokio runtime");
-            rt.block_on(async move {
-                let mut tasks = Vec::new();
-                for ep in eps {
-                    tasks.push(tokio::spawn(serve_endpoint(ep, early, stop.clone(), grace)));
-                }
-                for t in tasks {
-                    let _ = t.await;
-                }
-            });
+    counts: Arc<ConnCounts>,
+}
+
+/// The QUIC server config of the TLS listener `l`.
+pub fn server_config(
+    cfg: &Config,
+    l: &ListenerConfig,
+    certs: &CertManager,
+) -> Result<quinn::ServerConfig, H3Error> {
+    let rustls_cfg = weir_tls::quic_server_config(certs.resolver(cfg, l), cfg.tls.early_data)
+        .map_err(|e| H3Error::Tls(e.to_string()))?;
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(rustls_cfg)
+        .map_err(|e| H3Error::Tls(e.to_string()))?;
+    let mut server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .max_concurrent_bidi_streams(cfg.server.limits.h2_streams.into())
+        .max_idle_timeout(quinn::IdleTimeout::try_from(cfg.server.timeouts.keepalive).ok());
+    server.transport_config(Arc::new(transport));
+    Ok(server)
+}
+
+impl H3 {
+    /// Starts the HTTP/3 thread, with no endpoint yet.
+    pub fn start(early: bool, grace: Duration, counts: Arc<ConnCounts>) -> Result<H3, H3Error> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (exit, exit_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("weir-h3".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("tokio runtime");
+                let _ = tx.send(rt.handle().clone());
+                rt.block_on(async move {
+                    let _ = exit_rx.await;
+                });
+            })
+            .map_err(H3Error::Thread)?;
+        let rt = rx
+            .recv()
+            .map_err(|_| H3Error::Thread(std::io::Error::other("the HTTP/3 thread ended")))?;
+        Ok(H3 {
+            thread: Some(thread),
+            rt,
+            exit: Some(exit),
+            endpoints: HashMap::new(),
+            early,
+            grace,
+            counts,
         })
-        .map_err(H3Error::Thread)?;
-    Ok(Some(h))
+    }
+
+    /// Binds `addr` (UDP) without serving it yet: a reload binds every new
+    /// address before it changes anything.
+    pub fn bind(addr: SocketAddr) -> Result<std::net::UdpSocket, H3Error> {
+        bind_udp(addr).map_err(|source| H3Error::Bind { addr, source })
+    }
+
+    /// A socket handed over by the previous process (made non-blocking, as
+    /// quinn needs), or a new one.
+    pub fn bind_or_take(
+        addr: SocketAddr,
+        inherited: Option<std::net::UdpSocket>,
+    ) -> Result<std::net::UdpSocket, H3Error> {
+        match inherited {
+            Some(s) => {
+                s.set_nonblocking(true)
+                    .map_err(|source| H3Error::Bind { addr, source })?;
+                Ok(s)
+            }
+            None => Self::bind(addr),
+        }
+    }
+
+    /// Serves HTTP/3 on `sock` (bound to `addr`) with the sites in `listener`.
+    pub fn serve(
+        &mut self,
+        addr: SocketAddr,
+        sock: std::net::UdpSocket,
+        server: quinn::ServerConfig,
+        listener: Arc<Current>,
+        worker: Worker,
+    ) {
+        let socket = sock.try_clone().ok();
+        let (server_tx, server_rx) = watch::channel(server);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let ep = Endpoint {
+            sock,
+            server: server_rx,
+            listener,
+            addr,
+            worker,
+            stop: stop_rx,
+        };
+        let task = self.rt.spawn(serve_endpoint(
+            ep,
+            self.early,
+            self.grace,
+            self.counts.clone(),
+        ));
+        self.endpoints.insert(
+            addr,
+            EndpointCtl {
+                socket,
+                server: server_tx,
+                stop: stop_tx,
+                task,
+            },
+        );
+    }
+
+    /// The addresses served.
+    pub fn addrs(&self) -> impl Iterator<Item = &SocketAddr> {
+        self.endpoints.keys()
+    }
+
+    /// The UDP socket of every address, for a binary upgrade.
+    pub fn sockets(&self) -> impl Iterator<Item = (SocketAddr, &std::net::UdpSocket)> {
+        self.endpoints
+            .iter()
+            .filter_map(|(a, e)| e.socket.as_ref().map(|s| (*a, s)))
+    }
+
+    /// New connections to `addr` get `server` (its certificates) from now on.
+    pub fn update(&self, addr: SocketAddr, server: quinn::ServerConfig) {
+        if let Some(ep) = self.endpoints.get(&addr) {
+            let _ = ep.server.send(server);
+        }
+    }
+
+    /// Stops serving `addr`: its connections finish their requests (within
+    /// the grace period) in the background.
+    pub fn remove(&mut self, addr: SocketAddr) {
+        if let Some(ep) = self.endpoints.remove(&addr) {
+            let _ = ep.stop.send(true);
+        }
+    }
+
+    /// Stops every endpoint gracefully and ends the thread.
+    pub fn shutdown(mut self) {
+        let tasks: Vec<_> = self
+            .endpoints
+            .drain()
+            .map(|(_, ep)| {
+                let _ = ep.stop.send(true);
+                ep.task
+            })
+            .collect();
+        self.rt.block_on(async move {
+            for t in tasks {
+                let _ = t.await;
+            }
+        });
+        if let Some(exit) = self.exit.take() {
+            let _ = exit.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
@@ -127,16 +256,13 @@ fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
     Ok(sock.into())
 }
 
-async fn serve_endpoint(
-    ep: Endpoint,
-    early: bool,
-    mut stop: watch::Receiver<bool>,
-    grace: Duration,
-) {
+async fn serve_endpoint(ep: Endpoint, early: bool, grace: Duration, counts: Arc<ConnCounts>) {
     let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
+    let mut stop = ep.stop.clone();
+    let mut server = ep.server.clone();
     let endpoint = match quinn::Endpoint::new(
         quinn::EndpointConfig::default(),
-        Some(ep.server),
+        Some(server.borrow_and_update().clone()),
         ep.sock,
         runtime,
     ) {
@@ -154,14 +280,21 @@ async fn serve_endpoint(
             _ = stopped(&mut stop) => break,
             // Reap finished connections so the set does not grow.
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            // A reload's certificates, for the connections to come.
+            Ok(()) = server.changed() => {
+                endpoint.set_server_config(Some(server.borrow_and_update().clone()));
+            }
             inc = endpoint.accept() => match inc {
                 Some(inc) => {
                     let listener = ep.listener.clone();
                     let local = ep.addr;
                     let worker = ep.worker;
                     let stop = stop.clone();
+                    let counts = counts.clone();
                     conns.spawn(async move {
-                        if let Err(e) = serve_conn(inc, listener, local, worker, early, stop).await {
+                        if let Err(e) =
+                            serve_conn(inc, listener, local, worker, early, stop, &counts).await
+                        {
                             tracing::debug!("HTTP/3 connection: {e}");
                         }
                     });
@@ -213,11 +346,12 @@ const H3_NO_ERROR: quinn::VarInt = quinn::VarInt::from_u32(0x100);
 /// requests and closes the connection.
 async fn serve_conn(
     inc: quinn::Incoming,
-    listener: Arc<Listener>,
+    listener: Arc<Current>,
     local: SocketAddr,
     worker: Worker,
     early: bool,
     mut stop: watch::Receiver<bool>,
+    counts: &ConnCounts,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let connecting = inc.accept()?;
     // `in_early` is true while requests may still be 0-RTT data.
@@ -238,6 +372,8 @@ async fn serve_conn(
     } else {
         connecting.await?
     };
+    counts.handshake(worker, true);
+    let _open = Open::new(counts, worker);
     let quic = conn.clone();
     let info = ConnInfo {
         peer: conn.remote_address(),
@@ -271,7 +407,9 @@ async fn serve_conn(
             }
             r = h3.accept() => match r {
                 Ok(Some(resolver)) => {
-                    let listener = listener.clone();
+                    // The sites as they are now (a reload applies from the
+                    // next request on).
+                    let listener = listener.load_full();
                     let is_early = in_early.load(Ordering::Acquire);
                     requests.spawn(async move {
                         match resolver.resolve_request().await {
@@ -307,6 +445,22 @@ async fn serve_conn(
     }
     drop(h3);
     Ok(())
+}
+
+/// Counts an HTTP/3 connection open until it ends, however it ends.
+struct Open<'a>(&'a ConnCounts, Worker);
+
+impl<'a> Open<'a> {
+    fn new(counts: &'a ConnCounts, w: Worker) -> Self {
+        counts.opened(w, Proto::Http3);
+        Open(counts, w)
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.closed(self.1, Proto::Http3);
+    }
 }
 
 type Stream = h3::server::RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;

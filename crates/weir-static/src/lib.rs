@@ -69,6 +69,12 @@ const BYTES: HeaderValue = HeaderValue::from_static("bytes");
 const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 
 impl StaticFiles {
+    /// The options it was built from (a reload keeps it, and its file
+    /// cache, when they are unchanged).
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
     pub fn new(opts: Options) -> Result<Arc<Self>, Error> {
         let root = std::fs::canonicalize(&opts.root).map_err(|source| Error::Root {
             path: opts.root.clone(),

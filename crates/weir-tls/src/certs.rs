@@ -43,6 +43,17 @@ impl DynamicCerts {
         self.map.pin().insert(name, key);
     }
 
+    /// Every certificate held, once each (one may cover several names).
+    pub fn all(&self) -> Vec<Arc<CertifiedKey>> {
+        let mut out: Vec<Arc<CertifiedKey>> = Vec::new();
+        for (_, k) in self.map.pin().iter() {
+            if !out.iter().any(|o| Arc::ptr_eq(o, k)) {
+                out.push(k.clone());
+            }
+        }
+        out
+    }
+
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -215,6 +226,37 @@ pub fn validity(der: &CertificateDer<'_>) -> Option<(SystemTime, SystemTime)> {
         }
     };
     Some((to_sys(v.not_before)?, to_sys(v.not_after)?))
+}
+
+/// The names (DNS and IP subject alternative names) and issuer of a leaf.
+pub fn names_and_issuer(der: &CertificateDer<'_>) -> Option<(Vec<String>, String)> {
+    use x509_parser::extensions::GeneralName;
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let names = cert
+        .subject_alternative_name()
+        .ok()
+        .flatten()
+        .map(|san| {
+            san.value
+                .general_names
+                .iter()
+                .filter_map(|n| match n {
+                    GeneralName::DNSName(d) => Some(d.to_string()),
+                    GeneralName::IPAddress(b) => match b.len() {
+                        4 => Some(
+                            std::net::Ipv4Addr::from(<[u8; 4]>::try_from(*b).ok()?).to_string(),
+                        ),
+                        16 => Some(
+                            std::net::Ipv6Addr::from(<[u8; 16]>::try_from(*b).ok()?).to_string(),
+                        ),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some((names, cert.issuer().to_string()))
 }
 
 /// The validity period of the leaf of a certified key.

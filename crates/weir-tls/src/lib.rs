@@ -37,7 +37,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 pub use certs::{Challenges, Resolver};
-pub use manager::CertManager;
+pub use manager::{CertInfo, CertManager};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {

@@ -47,7 +47,73 @@ impl Drop for CertManager {
     }
 }
 
+/// One certificate weir serves, as the admin API shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CertInfo {
+    /// The names the config asks it for (for files: the certificate's).
+    pub names: Vec<String>,
+    /// `files`, `acme`, `internal` or `on-demand`.
+    pub source: &'static str,
+    /// The issuer's distinguished name; `None` while still being ordered.
+    pub issuer: Option<String>,
+    /// Seconds since the Unix epoch.
+    pub not_after: Option<u64>,
+    /// When weir will renew it (seconds since the Unix epoch): two thirds
+    /// into its lifetime, as `renew` schedules it; `None` for files.
+    pub renew_at: Option<u64>,
+}
+
 impl CertManager {
+    /// Every certificate served now: the config's and those obtained on demand.
+    pub fn certificates(&self) -> Vec<CertInfo> {
+        let secs = |t: SystemTime| {
+            t.duration_since(SystemTime::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_secs())
+        };
+        let describe =
+            |key: Option<&rustls::sign::CertifiedKey>, names: Vec<String>, source, renews: bool| {
+                let leaf = key.and_then(|k| k.cert.first());
+                let (own_names, issuer) = leaf
+                    .and_then(super::certs::names_and_issuer)
+                    .map_or((Vec::new(), None), |(n, i)| (n, Some(i)));
+                let validity = key.and_then(super::certs::key_validity);
+                CertInfo {
+                    names: if names.is_empty() { own_names } else { names },
+                    source,
+                    issuer,
+                    not_after: validity.and_then(|(_, to)| secs(to)),
+                    renew_at: validity
+                        .filter(|_| renews)
+                        .and_then(|(from, to)| secs(from + to.duration_since(from).ok()? * 2 / 3)),
+                }
+            };
+        let mut out: Vec<CertInfo> = self
+            .slots
+            .iter()
+            .map(|(k, slot)| {
+                let key = slot.load();
+                match k {
+                    SlotKey::Files(..) => describe(key.as_deref(), Vec::new(), "files", false),
+                    SlotKey::Auto(issuer, names) => describe(
+                        key.as_deref(),
+                        names.clone(),
+                        match issuer {
+                            Issuer::Acme => "acme",
+                            Issuer::Internal => "internal",
+                        },
+                        true,
+                    ),
+                }
+            })
+            .collect();
+        for key in self.dynamic.all() {
+            out.push(describe(Some(&key), Vec::new(), "on-demand", true));
+        }
+        out.sort_by(|a, b| a.names.cmp(&b.names));
+        out
+    }
+
     /// Builds every slot and starts the background work. Fails only on
     /// local problems (storage not writable, local CA unreadable).
     pub fn start(cfg: &Config) -> Result<CertManager, TlsError> {

@@ -28,8 +28,23 @@ enum Command {
         /// Path of the TOML config file.
         #[arg(short, long, value_name = "PATH")]
         config: Option<PathBuf>,
+        /// Admin API address ("127.0.0.1:2019", a Unix socket path, or "off");
+        /// overrides the config's [admin] listen.
+        #[arg(long, value_name = "ADDR")]
+        admin: Option<String>,
         #[command(flatten)]
         log: LogArgs,
+    },
+    /// Make the running weir load its config again (or the one at --config),
+    /// through its admin API; prints the errors of a refused config.
+    Reload {
+        /// Config file to load (default: the one the running weir was started with).
+        #[arg(short, long, value_name = "PATH")]
+        config: Option<PathBuf>,
+        /// Admin API address of the running weir (default: the [admin] listen
+        /// of --config or ./weir.toml, else 127.0.0.1:2019).
+        #[arg(long, value_name = "ADDR")]
+        admin: Option<String>,
     },
     /// Serve a directory as a static site, with no config file.
     FileServer {
@@ -51,6 +66,9 @@ enum Command {
         /// Write an access log (combined format) to standard output.
         #[arg(long)]
         access_log: bool,
+        /// Open the admin API on this address (none by default).
+        #[arg(long, value_name = "ADDR")]
+        admin: Option<String>,
         #[command(flatten)]
         log: LogArgs,
     },
@@ -80,8 +98,22 @@ enum Command {
         /// Write an access log (combined format) to standard output.
         #[arg(long)]
         access_log: bool,
+        /// Open the admin API on this address (none by default).
+        #[arg(long, value_name = "ADDR")]
+        admin: Option<String>,
         #[command(flatten)]
         log: LogArgs,
+    },
+    /// Replace the running weir with the binary now installed at its path,
+    /// with no connection refused: the new process takes over the listening
+    /// sockets, the old one drains and exits (as SIGUSR2 does).
+    Upgrade {
+        /// Config file whose [admin] names the running weir's admin API.
+        #[arg(short, long, value_name = "PATH")]
+        config: Option<PathBuf>,
+        /// Admin API address of the running weir.
+        #[arg(long, value_name = "ADDR")]
+        admin: Option<String>,
     },
     /// Check a config file; prints every error as file:line:col: message.
     Validate {
@@ -146,11 +178,17 @@ fn error_chain(e: &anyhow::Error) -> String {
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Sockets handed over by an upgrading weir (or systemd): taken before
+    // any thread starts, as it clears their environment variables.
+    let inherited = weir_server::upgrade::Inherited::from_env();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     match cli.command.unwrap_or(Command::Run {
         config: None,
+        admin: None,
         log: LogArgs { log_level: None },
     }) {
+        Command::Reload { config, admin } => reload(config, admin),
+        Command::Upgrade { config, admin } => upgrade(config, admin),
         Command::Trust(args) => trust(&args, true),
         Command::Untrust(args) => trust(&args, false),
         Command::Version => {
@@ -174,7 +212,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::FAILURE)
             }
         },
-        Command::Run { config, log } => {
+        Command::Run { config, admin, log } => {
             let path = config.or_else(|| {
                 let p = PathBuf::from("weir.toml");
                 p.exists().then_some(p)
@@ -189,7 +227,12 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
                 None => Config::builtin_welcome(),
             };
-            run(cfg, &log)
+            let mut cfg = cfg;
+            if let Some(a) = admin {
+                cfg.admin = cli_admin(&a)?;
+            }
+            let path = path.map(|p| std::path::absolute(&p).unwrap_or(p));
+            run(cfg, path, inherited, &log)
         }
         Command::FileServer {
             root,
@@ -198,6 +241,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             tls_cert,
             tls_key,
             access_log,
+            admin,
             log,
         } => {
             let src = file_server_toml(&root, &listen, browse, tls_cert, tls_key, access_log)?;
@@ -214,7 +258,12 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                     anyhow::bail!("{}", msgs.join("\n"));
                 }
             };
-            run(cfg, &log)
+            let mut cfg = cfg;
+            cfg.admin = match admin {
+                Some(a) => cli_admin(&a)?,
+                None => config::admin::AdminConfig::off(),
+            };
+            run(cfg, None, inherited, &log)
         }
         Command::ReverseProxy {
             from,
@@ -223,6 +272,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             change_host,
             insecure_skip_verify,
             access_log,
+            admin,
             log,
         } => {
             let src = reverse_proxy_toml(
@@ -245,9 +295,144 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                     anyhow::bail!("{}", msgs.join("\n"));
                 }
             };
-            run(cfg, &log)
+            let mut cfg = cfg;
+            cfg.admin = match admin {
+                Some(a) => cli_admin(&a)?,
+                None => config::admin::AdminConfig::off(),
+            };
+            run(cfg, None, inherited, &log)
         }
     }
+}
+
+/// An admin address given with `--admin`: as if the config had named it.
+fn cli_admin(a: &str) -> anyhow::Result<config::admin::AdminConfig> {
+    let listen = config::admin::parse_listen(a).map_err(|e| anyhow::anyhow!("--admin: {e}"))?;
+    if let config::admin::AdminListen::Tcp(addr) = &listen
+        && !addr.ip().is_loopback()
+    {
+        anyhow::bail!(
+            "--admin: {addr} is not a loopback address; name it in the config with admin.token"
+        );
+    }
+    Ok(config::admin::AdminConfig {
+        listen,
+        explicit: true,
+        token: None,
+    })
+}
+
+/// The admin address and token `weir reload` talks to: `--admin`, else the
+/// `[admin]` table of the config file (read as plain TOML: the file may be
+/// the very config being fixed), else the default.
+fn admin_target(
+    config: Option<&Path>,
+    admin: Option<String>,
+) -> anyhow::Result<(config::admin::AdminListen, Option<String>)> {
+    let path = config.map(Path::to_path_buf).or_else(|| {
+        let p = PathBuf::from("weir.toml");
+        p.exists().then_some(p)
+    });
+    let table = path
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .and_then(|t| t.get("admin").and_then(|a| a.as_table()).cloned());
+    let token = table
+        .as_ref()
+        .and_then(|t| t.get("token")?.as_str().map(str::to_string));
+    let listen =
+        match admin.or_else(|| {
+            table
+                .as_ref()
+                .and_then(|t| t.get("listen")?.as_str().map(str::to_string))
+        }) {
+            Some(a) => config::admin::parse_listen(&a)
+                .map_err(|e| anyhow::anyhow!("admin address: {e}"))?,
+            None => config::admin::parse_listen(config::admin::DEFAULT_ADMIN)
+                .expect("the default parses"),
+        };
+    Ok((listen, token))
+}
+
+fn upgrade(config: Option<PathBuf>, admin: Option<String>) -> anyhow::Result<ExitCode> {
+    let (at, token) = admin_target(config.as_deref(), admin)?;
+    if at == config::admin::AdminListen::Off {
+        anyhow::bail!(
+            "the admin API is off ([admin] listen = \"off\"): send SIGUSR2 to the weir process instead (kill -USR2 PID)"
+        );
+    }
+    let (status, text) = weir_admin::client::post(&at, "/upgrade", String::new(), token.as_deref())
+        .map_err(|e| {
+            anyhow::anyhow!("{e}\n(without an admin API, send SIGUSR2: kill -USR2 PID)")
+        })?;
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    if status.is_success() && answer["ok"] == true {
+        println!(
+            "upgraded: process {} serves now; the old one drains and exits",
+            answer["pid"]
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    match answer["errors"].as_array() {
+        Some(errs) => {
+            for e in errs {
+                eprintln!("{}", e.as_str().unwrap_or_default());
+            }
+            eprintln!("upgrade failed; the running weir goes on serving");
+        }
+        None => eprintln!("upgrade failed: {status}: {}", text.trim()),
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+fn reload(config: Option<PathBuf>, admin: Option<String>) -> anyhow::Result<ExitCode> {
+    let (at, token) = admin_target(config.as_deref(), admin)?;
+    if at == config::admin::AdminListen::Off {
+        anyhow::bail!(
+            "the admin API is off ([admin] listen = \"off\"): send SIGHUP to the weir process instead (kill -HUP PID)"
+        );
+    }
+    let body = match &config {
+        Some(p) => {
+            let abs = std::path::absolute(p).with_context(|| p.display().to_string())?;
+            serde_json::json!({ "config": abs }).to_string()
+        }
+        None => String::new(),
+    };
+    let (status, text) = weir_admin::client::post(&at, "/reload", body, token.as_deref()).map_err(
+        |e| anyhow::anyhow!("{e}\n(is weir running with its admin API there? Without one, send SIGHUP: kill -HUP PID)"),
+    )?;
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    if status.is_success() && answer["ok"] == true {
+        let r = &answer["report"];
+        println!(
+            "reloaded: {} sites kept, {} new",
+            r["sites_kept"], r["sites_new"]
+        );
+        for (key, what) in [
+            ("listeners_added", "now listening on"),
+            ("listeners_removed", "stopped listening on"),
+        ] {
+            for a in r[key].as_array().into_iter().flatten() {
+                println!("{what} {}", a.as_str().unwrap_or_default());
+            }
+        }
+        if let Some(n) = r["restart_needed"].as_array().filter(|n| !n.is_empty()) {
+            let names: Vec<&str> = n.iter().filter_map(|v| v.as_str()).collect();
+            println!("needs a restart to change: {}", names.join(", "));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    match answer["errors"].as_array() {
+        Some(errs) => {
+            for e in errs {
+                eprintln!("{}", e.as_str().unwrap_or_default());
+            }
+            eprintln!("reload refused; the running config stays");
+        }
+        None => eprintln!("reload failed: {status}: {}", text.trim()),
+    }
+    Ok(ExitCode::FAILURE)
 }
 
 /// The config `weir reverse-proxy` runs, as TOML so it goes through exactly
@@ -296,7 +481,12 @@ fn reverse_proxy_toml(
     Ok(toml::to_string(&doc)?)
 }
 
-fn run(cfg: Config, log: &LogArgs) -> anyhow::Result<ExitCode> {
+fn run(
+    cfg: Config,
+    path: Option<PathBuf>,
+    mut inherited: weir_server::upgrade::Inherited,
+    log: &LogArgs,
+) -> anyhow::Result<ExitCode> {
     let level = log
         .log_level
         .clone()
@@ -307,7 +497,32 @@ fn run(cfg: Config, log: &LogArgs) -> anyhow::Result<ExitCode> {
         env!("CARGO_PKG_VERSION"),
         cfg.source
     );
-    weir_server::run(cfg).context("server")?;
+    // The admin socket is bound before serving: a named address that is
+    // taken stops start-up; the default one only means no admin API.
+    let admin_cfg = cfg.admin.clone();
+    let admin = match weir_admin::Socket::bind(&admin_cfg, &mut inherited) {
+        Ok(s) => s,
+        Err(e) if admin_cfg.explicit => return Err(e.into()),
+        Err(e) => {
+            tracing::warn!(
+                "{e}; running without an admin API (another weir?): reload with SIGHUP (kill -HUP {})",
+                std::process::id()
+            );
+            None
+        }
+    };
+    let mut admin_err = None;
+    weir_server::run(cfg, path, inherited, |server| {
+        if let Some(sock) = admin
+            && let Err(e) = weir_admin::start(server.clone(), sock, admin_cfg.token.clone())
+        {
+            admin_err = Some(e);
+        }
+    })
+    .context("server")?;
+    if let Some(e) = admin_err {
+        tracing::error!("{e}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

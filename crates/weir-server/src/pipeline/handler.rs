@@ -36,39 +36,94 @@ pub(super) enum Handler {
 pub(super) struct Route {
     pub cfg: weir_config::proxy::RouteConfig,
     pub proxy: Arc<weir_proxy::Proxy>,
+    pub counts: Arc<weir_http::metrics::RequestCounts>,
+}
+
+/// How handlers are built: the engine settings, and the handlers of the
+/// config being replaced, whose state (idle upstream connections, health,
+/// balancer counters, file caches) a handler with the same settings keeps.
+pub(super) struct Build<'a> {
+    pub own_h1: bool,
+    pub workers: usize,
+    pub previous: &'a [Arc<super::Site>],
+    pub registry: &'a super::Registry,
+}
+
+impl Build<'_> {
+    fn proxy(&self, cfg: &Arc<weir_config::proxy::ProxyConfig>) -> Arc<weir_proxy::Proxy> {
+        let mut found = None;
+        for s in self.previous {
+            s.handler.each_proxy(&mut |p| {
+                if found.is_none() && *p.cfg == **cfg {
+                    found = Some(p.clone());
+                }
+            });
+        }
+        found.unwrap_or_else(|| weir_proxy::Proxy::new(cfg.clone(), self.own_h1, self.workers))
+    }
+
+    fn files(&self, opts: &weir_config::files::Options) -> Option<Arc<StaticFiles>> {
+        self.previous.iter().find_map(|s| match &s.handler {
+            Handler::Static(f) if f.options() == opts => Some(f.clone()),
+            Handler::Routes {
+                fallback: Some(f), ..
+            } => match &**f {
+                Handler::Static(f) if f.options() == opts => Some(f.clone()),
+                _ => None,
+            },
+            _ => None,
+        })
+    }
+}
+
+impl Handler {
+    /// Calls `f` with every proxy this handler runs.
+    pub(super) fn each_proxy(&self, f: &mut dyn FnMut(&Arc<weir_proxy::Proxy>)) {
+        match self {
+            Handler::Proxy(p) => f(p),
+            Handler::Routes { routes, fallback } => {
+                for r in routes {
+                    f(&r.proxy);
+                }
+                if let Some(h) = fallback {
+                    h.each_proxy(f);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 pub(super) fn build_handler(
     site: &str,
     h: &HandlerConfig,
-    own_h1: bool,
-    workers: usize,
+    b: &Build<'_>,
 ) -> Result<Handler, SiteError> {
     Ok(match h {
-        HandlerConfig::Static(opts) => Handler::Static(StaticFiles::new(opts.clone()).map_err(
-            |source| SiteError::Static {
+        HandlerConfig::Static(opts) => Handler::Static(match b.files(opts) {
+            Some(f) => f,
+            None => StaticFiles::new(opts.clone()).map_err(|source| SiteError::Static {
                 site: site.to_string(),
                 source,
-            },
-        )?),
+            })?,
+        }),
         HandlerConfig::Welcome => Handler::Welcome,
         HandlerConfig::RedirectHttps { port } => Handler::RedirectHttps { port: *port },
-        HandlerConfig::Proxy(p) => {
-            Handler::Proxy(weir_proxy::Proxy::new(p.clone(), own_h1, workers))
-        }
+        HandlerConfig::Proxy(p) => Handler::Proxy(b.proxy(p)),
         HandlerConfig::Routes { routes, fallback } => Handler::Routes {
             routes: routes
                 .iter()
                 .filter_map(|r| match &r.handler {
                     HandlerConfig::Proxy(p) => Some(Route {
                         cfg: r.clone(),
-                        proxy: weir_proxy::Proxy::new(p.clone(), own_h1, workers),
+                        proxy: b.proxy(p),
+                        counts: b.registry.counts(site, &super::route_label(&r.pattern)),
                     }),
                     _ => None,
                 })
                 .collect(),
             fallback: match fallback {
-                Some(f) => Some(Box::new(build_handler(site, f, own_h1, workers)?)),
+                Some(f) => Some(Box::new(build_handler(site, f, b)?)),
                 None => None,
             },
         },

@@ -1,8 +1,9 @@
 //! The log phase: one access-log line per request for a site that keeps a
-//! log, handed to the log's writer thread. Never writes to a file on the
+//! log, handed to the log's writer thread (the request counts are added
+//! just before, in `Listener::handle`). Never writes to a file on the
 //! request path.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::Response;
 use http::header;
@@ -13,13 +14,13 @@ use weir_http::conn::ConnInfo;
 
 use super::request_head::request_host;
 
-/// Logs the request in `parts` and its response, `started` when it began.
+/// Logs the request in `parts` and its response, which `took` to answer.
 pub(super) fn record(
     log: &AccessLog,
     conn: &ConnInfo,
     parts: &http::request::Parts,
     resp: &Response<Body>,
-    started: Option<Instant>,
+    took: Duration,
 ) {
     let field = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
     log.log(&Entry {
@@ -36,6 +37,6 @@ pub(super) fn record(
         referer: field(header::REFERER),
         user_agent: field(header::USER_AGENT),
         host: request_host(parts),
-        duration: started.map_or(Duration::ZERO, |t| t.elapsed()),
+        duration: took,
     });
 }

@@ -28,12 +28,79 @@ use handler::Handler;
 use weir_config::{Config, Limits, SiteConfig};
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
+use weir_http::metrics::RequestCounts;
 
 /// One site, ready to answer.
 pub struct Site {
     pub cfg: Arc<SiteConfig>,
     handler: Handler,
     access_log: Option<AccessLog>,
+    /// Requests its own handler answered (routes count their own).
+    counts: Arc<RequestCounts>,
+}
+
+impl Site {
+    /// Every proxy the site runs, with the route it serves (`*`: the site's
+    /// own handler).
+    pub fn proxies(&self) -> Vec<(String, Arc<weir_proxy::Proxy>)> {
+        let mut out = Vec::new();
+        match &self.handler {
+            Handler::Routes { routes, fallback } => {
+                for r in routes {
+                    out.push((route_label(&r.cfg.pattern), r.proxy.clone()));
+                }
+                if let Some(f) = fallback {
+                    f.each_proxy(&mut |p| out.push(("*".into(), p.clone())));
+                }
+            }
+            h => h.each_proxy(&mut |p| out.push(("*".into(), p.clone()))),
+        }
+        out
+    }
+}
+
+/// A route's pattern as written in the config: its metrics label.
+pub(crate) fn route_label(p: &weir_config::proxy::PathPattern) -> String {
+    use weir_config::proxy::PathPattern as P;
+    match p {
+        P::Prefix(s) | P::Glob(s) => s.clone(),
+        P::Dir(d) => format!("{d}*"),
+    }
+}
+
+/// The request counts of every site and route, by name, kept across
+/// reloads: a site built anew keeps counting where its predecessor was.
+pub struct Registry {
+    workers: usize,
+    counts: std::sync::Mutex<Vec<(String, String, Arc<RequestCounts>)>>,
+}
+
+impl Registry {
+    pub fn new(workers: usize) -> Self {
+        Registry {
+            workers,
+            counts: Default::default(),
+        }
+    }
+
+    /// The counts of `route` (`*`: the site's own handler) of `site`.
+    pub(crate) fn counts(&self, site: &str, route: &str) -> Arc<RequestCounts> {
+        let mut all = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, _, c)) = all.iter().find(|(s, r, _)| s == site && r == route) {
+            return c.clone();
+        }
+        let c = Arc::new(RequestCounts::new(self.workers));
+        all.push((site.to_string(), route.to_string(), c.clone()));
+        c
+    }
+
+    /// (site, route, counts) of everything counted since start-up.
+    pub fn all(&self) -> Vec<(String, String, Arc<RequestCounts>)> {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 }
 
 /// The sites of one listening address.
@@ -45,9 +112,6 @@ pub struct Listener {
     alt_svc: Option<HeaderValue>,
     /// ACME HTTP-01 answers, on plain listeners.
     acme: Option<Arc<weir_tls::Challenges>>,
-    /// Whether any site here writes an access log (which times requests):
-    /// without one, no clock is read for it.
-    logs: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -64,15 +128,34 @@ pub enum SiteError {
     },
 }
 
-/// Builds every site once; listeners share them.
-pub fn build_sites(cfg: &Config) -> Result<Vec<Arc<Site>>, SiteError> {
-    // The HTTP/1.1 engine setting covers both sides of the proxy.
-    let own_h1 = cfg.server.http1 == weir_config::Http1Engine::Fast;
-    let workers = crate::worker_slots(cfg);
+/// The sites of one listening address as connections read them: replaced
+/// whole by a reload; a connection takes the current one at each request.
+pub type Current = arc_swap::ArcSwap<Listener>;
+
+/// Builds every site once; listeners share them. `previous`: the sites of
+/// the config being replaced: a site whose settings are unchanged is kept
+/// as it is (its access log, proxies and file cache), and a changed site
+/// keeps the proxies and file caches whose own settings are unchanged.
+pub fn build_sites(
+    cfg: &Config,
+    previous: &[Arc<Site>],
+    registry: &Registry,
+) -> Result<Vec<Arc<Site>>, SiteError> {
+    let b = handler::Build {
+        // The HTTP/1.1 engine setting covers both sides of the proxy.
+        own_h1: cfg.server.http1 == weir_config::Http1Engine::Fast,
+        workers: crate::worker_slots(cfg),
+        previous,
+        registry,
+    };
     cfg.sites
         .iter()
         .map(|s| {
-            let handler = handler::build_handler(&s.name, &s.handler, own_h1, workers)?;
+            if let Some(same) = previous.iter().find(|p| p.cfg == *s) {
+                return Ok(same.clone());
+            }
+            let handler = handler::build_handler(&s.name, &s.handler, &b)?;
+            let counts = registry.counts(&s.name, "*");
             let access_log = match &s.access_log {
                 Some(a) => Some(AccessLog::open(a).map_err(|source| SiteError::AccessLog {
                     site: s.name.clone(),
@@ -84,6 +167,7 @@ pub fn build_sites(cfg: &Config) -> Result<Vec<Arc<Site>>, SiteError> {
                 cfg: s.clone(),
                 handler,
                 access_log,
+                counts,
             }))
         })
         .collect()
@@ -93,12 +177,7 @@ impl Listener {
     pub fn new(all: &[Arc<Site>], indexes: &[usize], default: usize, limits: Limits) -> Self {
         let sites: Vec<Arc<Site>> = indexes.iter().map(|&i| all[i].clone()).collect();
         let default = all[default].clone();
-        let logs = sites
-            .iter()
-            .chain([&default])
-            .any(|s| s.access_log.is_some());
         Listener {
-            logs,
             sites,
             default,
             limits,
@@ -126,11 +205,19 @@ impl Listener {
         B: http_body::Body<Data = Bytes> + Send + 'static,
         B::Error: Into<weir_http::body::BodyError>,
     {
-        let started = self.logs.then(Instant::now);
+        let started = Instant::now();
         let (mut parts, body) = req.into_parts();
 
         // Request head: the limits every protocol is held to.
         if let Some(refused) = request_head::check(&self.limits, &parts) {
+            self.default.counts.record(
+                conn.worker,
+                &parts.method,
+                refused.status(),
+                started.elapsed(),
+                None,
+                None,
+            );
             return refused;
         }
         // Answers that come before any site (ACME HTTP-01 tokens).
@@ -144,6 +231,11 @@ impl Listener {
         // Route: the site by Host, then the route by path.
         let site = route::site(self, &parts);
         let target = route::target(&site.handler, &parts);
+        let counts = match &target {
+            handler::Target::Route(r, _) => &r.counts,
+            _ => &site.counts,
+        };
+        let bytes_in = content_length(&parts.headers);
         // Request filters (limits, access control, rewrites) plug in here,
         // between the route and the handler, and may answer instead of it.
         // Handler: static files, the proxy, the welcome page, a redirect.
@@ -155,13 +247,31 @@ impl Listener {
             &mut resp,
             parts.method == http::Method::HEAD,
         );
-        // Log.
+        // Log: the metrics, then the access log.
+        let took = started.elapsed();
+        counts.record(
+            conn.worker,
+            &parts.method,
+            resp.status(),
+            took,
+            bytes_in,
+            content_length(resp.headers()),
+        );
         if let Some(log) = &site.access_log {
-            log::record(log, conn, &parts, &resp, started);
+            log::record(log, conn, &parts, &resp, took);
         }
         weir_http::header_maps::give(parts.headers);
         resp
     }
+}
+
+/// A body's length as its `Content-Length` field gives it.
+fn content_length(h: &http::HeaderMap) -> Option<u64> {
+    h.get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]
@@ -182,7 +292,7 @@ mod tests {
     #[test]
     fn request_future_stays_small() {
         let cfg = weir_config::Config::builtin_welcome();
-        let sites = build_sites(&cfg).unwrap();
+        let sites = build_sites(&cfg, &[], &Registry::new(1)).unwrap();
         let l = Listener::new(&sites, &[0], 0, cfg.server.limits.clone());
         let conn = ConnInfo {
             peer: ([127, 0, 0, 1], 1).into(),
@@ -207,7 +317,7 @@ mod tests {
             std::path::Path::new("."),
         )
         .unwrap();
-        let sites = build_sites(&cfg).unwrap();
+        let sites = build_sites(&cfg, &[], &Registry::new(1)).unwrap();
         let Handler::Proxy(p) = &sites[0].handler else {
             panic!("not a proxy site");
         };

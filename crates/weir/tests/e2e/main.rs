@@ -11,6 +11,7 @@ mod h3_static;
 mod http1;
 mod lifecycle;
 mod local_ca;
+mod package;
 mod proxy_balance;
 mod proxy_basic;
 mod proxy_health;

@@ -1,0 +1,317 @@
+//! weir's admin API, on an address of its own (`[admin] listen`, default
+//! `127.0.0.1:2019`, or a Unix socket): reload the config, read it, take
+//! upstreams in and out of rotation, list certificates, scrape metrics and
+//! watch the live status page.
+//!
+//! It runs on a thread and runtime of its own, so a slow scrape or a reload
+//! never takes time from a worker; every request passes [`guard::Guard`]
+//! first. It never serves the public ports and never reads a request path
+//! into a metric label.
+
+mod guard;
+pub mod metrics;
+mod routes;
+mod status;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use weir_config::admin::{AdminConfig, AdminListen};
+use weir_server::Server;
+use weir_server::upgrade::Inherited;
+
+/// Why the admin API could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("admin API: cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("admin API: cannot start its thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// The admin API's listening socket, bound before anything is served.
+pub enum Socket {
+    Tcp(std::net::TcpListener),
+    Unix(std::os::unix::net::UnixListener, PathBuf),
+}
+
+impl Socket {
+    /// Binds the address `cfg` names (or takes it from the sockets handed
+    /// over by an upgrade); `None` when it is off.
+    pub fn bind(
+        cfg: &AdminConfig,
+        inherited: &mut Inherited,
+    ) -> Result<Option<Socket>, AdminError> {
+        match &cfg.listen {
+            AdminListen::Off => Ok(None),
+            AdminListen::Tcp(a) => {
+                if let Some(l) = inherited.tcp.remove(a).and_then(|mut v| v.pop()) {
+                    return Ok(Some(Socket::Tcp(l)));
+                }
+                let l = std::net::TcpListener::bind(a).map_err(|source| AdminError::Bind {
+                    addr: a.to_string(),
+                    source,
+                })?;
+                Ok(Some(Socket::Tcp(l)))
+            }
+            AdminListen::Unix(p) => {
+                if let Some(l) = inherited.unix.remove(p) {
+                    return Ok(Some(Socket::Unix(l, p.clone())));
+                }
+                // A socket file left by a process that is gone.
+                if std::os::unix::net::UnixStream::connect(p).is_err() {
+                    let _ = std::fs::remove_file(p);
+                }
+                let l = std::os::unix::net::UnixListener::bind(p).map_err(|source| {
+                    AdminError::Bind {
+                        addr: p.display().to_string(),
+                        source,
+                    }
+                })?;
+                Ok(Some(Socket::Unix(l, p.clone())))
+            }
+        }
+    }
+
+    /// A duplicate of the socket, for a binary upgrade to hand over.
+    pub fn dup(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        match self {
+            Socket::Tcp(l) => Ok(l.try_clone()?.into()),
+            Socket::Unix(l, _) => Ok(l.try_clone()?.into()),
+        }
+    }
+
+    /// What it listens on, for the log and the `Host` check.
+    pub fn describe(&self) -> String {
+        match self {
+            Socket::Tcp(l) => l
+                .local_addr()
+                .map_or_else(|_| "?".into(), |a| format!("http://{a}")),
+            Socket::Unix(_, p) => format!("unix:{}", p.display()),
+        }
+    }
+
+    fn tcp_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Socket::Tcp(l) => l.local_addr().ok(),
+            Socket::Unix(..) => None,
+        }
+    }
+}
+
+/// What every admin request shares.
+pub(crate) struct Ctx {
+    server: Arc<Server>,
+    guard: guard::Guard,
+}
+
+/// Serves the admin API on `sock` for `server` on a thread of its own,
+/// until the process ends.
+pub fn start(server: Arc<Server>, sock: Socket, token: Option<String>) -> Result<(), AdminError> {
+    match sock.dup() {
+        Ok(fd) => server.keep_admin_socket(fd),
+        Err(e) => tracing::warn!("admin API: an upgrade will not take its socket over: {e}"),
+    }
+    let ctx = Arc::new(Ctx {
+        guard: guard::Guard::new(sock.tcp_addr(), token),
+        server,
+    });
+    tracing::info!("admin API on {}", sock.describe());
+    std::thread::Builder::new()
+        .name("weir-admin".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    tracing::error!("admin API: cannot start its runtime: {e}");
+                    return;
+                }
+            };
+            rt.block_on(serve(sock, ctx));
+        })
+        .map_err(AdminError::Thread)?;
+    Ok(())
+}
+
+async fn serve(sock: Socket, ctx: Arc<Ctx>) {
+    use hyper_util::rt::TokioIo;
+    match sock {
+        Socket::Tcp(l) => {
+            let l = match l
+                .set_nonblocking(true)
+                .and_then(|()| tokio::net::TcpListener::from_std(l))
+            {
+                Ok(l) => l,
+                Err(e) => return tracing::error!("admin API: {e}"),
+            };
+            loop {
+                match l.accept().await {
+                    Ok((s, _)) => {
+                        tokio::spawn(connection(TokioIo::new(s), ctx.clone()));
+                    }
+                    Err(e) => {
+                        tracing::warn!("admin API accept: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }
+        Socket::Unix(l, _) => {
+            let l = match l
+                .set_nonblocking(true)
+                .and_then(|()| tokio::net::UnixListener::from_std(l))
+            {
+                Ok(l) => l,
+                Err(e) => return tracing::error!("admin API: {e}"),
+            };
+            loop {
+                match l.accept().await {
+                    Ok((s, _)) => {
+                        tokio::spawn(connection(TokioIo::new(s), ctx.clone()));
+                    }
+                    Err(e) => {
+                        tracing::warn!("admin API accept: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn connection<I>(io: I, ctx: Arc<Ctx>)
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req| {
+        let ctx = ctx.clone();
+        async move { Ok::<_, std::convert::Infallible>(routes::handle(req, &ctx).await) }
+    });
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(io, svc)
+        .await
+    {
+        tracing::debug!("admin API connection: {e}");
+    }
+}
+
+/// One upstream of one proxy, with where it is configured.
+pub(crate) struct UpstreamRef {
+    pub site: String,
+    pub route: String,
+    pub proxy: Arc<weir_proxy::Proxy>,
+    pub idx: usize,
+    pub up: Arc<weir_proxy::Upstream>,
+}
+
+impl UpstreamRef {
+    pub fn labels(&self) -> Vec<(&'static str, &str)> {
+        vec![
+            ("site", self.site.as_str()),
+            ("route", self.route.as_str()),
+            ("upstream", self.up.cfg.name.as_str()),
+        ]
+    }
+
+    pub fn healthy(&self) -> bool {
+        self.up.health.is_up(std::time::Instant::now())
+    }
+
+    pub fn in_rotation(&self) -> bool {
+        self.healthy() && self.up.admin_state() == weir_proxy::AdminState::Ready
+    }
+}
+
+/// Every upstream of every site being served, in config order.
+pub(crate) fn upstreams(server: &Server) -> Vec<UpstreamRef> {
+    let mut out = Vec::new();
+    for site in server.sites() {
+        for (route, proxy) in site.proxies() {
+            for (idx, up) in proxy.upstreams().iter().enumerate() {
+                out.push(UpstreamRef {
+                    site: site.cfg.name.clone(),
+                    route: route.clone(),
+                    proxy: proxy.clone(),
+                    idx,
+                    up: up.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// A client for the admin API, for the `weir reload` command.
+pub mod client {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::TokioIo;
+
+    use weir_config::admin::AdminListen;
+
+    /// Sends `POST path` with a JSON `body` to the admin API at `at`;
+    /// returns the status and the answer's text.
+    pub fn post(
+        at: &AdminListen,
+        path: &str,
+        body: String,
+        token: Option<&str>,
+    ) -> Result<(http::StatusCode, String), String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        rt.block_on(async {
+            let r = match at {
+                AdminListen::Off => return Err("the admin API is off".to_string()),
+                AdminListen::Tcp(a) => {
+                    let s = tokio::net::TcpStream::connect(a)
+                        .await
+                        .map_err(|e| format!("cannot reach the admin API at {a}: {e}"))?;
+                    send(TokioIo::new(s), a.to_string(), path, body, token).await
+                }
+                AdminListen::Unix(p) => {
+                    let s = tokio::net::UnixStream::connect(p).await.map_err(|e| {
+                        format!("cannot reach the admin API at unix:{}: {e}", p.display())
+                    })?;
+                    send(TokioIo::new(s), "localhost".into(), path, body, token).await
+                }
+            };
+            r.map_err(|e| format!("admin API: {e}"))
+        })
+    }
+
+    async fn send<I>(
+        io: I,
+        host: String,
+        path: &str,
+        body: String,
+        token: Option<&str>,
+    ) -> Result<(http::StatusCode, String), hyper::Error>
+    where
+        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    {
+        let (mut tx, conn) = hyper::client::conn::http1::handshake(io).await?;
+        tokio::spawn(conn);
+        let mut req = http::Request::post(path)
+            .header(http::header::HOST, host)
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(t) = token {
+            req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body)))
+            .expect("a valid request");
+        let resp = tx.send_request(req).await?;
+        let status = resp.status();
+        let bytes = resp.into_body().collect().await?.to_bytes();
+        Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+    }
+}

@@ -1,0 +1,345 @@
+//! `GET /metrics`: the server's counters in Prometheus' text format,
+//! written by prometheus-client from a collector that sums the per-worker
+//! counts at scrape time. Labels are the config's names (site, route as
+//! written, upstream), never a request's path or Host, so the number of
+//! series is bounded by the config.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use weir_http::metrics::{BUCKETS, CLASSES, METHODS, PROTOS};
+use weir_proxy::counter;
+use weir_server::Server;
+
+pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+struct Weir(Arc<Server>);
+
+impl std::fmt::Debug for Weir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Weir")
+    }
+}
+
+/// The text of one scrape.
+pub fn render(server: &Arc<Server>) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Weir(server.clone())));
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::prometheus_text::encode(&mut out, &registry) {
+        tracing::error!("metrics: {e}");
+    }
+    out
+}
+
+type Labels<'a> = Vec<(&'static str, &'a str)>;
+
+/// One metric family: its descriptor, then each series.
+fn family<'a, F>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    ty: MetricType,
+    mut each: F,
+) -> Result<(), std::fmt::Error>
+where
+    F: FnMut(&mut MetricEncoder) -> Result<(), std::fmt::Error> + 'a,
+{
+    let mut m = enc.encode_descriptor(name, help, None, ty)?;
+    each(&mut m)
+}
+
+fn counter(m: &mut MetricEncoder, labels: &Labels<'_>, v: u64) -> Result<(), std::fmt::Error> {
+    m.encode_family(labels)?
+        .encode_counter::<NoLabelSet, _, u64>(&v, None)
+}
+
+fn gauge<V: prometheus_client::encoding::EncodeGaugeValue>(
+    m: &mut MetricEncoder,
+    labels: &Labels<'_>,
+    v: V,
+) -> Result<(), std::fmt::Error> {
+    m.encode_family(labels)?.encode_gauge(&v)
+}
+
+impl Collector for Weir {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.0;
+        let counts = s.registry.all();
+        family(
+            &mut enc,
+            "weir_requests",
+            "Requests answered, by site, route, method and status class.",
+            MetricType::Counter,
+            |m| {
+                for (site, route, c) in &counts {
+                    for (mi, method) in METHODS.iter().enumerate() {
+                        for (ci, class) in CLASSES.iter().enumerate() {
+                            let n = c.requests(mi, ci);
+                            if n > 0 {
+                                let l = vec![
+                                    ("site", site.as_str()),
+                                    ("route", route.as_str()),
+                                    ("method", *method),
+                                    ("status", *class),
+                                ];
+                                counter(m, &l, n)?;
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_request_duration_seconds",
+            "Time from a request's head to its response's head, by site and route.",
+            MetricType::Histogram,
+            |m| {
+                for (site, route, c) in &counts {
+                    let h = c.duration();
+                    // The encoder adds the buckets up itself: give it each
+                    // bucket's own count.
+                    let mut below = 0;
+                    let mut buckets: Vec<(f64, u64)> = BUCKETS
+                        .iter()
+                        .zip(&h.buckets)
+                        .map(|(&le, &cum)| {
+                            let own = cum - below;
+                            below = cum;
+                            (le, own)
+                        })
+                        .collect();
+                    buckets.push((f64::INFINITY, h.count - below));
+                    let l = vec![("site", site.as_str()), ("route", route.as_str())];
+                    m.encode_family(&l)?.encode_histogram::<NoLabelSet>(
+                        h.sum_seconds,
+                        h.count,
+                        &buckets,
+                        None,
+                    )?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_request_body_bytes",
+            "Bytes of request bodies with a declared length, by site and route.",
+            MetricType::Counter,
+            |m| {
+                for (site, route, c) in &counts {
+                    counter(
+                        m,
+                        &vec![("site", site.as_str()), ("route", route.as_str())],
+                        c.bytes_in(),
+                    )?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_response_body_bytes",
+            "Bytes of response bodies with a declared length, by site and route.",
+            MetricType::Counter,
+            |m| {
+                for (site, route, c) in &counts {
+                    counter(
+                        m,
+                        &vec![("site", site.as_str()), ("route", route.as_str())],
+                        c.bytes_out(),
+                    )?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_connections_open",
+            "Client connections open now, by protocol.",
+            MetricType::Gauge,
+            |m| {
+                for (i, p) in PROTOS.iter().enumerate() {
+                    gauge(m, &vec![("protocol", *p)], s.conns.open(i))?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_connections",
+            "Client connections accepted, by protocol.",
+            MetricType::Counter,
+            |m| {
+                for (i, p) in PROTOS.iter().enumerate() {
+                    counter(m, &vec![("protocol", *p)], s.conns.total(i))?;
+                }
+                Ok(())
+            },
+        )?;
+        let (ok, failed) = s.conns.handshakes();
+        family(
+            &mut enc,
+            "weir_tls_handshakes",
+            "TLS handshakes, by result.",
+            MetricType::Counter,
+            |m| {
+                counter(m, &vec![("result", "ok")], ok)?;
+                counter(m, &vec![("result", "failed")], failed)
+            },
+        )?;
+
+        let ups = crate::upstreams(s);
+        family(
+            &mut enc,
+            "weir_upstream_requests",
+            "Attempts sent to an upstream (retries included).",
+            MetricType::Counter,
+            |m| {
+                for u in &ups {
+                    counter(m, &u.labels(), u.up.counts.sum(counter::REQUESTS))?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_upstream_retries",
+            "Attempts that were retries of a request another attempt failed.",
+            MetricType::Counter,
+            |m| {
+                for u in &ups {
+                    counter(m, &u.labels(), u.up.counts.sum(counter::RETRIES))?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_upstream_errors",
+            "Failed attempts, by kind.",
+            MetricType::Counter,
+            |m| {
+                for u in &ups {
+                    for (i, kind) in counter::ERRORS.iter().enumerate() {
+                        let mut l = u.labels();
+                        l.push(("kind", kind));
+                        counter(m, &l, u.up.counts.sum(counter::FIRST_ERROR + i))?;
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_upstream_up",
+            "1 when the upstream is healthy and in rotation, 0 otherwise.",
+            MetricType::Gauge,
+            |m| {
+                for u in &ups {
+                    gauge(m, &u.labels(), i64::from(u.in_rotation()))?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_upstream_in_flight",
+            "Requests in flight to the upstream.",
+            MetricType::Gauge,
+            |m| {
+                for u in &ups {
+                    gauge(m, &u.labels(), u.up.in_flight())?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_upstream_idle_connections",
+            "Idle HTTP/1.1 connections pooled for the upstream, over all workers.",
+            MetricType::Gauge,
+            |m| {
+                for u in &ups {
+                    gauge(m, &u.labels(), u.proxy.idle_connections(u.idx))?;
+                }
+                Ok(())
+            },
+        )?;
+
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let certs = s.certificates().certificates();
+        family(
+            &mut enc,
+            "weir_certificate_expiry_seconds",
+            "Seconds until the certificate expires (negative: expired).",
+            MetricType::Gauge,
+            |m| {
+                for c in &certs {
+                    if let Some(t) = c.not_after {
+                        let names = c.names.join(",");
+                        let l = vec![("names", names.as_str()), ("source", c.source)];
+                        gauge(m, &l, t as i64 - now as i64)?;
+                    }
+                }
+                Ok(())
+            },
+        )?;
+        let (reloaded, refused) = s.reloads();
+        family(
+            &mut enc,
+            "weir_reloads",
+            "Config reloads, by result.",
+            MetricType::Counter,
+            |m| {
+                counter(m, &vec![("result", "ok")], reloaded)?;
+                counter(m, &vec![("result", "failed")], refused)
+            },
+        )?;
+        let started = s
+            .started()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        family(
+            &mut enc,
+            "weir_start_time_seconds",
+            "When this process started, in seconds since the Unix epoch.",
+            MetricType::Gauge,
+            |m| gauge(m, &vec![], started as i64),
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The encoder is the crate's: check the shape it gives our families.
+    #[test]
+    fn a_counter_family_is_written_with_total_and_labels() {
+        use super::*;
+        #[derive(Debug)]
+        struct One;
+        impl Collector for One {
+            fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+                family(&mut enc, "weir_x", "X.", MetricType::Counter, |m| {
+                    counter(m, &vec![("site", "a")], 3)
+                })
+            }
+        }
+        let mut r = Registry::default();
+        r.register_collector(Box::new(One));
+        let mut out = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &r).unwrap();
+        assert!(out.contains("# TYPE weir_x_total counter"), "{out}");
+        assert!(out.contains("weir_x_total{site=\"a\"} 3"), "{out}");
+    }
+}
