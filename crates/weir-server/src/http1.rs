@@ -225,8 +225,13 @@ where
                 Next::Upgrade(p) => return Outcome::Upgrade(p, pending.freeze()),
             }
         }
-        // Wait for more bytes; while idle, for the drain signal too.
-        let idle = pending.is_empty();
+        // Wait for more bytes; while idle, for the drain signal too. A
+        // connection that has not sent its first request yet is not idle:
+        // its client has just connected to send one (closing it would
+        // reset a request in flight, as one accepted just before a binary
+        // upgrade or a shutdown is); the header timeout and the grace
+        // period bound the wait.
+        let idle = pending.is_empty() && !first;
         let n = if idle {
             // The drain future is polled again only once shutdown has begun
             // or the task's waker has changed; in between it stays

@@ -2,6 +2,7 @@
 //! per concern. The binary under test is always a parameter: its path
 //! (`env!("CARGO_BIN_EXE_weir")`) is known only to the tests of its package.
 
+pub mod browser;
 pub mod certs;
 pub mod policy_server;
 pub mod poll;

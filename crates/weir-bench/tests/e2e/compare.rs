@@ -155,39 +155,13 @@ fn quick_compare_writes_the_expected_shape() {
 }
 
 /// Chromium must be installed; install it, or fail loudly saying how.
-fn ensure_chromium() -> &'static str {
-    let found = || {
-        ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-            .into_iter()
-            .find(|p| Path::new(p).is_file())
-    };
-    if let Some(p) = found() {
-        return p;
-    }
-    let _ = Command::new("apt-get")
-        .args(["install", "-y", "-q", "--no-install-recommends", "chromium"])
-        .status();
-    found().expect(
-        "this test needs Chromium: `apt-get install -y chromium` failed; install it (scripts/test.sh does) and rerun",
-    )
-}
-
 /// `page` opened in headless Chromium: the DOM it built, serialised.
 fn chromium_dom(page: &Path) -> String {
-    let bin = ensure_chromium();
-    let profile = page.with_file_name("chromium-profile");
-    let out = Command::new(bin)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("run chromium");
-    assert!(
-        out.status.success(),
-        "chromium failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("the DOM is UTF-8")
+    weir_test_support::browser::dump_dom(
+        &format!("file://{}", page.display()),
+        &page.with_file_name("chromium-profile"),
+        0,
+    )
 }
 
 /// Repeats go in rounds: every server runs once per round, so the machine's

@@ -3,6 +3,7 @@
 //! once instead of once per file.
 
 mod acme_pebble;
+mod admin;
 mod cert_files;
 mod cli;
 mod h2_parity;
@@ -22,6 +23,7 @@ mod proxy_smuggling;
 mod proxy_streaming;
 mod proxy_transports;
 mod proxy_upgrade;
+mod reload;
 mod tls_h2;
 mod tls_many_certs;
 
