@@ -103,6 +103,8 @@ pub struct Upstream {
     /// Attempts, retries and errors by kind, per worker.
     pub counts: weir_http::metrics::Counts<{ counter::N }>,
     limit: Option<Arc<Semaphore>>,
+    /// The `max_conns` `limit` was made for.
+    max_conns: usize,
     queued: AtomicUsize,
     host: HeaderValue,
     /// The sticky-cookie value naming this upstream (stable across restarts).
@@ -201,6 +203,18 @@ impl Proxy {
     /// request (the `server.http1 = "fast"` default); `false`: hyper's.
     /// `workers`: how many workers' slots of pools and balancers to keep.
     pub fn new(cfg: Arc<ProxyConfig>, own_h1: bool, workers: usize) -> Arc<Proxy> {
+        Self::after(cfg, own_h1, workers, &[])
+    }
+
+    /// As [`Proxy::new`], for a proxy that replaces others (a reload): an
+    /// upstream of `previous` with the same settings is kept as it is, with
+    /// its health, its admin state and weight, and its counters.
+    pub fn after(
+        cfg: Arc<ProxyConfig>,
+        own_h1: bool,
+        workers: usize,
+        previous: &[Arc<Upstream>],
+    ) -> Arc<Proxy> {
         let ups = cfg
             .upstreams
             .iter()
@@ -210,6 +224,12 @@ impl Proxy {
                     _ => HeaderValue::from_str(&u.authority()),
                 }
                 .unwrap_or(HeaderValue::from_static("localhost"));
+                if let Some(old) = previous
+                    .iter()
+                    .find(|o| o.cfg == *u && o.host == host && o.max_conns == cfg.max_conns)
+                {
+                    return old.clone();
+                }
                 Arc::new(Upstream {
                     cfg: u.clone(),
                     health: health::Shared::default(),
@@ -218,6 +238,7 @@ impl Proxy {
                     weight: AtomicU32::new(u.weight),
                     counts: weir_http::metrics::Counts::new(workers),
                     limit: (cfg.max_conns > 0).then(|| Arc::new(Semaphore::new(cfg.max_conns))),
+                    max_conns: cfg.max_conns,
                     queued: AtomicUsize::new(0),
                     host,
                     sticky: format!("{:016x}", hash_parts(&[u.name.as_bytes()])),

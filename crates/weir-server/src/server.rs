@@ -84,6 +84,8 @@ struct Fixed {
     accept: AcceptSteering,
     http1: Http1Engine,
     http3: bool,
+    /// The admin API is bound once, at start.
+    admin: weir_config::admin::AdminConfig,
 }
 
 impl Fixed {
@@ -94,6 +96,7 @@ impl Fixed {
             accept: cfg.server.accept,
             http1: cfg.server.http1,
             http3: cfg.tls.http3,
+            admin: cfg.admin.clone(),
         }
     }
 
@@ -116,6 +119,9 @@ impl Fixed {
         }
         if self.http3 != new.http3 {
             out.push("tls.http3".into());
+        }
+        if self.admin != new.admin {
+            out.push("[admin]".into());
         }
         out
     }
@@ -503,6 +509,7 @@ impl Server {
         cfg.server.accept = self.fixed.accept;
         cfg.server.http1 = self.fixed.http1;
         cfg.tls.http3 = self.fixed.http3;
+        cfg.admin = self.fixed.admin.clone();
 
         // 1. Build: nothing running changes until every step has succeeded.
         let sites = crate::pipeline::build_sites(&cfg, &st.sites, &self.registry)
@@ -700,6 +707,11 @@ impl Server {
     /// period, and returns when every worker has ended.
     pub fn shutdown(&self) {
         let _ = self.stop.send(true);
+        // The duplicates kept for an upgrade would keep the sockets open
+        // (and the kernel accepting into them) once the workers close theirs.
+        for a in lock(&self.state).addrs.values_mut() {
+            a.socks.clear();
+        }
         for h in std::mem::take(&mut *lock(&self.threads)) {
             let _ = h.join();
         }

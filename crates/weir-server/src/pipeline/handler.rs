@@ -50,16 +50,31 @@ pub(super) struct Build<'a> {
 }
 
 impl Build<'_> {
-    fn proxy(&self, cfg: &Arc<weir_config::proxy::ProxyConfig>) -> Arc<weir_proxy::Proxy> {
-        let mut found = None;
-        for s in self.previous {
-            s.handler.each_proxy(&mut |p| {
-                if found.is_none() && *p.cfg == **cfg {
-                    found = Some(p.clone());
-                }
-            });
+    /// The proxy for `cfg` at `route` (`*`: the site's own) of `site`: the
+    /// one there before if its settings are unchanged; else a new one that
+    /// keeps that one's upstreams whose own settings are unchanged.
+    fn proxy(
+        &self,
+        cfg: &Arc<weir_config::proxy::ProxyConfig>,
+        site: &str,
+        route: &str,
+    ) -> Arc<weir_proxy::Proxy> {
+        let before: Vec<Arc<weir_proxy::Proxy>> = self
+            .previous
+            .iter()
+            .filter(|s| s.cfg.name == site)
+            .flat_map(|s| s.proxies())
+            .filter(|(r, _)| r == route)
+            .map(|(_, p)| p)
+            .collect();
+        if let Some(same) = before.iter().find(|p| *p.cfg == **cfg) {
+            return same.clone();
         }
-        found.unwrap_or_else(|| weir_proxy::Proxy::new(cfg.clone(), self.own_h1, self.workers))
+        let ups: Vec<_> = before
+            .iter()
+            .flat_map(|p| p.upstreams().iter().cloned())
+            .collect();
+        weir_proxy::Proxy::after(cfg.clone(), self.own_h1, self.workers, &ups)
     }
 
     fn files(&self, opts: &weir_config::files::Options) -> Option<Arc<StaticFiles>> {
@@ -109,16 +124,19 @@ pub(super) fn build_handler(
         }),
         HandlerConfig::Welcome => Handler::Welcome,
         HandlerConfig::RedirectHttps { port } => Handler::RedirectHttps { port: *port },
-        HandlerConfig::Proxy(p) => Handler::Proxy(b.proxy(p)),
+        HandlerConfig::Proxy(p) => Handler::Proxy(b.proxy(p, site, "*")),
         HandlerConfig::Routes { routes, fallback } => Handler::Routes {
             routes: routes
                 .iter()
                 .filter_map(|r| match &r.handler {
-                    HandlerConfig::Proxy(p) => Some(Route {
-                        cfg: r.clone(),
-                        proxy: b.proxy(p),
-                        counts: b.registry.counts(site, &super::route_label(&r.pattern)),
-                    }),
+                    HandlerConfig::Proxy(p) => {
+                        let label = super::route_label(&r.pattern);
+                        Some(Route {
+                            cfg: r.clone(),
+                            proxy: b.proxy(p, site, &label),
+                            counts: b.registry.counts(site, &label),
+                        })
+                    }
                     _ => None,
                 })
                 .collect(),

@@ -333,4 +333,52 @@ mod tests {
         eprintln!("proxy future: {size} bytes");
         assert!(size <= 1536, "proxy future is {size} bytes");
     }
+
+    /// A reload keeps what is unchanged: a site with the same settings
+    /// whole; in a changed site, an unchanged proxy, and in a changed proxy,
+    /// the upstreams whose settings are unchanged (their health with them).
+    #[test]
+    fn a_rebuild_keeps_what_did_not_change() {
+        let load =
+            |src: &str| weir_config::load_str("t.toml", src, std::path::Path::new(".")).unwrap();
+        let a = load(
+            "[site.\"a\"]\nlisten = [\"127.0.0.1:1\"]\nproxy = { to = [\"127.0.0.1:2\"] }\n\
+             [site.\"b\"]\nlisten = [\"127.0.0.1:1\"]\nproxy = { to = [\"127.0.0.1:3\"] }\n",
+        );
+        let reg = Registry::new(2);
+        let first = build_sites(&a, &[], &reg).unwrap();
+        let up = |s: &Arc<Site>, i: usize| s.proxies()[0].1.upstreams()[i].clone();
+        up(&first[1], 0).set_admin_state(weir_proxy::AdminState::Drain);
+
+        // Site a gains a header (its proxy is unchanged); site b's proxy
+        // gains an upstream.
+        let b = load(
+            "[site.\"a\"]\nlisten = [\"127.0.0.1:1\"]\nheaders = { X-A = \"1\" }\nproxy = { to = [\"127.0.0.1:2\"] }\n\
+             [site.\"b\"]\nlisten = [\"127.0.0.1:1\"]\nproxy = { to = [\"127.0.0.1:3\", \"127.0.0.1:4\"] }\n",
+        );
+        let second = build_sites(&b, &first, &reg).unwrap();
+        assert!(!Arc::ptr_eq(&first[0], &second[0]), "site a changed");
+        assert!(Arc::ptr_eq(
+            &first[0].proxies()[0].1,
+            &second[0].proxies()[0].1
+        ));
+        assert!(!Arc::ptr_eq(
+            &first[1].proxies()[0].1,
+            &second[1].proxies()[0].1
+        ));
+        assert!(Arc::ptr_eq(&up(&first[1], 0), &up(&second[1], 0)));
+        assert_eq!(
+            up(&second[1], 0).admin_state(),
+            weir_proxy::AdminState::Drain
+        );
+        assert_eq!(
+            up(&second[1], 1).admin_state(),
+            weir_proxy::AdminState::Ready
+        );
+        // Unchanged again: the very same sites.
+        let third = build_sites(&b, &second, &reg).unwrap();
+        assert!(Arc::ptr_eq(&second[0], &third[0]) && Arc::ptr_eq(&second[1], &third[1]));
+        // Counts follow the names.
+        assert!(Arc::ptr_eq(&first[1].counts, &third[1].counts));
+    }
 }

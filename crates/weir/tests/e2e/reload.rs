@@ -428,3 +428,51 @@ fn sighup_applies_the_file_and_weir_reload_reports_a_bad_one() {
     let (_, resp) = get(b, "/");
     assert_eq!(header(&resp, "x-config"), Some("three"));
 }
+
+#[test]
+fn systemd_hears_ready_reloading_and_stopping() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempfile::tempdir().unwrap();
+    let sock_path = dir.path().join("notify.sock");
+    let sock = UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(PATIENCE)).unwrap();
+    let (adm, port) = (free_port(), free_port());
+    let cfg = dir.path().join("weir.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[admin]\nlisten = \"127.0.0.1:{adm}\"\n[site.\"127.0.0.1:{port}\"]\nroot = \".\"\n"
+        ),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(WEIR)
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .env("NOTIFY_SOCKET", &sock_path)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let next = || {
+        let mut buf = [0u8; 512];
+        let n = sock.recv(&mut buf).expect("no message from weir");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    // Ready only once it listens.
+    assert_eq!(next().trim(), "READY=1");
+    assert!(std::net::TcpStream::connect(addr(port)).is_ok());
+    // A reload: RELOADING (with the monotonic time systemd wants), READY.
+    std::process::Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let reloading = next();
+    assert!(reloading.contains("RELOADING=1"), "{reloading}");
+    assert!(reloading.contains("MONOTONIC_USEC="), "{reloading}");
+    assert_eq!(next().trim(), "READY=1");
+    // Shutdown.
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(next().trim(), "STOPPING=1");
+    assert!(child.wait().unwrap().success());
+}
