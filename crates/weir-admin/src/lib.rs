@@ -141,48 +141,51 @@ pub fn start(server: Arc<Server>, sock: Socket, token: Option<String>) -> Result
 }
 
 async fn serve(sock: Socket, ctx: Arc<Ctx>) {
-    use hyper_util::rt::TokioIo;
-    match sock {
-        Socket::Tcp(l) => {
-            let l = match l
-                .set_nonblocking(true)
-                .and_then(|()| tokio::net::TcpListener::from_std(l))
-            {
-                Ok(l) => l,
-                Err(e) => return tracing::error!("admin API: {e}"),
-            };
-            loop {
-                match l.accept().await {
-                    Ok((s, _)) => {
-                        tokio::spawn(connection(TokioIo::new(s), ctx.clone()));
-                    }
-                    Err(e) => {
-                        tracing::warn!("admin API accept: {e}");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    }
-                }
+    let ready = match sock {
+        Socket::Tcp(l) => l
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpListener::from_std(l))
+            .map(Listening::Tcp),
+        Socket::Unix(l, _) => l
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::UnixListener::from_std(l))
+            .map(Listening::Unix),
+    };
+    let l = match ready {
+        Ok(l) => l,
+        Err(e) => return tracing::error!("admin API: {e}"),
+    };
+    loop {
+        match l.accept(&ctx).await {
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!("admin API accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
-        Socket::Unix(l, _) => {
-            let l = match l
-                .set_nonblocking(true)
-                .and_then(|()| tokio::net::UnixListener::from_std(l))
-            {
-                Ok(l) => l,
-                Err(e) => return tracing::error!("admin API: {e}"),
-            };
-            loop {
-                match l.accept().await {
-                    Ok((s, _)) => {
-                        tokio::spawn(connection(TokioIo::new(s), ctx.clone()));
-                    }
-                    Err(e) => {
-                        tracing::warn!("admin API accept: {e}");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    }
-                }
+    }
+}
+
+enum Listening {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+impl Listening {
+    /// Accepts one connection and serves it on a task of its own.
+    async fn accept(&self, ctx: &Arc<Ctx>) -> std::io::Result<()> {
+        use hyper_util::rt::TokioIo;
+        match self {
+            Listening::Tcp(l) => {
+                let (s, _) = l.accept().await?;
+                tokio::spawn(connection(TokioIo::new(s), ctx.clone()));
+            }
+            Listening::Unix(l) => {
+                let (s, _) = l.accept().await?;
+                tokio::spawn(connection(TokioIo::new(s), ctx.clone()));
             }
         }
+        Ok(())
     }
 }
 

@@ -215,15 +215,7 @@ impl Server {
         let sites = crate::pipeline::build_sites(&cfg, &[], &registry)?;
         // Certificates: loaded, issued or ordered in the background; never
         // waits for the network.
-        let certs = Arc::new(CertManager::start(&cfg).map_err(|source| {
-            ServerError::Tls {
-                addr: cfg
-                    .listeners
-                    .first()
-                    .map_or(([0, 0, 0, 0], 0).into(), |l| l.addr),
-                source,
-            }
-        })?);
+        let certs = start_certs(&cfg)?;
         let connections = Arc::new(AtomicUsize::new(0));
         let built = build_listeners(&cfg, &sites, &certs)?;
 
@@ -525,15 +517,7 @@ impl Server {
             st.certs.clone()
         } else {
             report.certificates_reloaded = true;
-            Arc::new(CertManager::start(&cfg).map_err(|source| {
-                ServerError::Tls {
-                    addr: cfg
-                        .listeners
-                        .first()
-                        .map_or(([0, 0, 0, 0], 0).into(), |l| l.addr),
-                    source,
-                }
-            })?)
+            start_certs(&cfg)?
         };
         let built = build_listeners(&cfg, &sites, &certs)?;
         let mut fresh = Vec::new();
@@ -719,6 +703,20 @@ impl Server {
             h3.shutdown();
         }
     }
+}
+
+/// The certificate manager for `cfg`; a failure is named by its first
+/// listening address.
+fn start_certs(cfg: &Config) -> Result<Arc<CertManager>, ServerError> {
+    CertManager::start(cfg)
+        .map(Arc::new)
+        .map_err(|source| ServerError::Tls {
+            addr: cfg
+                .listeners
+                .first()
+                .map_or(([0, 0, 0, 0], 0).into(), |l| l.addr),
+            source,
+        })
 }
 
 /// Every listener's sites, acceptor and QUIC config for `cfg`.

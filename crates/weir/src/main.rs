@@ -373,16 +373,31 @@ fn upgrade(config: Option<PathBuf>, admin: Option<String>) -> anyhow::Result<Exi
         );
         return Ok(ExitCode::SUCCESS);
     }
+    Ok(refused(
+        status,
+        &text,
+        &answer,
+        "upgrade failed; the running weir goes on serving",
+    ))
+}
+
+/// Prints why the admin API said no: its `errors`, or its whole answer.
+fn refused(
+    status: http::StatusCode,
+    text: &str,
+    answer: &serde_json::Value,
+    outcome: &str,
+) -> ExitCode {
     match answer["errors"].as_array() {
         Some(errs) => {
             for e in errs {
                 eprintln!("{}", e.as_str().unwrap_or_default());
             }
-            eprintln!("upgrade failed; the running weir goes on serving");
+            eprintln!("{outcome}");
         }
-        None => eprintln!("upgrade failed: {status}: {}", text.trim()),
+        None => eprintln!("{outcome}: {status}: {}", text.trim()),
     }
-    Ok(ExitCode::FAILURE)
+    ExitCode::FAILURE
 }
 
 fn reload(config: Option<PathBuf>, admin: Option<String>) -> anyhow::Result<ExitCode> {
@@ -423,16 +438,12 @@ fn reload(config: Option<PathBuf>, admin: Option<String>) -> anyhow::Result<Exit
         }
         return Ok(ExitCode::SUCCESS);
     }
-    match answer["errors"].as_array() {
-        Some(errs) => {
-            for e in errs {
-                eprintln!("{}", e.as_str().unwrap_or_default());
-            }
-            eprintln!("reload refused; the running config stays");
-        }
-        None => eprintln!("reload failed: {status}: {}", text.trim()),
-    }
-    Ok(ExitCode::FAILURE)
+    Ok(refused(
+        status,
+        &text,
+        &answer,
+        "reload refused; the running config stays",
+    ))
 }
 
 /// The config `weir reverse-proxy` runs, as TOML so it goes through exactly
