@@ -117,6 +117,9 @@ pub struct Proxy {
     ups: Vec<Arc<Upstream>>,
     /// One slot per worker (`ConnInfo::worker`).
     locals: PerWorker<Arc<Local>>,
+    /// Turns true when a reload has replaced this proxy and its grace
+    /// period is over: the streams still open through it end.
+    retired: tokio::sync::watch::Sender<bool>,
     tls: Option<tokio_rustls::TlsConnector>,
     tls_h2: Option<tokio_rustls::TlsConnector>,
     /// HTTP/1.1 upstream connections through weir's own client
@@ -194,6 +197,32 @@ impl Upstream {
 }
 
 impl Proxy {
+    /// Ends the long streams still open through this proxy (responses of
+    /// no declared length, and tunnels): a reload replaced it and its grace
+    /// period is over.
+    pub fn retire(&self) {
+        let open = self.retired.receiver_count();
+        if open > 0 {
+            tracing::info!(
+                "proxy to {}: closing {open} streams left open through it by a reload",
+                self.ups
+                    .iter()
+                    .map(|u| u.cfg.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        self.retired.send_replace(true);
+    }
+
+    /// Resolves once [`Proxy::retire`] has been called.
+    pub(crate) fn retirement(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.retired.subscribe();
+        async move {
+            let _ = rx.wait_for(|r| *r).await;
+        }
+    }
+
     /// Idle connections to upstream `idx`, over every worker's pool.
     pub fn idle_connections(&self, idx: usize) -> usize {
         self.locals.iter().map(|l| l.pools().idle_count(idx)).sum()
@@ -206,45 +235,52 @@ impl Proxy {
         Self::after(cfg, own_h1, workers, &[])
     }
 
-    /// As [`Proxy::new`], for a proxy that replaces others (a reload): an
-    /// upstream of `previous` with the same settings is kept as it is, with
-    /// its health, its admin state and weight, and its counters.
+    /// As [`Proxy::new`], for a proxy that replaces `previous` (a reload):
+    /// an upstream of theirs with the same settings is kept as it is, with
+    /// its health, admin state, weight and counters, and its idle
+    /// connections move to the new proxy's pools.
     pub fn after(
         cfg: Arc<ProxyConfig>,
         own_h1: bool,
         workers: usize,
-        previous: &[Arc<Upstream>],
+        previous: &[Arc<Proxy>],
     ) -> Arc<Proxy> {
-        let ups = cfg
-            .upstreams
-            .iter()
-            .map(|u| {
-                let host = match &cfg.host {
-                    HostHeader::Fixed(h) => HeaderValue::from_str(h),
-                    _ => HeaderValue::from_str(&u.authority()),
-                }
-                .unwrap_or(HeaderValue::from_static("localhost"));
-                if let Some(old) = previous
-                    .iter()
-                    .find(|o| o.cfg == *u && o.host == host && o.max_conns == cfg.max_conns)
-                {
-                    return old.clone();
-                }
-                Arc::new(Upstream {
-                    cfg: u.clone(),
-                    health: health::Shared::default(),
-                    active: AtomicU32::new(0),
-                    state: std::sync::atomic::AtomicU8::new(AdminState::Ready as u8),
-                    weight: AtomicU32::new(u.weight),
-                    counts: weir_http::metrics::Counts::new(workers),
-                    limit: (cfg.max_conns > 0).then(|| Arc::new(Semaphore::new(cfg.max_conns))),
-                    max_conns: cfg.max_conns,
-                    queued: AtomicUsize::new(0),
-                    host,
-                    sticky: format!("{:016x}", hash_parts(&[u.name.as_bytes()])),
+        // (new index, old proxy, old index) of every upstream kept.
+        let mut kept: Vec<(usize, &Arc<Proxy>, usize)> = Vec::new();
+        let ups =
+            cfg.upstreams
+                .iter()
+                .enumerate()
+                .map(|(i, u)| {
+                    let host = match &cfg.host {
+                        HostHeader::Fixed(h) => HeaderValue::from_str(h),
+                        _ => HeaderValue::from_str(&u.authority()),
+                    }
+                    .unwrap_or(HeaderValue::from_static("localhost"));
+                    for p in previous {
+                        if let Some(j) = p.ups.iter().position(|o| {
+                            o.cfg == *u && o.host == host && o.max_conns == cfg.max_conns
+                        }) && !kept.iter().any(|(_, q, k)| Arc::ptr_eq(q, p) && *k == j)
+                        {
+                            kept.push((i, p, j));
+                            return p.ups[j].clone();
+                        }
+                    }
+                    Arc::new(Upstream {
+                        cfg: u.clone(),
+                        health: health::Shared::default(),
+                        active: AtomicU32::new(0),
+                        state: std::sync::atomic::AtomicU8::new(AdminState::Ready as u8),
+                        weight: AtomicU32::new(u.weight),
+                        counts: weir_http::metrics::Counts::new(workers),
+                        limit: (cfg.max_conns > 0).then(|| Arc::new(Semaphore::new(cfg.max_conns))),
+                        max_conns: cfg.max_conns,
+                        queued: AtomicUsize::new(0),
+                        host,
+                        sticky: format!("{:016x}", hash_parts(&[u.name.as_bytes()])),
+                    })
                 })
-            })
-            .collect();
+                .collect();
         let any_tls = cfg.upstreams.iter().any(|u| u.scheme.is_tls());
         let names: Vec<&str> = cfg.upstreams.iter().map(|u| u.name.as_str()).collect();
         let weights: Vec<u32> = cfg.upstreams.iter().map(|u| u.weight).collect();
@@ -260,8 +296,15 @@ impl Proxy {
                 dns: dns::Resolver::default(),
             })
         });
+        for (i, old, j) in &kept {
+            for (mine, theirs) in locals.iter().zip(old.locals.iter()) {
+                mine.pools().adopt(*i, &mut theirs.pools(), *j);
+            }
+        }
+        let (retired, _) = tokio::sync::watch::channel(false);
         let p = Arc::new(Proxy {
             locals,
+            retired,
             tls: any_tls.then(|| pool::tls_connector(cfg.tls_verify, false)),
             tls_h2: any_tls.then(|| pool::tls_connector(cfg.tls_verify, true)),
             cfg,
@@ -859,12 +902,23 @@ impl Proxy {
                 rp.headers.append(header::SET_COOKIE, v);
             }
         }
+        // A stream with no declared length (event streams, long polls) may
+        // outlive this proxy's config: it ends when a reload retires it.
+        let unbounded = !rp.headers.contains_key(header::CONTENT_LENGTH);
         let body = match from {
             FromUpstream::Hyper(incoming, sender) => {
                 done.sender = sender;
                 if http_body::Body::is_end_stream(&incoming) {
                     done.release(true);
                     Body::empty()
+                } else if unbounded {
+                    Body::stream(Retirable::new(
+                        UpstreamBody {
+                            inner: incoming,
+                            done: Some(done),
+                        },
+                        self.retirement(),
+                    ))
                 } else {
                     Body::stream(UpstreamBody {
                         inner: incoming,
@@ -878,7 +932,12 @@ impl Proxy {
                 keep_alive,
                 upload,
                 ..
-            } => own_body(conn, framing, keep_alive, upload, done),
+            } => match own_body(conn, framing, keep_alive, upload, done) {
+                Body::Stream(s) if unbounded => {
+                    Body::stream(Retirable::new(Body::Stream(s), self.retirement()))
+                }
+                b => b,
+            },
         };
         Response::from_parts(rp, body)
     }
@@ -963,6 +1022,52 @@ fn own_body(
         None => Body::stream(
             h1_client::ResponseBody::new(conn, framing, keep_alive, done).sending(upload),
         ),
+    }
+}
+
+/// A response body that ends, with an error, once `retired` resolves.
+struct Retirable<B> {
+    inner: B,
+    retired: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+}
+
+impl<B> Retirable<B> {
+    fn new(inner: B, retired: impl std::future::Future<Output = ()> + Send + 'static) -> Self {
+        Retirable {
+            inner,
+            retired: Box::pin(retired),
+        }
+    }
+}
+
+impl<B> http_body::Body for Retirable<B>
+where
+    B: http_body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<weir_http::body::BodyError>,
+{
+    type Data = Bytes;
+    type Error = weir_http::body::BodyError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        if self.retired.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(Some(Err(weir_http::body::BodyError::from(
+                std::io::Error::other("its proxy was replaced by a reload"),
+            ))));
+        }
+        std::pin::Pin::new(&mut self.inner)
+            .poll_frame(cx)
+            .map_err(Into::into)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

@@ -123,6 +123,15 @@ impl Pools {
         }
     }
 
+    /// Moves the idle connections held for upstream `from` of `other` into
+    /// this pool's upstream `to` (a reloaded proxy keeps the connections of
+    /// an unchanged upstream).
+    pub fn adopt(&mut self, to: usize, other: &mut Pools, from: usize) {
+        if let (Some(mine), Some(theirs)) = (self.ups.get_mut(to), other.ups.get_mut(from)) {
+            *mine = std::mem::take(theirs);
+        }
+    }
+
     /// Idle HTTP/1.1 connections held for upstream `idx` (for tests and metrics).
     pub fn idle_count(&self, idx: usize) -> usize {
         self.ups.get(idx).map_or(0, |p| p.h1.len())

@@ -246,6 +246,7 @@ async fn tunnel(
             forward::append_via(&mut rp.headers, super::via_for(parts.version));
         }
         let name = up.cfg.name.clone();
+        let retired = p.retirement();
         tokio::spawn(async move {
             let _hold = (permit, active);
             let (c, u) = match upstream {
@@ -268,8 +269,14 @@ async fn tunnel(
                     return;
                 }
             };
-            if let Err(e) = tokio::io::copy_bidirectional(&mut c, &mut u).await {
-                tracing::debug!("tunnel via {name} ended: {e}");
+            tokio::select! {
+                r = tokio::io::copy_bidirectional(&mut c, &mut u) => {
+                    if let Err(e) = r {
+                        tracing::debug!("tunnel via {name} ended: {e}");
+                    }
+                }
+                // A reload replaced the proxy, and its grace period is over.
+                () = retired => tracing::debug!("tunnel via {name} closed: its proxy was replaced"),
             }
         });
         return Response::from_parts(rp, Body::empty());

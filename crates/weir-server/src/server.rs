@@ -617,6 +617,32 @@ impl Server {
             report.listeners_removed.push(addr);
         }
         drop(h3);
+        // Proxies the new config does not keep: the long streams still
+        // open through them end once the grace period is over.
+        let kept: Vec<_> = sites
+            .iter()
+            .flat_map(|s| s.proxies())
+            .map(|(_, p)| p)
+            .collect();
+        let replaced: Vec<std::sync::Weak<weir_proxy::Proxy>> = st
+            .sites
+            .iter()
+            .flat_map(|s| s.proxies())
+            .map(|(_, p)| p)
+            .filter(|p| !kept.iter().any(|k| Arc::ptr_eq(k, p)))
+            .map(|p| Arc::downgrade(&p))
+            .collect();
+        if !replaced.is_empty()
+            && let Some(rt) = certs.handle()
+        {
+            let grace = cfg.server.grace_period;
+            rt.spawn(async move {
+                tokio::time::sleep(grace).await;
+                for p in replaced.iter().filter_map(std::sync::Weak::upgrade) {
+                    p.retire();
+                }
+            });
+        }
         st.addrs = next;
         st.sites = sites;
         st.certs = certs;

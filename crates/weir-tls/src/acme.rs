@@ -60,6 +60,17 @@ pub struct AcmeClient {
     account: tokio::sync::OnceCell<Account>,
     /// Orders placed by this process (for logs and tests).
     pub orders: std::sync::atomic::AtomicUsize,
+    /// Each certificate's next renewal and last failure, by its names.
+    status: std::sync::Mutex<std::collections::HashMap<Vec<String>, Status>>,
+}
+
+/// Where the upkeep of one certificate stands (for the admin API).
+#[derive(Debug, Clone, Default)]
+pub struct Status {
+    /// When it will next be renewed (or ordered again after a failure).
+    pub next: Option<SystemTime>,
+    /// The last failure, until an order succeeds.
+    pub last_error: Option<String>,
 }
 
 impl AcmeClient {
@@ -79,6 +90,7 @@ impl AcmeClient {
             .unwrap_or("ca")
             .to_string();
         AcmeClient {
+            status: Default::default(),
             issuer_key: format!("acme-{}", super::storage::safe_name(&host)),
             cfg,
             storage,
@@ -368,6 +380,24 @@ impl AcmeClient {
         Ok(ck)
     }
 
+    /// Where the upkeep of the certificate for `names` stands.
+    pub fn status(&self, names: &[String]) -> Status {
+        self.status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(names)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn set_status(&self, names: &[String], f: impl FnOnce(&mut Status)) {
+        let mut all = self
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(all.entry(names.to_vec()).or_default());
+    }
+
     /// Keeps `slot` filled with a valid certificate for `names`: obtains one
     /// at once when there is none, renews when [`renew::plan`] says (ARI
     /// window or two thirds of the lifetime), backs off after failures.
@@ -393,10 +423,12 @@ impl AcmeClient {
             }
             match plan {
                 Plan::RecheckAt(at) => {
+                    self.set_status(&names, |s| s.next = Some(at));
                     tokio::time::sleep(at.duration_since(now).unwrap_or_default()).await;
                     continue;
                 }
                 Plan::RenewAt(at) => {
+                    self.set_status(&names, |s| s.next = Some(at));
                     tokio::time::sleep(at.duration_since(now).unwrap_or_default()).await
                 }
             }
@@ -408,9 +440,14 @@ impl AcmeClient {
                 Ok(k) => {
                     slot.store(Some(Arc::new(k)));
                     backoff.reset();
+                    self.set_status(&names, |s| s.last_error = None);
                 }
                 Err(e) => {
                     let delay = backoff.next_delay(rand::random::<f64>());
+                    self.set_status(&names, |s| {
+                        s.last_error = Some(e.to_string());
+                        s.next = Some(SystemTime::now() + delay);
+                    });
                     tracing::warn!(
                         "certificate for {}: {e}; keeping the certificate in use, retrying in {delay:?}",
                         names.join(", ")

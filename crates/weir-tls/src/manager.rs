@@ -58,9 +58,12 @@ pub struct CertInfo {
     pub issuer: Option<String>,
     /// Seconds since the Unix epoch.
     pub not_after: Option<u64>,
-    /// When weir will renew it (seconds since the Unix epoch): two thirds
-    /// into its lifetime, as `renew` schedules it; `None` for files.
+    /// When weir will renew it (seconds since the Unix epoch): as ACME's
+    /// upkeep planned it, else two thirds into its lifetime; `None` for
+    /// files (reloaded when they change).
     pub renew_at: Option<u64>,
+    /// The last failure to obtain or renew it, until one succeeds.
+    pub last_error: Option<String>,
 }
 
 impl CertManager {
@@ -86,6 +89,7 @@ impl CertManager {
                     renew_at: validity
                         .filter(|_| renews)
                         .and_then(|(from, to)| secs(from + to.duration_since(from).ok()? * 2 / 3)),
+                    last_error: None,
                 }
             };
         let mut out: Vec<CertInfo> = self
@@ -95,15 +99,18 @@ impl CertManager {
                 let key = slot.load();
                 match k {
                     SlotKey::Files(..) => describe(key.as_deref(), Vec::new(), "files", false),
-                    SlotKey::Auto(issuer, names) => describe(
-                        key.as_deref(),
-                        names.clone(),
-                        match issuer {
-                            Issuer::Acme => "acme",
-                            Issuer::Internal => "internal",
-                        },
-                        true,
-                    ),
+                    SlotKey::Auto(Issuer::Internal, names) => {
+                        describe(key.as_deref(), names.clone(), "internal", true)
+                    }
+                    SlotKey::Auto(Issuer::Acme, names) => {
+                        let mut c = describe(key.as_deref(), names.clone(), "acme", true);
+                        if let Some(acme) = &self.acme {
+                            let st = acme.status(names);
+                            c.renew_at = st.next.and_then(secs).or(c.renew_at);
+                            c.last_error = st.last_error;
+                        }
+                        c
+                    }
                 }
             })
             .collect();

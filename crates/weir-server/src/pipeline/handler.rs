@@ -70,11 +70,7 @@ impl Build<'_> {
         if let Some(same) = before.iter().find(|p| *p.cfg == **cfg) {
             return same.clone();
         }
-        let ups: Vec<_> = before
-            .iter()
-            .flat_map(|p| p.upstreams().iter().cloned())
-            .collect();
-        weir_proxy::Proxy::after(cfg.clone(), self.own_h1, self.workers, &ups)
+        weir_proxy::Proxy::after(cfg.clone(), self.own_h1, self.workers, &before)
     }
 
     fn files(&self, opts: &weir_config::files::Options) -> Option<Arc<StaticFiles>> {

@@ -476,3 +476,53 @@ fn systemd_hears_ready_reloading_and_stopping() {
     assert_eq!(next().trim(), "STOPPING=1");
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn a_stream_through_a_replaced_proxy_ends_after_the_grace_period_and_others_live_on() {
+    let (adm, kept, changed) = (free_port(), free_port(), free_port());
+    let sse = sse_upstream();
+    let cfg = |timeout: &str| {
+        format!(
+            r#"[server]
+grace_period = "1s"
+[admin]
+listen = "127.0.0.1:{adm}"
+[site."127.0.0.1:{kept}"]
+proxy = {{ to = ["127.0.0.1:{sse}"] }}
+[site."127.0.0.1:{changed}"]
+proxy = {{ to = ["127.0.0.1:{sse}"], connect_timeout = "{timeout}" }}
+"#
+        )
+    };
+    let w = Weir::start(WEIR, &cfg("5s"), &[adm, kept, changed]);
+    let stays = open_stream(kept);
+    let goes = open_stream(changed);
+    assert!(poll_until(PATIENCE, || {
+        stays.events.load(Ordering::Relaxed) > 2 && goes.events.load(Ordering::Relaxed) > 2
+    }));
+    std::fs::write(w.path().join("weir.toml"), cfg("6s")).unwrap();
+    let reloaded = Instant::now();
+    let (status, body) = admin(adm, "POST", "/reload", "");
+    assert_eq!(status, 200, "{body}");
+    // The changed proxy's stream flows through the grace period, then ends.
+    assert!(
+        poll_until(PATIENCE, || goes.ended.load(Ordering::Relaxed)),
+        "the stream through the replaced proxy was never closed"
+    );
+    assert!(
+        reloaded.elapsed() >= Duration::from_millis(900),
+        "closed before the grace period was over: {:?}",
+        reloaded.elapsed()
+    );
+    assert!(w.wait_log(
+        "closing 1 streams left open through it by a reload",
+        PATIENCE
+    ));
+    // The unchanged one goes on.
+    let before = stays.events.load(Ordering::Relaxed);
+    assert!(poll_until(PATIENCE, || stays
+        .events
+        .load(Ordering::Relaxed)
+        > before + 5));
+    assert!(!stays.ended.load(Ordering::Relaxed));
+}
