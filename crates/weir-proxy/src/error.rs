@@ -48,6 +48,11 @@ pub enum ProxyError {
 }
 
 impl ProxyError {
+    /// hyper's client saw the connection close before a response came.
+    pub fn is_closed_early(&self) -> bool {
+        matches!(self, ProxyError::Upstream(e) if e.is_incomplete_message() || e.is_closed())
+    }
+
     /// The one mapping from a proxy failure to the client's status.
     pub fn status(&self) -> StatusCode {
         use ProxyError as E;

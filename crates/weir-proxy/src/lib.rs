@@ -420,10 +420,10 @@ impl Proxy {
             };
             let active = ActiveGuard::new(up.clone());
             let sender = match self.pooled_now(conn.worker, idx) {
-                Ok(s) => Ok(s),
+                Ok(s) => Ok((s, true)),
                 Err(first) => Box::pin(self.sender_after(idx, conn, false, first)).await,
             };
-            let sender = match sender {
+            let (sender, reused) = match sender {
                 Ok(s) => s,
                 Err(e) => {
                     let failed = Failed::connect(e);
@@ -485,6 +485,20 @@ impl Proxy {
                     return self.respond_from(rp, from, done, up, parts.version, set_sticky);
                 }
                 Err((failed, returned)) => {
+                    // hyper's pooled connection (`server.http1 = "hyper"`)
+                    // closed by the upstream as the request went out: as
+                    // weir's own client treats it, stale, and tried again
+                    // when that is safe.
+                    let failed = if reused
+                        && returned.is_none()
+                        && idempotent
+                        && body.replayable()
+                        && failed.error.is_closed_early()
+                    {
+                        Failed::stale(failed.error)
+                    } else {
+                        failed
+                    };
                     if let Some(req) = returned {
                         // Nothing was written: the request (and its body) is intact.
                         body = Replay::Stream(Some(req.into_body()));
@@ -626,7 +640,9 @@ impl Proxy {
         conn: &ConnInfo,
         upgrades: bool,
     ) -> Result<Sender, ProxyError> {
-        self.sender_after(idx, conn, upgrades, None).await
+        self.sender_after(idx, conn, upgrades, None)
+            .await
+            .map(|(s, _)| s)
     }
 
     /// A pooled connection that needs no waiting (the common case: one of
@@ -650,7 +666,7 @@ impl Proxy {
         conn: &ConnInfo,
         upgrades: bool,
         mut first: Option<Sender>,
-    ) -> Result<Sender, ProxyError> {
+    ) -> Result<(Sender, bool), ProxyError> {
         let up = &self.ups[idx];
         let local = self.local(conn.worker);
         if !upgrades {
@@ -662,10 +678,10 @@ impl Proxy {
                     // hyper's (`server.http1 = "hyper"`): wait until it can send.
                     Sender::H1(mut tx) => {
                         if tx.ready().await.is_ok() {
-                            return Ok(Sender::H1(tx));
+                            return Ok((Sender::H1(tx), true));
                         }
                     }
-                    s => return Ok(s),
+                    s => return Ok((s, true)),
                 }
             }
         }
@@ -692,7 +708,7 @@ impl Proxy {
         if let Sender::H2(tx) = &s {
             local.pools().share_h2(idx, tx);
         }
-        Ok(s)
+        Ok((s, false))
     }
 
     /// Sends the request; on failure says how far it got and hands back the

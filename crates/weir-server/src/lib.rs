@@ -82,15 +82,6 @@ pub fn run(
 ) -> Result<(), ServerError> {
     let grace = cfg.server.grace_period;
     let server = Server::start(cfg, path, &mut inherited)?;
-    with(&server);
-    // Ready: systemd, and the process this one replaces, are told.
-    inherited.signal_ready();
-    if inherited.upgraded() {
-        notify::main_pid(std::process::id());
-    } else {
-        notify::ready();
-    }
-    drop(inherited);
     let mut exit = server.exit_requested();
 
     // Signals are waited for on this thread with a tiny runtime of its own.
@@ -100,10 +91,22 @@ pub fn run(
         .map_err(ServerError::Worker)?;
     signal_rt.block_on(async {
         use tokio::signal::unix::{SignalKind, signal};
+        // Handlers first: until they are installed, SIGHUP's and SIGUSR2's
+        // default action ends the process, and a `systemctl reload` right
+        // after READY would take weir down.
         let mut term = signal(SignalKind::terminate()).map_err(ServerError::Worker)?;
         let mut int = signal(SignalKind::interrupt()).map_err(ServerError::Worker)?;
         let mut hup = signal(SignalKind::hangup()).map_err(ServerError::Worker)?;
         let mut usr2 = signal(SignalKind::user_defined2()).map_err(ServerError::Worker)?;
+        with(&server);
+        // Ready: systemd, and the process this one replaces, are told.
+        inherited.signal_ready();
+        if inherited.upgraded() {
+            notify::main_pid(std::process::id());
+        } else {
+            notify::ready();
+        }
+        drop(inherited);
         loop {
             tokio::select! {
                 _ = exit.wait_for(|e| *e) => break,

@@ -237,15 +237,8 @@ impl Server {
                 }
                 None => bind_addr(&fixed, b.l.addr)?,
             };
-            let listener = Arc::new(Current::from_pointee(b.listener));
-            let ctx = Arc::new(ArcSwap::from_pointee(conn_ctx(
-                &cfg,
-                &b.l,
-                listener.clone(),
-                b.acceptor,
-                &connections,
-                &conns,
-            )));
+            let (listener, ctx) =
+                new_addr(&cfg, &b.l, b.listener, b.acceptor, &connections, &conns);
             let ep = Endpoint {
                 addr: b.l.addr,
                 ctx: ctx.clone(),
@@ -557,15 +550,14 @@ impl Server {
                     Addr { tls: b.l.tls, ..a }
                 }
                 None => {
-                    let listener = Arc::new(Current::from_pointee(b.listener));
-                    let ctx = Arc::new(ArcSwap::from_pointee(conn_ctx(
+                    let (listener, ctx) = new_addr(
                         &cfg,
                         &b.l,
-                        listener.clone(),
+                        b.listener,
                         b.acceptor,
                         &self.connections,
                         &self.conns,
-                    )));
+                    );
                     let socks = fresh.remove(&addr).unwrap_or_default();
                     let dups = socks.iter().filter_map(|s| s.try_clone().ok()).collect();
                     let ep = Endpoint {
@@ -804,6 +796,21 @@ fn conn_ctx(
     )
     .accept_proxy_protocol(l.proxy_protocol.clone())
     .fast_http1(cfg.server.http1 == Http1Engine::Fast)
+}
+
+/// The sites and connection context of an address served for the first
+/// time, each in the cell a reload replaces it through.
+fn new_addr(
+    cfg: &Config,
+    l: &ListenerConfig,
+    sites: Listener,
+    acceptor: Option<weir_tls::Acceptor>,
+    connections: &Arc<AtomicUsize>,
+    conns: &Arc<ConnCounts>,
+) -> (Arc<Current>, Arc<ArcSwap<ConnCtx>>) {
+    let listener = Arc::new(Current::from_pointee(sites));
+    let ctx = conn_ctx(cfg, l, listener.clone(), acceptor, connections, conns);
+    (listener, Arc::new(ArcSwap::from_pointee(ctx)))
 }
 
 /// The sockets of one address: one per worker under the per-core runtime
