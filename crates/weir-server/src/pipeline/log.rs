@@ -14,13 +14,15 @@ use weir_http::conn::ConnInfo;
 
 use super::request_head::request_host;
 
-/// Logs the request in `parts` and its response, which `took` to answer.
+/// Logs the request in `parts` and its response, which `took` to answer
+/// with a body of `bytes` (as its `Content-Length` declared).
 pub(super) fn record(
     log: &AccessLog,
     conn: &ConnInfo,
     parts: &http::request::Parts,
     resp: &Response<Body>,
     took: Duration,
+    bytes: Option<u64>,
 ) {
     let field = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
     log.log(&Entry {
@@ -29,11 +31,7 @@ pub(super) fn record(
         target: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
         version: parts.version,
         status: resp.status().as_u16(),
-        bytes: resp
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok()),
+        bytes,
         referer: field(header::REFERER),
         user_agent: field(header::USER_AGENT),
         host: request_host(parts),

@@ -249,16 +249,17 @@ impl Listener {
         );
         // Log: the metrics, then the access log.
         let took = started.elapsed();
+        let bytes_out = content_length(resp.headers());
         counts.record(
             conn.worker,
             &parts.method,
             resp.status(),
             took,
             bytes_in,
-            content_length(resp.headers()),
+            bytes_out,
         );
         if let Some(log) = &site.access_log {
-            log::record(log, conn, &parts, &resp, took);
+            log::record(log, conn, &parts, &resp, took, bytes_out);
         }
         weir_http::header_maps::give(parts.headers);
         resp
