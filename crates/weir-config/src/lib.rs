@@ -8,6 +8,7 @@
 //! starts a server.
 
 pub mod admin;
+pub mod cache;
 pub mod error;
 pub mod files;
 mod introspect;
@@ -47,6 +48,8 @@ pub struct Config {
     pub tls: TlsGlobal,
     /// The admin API: `[admin]`.
     pub admin: admin::AdminConfig,
+    /// Where cached responses are kept: `[cache]`.
+    pub cache: cache::CacheStorage,
     /// The text it was read from (`None` for the built-in welcome page),
     /// which the admin API's `GET /config` returns.
     pub text: Option<Arc<str>>,
@@ -141,6 +144,9 @@ pub struct SiteConfig {
     /// Extra response headers.
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub access_log: Option<AccessLogConfig>,
+    /// The cache in front of the site's own proxy, and of routes that say
+    /// nothing about caching.
+    pub cache: Option<Arc<cache::CachePolicy>>,
 }
 
 impl std::fmt::Debug for SiteConfig {
@@ -275,6 +281,7 @@ impl Config {
             error_pages: HashMap::new(),
             headers: Vec::new(),
             access_log: None,
+            cache: None,
         };
         Config {
             source: "<built-in>".into(),
@@ -289,6 +296,7 @@ impl Config {
             }],
             tls: TlsGlobal::default(),
             admin: admin::AdminConfig::default_on(),
+            cache: cache::CacheStorage::default(),
             text: None,
         }
     }
@@ -352,6 +360,7 @@ pub fn load_str_with(
     let server = validate_server(&mut c, &raw.server);
     let tls_global = tls::validate_global(&mut c, base, &raw.tls);
     let admin = admin::validate(&mut c, &raw.admin);
+    let cache_storage = cache::storage(&mut c, base, &raw.cache);
     let mut sites: Vec<SiteConfig> = Vec::new();
     // (addr, tls, site index, explicit default, span of the site name)
     let mut binds: Vec<(SocketAddr, bool, usize, bool, std::ops::Range<usize>)> = Vec::new();
@@ -435,8 +444,24 @@ pub fn load_str_with(
                 Some(HandlerConfig::Welcome)
             }
         };
-        let handler =
-            proxy::site_handler(&mut c, &name, raw_site, own).unwrap_or(HandlerConfig::Welcome);
+        let site_cache = cache::policy(
+            &mut c,
+            &format!("site \"{name}\": cache"),
+            raw_site.cache.as_ref(),
+            None,
+        );
+        if let (Some(_), Some(span)) = (&site_cache, raw_site.cache.as_ref().map(|c| c.span()))
+            && !proxy::has_proxy(raw_site)
+        {
+            c.at(
+                span,
+                format!(
+                    "site \"{name}\": `cache` keeps responses of a proxy; add `proxy = {{ to = [...] }}` or a route"
+                ),
+            );
+        }
+        let handler = proxy::site_handler(&mut c, &name, raw_site, own, site_cache.as_ref())
+            .unwrap_or(HandlerConfig::Welcome);
 
         let idx = sites.len();
         if let Some(pp) = proxy::accept_proxy_protocol(&mut c, &name, raw_site) {
@@ -536,6 +561,7 @@ pub fn load_str_with(
             error_pages,
             headers,
             access_log,
+            cache: site_cache,
         });
 
         if let (Some(from), Some(to)) = (redirect_from, addrs.first()) {
@@ -548,6 +574,7 @@ pub fn load_str_with(
                 error_pages: HashMap::new(),
                 headers: Vec::new(),
                 access_log: None,
+                cache: None,
             });
             binds.push((from, false, ridx, false, name_span.clone()));
         }
@@ -564,6 +591,7 @@ pub fn load_str_with(
         listeners,
         tls: tls_global,
         admin,
+        cache: cache_storage,
         text: Some(Arc::from(src)),
     })
 }
@@ -617,6 +645,12 @@ fn known_keys(path: &[String]) -> &'static [&'static str] {
             fields::<RawPassive>()
         }
         ["site", _, "route", _] => fields::<RawRoute>(),
+        ["cache"] => fields::<RawCacheGlobal>(),
+        ["cache", "disk"] => fields::<RawCacheDisk>(),
+        ["site", _, "cache"] | ["site", _, "route", _, "cache"] => fields::<RawCache>(),
+        ["site", _, "cache", "key"] | ["site", _, "route", _, "cache", "key"] => {
+            fields::<RawCacheKey>()
+        }
         _ => &[],
     }
 }

@@ -261,6 +261,9 @@ pub struct RouteConfig {
     pub pattern: PathPattern,
     pub rewrite: PathRewrite,
     pub handler: HandlerConfig,
+    /// The cache in front of this route's proxy (the site's unless the
+    /// route says otherwise).
+    pub cache: Option<Arc<crate::cache::CachePolicy>>,
 }
 
 /// PROXY protocol accepted on a listener.
@@ -287,6 +290,7 @@ pub fn site_handler(
     site: &str,
     s: &RawSite,
     own: Option<HandlerConfig>,
+    cache: Option<&Arc<crate::cache::CachePolicy>>,
 ) -> Option<HandlerConfig> {
     let own = match (&s.proxy, own) {
         (Some(p), Some(h)) => {
@@ -311,7 +315,9 @@ pub fn site_handler(
     let routes = routes
         .iter()
         .enumerate()
-        .filter_map(|(i, r)| route_config(c, &format!("site \"{site}\": route {}", i + 1), r))
+        .filter_map(|(i, r)| {
+            route_config(c, &format!("site \"{site}\": route {}", i + 1), r, cache)
+        })
         .collect();
     Some(HandlerConfig::Routes {
         routes,
@@ -319,8 +325,14 @@ pub fn site_handler(
     })
 }
 
-fn route_config(c: &mut Collector<'_>, key: &str, r: &Spanned<RawRoute>) -> Option<RouteConfig> {
+fn route_config(
+    c: &mut Collector<'_>,
+    key: &str,
+    r: &Spanned<RawRoute>,
+    site_cache: Option<&Arc<crate::cache::CachePolicy>>,
+) -> Option<RouteConfig> {
     let raw = r.get_ref();
+    let cache = crate::cache::policy(c, &format!("{key}: cache"), raw.cache.as_ref(), site_cache);
     let pattern = match PathPattern::parse(raw.path.get_ref()) {
         Ok(p) => p,
         Err(m) => {
@@ -352,6 +364,7 @@ fn route_config(c: &mut Collector<'_>, key: &str, r: &Spanned<RawRoute>) -> Opti
         pattern,
         rewrite,
         handler,
+        cache,
     })
 }
 

@@ -28,6 +28,102 @@ pub struct RawConfig {
     /// The admin API: `[admin]`.
     #[serde(default)]
     pub admin: RawAdmin,
+    /// Where cached responses are kept: `[cache]`.
+    #[serde(default)]
+    pub cache: RawCacheGlobal,
+}
+
+/// `[cache]`: storage shared by every site and route that caches.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawCacheGlobal {
+    /// Bytes of responses held in memory; default 256MiB.
+    pub memory: Option<Spanned<Value>>,
+    /// Larger responses are streamed through and not stored; default 16MiB.
+    pub max_object_size: Option<Spanned<Value>>,
+    /// Keep responses on disk too, across restarts: `{ path = "/var/cache/weir", size = "10GiB" }`;
+    /// default off. `size` defaults to 1GiB.
+    pub disk: Option<RawCacheDisk>,
+}
+
+/// `[cache] disk = { ... }`.
+#[derive(Debug, Deserialize)]
+pub struct RawCacheDisk {
+    /// Directory of the store, relative to the config file. Required.
+    pub path: Spanned<String>,
+    pub size: Option<Spanned<Value>>,
+}
+
+/// A site's or route's `cache`: `true`, `false`, or a table of settings.
+#[derive(Debug)]
+pub enum RawCacheSwitch {
+    Off,
+    On(Box<RawCache>),
+}
+
+impl<'de> Deserialize<'de> for RawCacheSwitch {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawCacheSwitch;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false or a table like { default_ttl = \"2m\" }")
+            }
+            fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Self::Value, E> {
+                Ok(if b {
+                    RawCacheSwitch::On(Box::default())
+                } else {
+                    RawCacheSwitch::Off
+                })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                m: A,
+            ) -> Result<Self::Value, A::Error> {
+                RawCache::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+                    .map(|c| RawCacheSwitch::On(Box::new(c)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `cache = { ... }` on a site or route.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawCache {
+    /// Freshness of responses that give none (no `max-age`, `s-maxage` or
+    /// `Expires`); default: RFC 9111's heuristic only (a tenth of the time
+    /// since `Last-Modified`).
+    pub default_ttl: Option<Spanned<Value>>,
+    /// Stale responses are served for this long while one background request
+    /// refreshes them, unless the response says `stale-while-revalidate`; default 10s.
+    pub grace: Option<Spanned<Value>>,
+    /// Stale responses are served for this long when the upstream fails or is
+    /// down, unless the response says `stale-if-error`; default 1h.
+    pub stale_if_error: Option<Spanned<Value>>,
+    /// The client's `Cache-Control`: `"ignore"` (default, as Varnish) or `"honour"`.
+    pub request_cache_control: Option<Spanned<String>>,
+    /// Responses with `Set-Cookie`: `"pass"` (default: not stored) or
+    /// `"strip"` (stored without the cookie).
+    pub set_cookie: Option<Spanned<String>>,
+    /// What the cache key holds besides scheme, host and path.
+    pub key: Option<RawCacheKey>,
+    /// Response field listing an entry's tags for purges; default `"Surrogate-Key"`.
+    pub tags_header: Option<Spanned<String>>,
+    /// Addresses allowed to send `PURGE <url>`; default none.
+    pub purge_from: Option<Spanned<Vec<String>>>,
+}
+
+/// `key = { ... }` in a cache.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawCacheKey {
+    /// `"keep"` (default), `"sort"` (parameters sorted) or `"ignore"`.
+    pub query: Option<Spanned<String>>,
+    /// Query parameters left out of the key; default none.
+    pub ignore_params: Option<Vec<String>>,
+    /// Request fields added to the key; default none.
+    pub headers: Option<Spanned<Vec<String>>>,
+    /// Cookies added to the key; default none.
+    pub cookies: Option<Vec<String>>,
 }
 
 /// `[admin]`.
@@ -148,6 +244,9 @@ pub struct RawSite {
     /// Reverse proxy for the whole site: `proxy = { to = ["127.0.0.1:9001"] }`.
     /// Off by default; a site has either `proxy` or `root` (use `route` for both).
     pub proxy: Option<Spanned<RawProxy>>,
+    /// Cache the proxy's responses (and every route's, unless a route says
+    /// otherwise): `true` or `{ default_ttl = "2m", ... }`; default off.
+    pub cache: Option<Spanned<RawCacheSwitch>>,
     /// Routes by path, tried in file order before the site's own handler:
     /// `[[site."x".route]]` with `path = "/api/*"` and `proxy = { ... }`. None by default.
     pub route: Option<Vec<Spanned<RawRoute>>>,
@@ -173,6 +272,8 @@ pub struct RawRoute {
     pub rewrite: Option<Spanned<String>>,
     /// Where matching requests go. Required.
     pub proxy: Option<Spanned<RawProxy>>,
+    /// Cache this route's responses: `true`, `false` or a table; default: the site's `cache`.
+    pub cache: Option<Spanned<RawCacheSwitch>>,
 }
 
 /// `proxy = { ... }`: forward requests to upstream servers.
