@@ -294,6 +294,62 @@ impl Collector for Weir {
                 Ok(())
             },
         )?;
+        let cache = s.cache().summary();
+        family(
+            &mut enc,
+            "weir_cache_requests",
+            "Requests the cache answered, by result: hit, stale (served while refreshed), stale_error (served for a failing upstream), coalesced (waited on another request's fetch), miss, revalidated (a 304 renewed it), pass.",
+            MetricType::Counter,
+            |m| {
+                for (r, n) in [
+                    ("hit", cache.hits),
+                    ("stale", cache.stale),
+                    ("stale_error", cache.stale_on_error),
+                    ("coalesced", cache.coalesced),
+                    ("miss", cache.misses),
+                    ("revalidated", cache.revalidated),
+                    ("pass", cache.passes),
+                ] {
+                    counter(m, &vec![("result", r)], n)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_cache_served_bytes",
+            "Body bytes served from the cache.",
+            MetricType::Counter,
+            |m| counter(m, &vec![], cache.bytes_served),
+        )?;
+        family(
+            &mut enc,
+            "weir_cache_objects",
+            "URLs held in the cache.",
+            MetricType::Gauge,
+            |m| gauge(m, &vec![], cache.urls as i64),
+        )?;
+        family(
+            &mut enc,
+            "weir_cache_bytes",
+            "Bytes held in the cache's memory (bound: [cache] memory).",
+            MetricType::Gauge,
+            |m| gauge(m, &vec![], cache.bytes as i64),
+        )?;
+        family(
+            &mut enc,
+            "weir_cache_evictions",
+            "Responses evicted to stay within [cache] memory.",
+            MetricType::Counter,
+            |m| counter(m, &vec![], cache.evictions),
+        )?;
+        family(
+            &mut enc,
+            "weir_cache_purged",
+            "Responses removed by purges, bans and invalidations.",
+            MetricType::Counter,
+            |m| counter(m, &vec![], cache.purged),
+        )?;
         let (reloaded, refused) = s.reloads();
         family(
             &mut enc,

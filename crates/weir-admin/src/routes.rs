@@ -79,16 +79,72 @@ pub(crate) async fn handle(req: Request<hyper::body::Incoming>, ctx: &Arc<Ctx>) 
             crate::status::PAGE,
         ),
         (&Method::GET, ["status.json"]) => json(StatusCode::OK, crate::status::json(&ctx.server)),
+        (&Method::GET, ["cache"]) => cache_list(&req, ctx),
+        (&Method::POST, ["cache", "purge"]) => cache_purge(req, ctx).await,
         (
             _,
             [
                 "config" | "upstreams" | "certificates" | "metrics" | "status" | "status.json"
-                | "load" | "reload" | "upgrade",
+                | "load" | "reload" | "upgrade" | "cache",
             ],
         )
+        | (_, ["cache", "purge"])
         | (_, ["upstreams", _, _]) => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
         _ => error(StatusCode::NOT_FOUND, format!("no admin endpoint {path}")),
     }
+}
+
+/// `GET /cache[?limit=N]`: the store's numbers and up to N (default 100)
+/// stored responses.
+fn cache_list(req: &Request<hyper::body::Incoming>, ctx: &Ctx) -> Resp {
+    let limit = req
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("limit=")))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100);
+    let store = ctx.server.cache();
+    json(
+        StatusCode::OK,
+        json!({
+            "summary": store.summary(),
+            "entries": store.list(limit, weir_cache::now()),
+        }),
+    )
+}
+
+/// `POST /cache/purge` with `{"url": …}`, `{"prefix": …}`, `{"pattern": …}`
+/// or `{"tag": …}`: removes what it names from the store.
+async fn cache_purge(req: Request<hyper::body::Incoming>, ctx: &Arc<Ctx>) -> Resp {
+    let (_, b) = match body(req).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let v: serde_json::Value = match serde_json::from_slice(&b) {
+        Ok(v) => v,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("JSON body: {e}")),
+    };
+    let field = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+    let store = ctx.server.cache();
+    let (what, n) = if let Some(u) = field("url") {
+        (format!("url {u}"), store.purge(&u))
+    } else if let Some(p) = field("prefix") {
+        (format!("prefix {p}"), store.ban_prefix(&p))
+    } else if let Some(p) = field("pattern") {
+        match store.ban_pattern(&p) {
+            Ok(n) => (format!("pattern {p}"), n),
+            Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        }
+    } else if let Some(t) = field("tag") {
+        (format!("tag {t}"), store.purge_tag(&t))
+    } else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "name what to purge: {\"url\": \"http://host/path\"}, {\"prefix\": …}, {\"pattern\": …} or {\"tag\": …}",
+        );
+    };
+    tracing::info!("admin API: cache purge of {what}: {n} responses removed");
+    json(StatusCode::OK, json!({ "purged": n }))
 }
 
 /// `GET /config`: the text the running config was read from.

@@ -101,6 +101,7 @@ pub fn json(server: &Arc<Server>) -> serde_json::Value {
         "connections": connections,
         "sites": sites,
         "upstreams": upstreams,
+        "cache": server.cache().summary(),
         "certificates": certificates,
         "reloads": { "ok": reloads_ok, "failed": reloads_failed },
         "last_reload": server.last_reload(),

@@ -47,7 +47,7 @@ use object::{ObjBody, Object};
 pub use respond::CACHE_STATUS;
 use respond::{forward, from_object, hit};
 use rules::{Freshness, Reuse};
-pub use store::{EntryInfo, Store, counter};
+pub use store::{EntryInfo, Store, Summary, counter};
 use store::{Flights, Joined, Landing, Lead};
 
 /// Seconds since the epoch: the clock every freshness rule counts in.
@@ -350,6 +350,17 @@ impl Cache {
         .and_then(|()| match content_length(resp.headers()) {
             Some(n) if n > store.max_object_size() => Err(rules::Uncacheable::TooLarge),
             _ => Ok(()),
+        })
+        .and_then(|()| {
+            // Never fresh and nothing to validate with: storing it would
+            // only serve it stale.
+            let h = resp.headers();
+            let lifetime = rules::freshness_lifetime(status, h, &cc, response_time, policy);
+            if lifetime == 0 && !h.contains_key(header::ETAG) && !h.contains_key(header::LAST_MODIFIED) {
+                Err(rules::Uncacheable::NoFreshness)
+            } else {
+                Ok(())
+            }
         });
         let fwd = if stale.is_some() { "stale" } else { "miss" };
         match verdict {

@@ -100,6 +100,27 @@ pub struct Store {
     purged: AtomicU64,
 }
 
+/// The store in numbers.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Summary {
+    /// URLs held (each with one or more variants).
+    pub urls: u64,
+    pub bytes: u64,
+    /// `[cache] memory`.
+    pub memory: u64,
+    pub max_object_size: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub stale: u64,
+    pub stale_on_error: u64,
+    pub coalesced: u64,
+    pub passes: u64,
+    pub revalidated: u64,
+    pub bytes_served: u64,
+    pub evictions: u64,
+    pub purged: u64,
+}
+
 /// What a `GET /cache` lists of one stored response.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct EntryInfo {
@@ -286,6 +307,34 @@ impl Store {
     /// Removes the URLs starting with `prefix`.
     pub fn ban_prefix(&self, prefix: &str) -> usize {
         self.purge_where(|k, _| k.starts_with(prefix))
+    }
+
+    /// Removes the URLs a regular expression matches (anywhere in the key;
+    /// anchor it with `^` and `$`).
+    pub fn ban_pattern(&self, pattern: &str) -> Result<usize, String> {
+        let re = regex_lite::Regex::new(pattern).map_err(|e| format!("pattern: {e}"))?;
+        Ok(self.purge_where(|k, _| re.is_match(k)))
+    }
+
+    /// What the admin API and the status page show: sizes and counts.
+    pub fn summary(&self) -> Summary {
+        let (urls, bytes) = self.size();
+        Summary {
+            urls,
+            bytes,
+            memory: self.cfg.memory,
+            max_object_size: self.cfg.max_object_size,
+            hits: self.counter(counter::HIT),
+            misses: self.counter(counter::MISS),
+            stale: self.counter(counter::STALE),
+            stale_on_error: self.counter(counter::STALE_ERROR),
+            coalesced: self.counter(counter::COALESCED),
+            passes: self.counter(counter::PASS),
+            revalidated: self.counter(counter::REVALIDATED),
+            bytes_served: self.counter(counter::BYTES_SERVED),
+            evictions: self.evictions(),
+            purged: self.purged(),
+        }
     }
 
     /// Removes the responses tagged `tag`.

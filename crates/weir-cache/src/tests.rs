@@ -516,6 +516,20 @@ async fn purge_and_unsafe_methods_invalidate() {
 }
 
 #[tokio::test]
+async fn a_response_never_fresh_without_validators_is_not_stored() {
+    let o = Fake::new(|_, n| (200, vec![], format!("{n}")));
+    let c = cache(o.clone());
+    let (_, h, _) = get(&c, "/", &[]).await;
+    assert_eq!(status(&h), "weir; fwd=miss; fwd-status=200; detail=no-freshness");
+    assert_eq!(&get(&c, "/", &[]).await.2[..], b"2");
+    // With the policy's default freshness it is.
+    let c = cache_with(o.clone(), CachePolicy { default_ttl: Some(Duration::from_secs(120)), ..Default::default() });
+    get(&c, "/", &[]).await;
+    let (_, h, _) = get(&c, "/", &[]).await;
+    assert_eq!(status(&h), "weir; hit; ttl=120");
+}
+
+#[tokio::test]
 async fn purge_is_refused_by_default_and_from_other_addresses() {
     let o = Fake::new(|_, _| ok("max-age=60", "x"));
     assert_eq!(send(&cache(o.clone()), "PURGE", "/", &[]).await.0, 405);

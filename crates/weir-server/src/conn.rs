@@ -478,8 +478,13 @@ mod tests {
     #[tokio::test]
     async fn a_connection_future_holds_its_stream_once() {
         let cfg = weir_config::Config::builtin_welcome();
-        let sites =
-            crate::pipeline::build_sites(&cfg, &[], &crate::pipeline::Registry::new(1)).unwrap();
+        let sites = crate::pipeline::build_sites(
+            &cfg,
+            &[],
+            &crate::pipeline::Registry::new(1),
+            &weir_cache::Store::new(&Default::default(), 1),
+        )
+        .unwrap();
         let listener = Arc::new(Current::from_pointee(crate::pipeline::Listener::new(
             &sites,
             &[0],

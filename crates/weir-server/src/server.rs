@@ -64,6 +64,8 @@ pub struct ReloadReport {
     /// Whether the certificate manager was started again (TLS settings
     /// changed); otherwise certificates and ACME state carried over.
     pub certificates_reloaded: bool,
+    /// Whether `[cache]` changed, so the cache starts empty.
+    pub cache_emptied: bool,
 }
 
 /// The last reload, for the admin API and the status page.
@@ -146,6 +148,8 @@ struct State {
     path: Option<PathBuf>,
     sites: Vec<Arc<Site>>,
     certs: Arc<CertManager>,
+    /// Cached responses, kept across reloads while `[cache]` is unchanged.
+    cache: Arc<weir_cache::Store>,
     addrs: HashMap<SocketAddr, Addr>,
     last_reload: Option<ReloadRecord>,
 }
@@ -212,7 +216,8 @@ impl Server {
         let slots = crate::worker_slots(&cfg);
         let registry = Arc::new(Registry::new(slots));
         let conns = Arc::new(ConnCounts::new(slots));
-        let sites = crate::pipeline::build_sites(&cfg, &[], &registry)?;
+        let cache = weir_cache::Store::new(&cfg.cache, slots);
+        let sites = crate::pipeline::build_sites(&cfg, &[], &registry, &cache)?;
         // Certificates: loaded, issued or ordered in the background; never
         // waits for the network.
         let certs = start_certs(&cfg)?;
@@ -341,6 +346,7 @@ impl Server {
                 path,
                 sites,
                 certs,
+                cache,
                 addrs,
                 last_reload: None,
             }),
@@ -375,6 +381,11 @@ impl Server {
     /// The sites being served.
     pub fn sites(&self) -> Vec<Arc<Site>> {
         lock(&self.state).sites.clone()
+    }
+
+    /// The store of cached responses.
+    pub fn cache(&self) -> Arc<weir_cache::Store> {
+        lock(&self.state).cache.clone()
     }
 
     /// The certificate manager serving the current config.
@@ -433,6 +444,9 @@ impl Server {
                 }
                 if rep.certificates_reloaded {
                     msg.push_str("; certificates reloaded");
+                }
+                if rep.cache_emptied {
+                    msg.push_str("; [cache] changed: a new, empty cache");
                 }
                 if !rep.restart_needed.is_empty() {
                     msg.push_str(&format!(
@@ -497,7 +511,13 @@ impl Server {
         cfg.admin = self.fixed.admin.clone();
 
         // 1. Build: nothing running changes until every step has succeeded.
-        let sites = crate::pipeline::build_sites(&cfg, &st.sites, &self.registry)
+        let cache = if st.cache.storage() == &cfg.cache {
+            st.cache.clone()
+        } else {
+            report.cache_emptied = true;
+            weir_cache::Store::new(&cfg.cache, crate::worker_slots(&cfg))
+        };
+        let sites = crate::pipeline::build_sites(&cfg, &st.sites, &self.registry, &cache)
             .map_err(ServerError::from)?;
         for s in &sites {
             if st.sites.iter().any(|o| Arc::ptr_eq(o, s)) {
@@ -638,6 +658,7 @@ impl Server {
         st.addrs = next;
         st.sites = sites;
         st.certs = certs;
+        st.cache = cache;
         st.cfg = Arc::new(cfg);
         if path.is_some() {
             st.path = path;

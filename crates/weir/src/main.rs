@@ -98,6 +98,10 @@ enum Command {
         /// Write an access log (combined format) to standard output.
         #[arg(long)]
         access_log: bool,
+        /// Cache responses as RFC 9111 allows (in memory, 256 MiB; see
+        /// `cache` in docs/config.md for more).
+        #[arg(long)]
+        cache: bool,
         /// Open the admin API on this address (none by default).
         #[arg(long, value_name = "ADDR")]
         admin: Option<String>,
@@ -272,6 +276,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             change_host,
             insecure_skip_verify,
             access_log,
+            cache,
             admin,
             log,
         } => {
@@ -282,6 +287,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                 change_host,
                 insecure_skip_verify,
                 access_log,
+                cache,
             )?;
             let cfg = match config::load_str_with(
                 "<reverse-proxy>",
@@ -455,6 +461,7 @@ fn reverse_proxy_toml(
     host: Option<String>,
     insecure: bool,
     access_log: bool,
+    cache: bool,
 ) -> anyhow::Result<String> {
     let mut proxy = toml::Table::new();
     proxy.insert(
@@ -484,6 +491,9 @@ fn reverse_proxy_toml(
     };
     if access_log {
         site.insert("access_log".into(), "stdout".into());
+    }
+    if cache {
+        site.insert("cache".into(), true.into());
     }
     let mut sites = toml::Table::new();
     sites.insert(name, site.into());

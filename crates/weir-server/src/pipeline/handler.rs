@@ -25,6 +25,8 @@ pub(super) enum Handler {
         port: u16,
     },
     Proxy(Arc<weir_proxy::Proxy>),
+    /// The proxy behind the cache.
+    Cached(Arc<weir_proxy::Proxy>, weir_cache::Cache),
     /// Routes by path, then the fallback (404 without one).
     Routes {
         routes: Vec<Route>,
@@ -32,10 +34,12 @@ pub(super) enum Handler {
     },
 }
 
-/// A `[[site."x".route]]`: matching paths go to its proxy.
+/// A `[[site."x".route]]`: matching paths go to its proxy (through its
+/// cache, when it has one).
 pub(super) struct Route {
     pub cfg: weir_config::proxy::RouteConfig,
     pub proxy: Arc<weir_proxy::Proxy>,
+    pub cache: Option<weir_cache::Cache>,
     pub counts: Arc<weir_http::metrics::RequestCounts>,
 }
 
@@ -47,6 +51,7 @@ pub(super) struct Build<'a> {
     pub workers: usize,
     pub previous: &'a [Arc<super::Site>],
     pub registry: &'a super::Registry,
+    pub cache: &'a Arc<weir_cache::Store>,
 }
 
 impl Build<'_> {
@@ -73,6 +78,16 @@ impl Build<'_> {
         weir_proxy::Proxy::after(cfg.clone(), self.own_h1, self.workers, &before)
     }
 
+    /// The cache `policy` puts in front of `proxy`, in the shared store.
+    fn cache(
+        &self,
+        policy: Option<&Arc<weir_config::cache::CachePolicy>>,
+        proxy: &Arc<weir_proxy::Proxy>,
+    ) -> Option<weir_cache::Cache> {
+        let origin: Arc<dyn weir_cache::Origin> = proxy.clone();
+        policy.map(|p| weir_cache::Cache::new(self.cache.clone(), p.clone(), origin))
+    }
+
     fn files(&self, opts: &weir_config::files::Options) -> Option<Arc<StaticFiles>> {
         self.previous.iter().find_map(|s| match &s.handler {
             Handler::Static(f) if f.options() == opts => Some(f.clone()),
@@ -91,7 +106,7 @@ impl Handler {
     /// Calls `f` with every proxy this handler runs.
     pub(super) fn each_proxy(&self, f: &mut dyn FnMut(&Arc<weir_proxy::Proxy>)) {
         match self {
-            Handler::Proxy(p) => f(p),
+            Handler::Proxy(p) | Handler::Cached(p, _) => f(p),
             Handler::Routes { routes, fallback } => {
                 for r in routes {
                     f(&r.proxy);
@@ -105,9 +120,11 @@ impl Handler {
     }
 }
 
+/// `cache`: the site's cache policy, for the site's own proxy.
 pub(super) fn build_handler(
     site: &str,
     h: &HandlerConfig,
+    cache: Option<&Arc<weir_config::cache::CachePolicy>>,
     b: &Build<'_>,
 ) -> Result<Handler, SiteError> {
     Ok(match h {
@@ -120,16 +137,24 @@ pub(super) fn build_handler(
         }),
         HandlerConfig::Welcome => Handler::Welcome,
         HandlerConfig::RedirectHttps { port } => Handler::RedirectHttps { port: *port },
-        HandlerConfig::Proxy(p) => Handler::Proxy(b.proxy(p, site, "*")),
+        HandlerConfig::Proxy(p) => {
+            let proxy = b.proxy(p, site, "*");
+            match b.cache(cache, &proxy) {
+                Some(c) => Handler::Cached(proxy, c),
+                None => Handler::Proxy(proxy),
+            }
+        }
         HandlerConfig::Routes { routes, fallback } => Handler::Routes {
             routes: routes
                 .iter()
                 .filter_map(|r| match &r.handler {
                     HandlerConfig::Proxy(p) => {
                         let label = super::route_label(&r.pattern);
+                        let proxy = b.proxy(p, site, &label);
                         Some(Route {
                             cfg: r.clone(),
-                            proxy: b.proxy(p, site, &label),
+                            cache: b.cache(r.cache.as_ref(), &proxy),
+                            proxy,
                             counts: b.registry.counts(site, &label),
                         })
                     }
@@ -137,7 +162,7 @@ pub(super) fn build_handler(
                 })
                 .collect(),
             fallback: match fallback {
-                Some(f) => Some(Box::new(build_handler(site, f, b)?)),
+                Some(f) => Some(Box::new(build_handler(site, f, cache, b)?)),
                 None => None,
             },
         },
@@ -168,13 +193,16 @@ where
     match target {
         Target::Handler(h) => leaf(h, parts, body, conn, None).await,
         // Boxed, as in `leaf`.
-        Target::Route(r, path) => {
-            Box::pin(
-                r.proxy
-                    .serve(parts, upstream_body(body), conn, path.as_deref()),
-            )
-            .await
-        }
+        Target::Route(r, path) => match &r.cache {
+            Some(c) => Box::pin(c.serve(parts, upstream_body(body), conn, path.as_deref())).await,
+            None => {
+                Box::pin(
+                    r.proxy
+                        .serve(parts, upstream_body(body), conn, path.as_deref()),
+                )
+                .await
+            }
+        },
         Target::NotFound => error(StatusCode::NOT_FOUND),
     }
 }
@@ -206,7 +234,9 @@ where
 {
     // Only the proxy tunnels (HTTP/2 extended CONNECT for WebSockets); a
     // 2xx from anything else would open an HTTP/2 tunnel to nowhere.
-    if parts.method == http::Method::CONNECT && !matches!(handler, Handler::Proxy(_)) {
+    if parts.method == http::Method::CONNECT
+        && !matches!(handler, Handler::Proxy(_) | Handler::Cached(..))
+    {
         return method_not_allowed();
     }
     match handler {
@@ -217,6 +247,7 @@ where
         // future into place on every request; static requests must not pay
         // for copying it.
         Handler::Proxy(p) => Box::pin(p.serve(parts, upstream_body(body), conn, path)).await,
+        Handler::Cached(_, c) => Box::pin(c.serve(parts, upstream_body(body), conn, path)).await,
         Handler::Routes { .. } => error(StatusCode::NOT_FOUND),
     }
 }

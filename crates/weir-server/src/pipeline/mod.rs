@@ -40,6 +40,27 @@ pub struct Site {
 }
 
 impl Site {
+    /// Whether every cache of the site keeps its responses in `store`.
+    fn caches_in(&self, store: &Arc<weir_cache::Store>) -> bool {
+        self.caches().iter().all(|c| Arc::ptr_eq(c.store(), store))
+    }
+
+    /// The caches in front of the site's proxies.
+    pub fn caches(&self) -> Vec<weir_cache::Cache> {
+        let own = |h: &Handler| match h {
+            Handler::Cached(_, c) => Some(c.clone()),
+            _ => None,
+        };
+        match &self.handler {
+            Handler::Routes { routes, fallback } => routes
+                .iter()
+                .filter_map(|r| r.cache.clone())
+                .chain(fallback.as_deref().and_then(own))
+                .collect(),
+            h => own(h).into_iter().collect(),
+        }
+    }
+
     /// Every proxy the site runs, with the route it serves (`*`: the site's
     /// own handler).
     pub fn proxies(&self) -> Vec<(String, Arc<weir_proxy::Proxy>)> {
@@ -136,12 +157,16 @@ pub type Current = arc_swap::ArcSwap<Listener>;
 /// the config being replaced: a site whose settings are unchanged is kept
 /// as it is (its access log, proxies and file cache), and a changed site
 /// keeps the proxies and file caches whose own settings are unchanged.
+/// `cache`: the store every cached site and route keeps responses in (a
+/// site whose cache is elsewhere is built anew).
 pub fn build_sites(
     cfg: &Config,
     previous: &[Arc<Site>],
     registry: &Registry,
+    cache: &Arc<weir_cache::Store>,
 ) -> Result<Vec<Arc<Site>>, SiteError> {
     let b = handler::Build {
+        cache,
         // The HTTP/1.1 engine setting covers both sides of the proxy.
         own_h1: cfg.server.http1 == weir_config::Http1Engine::Fast,
         workers: crate::worker_slots(cfg),
@@ -151,10 +176,10 @@ pub fn build_sites(
     cfg.sites
         .iter()
         .map(|s| {
-            if let Some(same) = previous.iter().find(|p| p.cfg == *s) {
+            if let Some(same) = previous.iter().find(|p| p.cfg == *s && p.caches_in(cache)) {
                 return Ok(same.clone());
             }
-            let handler = handler::build_handler(&s.name, &s.handler, &b)?;
+            let handler = handler::build_handler(&s.name, &s.handler, s.cache.as_ref(), &b)?;
             let counts = registry.counts(&s.name, "*");
             let access_log = match &s.access_log {
                 Some(a) => Some(AccessLog::open(a).map_err(|source| SiteError::AccessLog {
@@ -279,6 +304,10 @@ fn content_length(h: &http::HeaderMap) -> Option<u64> {
 mod tests {
     use super::*;
 
+    pub(crate) fn test_store() -> Arc<weir_cache::Store> {
+        weir_cache::Store::new(&Default::default(), 1)
+    }
+
     #[test]
     fn ports_are_stripped_from_hosts() {
         use request_head::strip_port;
@@ -293,7 +322,7 @@ mod tests {
     #[test]
     fn request_future_stays_small() {
         let cfg = weir_config::Config::builtin_welcome();
-        let sites = build_sites(&cfg, &[], &Registry::new(1)).unwrap();
+        let sites = build_sites(&cfg, &[], &Registry::new(1), &test_store()).unwrap();
         let l = Listener::new(&sites, &[0], 0, cfg.server.limits.clone());
         let conn = ConnInfo {
             peer: ([127, 0, 0, 1], 1).into(),
@@ -318,7 +347,7 @@ mod tests {
             std::path::Path::new("."),
         )
         .unwrap();
-        let sites = build_sites(&cfg, &[], &Registry::new(1)).unwrap();
+        let sites = build_sites(&cfg, &[], &Registry::new(1), &test_store()).unwrap();
         let Handler::Proxy(p) = &sites[0].handler else {
             panic!("not a proxy site");
         };
@@ -347,7 +376,8 @@ mod tests {
              [site.\"b\"]\nlisten = [\"127.0.0.1:1\"]\nproxy = { to = [\"127.0.0.1:3\"] }\n",
         );
         let reg = Registry::new(2);
-        let first = build_sites(&a, &[], &reg).unwrap();
+        let first_store = test_store();
+        let first = build_sites(&a, &[], &reg, &first_store).unwrap();
         let up = |s: &Arc<Site>, i: usize| s.proxies()[0].1.upstreams()[i].clone();
         up(&first[1], 0).set_admin_state(weir_proxy::AdminState::Drain);
 
@@ -357,7 +387,7 @@ mod tests {
             "[site.\"a\"]\nlisten = [\"127.0.0.1:1\"]\nheaders = { X-A = \"1\" }\nproxy = { to = [\"127.0.0.1:2\"] }\n\
              [site.\"b\"]\nlisten = [\"127.0.0.1:1\"]\nproxy = { to = [\"127.0.0.1:3\", \"127.0.0.1:4\"] }\n",
         );
-        let second = build_sites(&b, &first, &reg).unwrap();
+        let second = build_sites(&b, &first, &reg, &first_store).unwrap();
         assert!(!Arc::ptr_eq(&first[0], &second[0]), "site a changed");
         assert!(Arc::ptr_eq(
             &first[0].proxies()[0].1,
@@ -377,7 +407,7 @@ mod tests {
             weir_proxy::AdminState::Ready
         );
         // Unchanged again: the very same sites.
-        let third = build_sites(&b, &second, &reg).unwrap();
+        let third = build_sites(&b, &second, &reg, &first_store).unwrap();
         assert!(Arc::ptr_eq(&second[0], &third[0]) && Arc::ptr_eq(&second[1], &third[1]));
         // Counts follow the names.
         assert!(Arc::ptr_eq(&first[1].counts, &third[1].counts));
