@@ -356,7 +356,10 @@ impl Cache {
             // only serve it stale.
             let h = resp.headers();
             let lifetime = rules::freshness_lifetime(status, h, &cc, response_time, policy);
-            if lifetime == 0 && !h.contains_key(header::ETAG) && !h.contains_key(header::LAST_MODIFIED) {
+            if lifetime == 0
+                && !h.contains_key(header::ETAG)
+                && !h.contains_key(header::LAST_MODIFIED)
+            {
                 Err(rules::Uncacheable::NoFreshness)
             } else {
                 Ok(())

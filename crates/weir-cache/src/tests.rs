@@ -520,10 +520,19 @@ async fn a_response_never_fresh_without_validators_is_not_stored() {
     let o = Fake::new(|_, n| (200, vec![], format!("{n}")));
     let c = cache(o.clone());
     let (_, h, _) = get(&c, "/", &[]).await;
-    assert_eq!(status(&h), "weir; fwd=miss; fwd-status=200; detail=no-freshness");
+    assert_eq!(
+        status(&h),
+        "weir; fwd=miss; fwd-status=200; detail=no-freshness"
+    );
     assert_eq!(&get(&c, "/", &[]).await.2[..], b"2");
     // With the policy's default freshness it is.
-    let c = cache_with(o.clone(), CachePolicy { default_ttl: Some(Duration::from_secs(120)), ..Default::default() });
+    let c = cache_with(
+        o.clone(),
+        CachePolicy {
+            default_ttl: Some(Duration::from_secs(120)),
+            ..Default::default()
+        },
+    );
     get(&c, "/", &[]).await;
     let (_, h, _) = get(&c, "/", &[]).await;
     assert_eq!(status(&h), "weir; hit; ttl=120");

@@ -4,6 +4,7 @@
 
 mod acme_pebble;
 mod admin;
+mod cache;
 mod cert_files;
 mod cli;
 mod h2_parity;
