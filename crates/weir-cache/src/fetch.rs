@@ -164,6 +164,7 @@ pub fn object(
             extra: extra.into(),
             tags: tags(&rp.headers, policy),
             body: obj_body,
+            file: None,
         },
         body,
     }

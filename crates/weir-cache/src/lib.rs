@@ -35,6 +35,7 @@ use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 
 pub mod control;
+mod disk;
 mod fetch;
 pub mod key;
 mod object;
@@ -156,7 +157,12 @@ impl Cache {
         let now = now();
         let primary = key::primary(parts, conn.tls, policy);
         let extra = key::policy_extra(&parts.headers, policy);
-        let stored = store.lookup(&primary, &parts.headers, &extra, now);
+        let mut stored = store.lookup(&primary, &parts.headers, &extra, now);
+        if let Some(obj) = &stored
+            && let ObjBody::OnDisk(_) = obj.body
+        {
+            stored = store.load(&primary, obj).await;
+        }
         if let Some(obj) = &stored {
             let ttl = obj.fresh.ttl(now);
             let reuse = obj.fresh.reuse(now, req_cc.as_ref());

@@ -32,11 +32,16 @@ pub struct Object {
     /// `Last-Modified`, seconds since the epoch.
     pub last_modified: Option<u64>,
     pub body: ObjBody,
+    /// The file a complete body was read back from and the body's offset
+    /// in it, for `sendfile` (large bodies only: each holds a descriptor).
+    pub file: Option<(Arc<std::fs::File>, u64)>,
 }
 
 pub enum ObjBody {
     Complete(Bytes),
     Filling(Arc<Fill>),
+    /// In the disk store only: read back into memory before it is served.
+    OnDisk(Arc<crate::disk::OnDisk>),
 }
 
 impl Object {
@@ -70,7 +75,7 @@ impl Object {
             .sum();
         let body = match &self.body {
             ObjBody::Complete(b) => b.len(),
-            ObjBody::Filling(_) => 0,
+            ObjBody::Filling(_) | ObjBody::OnDisk(_) => 0,
         };
         (256 + head + body + self.extra.len()) as u64
     }
@@ -79,6 +84,7 @@ impl Object {
     pub fn body_len(&self) -> Option<u64> {
         match &self.body {
             ObjBody::Complete(b) => Some(b.len() as u64),
+            ObjBody::OnDisk(d) => Some(d.len),
             ObjBody::Filling(_) => self
                 .headers
                 .get(http::header::CONTENT_LENGTH)
@@ -100,6 +106,7 @@ impl Object {
             extra: self.extra.clone(),
             tags: self.tags.clone(),
             body,
+            file: None,
         }
     }
 
@@ -107,6 +114,7 @@ impl Object {
         match &self.body {
             ObjBody::Complete(b) => ObjBody::Complete(b.clone()),
             ObjBody::Filling(f) => ObjBody::Filling(f.clone()),
+            ObjBody::OnDisk(d) => ObjBody::OnDisk(d.clone()),
         }
     }
 }

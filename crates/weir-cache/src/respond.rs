@@ -140,12 +140,25 @@ pub fn from_object(
             {
                 return Some(ranges(r, b, headers));
             }
-            Some(build(obj.status, headers, Body::full(b.clone())))
+            let mut r = build(obj.status, headers, Body::full(b.clone()));
+            if let Some((file, offset)) = &obj.file
+                && b.len() >= weir_http::file_region::MIN_LEN
+            {
+                r.extensions_mut()
+                    .insert(weir_http::file_region::FileRegion {
+                        bytes: b.clone(),
+                        file: file.clone(),
+                        offset: *offset,
+                    });
+            }
+            Some(r)
         }
         ObjBody::Filling(f) => {
             let reader = f.reader(obj.body_len())?;
             Some(build(obj.status, headers, Body::stream(reader)))
         }
+        // Read back into memory first (`Store::load`).
+        ObjBody::OnDisk(_) => None,
     }
 }
 

@@ -48,7 +48,7 @@ impl Entry {
     }
 }
 
-struct Expire;
+pub(crate) struct Expire;
 
 impl moka::Expiry<Arc<str>, Arc<Entry>> for Expire {
     fn expire_after_create(&self, _: &Arc<str>, v: &Arc<Entry>, _: Instant) -> Option<Duration> {
@@ -98,7 +98,12 @@ pub struct Store {
     counts: Counts<{ counter::N }>,
     evictions: Arc<AtomicU64>,
     purged: AtomicU64,
+    disk: Option<Arc<crate::disk::Disk>>,
 }
+
+/// Bodies at least this large keep the file they were read back from open,
+/// for `sendfile`: at most `[cache] memory` ÷ this descriptors.
+const KEEP_FILE: usize = 256 * 1024;
 
 /// The store in numbers.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -106,6 +111,10 @@ pub struct Summary {
     /// URLs held (each with one or more variants).
     pub urls: u64,
     pub bytes: u64,
+    /// URLs and bytes in the disk store, and its bound (0: none).
+    pub disk_urls: u64,
+    pub disk_bytes: u64,
+    pub disk: u64,
     /// `[cache] memory`.
     pub memory: u64,
     pub max_object_size: u64,
@@ -159,6 +168,13 @@ impl Store {
             counts: Counts::new(workers),
             evictions,
             purged: AtomicU64::new(0),
+            disk: cfg.disk.as_ref().and_then(|d| {
+                crate::disk::Disk::open(&d.path, d.size)
+                    .inspect_err(|e| {
+                        tracing::error!(dir = %d.path.display(), error = %e, "cache: disk store unusable; caching in memory only")
+                    })
+                    .ok()
+            }),
         })
     }
 
@@ -206,11 +222,58 @@ impl Store {
         extra: &str,
         now: u64,
     ) -> Option<Arc<Object>> {
-        let e = self.mem.get(primary)?;
-        e.variants
-            .iter()
-            .find(|o| o.matches(req, extra) && o.retain_until() >= now)
-            .cloned()
+        let pick = |e: Arc<Entry>| {
+            e.variants
+                .iter()
+                .find(|o| o.matches(req, extra) && o.retain_until() >= now)
+                .cloned()
+        };
+        self.mem
+            .get(primary)
+            .and_then(pick)
+            .or_else(|| self.disk.as_ref()?.index.get(primary).and_then(pick))
+    }
+
+    /// A response of the disk store read back into memory (on the blocking
+    /// pool), or `None` if its file is gone.
+    pub async fn load(&self, primary: &str, obj: &Arc<Object>) -> Option<Arc<Object>> {
+        let crate::object::ObjBody::OnDisk(d) = &obj.body else {
+            return Some(obj.clone());
+        };
+        let d2 = d.clone();
+        let read = tokio::task::spawn_blocking(move || crate::disk::Disk::read_body(&d2)).await;
+        let (body, file) = match read {
+            Ok(Ok(r)) => r,
+            _ => {
+                if let Some(disk) = &self.disk {
+                    disk.purge(primary);
+                }
+                return None;
+            }
+        };
+        let keep_file = (body.len() >= KEEP_FILE).then(|| (Arc::new(file), d.offset));
+        let mut mem = obj.with(
+            obj.headers.clone(),
+            obj.fresh,
+            crate::object::ObjBody::Complete(body),
+        );
+        mem.file = keep_file;
+        let mem = Arc::new(mem);
+        self.insert_mem(&Arc::from(primary), mem.clone());
+        Some(mem)
+    }
+
+    /// Writes a complete response to the disk store, in the background.
+    fn persist(&self, primary: &Arc<str>, obj: &Arc<Object>) {
+        let (Some(disk), crate::object::ObjBody::Complete(body)) = (&self.disk, &obj.body) else {
+            return;
+        };
+        let (disk, primary, obj, body) = (disk.clone(), primary.clone(), obj.clone(), body.clone());
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = disk.write(&primary, &obj, &body) {
+                tracing::warn!(key = %primary, error = %e, "cache: writing to the disk store failed");
+            }
+        });
     }
 
     /// The fields the URL's stored responses vary on (for the key that
@@ -223,6 +286,11 @@ impl Store {
 
     /// Stores `obj`, replacing the variant it stands for.
     pub fn insert(&self, primary: &Arc<str>, obj: Arc<Object>) {
+        self.persist(primary, &obj);
+        self.insert_mem(primary, obj);
+    }
+
+    fn insert_mem(&self, primary: &Arc<str>, obj: Arc<Object>) {
         let mut variants: Vec<Arc<Object>> = match self.mem.get(&**primary) {
             Some(e) => e
                 .variants
@@ -250,6 +318,7 @@ impl Store {
         let Some(i) = e.variants.iter().position(|o| Arc::ptr_eq(o, old)) else {
             return;
         };
+        self.persist(primary, &new);
         let mut variants = e.variants.clone();
         variants[i] = new;
         self.mem
@@ -278,6 +347,8 @@ impl Store {
     /// Removes every variant of a URL; how many there were.
     pub fn purge(&self, primary: &str) -> usize {
         let n = self.mem.remove(primary).map_or(0, |e| e.variants.len());
+        let on_disk = self.disk.as_ref().map_or(0, |d| d.purge(primary));
+        let n = n.max(on_disk);
         self.purged.fetch_add(n as u64, Ordering::Relaxed);
         n
     }
@@ -286,6 +357,7 @@ impl Store {
     /// tags); how many. Walks the whole store: for the admin API, not for
     /// requests.
     pub fn purge_where(&self, mut f: impl FnMut(&str, &Object) -> bool) -> usize {
+        let on_disk = self.disk.as_ref().map_or(0, |d| d.purge_where(&mut f));
         let mut n = 0;
         for (k, e) in self.mem.iter() {
             let keep: Vec<Arc<Object>> = e.variants.iter().filter(|o| !f(&k, o)).cloned().collect();
@@ -300,6 +372,7 @@ impl Store {
                     .insert((*k).clone(), Arc::new(Entry { variants: keep }));
             }
         }
+        let n = n.max(on_disk);
         self.purged.fetch_add(n as u64, Ordering::Relaxed);
         n
     }
@@ -319,9 +392,13 @@ impl Store {
     /// What the admin API and the status page show: sizes and counts.
     pub fn summary(&self) -> Summary {
         let (urls, bytes) = self.size();
+        let (disk_urls, disk_bytes) = self.disk.as_ref().map_or((0, 0), |d| d.size());
         Summary {
             urls,
             bytes,
+            disk_urls,
+            disk_bytes,
+            disk: self.cfg.disk.as_ref().map_or(0, |d| d.size),
             memory: self.cfg.memory,
             max_object_size: self.cfg.max_object_size,
             hits: self.counter(counter::HIT),

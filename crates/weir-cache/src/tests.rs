@@ -646,3 +646,72 @@ async fn request_directives_are_ignored_unless_honoured() {
     let (s, _, _) = get(&c, "/never", &[("cache-control", "only-if-cached")]).await;
     assert_eq!(s, 504);
 }
+
+#[tokio::test]
+async fn a_restart_reads_the_disk_store_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = weir_config::cache::CacheStorage {
+        disk: Some(weir_config::cache::DiskStorage {
+            path: dir.path().to_path_buf(),
+            size: 10 << 20,
+        }),
+        ..Default::default()
+    };
+    let o = Fake::new(|_, n| {
+        (
+            200,
+            vec![
+                ("cache-control", "max-age=600".into()),
+                ("etag", "\"d\"".into()),
+                ("x-n", n.to_string()),
+            ],
+            format!("{n}{}", "d".repeat(300_000)),
+        )
+    });
+    let c = Cache::new(
+        Store::new(&storage, 1),
+        Arc::new(CachePolicy::default()),
+        o.clone(),
+    );
+    get(&c, "/disk", &[("accept-encoding", "gzip")]).await;
+    until(|| c.store().summary().disk_urls == 1).await;
+    drop(c);
+
+    // A new store on the same directory: the response is a hit again.
+    let c = Cache::new(
+        Store::new(&storage, 1),
+        Arc::new(CachePolicy::default()),
+        o.clone(),
+    );
+    until(|| c.store().summary().disk_urls == 1).await;
+    let (s, h, b) = get(&c, "/disk", &[("accept-encoding", "gzip")]).await;
+    assert_eq!((s, b.len()), (200, 300_001));
+    assert!(b.starts_with(b"1d"));
+    assert!(status(&h).starts_with("weir; hit"), "{}", status(&h));
+    assert_eq!(h["x-n"], "1");
+    assert_eq!(o.seen(), 1);
+    // Read back into memory, with its file kept for sendfile.
+    let obj = c.store().lookup(
+        "http://example.com/disk",
+        &http::HeaderMap::new(),
+        "",
+        now(),
+    );
+    assert!(obj.is_some_and(|o| o.file.is_some() && matches!(o.body, ObjBody::Complete(_))));
+    // A purge removes the file too.
+    assert_eq!(c.store().purge("http://example.com/disk"), 1);
+    let files = walk(dir.path());
+    assert!(files.is_empty(), "{files:?}");
+}
+
+fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).unwrap().flatten() {
+        if e.path().is_dir() {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}

@@ -498,3 +498,62 @@ async fn reverse_proxy_cache_flag_needs_no_config() {
     assert_eq!(o.total(), 1);
     o.stop();
 }
+
+#[tokio::test]
+async fn a_restart_with_the_disk_store_serves_old_entries_as_hits() {
+    let o = Origin::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    let cfg = dir.path().join("weir.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n[cache]\ndisk = {{ path = \"store\", size = \"64MiB\" }}\n\n\
+             [site.\"127.0.0.1:{port}\"]\nproxy = {{ to = [\"{}\"] }}\ncache = true\n",
+            o.addr
+        ),
+    )
+    .unwrap();
+    let start = || Weir::start_args(WEIR, &["run", "-c", cfg.to_str().unwrap()], port);
+    let disk_urls = || async move {
+        let t = client()
+            .get(format!("http://127.0.0.1:{admin}/cache"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+        v["summary"]["disk_urls"].as_u64().unwrap()
+    };
+    let w = start();
+    for p in ["/size/300000/big", "/max60/small"] {
+        let (_, h, _) = get(&w.url(p), &[]).await;
+        assert!(cache_status(&h).contains("stored"), "{h:?}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while disk_urls().await < 2 {
+        assert!(Instant::now() < deadline, "not written to disk");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(w);
+
+    let w = start();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while disk_urls().await < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the disk store was not read back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (s, h, b) = get(&w.url("/size/300000/big"), &[]).await;
+    assert_eq!((s, b.len()), (200, 300000));
+    assert!(cache_status(&h).starts_with("weir; hit"), "{h:?}");
+    let (_, h, b) = get(&w.url("/max60/small"), &[]).await;
+    assert_eq!(&b[..], b"/max60/small #1");
+    assert!(cache_status(&h).starts_with("weir; hit"), "{h:?}");
+    assert_eq!(o.total(), 2, "the origin was asked again after the restart");
+    o.stop();
+}
