@@ -1174,6 +1174,33 @@ mod tests {
     }
 
     #[test]
+    fn a_site_cache_covers_its_routes_unless_they_say_otherwise() {
+        let c = load(
+            "[cache]\nmemory = \"64MiB\"\ndisk = { path = \"store\" }\n\
+             [site.\"a\"]\nlisten = [\"127.0.0.1:1\"]\nproxy = { to = [\"127.0.0.1:9\"] }\n\
+             cache = { default_ttl = \"2m\", key = { query = \"sort\", headers = [\"X-Lang\"] }, purge_from = [\"10.0.0.0/8\"] }\n\
+             [[site.\"a\".route]]\npath = \"/api/*\"\nproxy = { to = [\"127.0.0.1:9\"] }\ncache = false\n\
+             [[site.\"a\".route]]\npath = \"/img/*\"\nproxy = { to = [\"127.0.0.1:9\"] }\n\
+             [[site.\"a\".route]]\npath = \"/b/*\"\nproxy = { to = [\"127.0.0.1:9\"] }\ncache = { grace = \"1m\" }\n",
+        )
+        .unwrap();
+        assert_eq!(c.cache.memory, 64 << 20);
+        assert_eq!(c.cache.disk.as_ref().unwrap().size, 1 << 30);
+        let site = c.sites[0].cache.clone().unwrap();
+        assert_eq!(site.default_ttl, Some(Duration::from_secs(120)));
+        assert_eq!(site.query, cache::QueryKey::Sort);
+        assert_eq!(site.key_headers, [HeaderName::from_static("x-lang")]);
+        let HandlerConfig::Routes { routes, .. } = &c.sites[0].handler else {
+            panic!("routes");
+        };
+        assert!(routes[0].cache.is_none());
+        assert!(Arc::ptr_eq(routes[1].cache.as_ref().unwrap(), &site));
+        let own = routes[2].cache.as_ref().unwrap();
+        assert_eq!(own.grace, Duration::from_secs(60));
+        assert_eq!(own.default_ttl, None, "a route's own table starts from the defaults");
+    }
+
+    #[test]
     fn sites_that_proxy_are_told_from_those_that_answer_themselves() {
         let proxies = |src: &str| load(src).unwrap().sites[0].handler.proxies();
         assert!(!proxies("[site.\"a\"]\nroot = \".\"\n"));

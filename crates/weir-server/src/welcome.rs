@@ -14,7 +14,7 @@ pre { padding: .8rem 1rem; overflow-x: auto; }
 <body>
 <h1>Welcome to weir</h1>
 <p>If you can read this, weir is running. weir is one binary that is a web
-server, reverse proxy and load balancer.</p>
+server, reverse proxy, load balancer and HTTP cache.</p>
 <p>This page is the built-in default: weir found no <code>--config</code> and no
 <code>weir.toml</code> in its working directory. To serve your own site, write a
 <code>weir.toml</code>:</p>

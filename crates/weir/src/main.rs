@@ -12,8 +12,8 @@ use weir_config::{self as config, Config};
 #[command(
     name = "weir",
     version,
-    about = "weir: web server, reverse proxy and load balancer",
-    long_about = "weir: one binary that is a web server, reverse proxy and load balancer.\n\n\
+    about = "weir: web server, reverse proxy, load balancer and HTTP cache",
+    long_about = "weir: one binary that is a web server, reverse proxy, load balancer and HTTP cache.\n\n\
                   With no command (or `weir run` with no config and no ./weir.toml) it serves a welcome page on http://127.0.0.1:8080."
 )]
 struct Cli {
