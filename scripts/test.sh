@@ -2,7 +2,8 @@
 # The whole test suite, exactly as CI runs it (.ci/run calls this script).
 #
 # 1. installs what the end-to-end tests talk to (curl, nginx for the harness
-#    smoke test, h2load, pebble for ACME, chromium for the run report page,
+#    smoke test, Varnish and HAProxy for its caching scenarios, h2load,
+#    pebble for ACME, chromium for the run report page,
 #    systemd's systemd-analyze, passwd's useradd and binutils' objcopy for
 #    the Debian package test) from Debian's packages when missing,
 #    pebble v2.10.1 (ACME Renewal Information) with `go install`,
@@ -18,6 +19,8 @@ cd "$(dirname "$0")/.."
 need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v nginx >/dev/null 2>&1 || need+=(nginx)
+command -v varnishd >/dev/null 2>&1 || need+=(varnish)
+command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v pebble >/dev/null 2>&1 || need+=(pebble)

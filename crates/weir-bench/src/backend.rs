@@ -6,6 +6,11 @@
 //! current-thread runtime per `threads`, each with its own `SO_REUSEPORT`
 //! listener. Request bodies (Content-Length) are read and discarded; chunked
 //! request bodies are not supported (answered with 411 and closed).
+//!
+//! `GET /weir-bench/requests` ([`REQUESTS_PATH`]) is answered at once with
+//! the number of other requests answered so far, in decimal and a newline,
+//! and is not counted itself: `compare` asks it before and after a caching
+//! proxy's run to tell how many of the proxy's answers were misses.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,6 +44,9 @@ pub struct BackendConfig {
     pub threads: usize,
 }
 
+/// The path the backend answers with its request count (module doc).
+pub const REQUESTS_PATH: &str = "/weir-bench/requests";
+
 /// A running backend: its address and request counter.
 pub struct Backend {
     /// The bound address (useful with port 0).
@@ -55,6 +63,15 @@ fn response(size: usize) -> Vec<u8> {
     .into_bytes();
     r.extend((0..size).map(|i| b'a' + (i % 26) as u8));
     r
+}
+
+/// The answer to [`REQUESTS_PATH`]: `n` and a newline, never to be cached.
+fn count_response(n: u64) -> String {
+    let body = format!("{n}\n");
+    format!(
+        "HTTP/1.1 200 OK\r\nServer: weir-bench-backend\r\nContent-Type: text/plain\r\nCache-Control: no-store\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
 }
 
 /// A non-blocking `SO_REUSEPORT` listener on `addr`.
@@ -189,9 +206,15 @@ async fn serve(mut s: TcpStream, resp: Arc<[u8]>, delay: Duration, requests: Arc
                     if end - start < n + body {
                         break; // wait for the rest of the body
                     }
+                    let count = req.path == Some(REQUESTS_PATH);
                     start += n + body;
-                    out.extend_from_slice(&resp);
-                    requests.fetch_add(1, Ordering::Relaxed);
+                    if count {
+                        let n = requests.load(Ordering::Relaxed);
+                        out.extend_from_slice(count_response(n).as_bytes());
+                    } else {
+                        out.extend_from_slice(&resp);
+                        requests.fetch_add(1, Ordering::Relaxed);
+                    }
                     if close {
                         break;
                     }

@@ -315,19 +315,21 @@ fn run_load(a: LoadArgs) -> Result<()> {
 
 #[derive(Args)]
 struct CompareArgs {
-    /// Scenarios: static, proxy, sizes, concurrency, ab, startup, idle (comma-separated).
+    /// Scenarios: static, proxy, sizes, concurrency, ab, startup, idle,
+    /// cache, chain (comma-separated).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "static,proxy,sizes,concurrency,ab,startup,idle"
+        default_value = "static,proxy,sizes,concurrency,ab,startup,idle,cache,chain"
     )]
     scenarios: Vec<String>,
-    /// Servers: weir, nginx, apache, caddy, haproxy, varnish, lighttpd, and
-    /// weir-b with `--weir-b` (comma-separated).
+    /// Servers: weir, nginx, apache, caddy, haproxy, varnish, lighttpd,
+    /// haproxy-varnish (HAProxy's TLS in front of a caching Varnish, the
+    /// chain scenario's), and weir-b with `--weir-b` (comma-separated).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "weir,nginx,apache,caddy,haproxy,varnish,lighttpd"
+        default_value = "weir,nginx,apache,caddy,haproxy,varnish,lighttpd,haproxy-varnish"
     )]
     servers: Vec<String>,
     /// Measured repeats per case (at least 3).
@@ -361,7 +363,8 @@ struct CompareArgs {
     /// Fail if a server is not installed instead of reporting it.
     #[arg(long)]
     require: bool,
-    /// Server port on 127.0.0.1 (the backend uses port+1).
+    /// Server port on 127.0.0.1 (the backend uses port+1, the chain's
+    /// Varnish port+2).
     #[arg(long, default_value_t = 28080)]
     port: u16,
     /// Workers/threads per server (with --pin: one per server CPU).

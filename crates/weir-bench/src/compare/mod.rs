@@ -16,7 +16,10 @@
 //! server runs on one CPU set and the generator on the disjoint rest, the
 //! same for every server, so a ratio is work per request per core. A server
 //! whose binary is missing is reported as "not installed", loudly, never
-//! silently dropped.
+//! silently dropped. In the caching scenarios the backend's request count
+//! ([`crate::backend::REQUESTS_PATH`]) is read around every repeat, so a
+//! server that did not answer from its cache fails instead of being
+//! measured as a cache.
 
 pub mod cert;
 pub mod idle;
@@ -105,7 +108,8 @@ pub struct CompareConfig {
     pub weir_b: Option<PathBuf>,
     /// Fail instead of skipping missing servers.
     pub require: bool,
-    /// Server port; the backend uses `port + 1`.
+    /// Server port; the backend uses `port + 1`, the chain's Varnish
+    /// `port + 2` ([`servers::chain_varnish_port`]).
     pub port: u16,
     /// Workers/threads per server.
     pub workers: usize,
@@ -211,6 +215,10 @@ pub struct Row {
     /// Rounds measured again because the hypervisor stole more than
     /// `--max-stolen` of the CPU during one of their repeats.
     pub rounds_remeasured: usize,
+    /// Caching scenarios: the most requests the backend answered during
+    /// one repeat's load (warm-up and measured), each a miss; every other
+    /// response was a hit. `None` elsewhere and for `weir-static`.
+    pub backend_requests_max: Option<u64>,
 }
 
 /// One repeat's raw record.
@@ -228,6 +236,8 @@ struct RepeatRecord<'a> {
     rss_peak_bytes: u64,
     /// Bytes of access log the server wrote during the repeat (features-on row).
     access_log_bytes: Option<u64>,
+    /// Requests the backend answered during the load (caching scenarios: misses).
+    backend_requests: Option<u64>,
     /// Share of the machine's CPU time stolen by the hypervisor, percent.
     machine_stolen_pct: f64,
     load: &'a LoadReport,
@@ -370,6 +380,14 @@ fn prepare_assets(
         )?;
         open_perms(&p, false);
     }
+    // The backend's body, for weir serving it as a file beside the caches.
+    let (name, size) = scenarios::CACHED_PAGE;
+    let p = docroot.join(name);
+    write(
+        &p,
+        &String::from_utf8(expected_backend(size)).unwrap_or_default(),
+    )?;
+    open_perms(&p, false);
     let certs = out.join("tls");
     std::fs::create_dir_all(&certs).map_err(|e| CompareError::io(&certs, e))?;
     open_perms(&certs, true);
@@ -425,13 +443,15 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
         );
     }
     let (docroot, cert, key, combined, key_type) = prepare_assets(&cfg.out)?;
+    let tmp = RunTmp::create()?;
     let mut versions = Vec::new();
     let mut missing = Vec::new();
     for &s in &cfg.servers {
-        let bin = s.binary(cfg.weirs());
-        if servers::installed(&bin) {
-            versions.push((s.name().to_string(), s.version(cfg.weirs())));
-        } else {
+        let absent = s
+            .binaries(cfg.weirs())
+            .into_iter()
+            .find(|b| !servers::installed(b));
+        if let Some(bin) = absent {
             if cfg.require {
                 return Err(CompareError::Required(s.name().into()));
             }
@@ -442,6 +462,8 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
             );
             versions.push((s.name().to_string(), "not installed".into()));
             missing.push(s);
+        } else {
+            versions.push((s.name().to_string(), s.version(cfg.weirs())));
         }
     }
     let server_cpu = cfg.pin.as_ref().map(|p| &p.server[..]);
@@ -457,12 +479,17 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
             .iter()
             .any(|&s| scenario.applies_to(s) && scenario.proxied(s) && !missing.contains(&s));
         let backend = if needs_backend {
-            Some(start_backend(cfg, backend_port, generator_cpu)?)
+            Some(start_backend(
+                cfg,
+                backend_port,
+                scenario.backend_delay(),
+                generator_cpu,
+            )?)
         } else {
             None
         };
         if scenario == Scenario::Startup {
-            let r = run_startup(cfg, &missing, server_cpu)?;
+            let r = run_startup(cfg, &missing, server_cpu, &tmp.0)?;
             write(
                 &cfg.out.join("startup.md"),
                 &report::startup_markdown(&r, cfg),
@@ -476,6 +503,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                 cert: cert.clone(),
                 key: key.clone(),
                 combined: combined.clone(),
+                tmp: tmp.0.clone(),
             };
             let r = run_idle(cfg, &missing, server_cpu, &assets, backend_port);
             write(&cfg.out.join("idle.md"), &report::idle_markdown(&r, cfg))?;
@@ -489,9 +517,9 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
             continue;
         }
         for case in scenarios::cases(scenario, cfg.quick) {
-            // Every server of the case, with its row so far: rows that are
+            // Every entrant of the case, with its row so far: rows that are
             // settled (not installed, no TLS) are pushed at once.
-            let mut contenders: Vec<(ServerKind, ServerSetup, Row, Measured)> = Vec::new();
+            let mut contenders: Vec<Contender> = Vec::new();
             for &server in &cfg.servers {
                 if !scenario.applies_to(server) {
                     continue;
@@ -518,36 +546,69 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                     rows.push(row);
                     continue;
                 }
+                let upstream = ([127, 0, 0, 1], backend_port).into();
                 let role = match scenario {
-                    Scenario::Proxy => Role::Proxy(([127, 0, 0, 1], backend_port).into()),
+                    Scenario::Proxy => Role::Proxy(upstream),
+                    Scenario::Cache | Scenario::Chain => Role::Cache(upstream),
                     _ => Role::Static(docroot.clone()),
                 };
-                let dir = cfg
-                    .out
-                    .join("configs")
-                    .join(scenario.name())
-                    .join(slug(&case.label))
-                    .join(server.name());
-                let setup = ServerSetup {
-                    access_log: case.access_log.then(|| dir.join("access.log")),
-                    max_connections: scenarios::max_connections(),
-                    dir,
-                    port: cfg.port,
-                    tls: case.tls,
-                    role,
-                    cert: cert.clone(),
-                    key: key.clone(),
-                    combined: combined.clone(),
-                    workers: cfg.workers,
-                    weir_accept: cfg.accept_for(server),
+                let setup = |name: &str, role: Role| {
+                    let dir = cfg
+                        .out
+                        .join("configs")
+                        .join(scenario.name())
+                        .join(slug(&case.label))
+                        .join(name);
+                    ServerSetup {
+                        access_log: case.access_log.then(|| dir.join("access.log")),
+                        max_connections: scenarios::max_connections(),
+                        dir,
+                        port: cfg.port,
+                        tls: case.tls,
+                        role,
+                        cert: cert.clone(),
+                        key: key.clone(),
+                        combined: combined.clone(),
+                        workers: cfg.workers,
+                        weir_accept: cfg.accept_for(server),
+                        tmp: tmp.0.clone(),
+                    }
                 };
-                contenders.push((server, setup, row, Measured::default()));
+                contenders.push(Contender {
+                    server,
+                    name: server.name().into(),
+                    setup: setup(server.name(), role),
+                    row,
+                    measured: Measured::default(),
+                });
+                // weir's own static-file rate for the body it caches, in
+                // the same rounds as the caches.
+                if scenario == Scenario::Cache && server == ServerKind::Weir {
+                    let name = scenarios::WEIR_STATIC_ROW;
+                    contenders.push(Contender {
+                        server,
+                        name: name.into(),
+                        setup: setup(name, Role::Static(docroot.clone())),
+                        row: Row {
+                            scenario: scenario.name().into(),
+                            case: case.label.clone(),
+                            server: name.into(),
+                            ..Row::default()
+                        },
+                        measured: Measured::default(),
+                    });
+                }
             }
             let expected = match scenario {
-                Scenario::Proxy => expected_backend(case.body_size),
+                Scenario::Proxy | Scenario::Cache | Scenario::Chain => {
+                    expected_backend(case.body_size)
+                }
                 _ => expected_file(case.body_size),
             };
-            let backend_pid = backend.as_ref().map(|b| b.pid);
+            let backend_ref = backend.as_ref().map(|b| BackendRef {
+                pid: b.pid,
+                port: backend_port,
+            });
             // Rounds: each runs every server once (started, checked, warmed
             // up, measured, stopped), so a slow minute of the machine falls
             // on all of them alike instead of on whichever ran then.
@@ -560,14 +621,14 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                     let mut this_round: Vec<Measured> =
                         contenders.iter().map(|_| Measured::default()).collect();
                     for at in round_order(repeat, contenders.len()) {
-                        let (server, setup, row, _) = &mut contenders[at];
+                        let c = &mut contenders[at];
                         let m = &mut this_round[at];
-                        if row.status.is_empty() {
+                        if c.row.status.is_empty() {
                             eprintln!(
                                 "-- {} / {} / {} (round {} of {}{})",
                                 scenario.name(),
                                 case.label,
-                                server.name(),
+                                c.name,
                                 repeat + 1,
                                 cfg.repeats.max(1),
                                 if attempt > 0 {
@@ -578,23 +639,23 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                             );
                             let r = run_server_round(
                                 cfg,
-                                *server,
-                                setup,
+                                c.server,
+                                &c.name,
+                                &c.setup,
                                 &case,
                                 scenario,
                                 &expected,
                                 server_cpu,
-                                backend_pid,
+                                backend_ref,
                                 repeat,
                                 m,
                             );
                             if let Err(status) = r {
                                 eprintln!(
                                     "weir-bench compare: *** {} {}: {status} ***",
-                                    server.name(),
-                                    case.label
+                                    c.name, case.label
                                 );
-                                row.status = status;
+                                c.row.status = status;
                             }
                         }
                     }
@@ -609,23 +670,24 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                             repeat + 1,
                             cfg.max_stolen_pct
                         );
-                        for (server, _, _, _) in &contenders {
-                            keep_discarded(cfg, scenario, &case.label, *server, repeat, attempt);
+                        for c in &contenders {
+                            keep_discarded(cfg, scenario, &case.label, &c.name, repeat, attempt);
                         }
                         continue;
                     }
-                    for ((_, _, _, measured), mut m) in contenders.iter_mut().zip(this_round) {
+                    for (c, mut m) in contenders.iter_mut().zip(this_round) {
                         m.remeasured = usize::from(attempt > 0);
-                        measured.append(m);
+                        c.measured.append(m);
                     }
                     break;
                 }
             }
-            for (server, _, row, measured) in contenders {
-                rows.push(if row.status.is_empty() {
-                    measured.row(scenario, &case, server, backend_pid.is_some())
+            for c in contenders {
+                rows.push(if c.row.status.is_empty() {
+                    c.measured
+                        .row(scenario, &case, &c.name, backend_ref.is_some())
                 } else {
-                    row
+                    c.row
                 });
             }
         }
@@ -696,6 +758,62 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
     Ok(summary)
 }
 
+/// One entrant of a case: a server, under the name of its row (`weir-static`
+/// is weir with another role), its setup and its measurements so far.
+struct Contender {
+    server: ServerKind,
+    name: String,
+    setup: ServerSetup,
+    row: Row,
+    measured: Measured,
+}
+
+/// The scenario's backend, as a round sees it.
+#[derive(Debug, Clone, Copy)]
+struct BackendRef {
+    pid: u32,
+    port: u16,
+}
+
+/// The requests `weir-bench backend` on `port` has answered so far.
+fn backend_requests(port: u16) -> Result<u64, String> {
+    let (status, body) = process::fetch(port, false, crate::backend::REQUESTS_PATH)
+        .map_err(|e| format!("failed: the backend's request count: {e}"))?;
+    String::from_utf8_lossy(&body)
+        .trim()
+        .parse()
+        .ok()
+        .filter(|_| status == 200)
+        .ok_or_else(|| format!("failed: the backend's request count: {status} {body:?}"))
+}
+
+/// The run's temporary folder ([`ServerSetup::tmp`]): on `/dev/shm` (RAM)
+/// where the machine has it, else in the system's temporary folder; named
+/// for this process, so two runs never share one; removed when dropped.
+struct RunTmp(PathBuf);
+
+impl RunTmp {
+    fn create() -> Result<RunTmp, CompareError> {
+        let shm = Path::new("/dev/shm");
+        let base = if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
+        let dir = base.join(format!("weir-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| CompareError::io(&dir, e))?;
+        // Varnish's and nginx's unprivileged processes work inside it.
+        open_perms(&dir, true);
+        Ok(RunTmp(dir))
+    }
+}
+
+impl Drop for RunTmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn slug(s: &str) -> String {
     s.chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
@@ -705,6 +823,7 @@ fn slug(s: &str) -> String {
 fn start_backend(
     cfg: &CompareConfig,
     port: u16,
+    delay: Duration,
     cpu: Option<&[usize]>,
 ) -> Result<Running, CompareError> {
     if !process::port_free(port) {
@@ -719,11 +838,14 @@ fn start_backend(
             format!("127.0.0.1:{port}"),
             "--size".into(),
             "164".into(),
+            "--delay".into(),
+            delay.as_millis().to_string(),
         ],
         env: vec![],
         config: PathBuf::new(),
         validate: None,
         stdout: None,
+        companions: vec![],
     };
     let mut r = Running::start(&launch, &cfg.out.join("backend.log"), cpu)
         .map_err(|e| CompareError::Backend(e.to_string()))?;
@@ -755,6 +877,8 @@ struct Measured {
     peak_rss: u64,
     /// Rounds measured again for stolen CPU.
     remeasured: usize,
+    /// Caching scenarios: requests the backend answered during each load.
+    backend_requests: Vec<u64>,
 }
 
 impl Measured {
@@ -769,10 +893,11 @@ impl Measured {
         self.idle_rss.extend(round.idle_rss);
         self.peak_rss = self.peak_rss.max(round.peak_rss);
         self.remeasured += round.remeasured;
+        self.backend_requests.extend(round.backend_requests);
     }
 
     /// The row: medians over the repeats, min–max of req/s, the highest peak.
-    fn row(self, scenario: Scenario, case: &Case, server: ServerKind, backend: bool) -> Row {
+    fn row(self, scenario: Scenario, case: &Case, server: &str, backend: bool) -> Row {
         let reports = &self.reports;
         let med = |f: &dyn Fn(&LoadReport) -> f64| median(reports.iter().map(f).collect());
         let rps: Vec<f64> = reports.iter().map(|r| r.requests_per_sec).collect();
@@ -781,7 +906,7 @@ impl Measured {
         Row {
             scenario: scenario.name().into(),
             case: case.label.clone(),
-            server: server.name().into(),
+            server: server.into(),
             status: "ok".into(),
             repeats: reports.len(),
             rps_median: median(rps.clone()),
@@ -807,6 +932,7 @@ impl Measured {
             stolen_pct: median(self.stolen.clone()),
             stolen_pct_max: self.stolen.iter().copied().fold(0.0, f64::max),
             rounds_remeasured: self.remeasured,
+            backend_requests_max: self.backend_requests.iter().copied().max(),
         }
     }
 }
@@ -827,7 +953,7 @@ fn keep_discarded(
     cfg: &CompareConfig,
     scenario: Scenario,
     case: &str,
-    server: ServerKind,
+    server: &str,
     repeat: usize,
     attempt: usize,
 ) {
@@ -842,9 +968,9 @@ fn raw_dir(cfg: &CompareConfig, scenario: Scenario, case: &str) -> PathBuf {
     cfg.out.join("raw").join(scenario.name()).join(slug(case))
 }
 
-/// The raw record's name of `server`'s repeat `repeat` (from 0).
-fn raw_name(server: ServerKind, repeat: usize) -> String {
-    format!("{}-{}.json", server.name(), repeat + 1)
+/// The raw record's name of `server`'s (a row's name) repeat `repeat` (from 0).
+fn raw_name(server: &str, repeat: usize) -> String {
+    format!("{server}-{}.json", repeat + 1)
 }
 
 /// The order in which round `round` runs `n` servers: a Williams design.
@@ -886,12 +1012,13 @@ fn round_order(round: usize, n: usize) -> Vec<usize> {
 fn run_server_round(
     cfg: &CompareConfig,
     server: ServerKind,
+    name: &str,
     setup: &ServerSetup,
     case: &Case,
     scenario: Scenario,
     expected: &[u8],
     cpu: Option<&[usize]>,
-    backend_pid: Option<u32>,
+    backend: Option<BackendRef>,
     repeat: usize,
     into: &mut Measured,
 ) -> Result<(), String> {
@@ -899,9 +1026,17 @@ fn run_server_round(
     if let Some(log) = &setup.access_log {
         let _ = std::fs::remove_file(log);
     }
-    if !process::port_free(setup.port) {
-        return Err(format!("failed: port {} in use", setup.port));
+    for port in std::iter::once(setup.port).chain(launch.companions.iter().map(|c| c.port)) {
+        if !process::port_free(port) {
+            return Err(format!("failed: port {port} in use"));
+        }
     }
+    // A cache's misses are the backend's requests: counted around the checks
+    // and the load.
+    let cache_backend = match (&setup.role, backend) {
+        (Role::Cache(_), Some(b)) => Some(b.port),
+        _ => None,
+    };
     let log = setup.dir.join("server.log");
     let mut running =
         Running::start(&launch, &log, cpu).map_err(|e| format!("failed to start: {e}"))?;
@@ -910,27 +1045,33 @@ fn run_server_round(
             .wait_ready(setup.port, Duration::from_secs(10))
             .map_err(|e| format!("failed to start: {e}; log: {}", tail(&log)))?;
         if let Some(cpus) = cpu {
-            procstat::tree_confined(running.pid, cpus)
-                .map_err(|e| format!("failed: pinning did not take: {e}"))?;
+            for pid in running.pids() {
+                procstat::tree_confined(pid, cpus)
+                    .map_err(|e| format!("failed: pinning did not take: {e}"))?;
+            }
         }
-        let (status, body) = process::fetch(setup.port, setup.tls, &case.path)
-            .map_err(|e| format!("failed check: {e}"))?;
-        if status != 200 || body != expected {
-            return Err(format!(
-                "failed check: GET {} gave {status} with {} body bytes, expected 200 with {}",
-                case.path,
-                body.len(),
-                expected.len()
-            ));
+        check_answer(setup, case, expected)?;
+        if let Some(port) = cache_backend {
+            // The first GET filled the cache; the second must come from it.
+            let before = backend_requests(port)?;
+            check_answer(setup, case, expected)?;
+            let after = backend_requests(port)?;
+            if after != before {
+                return Err(format!(
+                    "failed check: a second GET {} went to the backend: not answered from the cache",
+                    case.path
+                ));
+            }
         }
         measure_repeat(
             cfg,
-            server,
+            name,
             setup,
             case,
             scenario,
-            running.pid,
-            backend_pid,
+            &running.pids(),
+            backend,
+            cache_backend,
             repeat,
             into,
         )
@@ -944,21 +1085,41 @@ fn run_server_round(
     result
 }
 
-/// Measures one repeat of a running server.
+/// GETs the case's path once and checks the status and the exact body.
+fn check_answer(setup: &ServerSetup, case: &Case, expected: &[u8]) -> Result<(), String> {
+    let (status, body) = process::fetch(setup.port, setup.tls, &case.path)
+        .map_err(|e| format!("failed check: {e}"))?;
+    if status != 200 || body != expected {
+        return Err(format!(
+            "failed check: GET {} gave {status} with {} body bytes, expected 200 with {}",
+            case.path,
+            body.len(),
+            expected.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Measures one repeat of a running server (`pids`: its processes, each
+/// with its tree; `name`: its row's). With `cache_backend`, the backend's
+/// port behind a cache, the load may cost the backend at most
+/// [`scenarios::misses_allowed`] requests.
 #[allow(clippy::too_many_arguments)]
 fn measure_repeat(
     cfg: &CompareConfig,
-    server: ServerKind,
+    name: &str,
     setup: &ServerSetup,
     case: &Case,
     scenario: Scenario,
-    pid: u32,
-    backend_pid: Option<u32>,
+    pids: &[u32],
+    backend: Option<BackendRef>,
+    cache_backend: Option<u16>,
     repeat: usize,
     into: &mut Measured,
 ) -> Result<(), String> {
+    let backend_pid = backend.map(|b| b.pid);
     std::thread::sleep(Duration::from_millis(300));
-    let idle = procstat::sample(&[pid]);
+    let idle = procstat::sample(pids);
     into.idle_pss.push(idle.pss);
     into.peak_pss = into.peak_pss.max(idle.pss);
     into.idle_rss.push(idle.rss);
@@ -978,10 +1139,17 @@ fn measure_repeat(
     let started_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
-    let sampler = Sampler::start(pid, backend_pid);
+    let requests_before = cache_backend.map(backend_requests).transpose()?;
+    let sampler = Sampler::start(pids.to_vec(), backend_pid);
     let measure_from = Instant::now() + lc.warmup;
+    let load_started = Instant::now();
     let report = load::run(&lc).map_err(|e| format!("failed: {e}"))?;
+    let load_time = load_started.elapsed();
     let samples = sampler.finish();
+    let backend_requests = match (cache_backend, requests_before) {
+        (Some(port), Some(before)) => Some(backend_requests(port)?.saturating_sub(before)),
+        _ => None,
+    };
     let window: Vec<_> = samples.iter().filter(|s| s.at >= measure_from).collect();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let (cpu, bcpu, stolen) = match (window.first(), window.last()) {
@@ -1010,8 +1178,9 @@ fn measure_repeat(
     into.cpus.push(cpu);
     into.bcpus.push(bcpu);
     into.stolen.push(stolen);
+    into.backend_requests.extend(backend_requests);
     let rec = RepeatRecord {
-        server: server.name(),
+        server: name,
         scenario: scenario.name(),
         case: &case.label,
         repeat,
@@ -1021,23 +1190,37 @@ fn measure_repeat(
         pss_peak_bytes: pss_peak,
         rss_peak_bytes: rss_peak,
         access_log_bytes,
+        backend_requests,
         machine_stolen_pct: stolen,
         load: &report,
     };
-    let path = raw_dir.join(raw_name(server, repeat));
+    let path = raw_dir.join(raw_name(name, repeat));
     std::fs::write(
         &path,
         serde_json::to_string_pretty(&rec).unwrap_or_default(),
     )
     .map_err(|e| format!("failed: {e}"))?;
     eprintln!(
-        "   repeat {}: {:.0} req/s, p99 {:.2} ms, errors {}, server CPU {:.2}",
+        "   repeat {}: {:.0} req/s, p99 {:.2} ms, errors {}, server CPU {:.2}{}",
         repeat + 1,
         report.requests_per_sec,
         report.latency_ms.p99,
         report.errors.total(),
-        cpu
+        cpu,
+        backend_requests.map_or(String::new(), |n| format!(
+            ", backend requests {n} (misses) for {} responses",
+            report.responses
+        ))
     );
+    if let Some(n) = backend_requests {
+        let allowed = scenarios::misses_allowed(load_time);
+        if n > allowed {
+            return Err(format!(
+                "failed: not answered from the cache: the backend answered {n} requests during the load \
+                 (at most {allowed} allowed)"
+            ));
+        }
+    }
     into.reports.push(report);
     Ok(())
 }
@@ -1070,12 +1253,13 @@ fn prepare_validated(
     Ok(launch)
 }
 
-/// The run's certificate and docroot paths.
+/// The run's certificate and docroot paths, and its temporary folder.
 struct Assets {
     docroot: PathBuf,
     cert: PathBuf,
     key: PathBuf,
     combined: PathBuf,
+    tmp: PathBuf,
 }
 
 /// The servers a scenario applies to, each with `Err(status)` when it
@@ -1107,6 +1291,7 @@ fn run_startup(
     cfg: &CompareConfig,
     missing: &[ServerKind],
     cpu: Option<&[usize]>,
+    tmp: &Path,
 ) -> Result<Vec<StartupRow>, CompareError> {
     let case = scenarios::cases(Scenario::Startup, cfg.quick)
         .into_iter()
@@ -1153,6 +1338,7 @@ fn run_startup(
             weir_accept: cfg.accept_for(server),
             access_log: None,
             max_connections: scenarios::max_connections(),
+            tmp: tmp.to_path_buf(),
         };
         let measured = usable.and_then(|()| {
             let launch = prepare_validated(server, &setup, cfg.weirs())?;
@@ -1231,6 +1417,7 @@ fn run_idle(
                 weir_accept: cfg.accept_for(server),
                 access_log: None,
                 max_connections: scenarios::max_connections(),
+                tmp: assets.tmp.clone(),
             };
             let icase = IdleCase {
                 connections: case.connections,
@@ -1306,10 +1493,10 @@ struct Tick {
 }
 
 impl Tick {
-    fn now(server: u32, backend: Option<u32>) -> Tick {
+    fn now(server: &[u32], backend: Option<u32>) -> Tick {
         Tick {
             at: Instant::now(),
-            server: procstat::sample(&[server]),
+            server: procstat::sample(server),
             backend: backend.map(|b| procstat::sample(&[b])).unwrap_or_default(),
             steal: procstat::machine_steal().unwrap_or_default(),
         }
@@ -1322,16 +1509,16 @@ struct Sampler {
 }
 
 impl Sampler {
-    fn start(server: u32, backend: Option<u32>) -> Sampler {
+    fn start(server: Vec<u32>, backend: Option<u32>) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let handle = std::thread::spawn(move || {
             let mut v = Vec::new();
             while !s.load(Ordering::Relaxed) {
-                v.push(Tick::now(server, backend));
+                v.push(Tick::now(&server, backend));
                 std::thread::sleep(Duration::from_millis(200));
             }
-            v.push(Tick::now(server, backend));
+            v.push(Tick::now(&server, backend));
             v
         });
         Sampler { stop, handle }

@@ -21,6 +21,9 @@ pub struct Running {
     child: Child,
     /// PID of the process we started.
     pub pid: u32,
+    /// The processes started before it ([`Launch::companions`]), stopped
+    /// after it.
+    companions: Vec<Running>,
 }
 
 impl Running {
@@ -28,8 +31,25 @@ impl Running {
     /// `launch.stdout` instead, when set), confined to `cpus` with taskset
     /// when given: taskset sets the affinity and execs the server, so the
     /// PID we hold is the server's and every thread and child it makes
-    /// inherits the set.
+    /// inherits the set. Its companions are started first, each logging
+    /// to `<name>.log` beside `log`, and must listen on their ports within
+    /// 10 s.
     pub fn start(launch: &Launch, log: &Path, cpus: Option<&[usize]>) -> std::io::Result<Running> {
+        let mut companions: Vec<Running> = Vec::new();
+        for c in &launch.companions {
+            let clog = log.with_file_name(format!("{}.log", c.name));
+            let mut r = Running::start(&c.launch, &clog, cpus)?;
+            if let Err(e) = r.wait_ready(c.port, Duration::from_secs(10)) {
+                r.stop();
+                companions.into_iter().rev().for_each(Running::stop);
+                return Err(std::io::Error::other(format!(
+                    "{}: {e} ({})",
+                    c.name,
+                    clog.display()
+                )));
+            }
+            companions.push(r);
+        }
         let err = std::fs::File::create(log)?;
         let out = match &launch.stdout {
             Some(p) => std::fs::File::create(p)?,
@@ -55,11 +75,26 @@ impl Running {
         for (k, v) in &launch.env {
             cmd.env(k, v);
         }
-        let child = cmd.spawn()?;
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                companions.into_iter().rev().for_each(Running::stop);
+                return Err(e);
+            }
+        };
         Ok(Running {
             pid: child.id(),
             child,
+            companions,
         })
+    }
+
+    /// The PIDs of the process and its companions: every process tree that
+    /// makes the server.
+    pub fn pids(&self) -> Vec<u32> {
+        std::iter::once(self.pid)
+            .chain(self.companions.iter().flat_map(Running::pids))
+            .collect()
     }
 
     /// Waits until `port` accepts connections; `Err` with the reason if the
@@ -90,8 +125,9 @@ impl Running {
     }
 
     /// Stops the server: SIGTERM to its PID, then SIGKILL to what remains of
-    /// the tree it had, after 5 s.
+    /// the tree it had, after 5 s; then its companions, the same way.
     pub fn stop(mut self) {
+        let companions = std::mem::take(&mut self.companions);
         let tree = procstat::process_tree(self.pid);
         let _ = kill(Pid::from_raw(self.pid as i32), Signal::SIGTERM);
         let start = Instant::now();
@@ -109,6 +145,7 @@ impl Running {
         let _ = self.child.wait();
         // Give the kernel a moment to release the port.
         std::thread::sleep(Duration::from_millis(100));
+        companions.into_iter().rev().for_each(Running::stop);
     }
 }
 
@@ -226,6 +263,7 @@ mod tests {
             config: PathBuf::new(),
             validate: None,
             stdout: None,
+            companions: vec![],
         };
         let running = Running::start(&launch, &dir.join("log"), Some(&split.server)).unwrap();
         std::thread::sleep(Duration::from_millis(300));

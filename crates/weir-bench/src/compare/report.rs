@@ -258,6 +258,9 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
         );
     }
     o.push('\n');
+    if s.caches() {
+        o.push_str(&cache_notes(s, rows));
+    }
     let mut cases: Vec<&str> = rows.iter().map(|r| r.case.as_str()).collect();
     cases.dedup();
     for case in cases {
@@ -281,6 +284,86 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
             );
         }
     }
+    o
+}
+
+/// Columns of the caching scenarios' ratio table, in order (tests check them).
+pub const CACHE_RATIO_COLUMNS: [&str; 9] = [
+    "case",
+    "weir ÷",
+    "req/s ratio, per round (median)",
+    "req/s ratio of medians",
+    "weir p99 ms",
+    "its p99 ms",
+    "p99: weir ÷ it",
+    "target (req/s ratio)",
+    "met",
+];
+
+/// Below a caching scenario's table: how many requests reached the backend
+/// (the misses), and weir's ratios to every other row, req/s and p99, with
+/// the scenario's targets ([`Scenario::targets`]) judged by the per-round
+/// median.
+fn cache_notes(s: Scenario, rows: &[Row]) -> String {
+    let mut o = String::new();
+    let misses: Vec<String> = rows
+        .iter()
+        .filter(|r| r.status == "ok")
+        .filter_map(|r| Some(format!("{} {}", r.server, r.backend_requests_max?)))
+        .collect();
+    if !misses.is_empty() {
+        let _ = writeln!(
+            o,
+            "Requests that reached the backend during a repeat's load (warm-up and measured; each a miss, every \
+             other response a hit), the most of any repeat: {}.\n",
+            misses.join(", ")
+        );
+    }
+    let _ = writeln!(
+        o,
+        "weir's ratios: req/s weir ÷ the row (above 1: weir serves more), p99 weir ÷ the row (below 1: weir's \
+         tail is shorter).\n"
+    );
+    header(&mut o, &CACHE_RATIO_COLUMNS);
+    for r in rows.iter().filter(|r| r.server != "weir") {
+        let target = s
+            .targets()
+            .iter()
+            .find(|(name, _)| *name == r.server)
+            .map(|&(_, t)| t);
+        let target_text = target.map_or("—".into(), |t| format!("≥ {t:.2}"));
+        let Some(w) = weir_row(rows, r).filter(|_| r.status == "ok" && r.rps_median > 0.0) else {
+            let _ = writeln!(
+                o,
+                "| {} | {} | n/a | n/a | n/a | n/a | n/a | {target_text} | n/a |",
+                r.case, r.server
+            );
+            continue;
+        };
+        let per_round = round_ratios(rows, r).map(|(_, v)| super::median(v));
+        let met = match (target, per_round) {
+            (Some(t), Some(x)) if x >= t => "yes",
+            (Some(_), Some(_)) => "no",
+            (Some(_), None) => "n/a",
+            (None, _) => "—",
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {target_text} | {met} |",
+            r.case,
+            r.server,
+            per_round.map_or("n/a".into(), |x| format!("{x:.2}")),
+            w.rps_median / r.rps_median,
+            w.p99_ms,
+            r.p99_ms,
+            if r.p99_ms > 0.0 {
+                format!("{:.2}", w.p99_ms / r.p99_ms)
+            } else {
+                "n/a".into()
+            },
+        );
+    }
+    o.push('\n');
     o
 }
 
@@ -405,7 +488,16 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
          - Features-on proxy row (`http + log`): an access log line per request to a file on every proxy: weir's JSON \
          log, nginx `access_log … combined buffer=64k flush=1s` (buffered as weir's is), HAProxy `option httplog` \
          to `log stdout` redirected to a file, Caddy `log {{ output file … format json }}`; Varnish (shared-memory \
-         log, `varnishncsa` not run) is not in it. Each repeat checks that the log was written, then deletes it.\n",
+         log, `varnishncsa` not run) is not in it. Each repeat checks that the log was written, then deletes it.\n\
+         - Caches (`cache`, `chain`): 256 MiB of memory and 2 minutes for a response that gives no freshness on \
+         every cache: weir `[cache] memory = \"256MiB\"` and `cache = {{ default_ttl = \"2m\" }}`; Varnish `-s \
+         malloc,256m` with only a backend in its VCL (its built-in VCL: `-b`), its working directory on a RAM-backed \
+         file system (its manual's advice); nginx `proxy_cache_path … keys_zone=weir_bench:10m max_size=256m \
+         use_temp_path=off` on the same RAM-backed folder, `proxy_cache_valid 200 2m`, `proxy_cache_lock on`, \
+         `proxy_cache_use_stale updating`, `proxy_cache_background_update on`, its upstream pool as in `proxy` and \
+         `open_file_cache` as for files (a hit opens its cache file through it). Each round starts with empty \
+         caches. The chain (`haproxy-varnish`): HAProxy as in `proxy` with TLS, `server … send-proxy-v2` to a \
+         Varnish listening with `-a …,PROXY`; the two processes' CPU and memory are added up.\n",
         cert = s.certificate,
         ka = s.keepalive_s,
         pool = s.upstream_idle_pool,

@@ -23,11 +23,18 @@ pub enum Scenario {
     Startup,
     /// Server memory per idle HTTPS keep-alive connection (10,000 held open).
     Idle,
+    /// Caching proxies in front of a backend that takes 5 ms, every request a
+    /// hit (seed 002's `varnish_cache`), and weir serving the same body as a file.
+    Cache,
+    /// HTTPS: HAProxy in front of a caching Varnish (PROXY protocol v2)
+    /// against weir terminating TLS and caching alone (seed 002's
+    /// `haproxy_proxy-varnish_cache`).
+    Chain,
 }
 
 impl Scenario {
     /// All scenarios, in report order.
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::Static,
         Scenario::Proxy,
         Scenario::Sizes,
@@ -35,6 +42,8 @@ impl Scenario {
         Scenario::Ab,
         Scenario::Startup,
         Scenario::Idle,
+        Scenario::Cache,
+        Scenario::Chain,
     ];
 
     /// Name on the command line.
@@ -47,6 +56,8 @@ impl Scenario {
             Scenario::Ab => "ab",
             Scenario::Startup => "startup",
             Scenario::Idle => "idle",
+            Scenario::Cache => "cache",
+            Scenario::Chain => "chain",
         }
     }
 
@@ -100,6 +111,24 @@ impl Scenario {
                  summed RSS counts it per process (RSS is kept beside it). HAProxy terminates TLS and proxies to \
                  `weir-bench backend` (its memory alone is counted); Varnish has no TLS."
             }
+            Scenario::Cache => {
+                "Caching reverse proxies in front of `weir-bench backend`, which answers the 164-byte body after 5 ms \
+                 and says nothing of freshness, 100 keep-alive connections over HTTP (seed 002's `varnish_cache`). \
+                 Each server keeps responses 2 minutes (Varnish's default TTL) in 256 MiB of memory: weir \
+                 `cache = { default_ttl = \"2m\" }`, Varnish's built-in VCL with `-s malloc,256m`, nginx `proxy_cache` \
+                 with `proxy_cache_valid 200 2m` and `proxy_cache_lock`. Every measured request is a hit: before \
+                 measuring, a first GET fills the cache and a second must come from it (the backend counts no request \
+                 for it); the backend's count over the whole load (warm-up and measured) is in the table below and a \
+                 repeat with more than a handful of misses fails. `weir-static` is weir serving the same 164 bytes as \
+                 a static file: its `weir ÷ this` is weir's cache over weir's own file serving (target ≥ 0.90)."
+            }
+            Scenario::Chain => {
+                "HTTPS, 100 keep-alive connections: HAProxy terminating TLS and sending each request over the PROXY \
+                 protocol v2 to a caching Varnish (`-a …,PROXY`, built-in VCL, `-s malloc,256m`) in front of \
+                 `weir-bench backend` (5 ms per answer), as seed 002's `haproxy_proxy-varnish_cache`, against weir \
+                 terminating TLS and caching alone (`cache = { default_ttl = \"2m\" }`). The chain's CPU and memory \
+                 are both processes'. Every measured request is a hit, checked as in `cache` (target: weir ≥ 2 × the chain)."
+            }
         }
     }
 
@@ -108,6 +137,12 @@ impl Scenario {
         match self {
             Scenario::Proxy => server.proxies(),
             Scenario::Idle => server.serves_static() || server == ServerKind::Haproxy,
+            // The chain is the TLS-capable Varnish: in the chain, not here.
+            Scenario::Cache => server.caches() && server != ServerKind::HaproxyVarnish,
+            Scenario::Chain => matches!(
+                server,
+                ServerKind::Weir | ServerKind::WeirB | ServerKind::HaproxyVarnish
+            ),
             _ => server.serves_static(),
         }
     }
@@ -115,11 +150,59 @@ impl Scenario {
     /// Does `server` take part as a proxy in front of `weir-bench backend`?
     pub fn proxied(self, server: ServerKind) -> bool {
         match self {
-            Scenario::Proxy => true,
+            Scenario::Proxy | Scenario::Cache | Scenario::Chain => true,
             Scenario::Idle => !server.serves_static(),
             _ => false,
         }
     }
+
+    /// Do the servers cache the backend's responses, every measured request
+    /// a hit?
+    pub fn caches(self) -> bool {
+        matches!(self, Scenario::Cache | Scenario::Chain)
+    }
+
+    /// How long the backend takes to answer: in the caching scenarios a
+    /// miss costs (a hit must not wait for it), elsewhere nothing.
+    pub fn backend_delay(self) -> Duration {
+        if self.caches() {
+            CACHE_BACKEND_DELAY
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// The ratios the scenario exists to check: (the row, the least weir's
+    /// req/s over that row's should be). In `cache`, the `weir-static` row
+    /// makes weir's ratio its cache over its own static-file rate.
+    pub fn targets(self) -> &'static [(&'static str, f64)] {
+        match self {
+            Scenario::Cache => &[(WEIR_STATIC_ROW, 0.9)],
+            Scenario::Chain => &[("haproxy-varnish", 2.0)],
+            _ => &[],
+        }
+    }
+}
+
+/// The `cache` scenario's row of weir serving the backend's body as a
+/// static file ([`CACHED_PAGE`]), measured in the same rounds as the caches.
+pub const WEIR_STATIC_ROW: &str = "weir-static";
+
+/// The backend's answer time in the caching scenarios.
+pub const CACHE_BACKEND_DELAY: Duration = Duration::from_millis(5);
+
+/// The path the caching scenarios request, and the docroot file (name,
+/// size) that holds the backend's body for the `weir-static` row.
+pub const CACHED_PAGE: (&str, usize) = ("cached.txt", 164);
+
+/// The most requests the backend may answer during one repeat's load
+/// (warm-up and measured) of a caching scenario, whose cache was filled
+/// before it: a response is kept 2 minutes, so each 2 minutes of load may
+/// refresh it once; twice that, and one more, allows a refresh to start
+/// on two workers at once. More means the server did not answer from its
+/// cache.
+pub fn misses_allowed(load: Duration) -> u64 {
+    2 * (1 + load.as_secs() / 120) + 1
 }
 
 /// How long a case runs.
@@ -269,6 +352,12 @@ pub fn cases(s: Scenario, quick: bool) -> Vec<Case> {
             let n = if quick { 200 } else { 10_000 };
             vec![case(&format!("c{n}"), true, "/index.html", 164, n)]
         }
+        Scenario::Cache | Scenario::Chain => {
+            let (name, size) = CACHED_PAGE;
+            let tls = s == Scenario::Chain;
+            let label = if tls { "https" } else { "http" };
+            vec![case(label, tls, &format!("/{name}"), size, 100)]
+        }
     }
 }
 
@@ -334,5 +423,59 @@ mod tests {
         assert_eq!(logged(false), 1);
         assert_eq!(logged(true), 0);
         assert_eq!(max_connections(), 19_000);
+    }
+
+    #[test]
+    fn the_caching_scenarios_are_one_c100_case_of_the_cached_page_behind_a_slow_backend() {
+        for (s, tls, label) in [
+            (Scenario::Cache, false, "http"),
+            (Scenario::Chain, true, "https"),
+        ] {
+            for quick in [false, true] {
+                let [c] = &cases(s, quick)[..] else {
+                    panic!("{s:?}: one case");
+                };
+                assert_eq!((c.label.as_str(), c.tls), (label, tls));
+                assert_eq!((c.path.as_str(), c.body_size), ("/cached.txt", 164));
+                assert_eq!((c.connections, c.keepalive), (100, true));
+            }
+            assert!(s.caches());
+            assert_eq!(s.backend_delay(), Duration::from_millis(5));
+            assert_eq!(Scenario::parse(s.name()), Some(s));
+        }
+        assert_eq!(Scenario::Proxy.backend_delay(), Duration::ZERO);
+        let takes_part = |s: Scenario| -> Vec<ServerKind> {
+            ServerKind::ALL
+                .into_iter()
+                .filter(|&k| s.applies_to(k))
+                .collect()
+        };
+        assert_eq!(
+            takes_part(Scenario::Cache),
+            [
+                ServerKind::Weir,
+                ServerKind::WeirB,
+                ServerKind::Nginx,
+                ServerKind::Varnish
+            ]
+        );
+        assert_eq!(
+            takes_part(Scenario::Chain),
+            [
+                ServerKind::Weir,
+                ServerKind::WeirB,
+                ServerKind::HaproxyVarnish
+            ]
+        );
+        assert!(!Scenario::Proxy.applies_to(ServerKind::HaproxyVarnish));
+        assert_eq!(Scenario::Cache.targets(), &[(WEIR_STATIC_ROW, 0.9)]);
+        assert_eq!(Scenario::Chain.targets(), &[("haproxy-varnish", 2.0)]);
+    }
+
+    #[test]
+    fn a_cache_may_miss_a_handful_of_times_and_once_more_per_expiry() {
+        assert_eq!(misses_allowed(Duration::from_secs(2)), 3);
+        assert_eq!(misses_allowed(Duration::from_secs(18)), 3);
+        assert_eq!(misses_allowed(Duration::from_secs(130)), 5);
     }
 }

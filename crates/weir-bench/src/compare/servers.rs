@@ -15,6 +15,19 @@
 //! itself), and each keeps up to [`UPSTREAM_IDLE`] idle upstream
 //! connections, weir's default pool, so none reconnects to the backend
 //! more than another.
+//!
+//! As caches ([`Role::Cache`]) each keeps 256 MiB of responses in memory and
+//! keeps a response the backend gives no freshness for 2 minutes, Varnish's
+//! default TTL: weir `cache = { default_ttl = "2m" }` with `[cache] memory`,
+//! Varnish `-s malloc,256m` with its built-in VCL only, nginx `proxy_cache`
+//! with `proxy_cache_valid 200 2m`, `proxy_cache_lock` and stale answers
+//! while one request refreshes (as Varnish's grace and weir's do), its cache
+//! files opened through `open_file_cache`. Varnish has no TLS: its users put
+//! a TLS terminator in front, and [`ServerKind::HaproxyVarnish`] is that
+//! chain, HAProxy speaking the PROXY protocol v2 to Varnish. State that
+//! should live in memory (Varnish's working directory, which its manual says
+//! belongs on a RAM-backed file system, and nginx's cache files) goes in the
+//! run's temporary folder, [`ServerSetup::tmp`].
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -53,10 +66,14 @@ pub enum ServerKind {
     Caddy,
     /// HAProxy (proxy only).
     Haproxy,
-    /// Varnish (proxy only, no TLS).
+    /// Varnish (proxy and cache, no TLS).
     Varnish,
     /// lighttpd.
     Lighttpd,
+    /// HAProxy terminating TLS in front of a caching Varnish, over the PROXY
+    /// protocol v2: two processes measured as one server.
+    #[serde(rename = "haproxy-varnish")]
+    HaproxyVarnish,
 }
 
 /// Where the weir builds of a comparison are.
@@ -75,6 +92,8 @@ pub enum Role {
     Static(PathBuf),
     /// Proxy to this upstream address.
     Proxy(std::net::SocketAddr),
+    /// Proxy to this upstream address and cache its responses.
+    Cache(std::net::SocketAddr),
     /// Name-based virtual hosts on the one port: (host name, its root).
     Sites(Vec<(String, PathBuf)>),
 }
@@ -104,6 +123,9 @@ pub struct ServerSetup {
     pub access_log: Option<PathBuf>,
     /// The most connections any case of the run opens at once.
     pub max_connections: usize,
+    /// The run's temporary folder, RAM-backed where the machine has
+    /// `/dev/shm`: Varnish's working directories and nginx's cache files.
+    pub tmp: PathBuf,
 }
 
 /// How to start a server.
@@ -122,11 +144,31 @@ pub struct Launch {
     /// Where the server's standard output goes instead of its log (HAProxy
     /// writes its access log there).
     pub stdout: Option<PathBuf>,
+    /// Processes started before the server, each ready on its port, and
+    /// stopped after it: part of the server as measured.
+    pub companions: Vec<Companion>,
+}
+
+/// A process a server needs behind it (the chain's Varnish).
+#[derive(Debug, Clone)]
+pub struct Companion {
+    /// Its name, for logs and messages.
+    pub name: &'static str,
+    /// How to start it.
+    pub launch: Launch,
+    /// The port on 127.0.0.1 it listens on once ready.
+    pub port: u16,
+}
+
+/// The port of the chain's Varnish, behind HAProxy on `port` (the backend
+/// is on `port + 1`).
+pub fn chain_varnish_port(port: u16) -> u16 {
+    port + 2
 }
 
 impl ServerKind {
     /// All servers, in table order.
-    pub const ALL: [ServerKind; 8] = [
+    pub const ALL: [ServerKind; 9] = [
         ServerKind::Weir,
         ServerKind::WeirB,
         ServerKind::Nginx,
@@ -135,6 +177,7 @@ impl ServerKind {
         ServerKind::Haproxy,
         ServerKind::Varnish,
         ServerKind::Lighttpd,
+        ServerKind::HaproxyVarnish,
     ];
 
     /// The name used on the command line and in tables.
@@ -148,6 +191,7 @@ impl ServerKind {
             ServerKind::Haproxy => "haproxy",
             ServerKind::Varnish => "varnish",
             ServerKind::Lighttpd => "lighttpd",
+            ServerKind::HaproxyVarnish => "haproxy-varnish",
         }
     }
 
@@ -166,15 +210,28 @@ impl ServerKind {
             ServerKind::Nginx => find("nginx"),
             ServerKind::Apache => find("apache2"),
             ServerKind::Caddy => find("caddy"),
-            ServerKind::Haproxy => find("haproxy"),
+            ServerKind::Haproxy | ServerKind::HaproxyVarnish => find("haproxy"),
             ServerKind::Varnish => find("varnishd"),
             ServerKind::Lighttpd => find("lighttpd"),
         }
     }
 
+    /// Every binary it needs: the chain needs Varnish's beside HAProxy's.
+    pub fn binaries(self, weirs: Weirs<'_>) -> Vec<PathBuf> {
+        match self {
+            ServerKind::HaproxyVarnish => {
+                vec![self.binary(weirs), ServerKind::Varnish.binary(weirs)]
+            }
+            _ => vec![self.binary(weirs)],
+        }
+    }
+
     /// Can it serve files?
     pub fn serves_static(self) -> bool {
-        !matches!(self, ServerKind::Haproxy | ServerKind::Varnish)
+        !matches!(
+            self,
+            ServerKind::Haproxy | ServerKind::Varnish | ServerKind::HaproxyVarnish
+        )
     }
 
     /// Can it write an access log to a file by itself? Varnish logs to
@@ -196,6 +253,20 @@ impl ServerKind {
         )
     }
 
+    /// Can it cache responses by itself, as its users configure it (Apache's
+    /// mod_cache_disk, Caddy's cache plugin and HAProxy's small-object cache
+    /// are left out)? The chain caches in its Varnish.
+    pub fn caches(self) -> bool {
+        matches!(
+            self,
+            ServerKind::Weir
+                | ServerKind::WeirB
+                | ServerKind::Nginx
+                | ServerKind::Varnish
+                | ServerKind::HaproxyVarnish
+        )
+    }
+
     /// Can it terminate TLS?
     pub fn tls(self) -> bool {
         self != ServerKind::Varnish
@@ -203,10 +274,20 @@ impl ServerKind {
 
     /// The version string the binary reports.
     pub fn version(self, weirs: Weirs<'_>) -> String {
+        if self == ServerKind::HaproxyVarnish {
+            return format!(
+                "{} + {}",
+                ServerKind::Haproxy.version(weirs),
+                ServerKind::Varnish.version(weirs)
+            );
+        }
         let bin = self.binary(weirs);
         let arg: &[&str] = match self {
             ServerKind::Weir | ServerKind::WeirB => &["--version"],
-            ServerKind::Haproxy | ServerKind::Lighttpd | ServerKind::Apache => &["-v"],
+            ServerKind::Haproxy
+            | ServerKind::HaproxyVarnish
+            | ServerKind::Lighttpd
+            | ServerKind::Apache => &["-v"],
             ServerKind::Nginx => &["-v"],
             ServerKind::Caddy => &["version"],
             ServerKind::Varnish => &["-V"],
@@ -231,6 +312,15 @@ impl ServerKind {
 
     /// Writes the config into `s.dir` and returns how to start the server.
     pub fn prepare(self, s: &ServerSetup, weirs: Weirs<'_>) -> Result<Launch, CompareError> {
+        if matches!(s.role, Role::Cache(_)) && !self.caches() {
+            return Err(CompareError::NotApplicable(format!(
+                "{} does not cache",
+                self.name()
+            )));
+        }
+        if self == ServerKind::HaproxyVarnish {
+            return chain_launch(s, weirs);
+        }
         std::fs::create_dir_all(&s.dir).map_err(|e| CompareError::io(&s.dir, e))?;
         let bin = self.binary(weirs);
         let d = s.dir.display().to_string();
@@ -258,6 +348,11 @@ impl ServerKind {
                 )
             }
             ServerKind::Nginx => {
+                // Every round starts with an empty cache, as Varnish's and
+                // weir's memory does.
+                if let Role::Cache(_) = s.role {
+                    let _ = std::fs::remove_dir_all(nginx_cache_dir(s));
+                }
                 let c = s.dir.join("nginx.conf").display().to_string();
                 (
                     "nginx.conf",
@@ -315,35 +410,13 @@ impl ServerKind {
                     None,
                 )
             }
-            ServerKind::Varnish => {
-                let c = s.dir.join("default.vcl").display().to_string();
-                let Role::Proxy(_) = s.role else {
-                    return Err(CompareError::NotApplicable("varnish only proxies".into()));
-                };
-                (
-                    "default.vcl",
-                    varnish_config(s)?,
-                    vec![
-                        "-F".into(),
-                        "-a".into(),
-                        format!("127.0.0.1:{}", s.port),
-                        "-f".into(),
-                        c,
-                        "-n".into(),
-                        format!("/tmp/weir-bench-varnish-{}", s.port),
-                        "-s".into(),
-                        "malloc,256m".into(),
-                        "-T".into(),
-                        "127.0.0.1:0".into(),
-                        "-p".into(),
-                        format!("thread_pools={}", s.workers),
-                        "-p".into(),
-                        format!("timeout_idle={KEEPALIVE_SECS}"),
-                    ],
-                    vec![],
-                    None,
-                )
-            }
+            ServerKind::Varnish => (
+                "default.vcl",
+                varnish_config(s)?,
+                varnish_args(s, s.port, false),
+                vec![],
+                None,
+            ),
             ServerKind::Lighttpd => {
                 let c = s.dir.join("lighttpd.conf").display().to_string();
                 let v = vec![
@@ -360,6 +433,7 @@ impl ServerKind {
                     Some(v),
                 )
             }
+            ServerKind::HaproxyVarnish => unreachable!("the chain returned above"),
         };
         let config = s.dir.join(file);
         std::fs::write(&config, text).map_err(|e| CompareError::io(&config, e))?;
@@ -370,8 +444,77 @@ impl ServerKind {
             config,
             validate,
             stdout,
+            companions: vec![],
         })
     }
+}
+
+/// Varnish's arguments, listening on 127.0.0.1:`port` (for the PROXY
+/// protocol when `proxy_protocol`) with `default.vcl` of `s.dir`: in the
+/// foreground, its working directory (the shared-memory log and compiled
+/// VCL) in the run's RAM-backed temporary folder as its manual advises,
+/// 256 MiB of malloc storage, one thread pool per worker (its default, 2,
+/// with the default `--workers`), the common keep-alive timeout.
+fn varnish_args(s: &ServerSetup, port: u16, proxy_protocol: bool) -> Vec<String> {
+    vec![
+        "-F".into(),
+        "-a".into(),
+        format!(
+            "127.0.0.1:{port}{}",
+            if proxy_protocol { ",PROXY" } else { "" }
+        ),
+        "-f".into(),
+        s.dir.join("default.vcl").display().to_string(),
+        "-n".into(),
+        s.tmp.join(format!("varnish-{port}")).display().to_string(),
+        "-s".into(),
+        "malloc,256m".into(),
+        "-T".into(),
+        "127.0.0.1:0".into(),
+        "-p".into(),
+        format!("thread_pools={}", s.workers),
+        "-p".into(),
+        format!("timeout_idle={KEEPALIVE_SECS}"),
+    ]
+}
+
+/// The chain: HAProxy on `s.port` (TLS when `s.tls`) sending every request
+/// with a PROXY protocol v2 header to a caching Varnish on
+/// [`chain_varnish_port`], started first as its [`Companion`].
+fn chain_launch(s: &ServerSetup, weirs: Weirs<'_>) -> Result<Launch, CompareError> {
+    let Role::Cache(_) = s.role else {
+        return Err(CompareError::NotApplicable(
+            "haproxy-varnish only caches".into(),
+        ));
+    };
+    std::fs::create_dir_all(&s.dir).map_err(|e| CompareError::io(&s.dir, e))?;
+    let vport = chain_varnish_port(s.port);
+    let vcl = s.dir.join("default.vcl");
+    std::fs::write(&vcl, varnish_config(s)?).map_err(|e| CompareError::io(&vcl, e))?;
+    let varnish = Launch {
+        program: ServerKind::Varnish.binary(weirs),
+        args: varnish_args(s, vport, true),
+        env: vec![],
+        config: vcl,
+        validate: None,
+        stdout: None,
+        companions: vec![],
+    };
+    let cfg = s.dir.join("haproxy.cfg");
+    std::fs::write(&cfg, chain_haproxy_config(s, vport)).map_err(|e| CompareError::io(&cfg, e))?;
+    Ok(Launch {
+        program: ServerKind::HaproxyVarnish.binary(weirs),
+        args: vec!["-db".into(), "-f".into(), cfg.display().to_string()],
+        env: vec![],
+        config: cfg,
+        validate: None,
+        stdout: None,
+        companions: vec![Companion {
+            name: "varnish",
+            launch: varnish,
+            port: vport,
+        }],
+    })
 }
 
 /// A config file name and text, the server's arguments, env and validate command.
@@ -418,6 +561,11 @@ fn weir_config(s: &ServerSetup) -> String {
         "\n[server.limits]\nconnections = {}",
         s.max_connections.max(16_384)
     );
+    if let Role::Cache(_) = s.role {
+        // Its default, said as Varnish's `-s malloc,256m` and nginx's
+        // `max_size=256m` are.
+        let _ = writeln!(o, "\n[cache]\nmemory = \"256MiB\"");
+    }
     let site = |o: &mut String, name: &str, what: String| {
         let _ = write!(
             o,
@@ -455,6 +603,15 @@ fn weir_config(s: &ServerSetup) -> String {
                 "proxy = {{ to = [\"{up}\"], forwarded = false, via = false, max_idle = {UPSTREAM_IDLE} }}"
             ),
         ),
+        // The backend gives no freshness: 2 minutes, Varnish's default TTL.
+        Role::Cache(up) => site(
+            &mut o,
+            "localhost",
+            format!(
+                "proxy = {{ to = [\"{up}\"], forwarded = false, via = false, max_idle = {UPSTREAM_IDLE} }}\n\
+                 cache = {{ default_ttl = \"2m\" }}"
+            ),
+        ),
         Role::Sites(sites) => {
             for (name, root) in sites {
                 site(&mut o, name, format!("root = \"{}\"", root.display()));
@@ -462,6 +619,11 @@ fn weir_config(s: &ServerSetup) -> String {
         }
     }
     o
+}
+
+/// nginx's `proxy_cache_path`, in the run's RAM-backed temporary folder.
+fn nginx_cache_dir(s: &ServerSetup) -> PathBuf {
+    s.tmp.join(format!("nginx-cache-{}", s.port))
 }
 
 fn nginx_config(s: &ServerSetup) -> String {
@@ -491,6 +653,11 @@ fn nginx_config(s: &ServerSetup) -> String {
         }
         None => o.push_str("  access_log off;\n"),
     }
+    // Descriptors and stat results kept between requests, as a user
+    // tuning nginx for small static files sets them; a cache hit opens its
+    // cache file through the same `open_file_cache`.
+    let open_file_cache = "  open_file_cache max=10000 inactive=60s;\n  open_file_cache_valid 60s;\n\
+                           \x20 open_file_cache_min_uses 1;\n  open_file_cache_errors on;\n";
     match &s.role {
         Role::Proxy(up) => {
             let _ = writeln!(
@@ -498,12 +665,16 @@ fn nginx_config(s: &ServerSetup) -> String {
                 "  upstream backend {{ server {up}; keepalive {UPSTREAM_IDLE}; }}"
             );
         }
-        // Descriptors and stat results kept between requests, as a user
-        // tuning nginx for small static files sets them.
-        Role::Static(_) | Role::Sites(_) => o.push_str(
-            "  open_file_cache max=10000 inactive=60s;\n  open_file_cache_valid 60s;\n\
-             \x20 open_file_cache_min_uses 1;\n  open_file_cache_errors on;\n",
-        ),
+        Role::Cache(up) => {
+            let _ = writeln!(
+                o,
+                "  upstream backend {{ server {up}; keepalive {UPSTREAM_IDLE}; }}\n\
+                 \x20 proxy_cache_path {} levels=1:2 keys_zone=weir_bench:10m max_size=256m use_temp_path=off;",
+                nginx_cache_dir(s).display()
+            );
+            o.push_str(open_file_cache);
+        }
+        Role::Static(_) | Role::Sites(_) => o.push_str(open_file_cache),
     }
     let server = |o: &mut String, name: Option<&str>, body: String| {
         let _ = writeln!(o, "  server {{\n    listen 127.0.0.1:{}{ssl};", s.port);
@@ -529,6 +700,21 @@ fn nginx_config(s: &ServerSetup) -> String {
              \x20     proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n\
              \x20     proxy_set_header X-Forwarded-Proto $scheme;\n\
              \x20     proxy_set_header X-Forwarded-Host $http_host;\n    }"
+                .into(),
+        ),
+        // Kept 2 minutes as Varnish keeps it; one request per key goes
+        // upstream at a time (`proxy_cache_lock`, Varnish's and weir's
+        // coalescing), and an expired entry is served while one request
+        // refreshes it (Varnish's grace, weir's `grace`).
+        Role::Cache(_) => server(
+            &mut o,
+            None,
+            "    location / {\n      proxy_pass http://backend;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n\
+             \x20     proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;\n\
+             \x20     proxy_set_header X-Forwarded-Proto $scheme;\n\
+             \x20     proxy_set_header X-Forwarded-Host $http_host;\n\
+             \x20     proxy_cache weir_bench;\n      proxy_cache_valid 200 2m;\n      proxy_cache_lock on;\n\
+             \x20     proxy_cache_use_stale updating;\n      proxy_cache_background_update on;\n    }"
                 .into(),
         ),
         Role::Sites(sites) => {
@@ -587,7 +773,7 @@ fn apache_config(s: &ServerSetup) -> String {
                 );
             }
         }
-        Role::Proxy(_) => {}
+        Role::Proxy(_) | Role::Cache(_) => {}
     }
     o
 }
@@ -634,7 +820,8 @@ fn caddy_config(s: &ServerSetup) -> String {
             format!("  root * {}\n  file_server", root.display()),
         ),
         // Caddy keeps 32 idle connections per upstream unless told otherwise.
-        Role::Proxy(up) => site(
+        // (Never asked to cache: `prepare` refuses it.)
+        Role::Proxy(up) | Role::Cache(up) => site(
             &mut o,
             "",
             format!(
@@ -659,6 +846,37 @@ fn haproxy_config(s: &ServerSetup) -> Result<String, CompareError> {
     let Role::Proxy(up) = &s.role else {
         return Err(CompareError::NotApplicable("haproxy only proxies".into()));
     };
+    Ok(haproxy_text(
+        s,
+        "keep-alive both sides, upstream reuse",
+        &format!(
+            "backend be\n  option forwardfor\n  http-request set-header X-Forwarded-Proto {scheme}\n\
+             \x20 http-request set-header X-Forwarded-Host %[req.hdr(host)]\n  server b1 {up} pool-max-conn {UPSTREAM_IDLE}\n",
+            scheme = if s.tls { "https" } else { "http" },
+        ),
+    ))
+}
+
+/// The chain's HAProxy: Varnish on `varnish_port` learns the client's
+/// address from the PROXY protocol v2 header (so no X-Forwarded-For) and
+/// the scheme from X-Forwarded-Proto. HAProxy reuses a connection to
+/// Varnish only for the client connection whose PROXY header opened it.
+fn chain_haproxy_config(s: &ServerSetup, varnish_port: u16) -> String {
+    haproxy_text(
+        s,
+        "keep-alive both sides, in front of a caching Varnish over the PROXY protocol v2",
+        &format!(
+            "backend be\n  http-request set-header X-Forwarded-Proto {scheme}\n\
+             \x20 server varnish 127.0.0.1:{varnish_port} send-proxy-v2 pool-max-conn {UPSTREAM_IDLE}\n",
+            scheme = if s.tls { "https" } else { "http" },
+        ),
+    )
+}
+
+/// HAProxy's config: `global`, `defaults` and the frontend every HAProxy
+/// here has, with `backend` (a `backend be` section); `what` goes in the
+/// title line.
+fn haproxy_text(s: &ServerSetup, what: &str, backend: &str) -> String {
     let ssl = if s.tls {
         format!(" ssl crt {}", s.combined.display())
     } else {
@@ -672,16 +890,14 @@ fn haproxy_config(s: &ServerSetup) -> Result<String, CompareError> {
     } else {
         ("", "")
     };
-    Ok(format!(
-        "# weir-bench: HAProxy, {w} threads, keep-alive both sides, upstream reuse, {log}.\n\
+    format!(
+        "# weir-bench: HAProxy, {w} threads, {what}, {log}.\n\
          global\n  nbthread {w}\n  maxconn {mc}\n  no strict-limits\n{global_log}\
          \x20 ssl-default-bind-options ssl-min-ver TLSv1.2\n\n\
          defaults\n  mode http\n  maxconn {mc}\n{defaults_log}\
          \x20 timeout connect 5s\n  timeout client {ka}s\n  timeout http-keep-alive {ka}s\n  timeout server 60s\n\
          \x20 http-reuse always\n\n\
-         frontend fe\n  bind 127.0.0.1:{p}{ssl}\n  default_backend be\n\n\
-         backend be\n  option forwardfor\n  http-request set-header X-Forwarded-Proto {scheme}\n\
-         \x20 http-request set-header X-Forwarded-Host %[req.hdr(host)]\n  server b1 {up} pool-max-conn {UPSTREAM_IDLE}\n",
+         frontend fe\n  bind 127.0.0.1:{p}{ssl}\n  default_backend be\n\n{backend}",
         w = s.workers,
         mc = haproxy_maxconn(s.max_connections),
         ka = KEEPALIVE_SECS,
@@ -691,22 +907,34 @@ fn haproxy_config(s: &ServerSetup) -> Result<String, CompareError> {
             "no logs"
         },
         p = s.port,
-        scheme = if s.tls { "https" } else { "http" },
-    ))
+    )
 }
 
 fn varnish_config(s: &ServerSetup) -> Result<String, CompareError> {
-    let Role::Proxy(up) = &s.role else {
-        return Err(CompareError::NotApplicable("varnish only proxies".into()));
-    };
-    Ok(format!(
-        "# weir-bench: Varnish as a pure proxy (every request passed, no caching), {} thread pool(s).\n\
-         vcl 4.1;\n\nbackend default {{\n  .host = \"{}\";\n  .port = \"{}\";\n}}\n\n\
-         sub vcl_recv {{\n  set req.http.X-Forwarded-Proto = \"http\";\n  set req.http.X-Forwarded-Host = req.http.host;\n  return (pass);\n}}\n",
-        s.workers,
-        up.ip(),
-        up.port()
-    ))
+    match &s.role {
+        Role::Proxy(up) => Ok(format!(
+            "# weir-bench: Varnish as a pure proxy (every request passed, no caching), {} thread pool(s).\n\
+             vcl 4.1;\n\nbackend default {{\n  .host = \"{}\";\n  .port = \"{}\";\n}}\n\n\
+             sub vcl_recv {{\n  set req.http.X-Forwarded-Proto = \"http\";\n  set req.http.X-Forwarded-Host = req.http.host;\n  return (pass);\n}}\n",
+            s.workers,
+            up.ip(),
+            up.port()
+        )),
+        // Only the backend: Varnish's built-in VCL does the rest, exactly as
+        // `varnishd -b` would (GET and HEAD without Authorization or Cookie
+        // looked up, responses kept for default_ttl, 2 minutes, plus 10 s of
+        // grace), and the file stays in the run folder for a reader.
+        Role::Cache(up) => Ok(format!(
+            "# weir-bench: Varnish caching with its built-in VCL (as `varnishd -b {up}`), {} thread pool(s).\n\
+             vcl 4.1;\n\nbackend default {{\n  .host = \"{}\";\n  .port = \"{}\";\n}}\n",
+            s.workers,
+            up.ip(),
+            up.port()
+        )),
+        Role::Static(_) | Role::Sites(_) => {
+            Err(CompareError::NotApplicable("varnish only proxies".into()))
+        }
+    }
 }
 
 fn lighttpd_config(s: &ServerSetup) -> Result<String, CompareError> {
@@ -766,11 +994,33 @@ mod tests {
             weir_accept: None,
             access_log: log.then(|| PathBuf::from("/run/x/access.log")),
             max_connections: 10_000,
+            tmp: PathBuf::from("/dev/shm/wb"),
         }
     }
 
     fn proxy(log: bool) -> ServerSetup {
         setup(Role::Proxy(([127, 0, 0, 1], 28081).into()), false, log)
+    }
+
+    fn cache(tls: bool) -> ServerSetup {
+        setup(Role::Cache(([127, 0, 0, 1], 28081).into()), tls, false)
+    }
+
+    /// `cache(tls)` writing into a fresh folder of its own.
+    fn cache_in(tag: &str, tls: bool) -> ServerSetup {
+        let dir = std::env::temp_dir().join(format!("wb-{tag}-{}", std::process::id()));
+        ServerSetup {
+            tmp: dir.join("tmp"),
+            dir,
+            ..cache(tls)
+        }
+    }
+
+    fn no_weir() -> Weirs<'static> {
+        Weirs {
+            weir: Path::new("/nonexistent/weir"),
+            weir_b: None,
+        }
     }
 
     fn statics() -> ServerSetup {
@@ -914,5 +1164,122 @@ mod tests {
             assert!(!config.contains("output file"));
         }
         assert!(!ServerKind::Varnish.logs_to_file());
+    }
+
+    #[test]
+    fn every_cache_keeps_256_mib_and_two_minutes() {
+        let weir = weir_config(&cache(false));
+        has_lines(
+            &weir,
+            &[
+                "[cache]",
+                "memory = \"256MiB\"",
+                "cache = { default_ttl = \"2m\" }",
+            ],
+        );
+        assert!(weir.contains("max_idle = 1024"), "{weir}");
+        // `[cache]` comes before the site's table, or TOML would put it in it.
+        assert!(weir.find("[cache]") < weir.find("[site."), "{weir}");
+        assert!(!weir_config(&proxy(false)).contains("cache"));
+
+        let nginx = nginx_config(&cache(false));
+        has_lines(
+            &nginx,
+            &[
+                "proxy_cache_path /dev/shm/wb/nginx-cache-28080 levels=1:2 keys_zone=weir_bench:10m max_size=256m use_temp_path=off;",
+                "upstream backend { server 127.0.0.1:28081; keepalive 1024; }",
+                "proxy_cache weir_bench;",
+                "proxy_cache_valid 200 2m;",
+                "proxy_cache_lock on;",
+                "proxy_cache_use_stale updating;",
+                "proxy_cache_background_update on;",
+                "proxy_http_version 1.1;",
+                "open_file_cache max=10000 inactive=60s;",
+                "access_log off;",
+            ],
+        );
+        assert!(!nginx_config(&proxy(false)).contains("proxy_cache"));
+
+        let varnish = varnish_config(&cache(false)).unwrap();
+        assert!(varnish.contains(".port = \"28081\";"), "{varnish}");
+        // The built-in VCL decides: nothing passed, nothing overridden.
+        assert!(!varnish.contains("sub vcl_"), "{varnish}");
+        assert!(
+            varnish_config(&proxy(false))
+                .unwrap()
+                .contains("return (pass);")
+        );
+        let s = cache_in("varnish-cache", false);
+        let launch = ServerKind::Varnish.prepare(&s, no_weir()).unwrap();
+        let args = launch.args.join(" ");
+        for want in [
+            "-F",
+            "-a 127.0.0.1:28080 ",
+            "-s malloc,256m",
+            "-p thread_pools=1",
+            "-p timeout_idle=65",
+        ] {
+            assert!(args.contains(want), "{want} in {args}");
+        }
+        assert!(
+            args.contains(&format!("-n {}", s.tmp.join("varnish-28080").display())),
+            "{args}"
+        );
+        let _ = std::fs::remove_dir_all(&s.dir);
+    }
+
+    #[test]
+    fn the_chain_is_haproxy_with_tls_speaking_proxy_v2_to_varnish() {
+        let s = cache_in("chain", true);
+        let launch = ServerKind::HaproxyVarnish.prepare(&s, no_weir()).unwrap();
+        assert_eq!(launch.args[..2], ["-db".to_string(), "-f".to_string()]);
+        let haproxy = std::fs::read_to_string(&launch.config).unwrap();
+        has_lines(
+            &haproxy,
+            &[
+                "bind 127.0.0.1:28080 ssl crt /run/tls/combined.pem",
+                "server varnish 127.0.0.1:28082 send-proxy-v2 pool-max-conn 1024",
+                "http-request set-header X-Forwarded-Proto https",
+                "nbthread 1",
+                "http-reuse always",
+                "timeout client 65s",
+            ],
+        );
+        // Varnish takes the client's address from the PROXY header.
+        assert!(!haproxy.contains("forwardfor"), "{haproxy}");
+        let [varnish] = &launch.companions[..] else {
+            panic!("one companion: {:?}", launch.companions);
+        };
+        assert_eq!(varnish.port, chain_varnish_port(28080));
+        let args = varnish.launch.args.join(" ");
+        assert!(args.contains("-a 127.0.0.1:28082,PROXY"), "{args}");
+        assert!(args.contains("-s malloc,256m"), "{args}");
+        let vcl = std::fs::read_to_string(&varnish.launch.config).unwrap();
+        assert!(
+            vcl.contains(".port = \"28081\";") && !vcl.contains("sub vcl_"),
+            "{vcl}"
+        );
+        let _ = std::fs::remove_dir_all(&s.dir);
+        assert_eq!(
+            ServerKind::HaproxyVarnish.binaries(no_weir()),
+            vec![find("haproxy"), find("varnishd")]
+        );
+    }
+
+    #[test]
+    fn only_caches_are_asked_to_cache() {
+        for kind in ServerKind::ALL {
+            let s = cache_in(&format!("refuse-{}", kind.name()), false);
+            let r = kind.prepare(&s, no_weir());
+            if kind.caches() {
+                assert!(r.is_ok(), "{kind:?}: {:?}", r.err());
+            } else {
+                assert!(
+                    matches!(r, Err(CompareError::NotApplicable(_))),
+                    "{kind:?} would be measured as a cache it is not"
+                );
+            }
+            let _ = std::fs::remove_dir_all(&s.dir);
+        }
     }
 }

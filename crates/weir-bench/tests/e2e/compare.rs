@@ -8,31 +8,32 @@ use std::process::Command;
 // side, never start servers on the same port.
 use weir_test_support::ports;
 
-/// nginx must be installed; install it, or fail loudly saying how.
-fn ensure_nginx() {
-    let present = |p: &str| Path::new(p).is_file();
-    if present("/usr/sbin/nginx") || present("/usr/bin/nginx") {
+/// Debian's `package` must be installed (its `binary` in /usr/sbin);
+/// install it, or fail loudly saying how.
+fn ensure(package: &str, binary: &str) {
+    let present = || Path::new("/usr/sbin").join(binary).is_file();
+    if present() {
         return;
     }
     let ok = Command::new("apt-get")
-        .args(["install", "-y", "-q", "nginx"])
+        .args(["install", "-y", "-q", package])
         .status()
         .is_ok_and(|s| s.success());
     assert!(
-        ok && present("/usr/sbin/nginx"),
-        "this test needs nginx: `apt-get install -y nginx` failed; install it (bench/setup) and rerun"
+        ok && present(),
+        "this test needs {package}: `apt-get install -y {package}` failed; install it (bench/setup) and rerun"
     );
 }
 
 /// Runs `weir-bench compare --quick ARGS` with `weir` into a fresh folder
-/// named for `tag`, on two ports of its own (the server's, then the
-/// backend's), and returns the folder.
+/// named for `tag`, on three ports of its own (the server's, the
+/// backend's, the chain's Varnish's), and returns the folder.
 fn quick_compare(tag: &str, weir: &Path, args: &[&str]) -> PathBuf {
-    ensure_nginx();
+    ensure("nginx", "nginx");
     let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("compare-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
-    let port = ports::free_ports(2);
+    let port = ports::free_ports(3);
     let status = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
         .args(["compare", "--quick"])
         .args(args)
@@ -473,4 +474,131 @@ fn weir_b_needs_its_build_and_its_build_needs_weir_b() {
         &["--servers", "weir,nginx", "--weir-b", "/usr/bin/true"],
         "--servers has no weir-b",
     );
+}
+
+/// The caching scenarios for real, with Varnish, nginx and the HAProxy →
+/// Varnish chain: every row measured, every cache answering from its cache
+/// (the backend's count), and the ratio tables with their targets.
+#[test]
+fn quick_cache_and_chain_measure_hits_only() {
+    ensure("varnish", "varnishd");
+    ensure("haproxy", "haproxy");
+    let out = quick_compare(
+        "cache",
+        &weir_binary(),
+        &[
+            "--servers",
+            "weir,nginx,varnish,haproxy-varnish",
+            "--scenarios",
+            "cache,chain",
+        ],
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let rows = summary["rows"].as_array().unwrap();
+    let row = |scenario: &str, server: &str| {
+        rows.iter()
+            .find(|r| r["scenario"] == scenario && r["server"] == server)
+            .unwrap_or_else(|| panic!("no {scenario} row of {server}: {rows:?}"))
+    };
+    for (scenario, server) in [
+        ("cache", "weir"),
+        ("cache", "weir-static"),
+        ("cache", "nginx"),
+        ("cache", "varnish"),
+        ("chain", "weir"),
+        ("chain", "haproxy-varnish"),
+    ] {
+        let r = row(scenario, server);
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["repeats"], 3, "{r}");
+        assert!(r["rps_median"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["non_2xx"], 0, "{r}");
+        if server == "weir-static" {
+            assert!(r["backend_requests_max"].is_null(), "{r}");
+        } else {
+            // The cache was filled before the load: no request of it missed.
+            assert_eq!(r["backend_requests_max"], 0, "{r}");
+        }
+    }
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    // The chain's CPU is both processes': HAProxy's TLS alone costs some.
+    assert!(
+        row("chain", "haproxy-varnish")["server_cpu"]
+            .as_f64()
+            .unwrap()
+            > 0.05
+    );
+    let ratio = |scenario: &str, server: &str| {
+        summary["ratios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["scenario"] == scenario && r["server"] == server)
+            .unwrap_or_else(|| panic!("no ratio of {server}"))["per_round"]
+            .as_f64()
+            .unwrap()
+    };
+    for (scenario, server) in [
+        ("cache", "weir-static"),
+        ("cache", "nginx"),
+        ("cache", "varnish"),
+        ("chain", "haproxy-varnish"),
+    ] {
+        assert!(ratio(scenario, server) > 0.0);
+    }
+    for (scenario, lines) in [
+        (
+            "cache",
+            &[
+                "| http | weir-static |",
+                "| http | varnish |",
+                "| http | nginx |",
+            ][..],
+        ),
+        ("chain", &["| https | haproxy-varnish |"][..]),
+    ] {
+        let md = std::fs::read_to_string(out.join(format!("{scenario}.md"))).unwrap();
+        assert!(
+            md.contains(&format!(
+                "| {} |",
+                weir_bench::compare::report::CACHE_RATIO_COLUMNS.join(" | ")
+            )),
+            "{md}"
+        );
+        assert!(md.contains("Requests that reached the backend"), "{md}");
+        for l in lines {
+            assert_eq!(
+                md.matches(l).count(),
+                2,
+                "{l} in the table and the ratios: {md}"
+            );
+        }
+    }
+    let cache_md = std::fs::read_to_string(out.join("cache.md")).unwrap();
+    assert!(
+        cache_md
+            .lines()
+            .any(|l| l.starts_with("| http | weir-static |") && l.contains("| ≥ 0.90 |")),
+        "{cache_md}"
+    );
+    for f in [
+        "configs/cache/http/weir/weir.toml",
+        "configs/cache/http/weir-static/weir.toml",
+        "configs/cache/http/nginx/nginx.conf",
+        "configs/cache/http/varnish/default.vcl",
+        "configs/chain/https/weir/weir.toml",
+        "configs/chain/https/haproxy-varnish/haproxy.cfg",
+        "configs/chain/https/haproxy-varnish/default.vcl",
+        "raw/cache/http/weir-static-1.json",
+        "raw/chain/https/haproxy-varnish-3.json",
+    ] {
+        assert!(out.join(f).is_file(), "missing {f}");
+    }
+    let raw: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("raw/cache/http/varnish-2.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(raw["backend_requests"], 0, "{raw}");
+    let _ = std::fs::remove_dir_all(&out);
 }

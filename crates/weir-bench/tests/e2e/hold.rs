@@ -81,3 +81,23 @@ fn cli_prints_json() {
     assert_eq!(v["served"], 20, "{v}");
     assert_eq!(v["open_at_end"], 20, "{v}");
 }
+
+/// `compare` tells a cache's hits from its misses by the backend's count:
+/// every request counts but the count's own, which is answered with it.
+#[test]
+fn the_backend_counts_every_request_but_its_count() {
+    use std::sync::atomic::Ordering;
+    use weir_bench::compare::process::fetch;
+    let b = backend();
+    let count = || fetch(b.addr.port(), false, backend::REQUESTS_PATH).unwrap();
+    assert_eq!(count(), (200, b"0\n".to_vec()));
+    let mut c = weir_bench::load::LoadConfig::new(&format!("http://{}/page", b.addr));
+    c.requests = Some(250);
+    c.connections = 5;
+    c.progress = false;
+    assert_eq!(weir_bench::load::run(&c).unwrap().successes, 250);
+    let (status, body) = fetch(b.addr.port(), false, "/other").unwrap();
+    assert_eq!((status, body.len()), (200, 164));
+    assert_eq!(count(), (200, b"251\n".to_vec()));
+    assert_eq!(b.requests.load(Ordering::Relaxed), 251);
+}
