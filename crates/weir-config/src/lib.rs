@@ -1197,7 +1197,10 @@ mod tests {
         assert!(Arc::ptr_eq(routes[1].cache.as_ref().unwrap(), &site));
         let own = routes[2].cache.as_ref().unwrap();
         assert_eq!(own.grace, Duration::from_secs(60));
-        assert_eq!(own.default_ttl, None, "a route's own table starts from the defaults");
+        assert_eq!(
+            own.default_ttl, None,
+            "a route's own table starts from the defaults"
+        );
     }
 
     #[test]
