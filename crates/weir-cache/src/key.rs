@@ -16,7 +16,14 @@ const CODINGS: [&str; 3] = ["br", "zstd", "gzip"];
 
 /// The primary key of a request: `scheme://host[:port]/path?query`.
 pub fn primary(parts: &Parts, tls: bool, policy: &CachePolicy) -> String {
-    let scheme = if tls { "https" } else { "http" };
+    let mut k = String::new();
+    primary_into(&mut k, parts, tls, policy);
+    k
+}
+
+/// [`primary`], written into `k` (a buffer the caller reuses).
+pub fn primary_into(k: &mut String, parts: &Parts, tls: bool, policy: &CachePolicy) {
+    let scheme = if tls { "https://" } else { "http://" };
     let host = parts
         .uri
         .authority()
@@ -29,18 +36,14 @@ pub fn primary(parts: &Parts, tls: bool, policy: &CachePolicy) -> String {
         })
         .unwrap_or("");
     let host = host.trim_end_matches(if tls { ":443" } else { ":80" });
-    let path = parts.uri.path();
-    let mut k = String::with_capacity(scheme.len() + 3 + host.len() + path.len() + 16);
     k.push_str(scheme);
-    k.push_str("://");
-    for c in host.chars() {
-        k.push(c.to_ascii_lowercase());
-    }
-    k.push_str(path);
+    let at = k.len();
+    k.push_str(host);
+    k[at..].make_ascii_lowercase();
+    k.push_str(parts.uri.path());
     if let Some(q) = parts.uri.query() {
-        push_query(&mut k, q, policy);
+        push_query(k, q, policy);
     }
-    k
 }
 
 fn ignored(param: &str, policy: &CachePolicy) -> bool {

@@ -61,6 +61,10 @@ pub fn now() -> u64 {
     real
 }
 
+thread_local! {
+    static KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
 type Fetching<'a> = Pin<Box<dyn Future<Output = Response<Body>> + Send + 'a>>;
 
 /// Where the cache fetches from: weir's reverse proxy, or a test's origin.
@@ -155,12 +159,18 @@ impl Cache {
 
         // The key, then a stored response and what the rules let it do.
         let now = now();
-        let primary = key::primary(parts, conn.tls, policy);
         let extra = key::policy_extra(&parts.headers, policy);
-        let mut stored = store.lookup(&primary, &parts.headers, &extra, now);
+        // A hit needs the key only for the lookup: it is built in a buffer
+        // of the thread's, and owned only on the way upstream.
+        let mut stored = KEY.with_borrow_mut(|k| {
+            k.clear();
+            key::primary_into(k, parts, conn.tls, policy);
+            store.lookup(k, &parts.headers, &extra, now)
+        });
         if let Some(obj) = &stored
             && let ObjBody::OnDisk(_) = obj.body
         {
+            let primary = key::primary(parts, conn.tls, policy);
             stored = store.load(&primary, obj).await;
         }
         if let Some(obj) = &stored {
@@ -170,6 +180,7 @@ impl Cache {
                 Reuse::Fresh => from_object(parts, obj, now, hit(ttl, None))
                     .inspect(|_| store.count(conn.worker, counter::HIT, 1)),
                 Reuse::StaleWhileRevalidate => {
+                    let primary = key::primary(parts, conn.tls, policy);
                     self.refresh(parts, conn, path, &primary, obj, &extra);
                     from_object(parts, obj, now, hit(ttl, Some("stale-while-revalidate")))
                         .inspect(|_| store.count(conn.worker, counter::STALE, 1))
@@ -193,7 +204,7 @@ impl Cache {
             );
             return r;
         }
-        let primary: Arc<str> = Arc::from(primary);
+        let primary: Arc<str> = Arc::from(key::primary(parts, conn.tls, policy));
         self.miss(parts, conn, path, primary, extra, stored, req_cc)
             .await
     }

@@ -557,3 +557,34 @@ async fn a_restart_with_the_disk_store_serves_old_entries_as_hits() {
     assert_eq!(o.total(), 2, "the origin was asked again after the restart");
     o.stop();
 }
+
+#[tokio::test]
+async fn a_reload_keeps_the_cached_responses() {
+    let o = Origin::start().await;
+    let admin = free_port();
+    let w = Weir::start(
+        WEIR,
+        &format!(
+            "[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n{}",
+            site(&o, "")
+        ),
+    );
+    get(&w.url("/max60/r"), &[]).await;
+    // The site changes (a header), [cache] does not: the store stays.
+    let text = std::fs::read_to_string(w.dir.path().join("weir.toml")).unwrap();
+    let changed = text.replace("cache = {", "headers = { X-Reloaded = \"yes\" }\ncache = {");
+    let r = client()
+        .post(format!("http://127.0.0.1:{admin}/load"))
+        .header("content-type", "application/toml")
+        .body(changed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let (_, h, b) = get(&w.url("/max60/r"), &[]).await;
+    assert_eq!(h["x-reloaded"], "yes");
+    assert_eq!(&b[..], b"/max60/r #1");
+    assert!(cache_status(&h).starts_with("weir; hit"), "{h:?}");
+    assert_eq!(o.count("/max60/r"), 1);
+    o.stop();
+}
