@@ -180,17 +180,8 @@ impl Disk {
     }
 
     fn index_one(&self, primary: Arc<str>, obj: Arc<Object>) {
-        let mut variants: Vec<Arc<Object>> = match self.index.get(&primary) {
-            Some(e) => e
-                .variants
-                .iter()
-                .filter(|o| !(o.vary == obj.vary && o.extra == obj.extra))
-                .cloned()
-                .collect(),
-            None => Vec::new(),
-        };
-        variants.push(obj);
-        self.index.insert(primary, Arc::new(Entry { variants }));
+        let e = Entry::adding(self.index.get(&primary).as_deref(), obj);
+        self.index.insert(primary, Arc::new(e));
     }
 
     /// The body of a response on disk, and the open file it came from (for

@@ -225,23 +225,14 @@ impl Cache {
         let store = &self.inner.store;
         // Hit-for-miss: the last answer was uncacheable, so nobody waits.
         let alone = stale.is_none() && store.uncacheable(&primary).is_some();
+        let mut lead = None;
         if !alone {
             let fkey = flight_key(store, &primary, &extra, parts);
             loop {
                 match Flights::join(store, fkey.clone()) {
-                    Joined::Lead(lead) => {
-                        return self
-                            .go(
-                                parts,
-                                conn,
-                                path,
-                                &primary,
-                                &extra,
-                                stale,
-                                req_cc.as_ref(),
-                                Some(lead),
-                            )
-                            .await;
+                    Joined::Lead(l) => {
+                        lead = Some(l);
+                        break;
                     }
                     Joined::Wait(rx) => match store::wait(rx).await {
                         Some(Landing::Stored(obj)) if obj.matches(&parts.headers, &extra) => {
@@ -265,17 +256,9 @@ impl Cache {
                 }
             }
         }
-        self.go(
-            parts,
-            conn,
-            path,
-            &primary,
-            &extra,
-            stale,
-            req_cc.as_ref(),
-            None,
-        )
-        .await
+        let req_cc = req_cc.as_ref();
+        self.go(parts, conn, path, &primary, &extra, stale, req_cc, lead)
+            .await
     }
 
     /// One fetch upstream for the cache, and what becomes of its answer.

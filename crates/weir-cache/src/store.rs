@@ -34,6 +34,23 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// `old`'s variants with `obj` in place of the one it stands for (the
+    /// oldest goes when there are too many).
+    pub(crate) fn adding(old: Option<&Entry>, obj: Arc<Object>) -> Entry {
+        let mut variants: Vec<Arc<Object>> = old.map_or_else(Vec::new, |e| {
+            e.variants
+                .iter()
+                .filter(|o| !(o.vary == obj.vary && o.extra == obj.extra))
+                .cloned()
+                .collect()
+        });
+        if variants.len() >= MAX_VARIANTS {
+            variants.remove(0);
+        }
+        variants.push(obj);
+        Entry { variants }
+    }
+
     fn weight(&self, key: &str) -> u32 {
         let w: u64 = key.len() as u64 + self.variants.iter().map(|v| v.weight()).sum::<u64>();
         w.min(u32::MAX as u64) as u32
@@ -291,21 +308,8 @@ impl Store {
     }
 
     fn insert_mem(&self, primary: &Arc<str>, obj: Arc<Object>) {
-        let mut variants: Vec<Arc<Object>> = match self.mem.get(&**primary) {
-            Some(e) => e
-                .variants
-                .iter()
-                .filter(|o| !(o.vary == obj.vary && o.extra == obj.extra))
-                .cloned()
-                .collect(),
-            None => Vec::new(),
-        };
-        if variants.len() >= MAX_VARIANTS {
-            variants.remove(0);
-        }
-        variants.push(obj);
-        self.mem
-            .insert(primary.clone(), Arc::new(Entry { variants }));
+        let e = Entry::adding(self.mem.get(&**primary).as_deref(), obj);
+        self.mem.insert(primary.clone(), Arc::new(e));
         self.uncacheable.invalidate(&**primary);
     }
 

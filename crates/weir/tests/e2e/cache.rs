@@ -199,6 +199,19 @@ async fn get(url: &str, headers: &[(&str, &str)]) -> (u16, http::HeaderMap, Byte
     (s, h, r.bytes().await.unwrap())
 }
 
+/// The admin API's `GET /cache` on port `admin`.
+async fn cache_list(admin: u16) -> serde_json::Value {
+    let t = client()
+        .get(format!("http://127.0.0.1:{admin}/cache"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    serde_json::from_str(&t).unwrap()
+}
+
 fn cache_status(h: &http::HeaderMap) -> String {
     h.get("cache-status")
         .map_or(String::new(), |v| v.to_str().unwrap().to_string())
@@ -388,15 +401,7 @@ async fn admin_api_lists_purges_tags_and_counts() {
         get(&w.url(p), &[]).await;
     }
     let admin_url = |p: &str| format!("http://127.0.0.1:{admin}{p}");
-    let list: serde_json::Value = client()
-        .get(admin_url("/cache"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .map(|t| serde_json::from_str(&t).unwrap())
-        .unwrap();
+    let list = cache_list(admin).await;
     assert_eq!(list["summary"]["urls"], 3, "{list}");
     assert_eq!(list["summary"]["hits"], 3, "{list}");
     let purge = |body: &'static str| {
@@ -452,15 +457,7 @@ async fn memory_stays_within_its_bound_while_ten_times_it_flows_through() {
         let (s, _, b) = get(&w.url(&format!("/size/65536/{i}")), &[]).await;
         assert_eq!((s, b.len()), (200, 65536));
     }
-    let list: serde_json::Value = client()
-        .get(format!("http://127.0.0.1:{admin}/cache?limit=0"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .map(|t| serde_json::from_str(&t).unwrap())
-        .unwrap();
+    let list = cache_list(admin).await;
     let bytes = list["summary"]["bytes"].as_u64().unwrap();
     assert!(
         bytes <= 4 * 1024 * 1024,
@@ -516,16 +513,9 @@ async fn a_restart_with_the_disk_store_serves_old_entries_as_hits() {
     .unwrap();
     let start = || Weir::start_args(WEIR, &["run", "-c", cfg.to_str().unwrap()], port);
     let disk_urls = || async move {
-        let t = client()
-            .get(format!("http://127.0.0.1:{admin}/cache"))
-            .send()
-            .await
+        cache_list(admin).await["summary"]["disk_urls"]
+            .as_u64()
             .unwrap()
-            .text()
-            .await
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_str(&t).unwrap();
-        v["summary"]["disk_urls"].as_u64().unwrap()
     };
     let w = start();
     for p in ["/size/300000/big", "/max60/small"] {
