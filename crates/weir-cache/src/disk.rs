@@ -33,20 +33,12 @@ use http::StatusCode;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use moka::notification::RemovalCause;
 
-use crate::object::{ObjBody, Object};
+use crate::object::{Entry, Expire, ObjBody, Object, OnDisk};
 use crate::rules::Freshness;
-use crate::store::Entry;
 
 const MAGIC: &str = "weir-cache 1\n";
 /// Heads longer than this are not read back (a file that is not ours).
 const MAX_HEAD: usize = 256 * 1024;
-
-/// Where a stored body lies on disk.
-pub struct OnDisk {
-    pub path: PathBuf,
-    pub offset: u64,
-    pub len: u64,
-}
 
 /// The disk store's index and directory.
 pub struct Disk {
@@ -79,7 +71,7 @@ impl Disk {
                     .sum();
                 w.min(u32::MAX as u64) as u32
             })
-            .expire_after(crate::store::Expire)
+            .expire_after(Expire)
             .eviction_listener(|_, e: Arc<Entry>, cause| {
                 // A replaced entry's files live on in its successor (the
                 // store removes the ones it drops itself).

@@ -1,5 +1,6 @@
 //! A stored response: its head, freshness, the request values that select
-//! it, its tags, and its body, complete or still arriving ([`Fill`]).
+//! it, its tags, and its body, complete, still arriving ([`Fill`]) or on
+//! disk; and the entry holding a URL's responses, one per variant.
 //!
 //! A body still arriving is shared: the one upstream response feeds every
 //! client reading it, each at its own pace ([`FillReader`]). Never reads a
@@ -9,6 +10,7 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -41,7 +43,14 @@ pub enum ObjBody {
     Complete(Bytes),
     Filling(Arc<Fill>),
     /// In the disk store only: read back into memory before it is served.
-    OnDisk(Arc<crate::disk::OnDisk>),
+    OnDisk(Arc<OnDisk>),
+}
+
+/// Where a stored body lies on disk.
+pub struct OnDisk {
+    pub path: std::path::PathBuf,
+    pub offset: u64,
+    pub len: u64,
 }
 
 impl Object {
@@ -122,6 +131,67 @@ impl Object {
 /// How long a response with a validator is kept past its last use, for
 /// revalidation (Varnish's `keep`); the byte bound evicts it sooner.
 const KEEP: u64 = 3600;
+
+/// Variants kept per URL; a request selecting another replaces the oldest.
+const MAX_VARIANTS: usize = 32;
+
+/// A URL's stored responses, one per variant.
+pub struct Entry {
+    pub variants: Vec<Arc<Object>>,
+}
+
+impl Entry {
+    /// `old`'s variants with `obj` in place of the one it stands for (the
+    /// oldest goes when there are too many).
+    pub(crate) fn adding(old: Option<&Entry>, obj: Arc<Object>) -> Entry {
+        let mut variants: Vec<Arc<Object>> = old.map_or_else(Vec::new, |e| {
+            e.variants
+                .iter()
+                .filter(|o| !(o.vary == obj.vary && o.extra == obj.extra))
+                .cloned()
+                .collect()
+        });
+        if variants.len() >= MAX_VARIANTS {
+            variants.remove(0);
+        }
+        variants.push(obj);
+        Entry { variants }
+    }
+
+    pub(crate) fn weight(&self, key: &str) -> u32 {
+        let w: u64 = key.len() as u64 + self.variants.iter().map(|v| v.weight()).sum::<u64>();
+        w.min(u32::MAX as u64) as u32
+    }
+
+    fn useless_after(&self) -> u64 {
+        self.variants
+            .iter()
+            .map(|v| v.retain_until())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Entries leave the store once no variant is of use.
+pub(crate) struct Expire;
+
+impl moka::Expiry<Arc<str>, Arc<Entry>> for Expire {
+    fn expire_after_create(&self, _: &Arc<str>, v: &Arc<Entry>, _: Instant) -> Option<Duration> {
+        Some(Duration::from_secs(
+            v.useless_after().saturating_sub(crate::now()).max(1),
+        ))
+    }
+
+    fn expire_after_update(
+        &self,
+        k: &Arc<str>,
+        v: &Arc<Entry>,
+        at: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        self.expire_after_create(k, v, at)
+    }
+}
 
 /// Past this many buffered bytes ahead of the slowest reader, a body that
 /// is no longer kept waits for its readers.

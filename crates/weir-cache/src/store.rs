@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::HeaderMap;
 use moka::notification::RemovalCause;
@@ -19,71 +19,12 @@ use weir_config::cache::CacheStorage;
 use weir_http::metrics::Counts;
 use weir_http::worker::Worker;
 
-use crate::object::Object;
+use crate::object::{Entry, Expire, Object};
 use crate::rules::Uncacheable;
 
 /// How long an uncacheable answer makes later requests for its URL go
 /// straight upstream, without waiting for each other (Varnish's 120 s).
 const HIT_FOR_MISS: Duration = Duration::from_secs(120);
-/// Variants kept per URL; a request selecting another replaces the oldest.
-const MAX_VARIANTS: usize = 32;
-
-/// A URL's stored responses, one per variant.
-pub struct Entry {
-    pub variants: Vec<Arc<Object>>,
-}
-
-impl Entry {
-    /// `old`'s variants with `obj` in place of the one it stands for (the
-    /// oldest goes when there are too many).
-    pub(crate) fn adding(old: Option<&Entry>, obj: Arc<Object>) -> Entry {
-        let mut variants: Vec<Arc<Object>> = old.map_or_else(Vec::new, |e| {
-            e.variants
-                .iter()
-                .filter(|o| !(o.vary == obj.vary && o.extra == obj.extra))
-                .cloned()
-                .collect()
-        });
-        if variants.len() >= MAX_VARIANTS {
-            variants.remove(0);
-        }
-        variants.push(obj);
-        Entry { variants }
-    }
-
-    fn weight(&self, key: &str) -> u32 {
-        let w: u64 = key.len() as u64 + self.variants.iter().map(|v| v.weight()).sum::<u64>();
-        w.min(u32::MAX as u64) as u32
-    }
-
-    fn useless_after(&self) -> u64 {
-        self.variants
-            .iter()
-            .map(|v| v.retain_until())
-            .max()
-            .unwrap_or(0)
-    }
-}
-
-pub(crate) struct Expire;
-
-impl moka::Expiry<Arc<str>, Arc<Entry>> for Expire {
-    fn expire_after_create(&self, _: &Arc<str>, v: &Arc<Entry>, _: Instant) -> Option<Duration> {
-        Some(Duration::from_secs(
-            v.useless_after().saturating_sub(crate::now()).max(1),
-        ))
-    }
-
-    fn expire_after_update(
-        &self,
-        k: &Arc<str>,
-        v: &Arc<Entry>,
-        at: Instant,
-        _: Option<Duration>,
-    ) -> Option<Duration> {
-        self.expire_after_create(k, v, at)
-    }
-}
 
 /// The counters the metrics read, per worker.
 pub mod counter {

@@ -241,7 +241,7 @@ fn table(c: &mut Collector<'_>, key: &str, r: &RawCache) -> CachePolicy {
         }
     }
     if let Some(p) = &r.purge_from {
-        match crate::proxy::parse_cidrs(p.get_ref()) {
+        match crate::units::parse_cidrs(p.get_ref()) {
             Ok(n) => out.purge_from = n,
             Err(m) => c.at(p.span(), format!("{key}.purge_from: {m}")),
         }

@@ -442,16 +442,6 @@ pub fn parse_upstream(s: &str) -> Result<(UpstreamScheme, UpstreamTarget), Strin
     ))
 }
 
-pub fn parse_cidrs(list: &[String]) -> Result<Vec<IpNet>, String> {
-    list.iter()
-        .map(|s| {
-            s.parse::<IpNet>()
-                .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
-                .map_err(|_| format!("`{s}` is not an address or CIDR like \"10.0.0.0/8\""))
-        })
-        .collect()
-}
-
 fn proxy_config(c: &mut Collector<'_>, key: &str, p: &Spanned<RawProxy>) -> ProxyConfig {
     let raw = p.get_ref();
     let mut out = ProxyConfig {
@@ -717,7 +707,7 @@ fn proxy_config(c: &mut Collector<'_>, key: &str, p: &Spanned<RawProxy>) -> Prox
         );
     }
     if let Some(t) = &raw.trusted_proxies {
-        match parse_cidrs(t.get_ref()) {
+        match crate::units::parse_cidrs(t.get_ref()) {
             Ok(v) => out.trusted_proxies = v,
             Err(m) => c.at(t.span(), format!("{key}.trusted_proxies: {m}")),
         }
@@ -751,7 +741,7 @@ pub fn accept_proxy_protocol(
 ) -> Option<AcceptProxyProtocol> {
     let on = s.proxy_protocol.as_ref().is_some_and(|p| *p.get_ref());
     let sources = match &s.trusted_sources {
-        Some(t) => match parse_cidrs(t.get_ref()) {
+        Some(t) => match crate::units::parse_cidrs(t.get_ref()) {
             Ok(v) => v,
             Err(m) => {
                 c.at(t.span(), format!("site \"{site}\": trusted_sources: {m}"));

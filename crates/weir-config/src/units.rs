@@ -1,8 +1,12 @@
-//! Durations (`"30s"`, `"500ms"`, `"2m"`, `"1h"`, or a number of seconds) and
+//! Address ranges (`"10.0.0.0/8"`, `"::1"`), durations (`"30s"`,
+//! `"500ms"`, `"2m"`, `"1h"`, or a number of seconds) and
 //! sizes (`"8KiB"`, `"1MiB"`, `"64k"`, `"10m"` as nginx writes them, or a
 //! number of bytes) as a user writes them in the config.
 
+use std::net::IpAddr;
 use std::time::Duration;
+
+use ipnet::IpNet;
 
 use super::raw::Value;
 
@@ -68,6 +72,17 @@ pub fn parse_size(v: &Value) -> Result<u64, String> {
             "a size must be a whole, non-negative number of bytes or a string like \"1MiB\"".into(),
         ),
     }
+}
+
+/// CIDRs or single addresses, as written in the config.
+pub fn parse_cidrs(list: &[String]) -> Result<Vec<IpNet>, String> {
+    list.iter()
+        .map(|s| {
+            s.parse::<IpNet>()
+                .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| format!("`{s}` is not an address or CIDR like \"10.0.0.0/8\""))
+        })
+        .collect()
 }
 
 #[cfg(test)]
