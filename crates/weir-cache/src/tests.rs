@@ -1,5 +1,5 @@
 //! The cache's path against an origin that counts its requests, with the
-//! clock moved by hand (`SKEW`, per test thread).
+//! clock moved by hand (`CLOCK_START` + `SKEW`, per test thread).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,6 +10,9 @@ use http::Request;
 use http_body_util::BodyExt;
 
 use super::*;
+
+/// Where the tests' clock starts (seconds since the epoch, in 2027).
+pub const CLOCK_START: u64 = 1_800_000_000;
 
 thread_local! {
     pub static SKEW: Cell<u64> = const { Cell::new(0) };
