@@ -350,6 +350,83 @@ impl Collector for Weir {
             MetricType::Counter,
             |m| counter(m, &vec![], cache.purged),
         )?;
+        let sites = s.sites();
+        let limits: Vec<(String, String, &weir_traffic::limit::Limiter)> = sites
+            .iter()
+            .flat_map(|site| {
+                site.limiters()
+                    .into_iter()
+                    .map(|(route, l)| (site.cfg.name.clone(), route, l))
+            })
+            .collect();
+        family(
+            &mut enc,
+            "weir_limit_refused",
+            "Requests a limit refused (in dry-run: would have refused), by site, route and limit.",
+            MetricType::Counter,
+            |m| {
+                for (site, route, l) in &limits {
+                    let labels = vec![
+                        ("site", site.as_str()),
+                        ("route", route.as_str()),
+                        ("limit", l.cfg.name.as_str()),
+                    ];
+                    counter(m, &labels, l.refused())?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_limit_delayed",
+            "Requests a rate limit delayed to keep its rate.",
+            MetricType::Counter,
+            |m| {
+                for (site, route, l) in &limits {
+                    let labels = vec![
+                        ("site", site.as_str()),
+                        ("route", route.as_str()),
+                        ("limit", l.cfg.name.as_str()),
+                    ];
+                    counter(m, &labels, l.delayed())?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_limit_keys",
+            "Keys a limit tracks now (bound: its `size`).",
+            MetricType::Gauge,
+            |m| {
+                for (site, route, l) in &limits {
+                    let labels = vec![
+                        ("site", site.as_str()),
+                        ("route", route.as_str()),
+                        ("limit", l.cfg.name.as_str()),
+                    ];
+                    gauge(m, &labels, l.keys() as i64)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_limit_evicted",
+            "Keys a full limit forgot, the least recently seen first.",
+            MetricType::Counter,
+            |m| {
+                for (site, route, l) in &limits {
+                    let labels = vec![
+                        ("site", site.as_str()),
+                        ("route", route.as_str()),
+                        ("limit", l.cfg.name.as_str()),
+                    ];
+                    counter(m, &labels, l.evicted())?;
+                }
+                Ok(())
+            },
+        )?;
         let (reloaded, refused) = s.reloads();
         family(
             &mut enc,

@@ -97,6 +97,9 @@ impl Default for CacheOptions {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
     pub root: PathBuf,
+    /// Paths tried in turn (`{path}` is the request's), the last one
+    /// answering whatever it finds; `=404` answers that status. Empty: `{path}`.
+    pub try_files: Vec<String>,
     pub index: Vec<String>,
     pub browse: bool,
     pub serve_hidden: bool,
@@ -112,6 +115,7 @@ impl Options {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Options {
             root: root.into(),
+            try_files: Vec::new(),
             index: vec!["index.html".to_owned()],
             browse: false,
             serve_hidden: false,

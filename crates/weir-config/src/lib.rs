@@ -15,6 +15,7 @@ mod introspect;
 pub mod proxy;
 pub mod raw;
 mod tls;
+pub mod traffic;
 pub mod units;
 
 use std::collections::HashMap;
@@ -147,6 +148,8 @@ pub struct SiteConfig {
     /// The cache in front of the site's own proxy, and of routes that say
     /// nothing about caching.
     pub cache: Option<Arc<cache::CachePolicy>>,
+    /// Limits, access control and header rules for every request.
+    pub filters: Arc<traffic::Filters>,
 }
 
 impl std::fmt::Debug for SiteConfig {
@@ -194,6 +197,10 @@ pub enum HandlerConfig {
     RedirectHttps { port: u16 },
     /// Reverse proxy to upstreams.
     Proxy(Arc<proxy::ProxyConfig>),
+    /// A redirect to a URL made from the request.
+    Redirect(traffic::Redirect),
+    /// A fixed answer.
+    Respond(traffic::Respond),
     /// Routes by path, tried in order; then `fallback` (404 without one).
     Routes {
         routes: Vec<proxy::RouteConfig>,
@@ -282,6 +289,7 @@ impl Config {
             headers: Vec::new(),
             access_log: None,
             cache: None,
+            filters: Default::default(),
         };
         Config {
             source: "<built-in>".into(),
@@ -414,6 +422,15 @@ pub fn load_str_with(
         );
         let has_tls = tls.is_some() || raw_site.tls.is_some();
 
+        if let (Some(r), true) = (
+            &raw_site.root,
+            raw_site.redirect.is_some() || raw_site.respond.is_some(),
+        ) {
+            c.at(
+                r.span(),
+                format!("site \"{name}\": `root` excludes `redirect` and `respond` (use a route for some paths)"),
+            );
+        }
         let own = match &raw_site.root {
             Some(root) => Some({
                 let path = base.join(root.get_ref());
@@ -433,6 +450,9 @@ pub fn load_str_with(
                 }
                 HandlerConfig::Static(static_options(&mut c, &name, raw_site, path))
             }),
+            None if raw_site.redirect.is_some() || raw_site.respond.is_some() => {
+                own_answer(&mut c, &name, raw_site)
+            }
             None if proxy::has_proxy(raw_site) => None,
             None => {
                 c.at(
@@ -460,8 +480,36 @@ pub fn load_str_with(
                 ),
             );
         }
-        let handler = proxy::site_handler(&mut c, &name, raw_site, own, site_cache.as_ref())
-            .unwrap_or(HandlerConfig::Welcome);
+        let files = |c: &mut Collector<'_>, root: &Spanned<String>| {
+            let path = base.join(root.get_ref());
+            if !path.is_dir() {
+                c.at(
+                    root.span(),
+                    format!(
+                        "site \"{name}\": root {} is not a directory",
+                        path.display()
+                    ),
+                );
+            }
+            HandlerConfig::Static(static_options(c, &name, raw_site, path))
+        };
+        let handler =
+            proxy::site_handler(&mut c, &name, raw_site, own, site_cache.as_ref(), &files)
+                .unwrap_or(HandlerConfig::Welcome);
+        let filters = traffic::filters(
+            &mut c,
+            &format!("site \"{name}\""),
+            traffic::RawFilterKeys {
+                allow: &raw_site.allow,
+                deny: &raw_site.deny,
+                basic_auth: &raw_site.basic_auth,
+                forward_auth: &raw_site.forward_auth,
+                limit: &raw_site.limit,
+                request_headers: &raw_site.request_headers,
+                response_headers: &raw_site.response_headers,
+                max_body: &raw_site.max_body,
+            },
+        );
 
         let idx = sites.len();
         if let Some(pp) = proxy::accept_proxy_protocol(&mut c, &name, raw_site) {
@@ -562,6 +610,7 @@ pub fn load_str_with(
             headers,
             access_log,
             cache: site_cache,
+            filters: Arc::new(filters),
         });
 
         if let (Some(from), Some(to)) = (redirect_from, addrs.first()) {
@@ -575,6 +624,7 @@ pub fn load_str_with(
                 headers: Vec::new(),
                 access_log: None,
                 cache: None,
+                filters: Default::default(),
             });
             binds.push((from, false, ridx, false, name_span.clone()));
         }
@@ -645,6 +695,22 @@ fn known_keys(path: &[String]) -> &'static [&'static str] {
             fields::<RawPassive>()
         }
         ["site", _, "route", _] => fields::<RawRoute>(),
+        ["site", _, "basic_auth"] | ["site", _, "route", _, "basic_auth"] => {
+            fields::<raw::RawBasicAuth>()
+        }
+        ["site", _, "forward_auth"] | ["site", _, "route", _, "forward_auth"] => {
+            fields::<raw::RawForwardAuth>()
+        }
+        ["site", _, "limit", _] | ["site", _, "route", _, "limit", _] => fields::<raw::RawLimit>(),
+        ["site", _, "request_headers" | "response_headers"]
+        | [
+            "site",
+            _,
+            "route",
+            _,
+            "request_headers" | "response_headers",
+        ] => fields::<raw::RawHeaderOps>(),
+        ["site", _, "route", _, "match"] => fields::<raw::RawMatch>(),
         ["cache"] => fields::<RawCacheGlobal>(),
         ["cache", "disk"] => fields::<RawCacheDisk>(),
         ["site", _, "cache"] | ["site", _, "route", _, "cache"] => fields::<RawCache>(),
@@ -986,6 +1052,64 @@ fn parse_encodings(c: &mut Collector<'_>, key: &str, v: &Spanned<Vec<String>>) -
     out
 }
 
+/// `try_files = ["{path}", "/index.html"]`: each a path with `{path}`,
+/// the last one may be `=404` (a status).
+pub(crate) fn try_files(c: &mut Collector<'_>, key: &str, t: &Spanned<Vec<String>>) -> Vec<String> {
+    let list = t.get_ref();
+    if list.is_empty() {
+        c.at(t.span(), format!("{key}: try_files is empty"));
+    }
+    for (i, e) in list.iter().enumerate() {
+        let status = e.strip_prefix('=').map(|n| n.parse::<u16>());
+        let ok = match status {
+            Some(Ok(n)) => i == list.len() - 1 && (200..=599).contains(&n),
+            Some(Err(_)) => false,
+            None => {
+                (e.starts_with('/') || e.starts_with("{path}"))
+                    && e.replace("{path}", "").find(['{', '}']).is_none()
+            }
+        };
+        if !ok {
+            c.at(
+                t.span(),
+                format!("{key}: try_files: `{e}` is not a path starting with `/` or `{{path}}` (the last may be a status like \"=404\")"),
+            );
+        }
+    }
+    list.clone()
+}
+
+/// A site's `redirect` or `respond`, which stand in for `root`.
+fn own_answer(c: &mut Collector<'_>, name: &str, s: &RawSite) -> Option<HandlerConfig> {
+    let key = format!("site \"{name}\"");
+    if let (Some(r), true) = (&s.redirect, s.proxy.is_some() || s.respond.is_some()) {
+        c.at(
+            r.span(),
+            format!("{key}: `redirect` answers every request; it excludes `proxy` and `respond` (use a route for some paths)"),
+        );
+    }
+    if let (Some(r), true) = (&s.respond, s.proxy.is_some()) {
+        c.at(
+            r.span(),
+            format!("{key}: `respond` answers every request; it excludes `proxy` (use a route for some paths)"),
+        );
+    }
+    if let Some(r) = &s.redirect {
+        let rd = traffic::redirect(c, &key, r)?;
+        if rd.to.max_capture() > 0 {
+            c.at(
+                r.span(),
+                format!("{key}: redirect: groups like {{1}} come from a route's `path_regex`"),
+            );
+        }
+        return Some(HandlerConfig::Redirect(rd));
+    }
+    s.respond
+        .as_ref()
+        .and_then(|r| traffic::respond(c, &key, r))
+        .map(HandlerConfig::Respond)
+}
+
 fn static_options(c: &mut Collector<'_>, name: &str, s: &RawSite, root: PathBuf) -> files::Options {
     let all = vec![Encoding::Br, Encoding::Zstd, Encoding::Gzip];
     let precompressed = match &s.precompressed {
@@ -1032,8 +1156,13 @@ fn static_options(c: &mut Collector<'_>, name: &str, s: &RawSite, root: PathBuf)
             }
         }
     }
+    let try_files = match &s.try_files {
+        Some(t) => try_files(c, &format!("site \"{name}\""), t),
+        None => Vec::new(),
+    };
     files::Options {
         root,
+        try_files,
         index: s.index.clone().unwrap_or_else(|| vec!["index.html".into()]),
         browse: s.browse.unwrap_or(false),
         serve_hidden: s.serve_hidden.unwrap_or(false),

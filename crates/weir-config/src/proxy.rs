@@ -48,6 +48,41 @@ pub struct ProxyConfig {
     pub dns_ttl: Duration,
 }
 
+impl ProxyConfig {
+    /// Every setting at its default, with no upstream.
+    pub fn defaults() -> ProxyConfig {
+        ProxyConfig {
+            upstreams: Vec::new(),
+            balance: Balance::RoundRobin,
+            sticky_cookie: None,
+            host: HostHeader::Pass,
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+            max_idle: 1024,
+            max_conns: 0,
+            queue: 0,
+            queue_timeout: Duration::from_secs(5),
+            retries: 2,
+            retry_body_size: 64 * 1024,
+            health: None,
+            passive: PassiveConfig {
+                failures: 5,
+                window: Duration::from_secs(10),
+                cooldown: Duration::from_secs(30),
+            },
+            x_forwarded: true,
+            forwarded: true,
+            via: true,
+            trusted_proxies: Vec::new(),
+            send_proxy_protocol: None,
+            tls_verify: true,
+            sni: None,
+            dns_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProxyProtocolVersion {
     V1,
@@ -155,6 +190,10 @@ pub struct PassiveConfig {
 /// A path pattern of a route.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PathPattern {
+    /// Every path (a route with no `path`, matching on other conditions).
+    Any,
+    /// `path_regex`: the groups fill `{1}`.. in the route's templates.
+    Regex(PathRegex),
     /// `"/api/"`: paths starting with it.
     Prefix(String),
     /// `"/api/*"`: `/api/...` and `/api` itself; holds `/api/`.
@@ -179,6 +218,8 @@ impl PathPattern {
 
     pub fn matches(&self, path: &str) -> bool {
         match self {
+            PathPattern::Any => true,
+            PathPattern::Regex(r) => r.re.is_match(path),
             PathPattern::Prefix(p) => path.starts_with(p.as_str()),
             PathPattern::Dir(d) => {
                 path.starts_with(d.as_str())
@@ -191,11 +232,26 @@ impl PathPattern {
     /// The literal part before the first `*`.
     pub fn literal(&self) -> &str {
         match self {
+            PathPattern::Any | PathPattern::Regex(_) => "",
             PathPattern::Prefix(p) | PathPattern::Dir(p) => p,
             PathPattern::Glob(g) => &g[..g.find('*').unwrap_or(g.len())],
         }
     }
 }
+
+/// A compiled `path_regex`, compared by its source.
+#[derive(Debug, Clone)]
+pub struct PathRegex {
+    pub src: String,
+    pub re: regex_lite::Regex,
+}
+
+impl PartialEq for PathRegex {
+    fn eq(&self, o: &Self) -> bool {
+        self.src == o.src
+    }
+}
+impl Eq for PathRegex {}
 
 /// `*` matches any run of bytes; everything else matches itself.
 fn glob_match(pat: &[u8], s: &[u8]) -> bool {
@@ -224,6 +280,8 @@ pub enum PathRewrite {
     None,
     /// Replace the pattern's literal prefix with this (`""` strips it).
     Replace(String),
+    /// The new path (and query, after a `?`) from placeholders and groups.
+    Template(crate::traffic::Template),
 }
 
 impl PathRewrite {
@@ -231,6 +289,7 @@ impl PathRewrite {
     pub fn apply<'a>(&self, pattern: &PathPattern, path: &'a str) -> std::borrow::Cow<'a, str> {
         use std::borrow::Cow;
         let PathRewrite::Replace(with) = self else {
+            // A template is filled by the request filters, which see the request.
             return Cow::Borrowed(path);
         };
         let lit = pattern.literal();
@@ -264,6 +323,10 @@ pub struct RouteConfig {
     /// The cache in front of this route's proxy (the site's unless the
     /// route says otherwise).
     pub cache: Option<Arc<crate::cache::CachePolicy>>,
+    /// Conditions besides the path.
+    pub matcher: crate::traffic::RouteMatch,
+    /// Its own limits, access control and header rules (after the site's).
+    pub filters: Arc<crate::traffic::Filters>,
 }
 
 /// PROXY protocol accepted on a listener.
@@ -291,6 +354,7 @@ pub fn site_handler(
     s: &RawSite,
     own: Option<HandlerConfig>,
     cache: Option<&Arc<crate::cache::CachePolicy>>,
+    files: &dyn Fn(&mut Collector<'_>, &Spanned<String>) -> HandlerConfig,
 ) -> Option<HandlerConfig> {
     let own = match (&s.proxy, own) {
         (Some(p), Some(h)) => {
@@ -316,7 +380,13 @@ pub fn site_handler(
         .iter()
         .enumerate()
         .filter_map(|(i, r)| {
-            route_config(c, &format!("site \"{site}\": route {}", i + 1), r, cache)
+            route_config(
+                c,
+                &format!("site \"{site}\": route {}", i + 1),
+                r,
+                cache,
+                files,
+            )
         })
         .collect();
     Some(HandlerConfig::Routes {
@@ -330,15 +400,51 @@ fn route_config(
     key: &str,
     r: &Spanned<RawRoute>,
     site_cache: Option<&Arc<crate::cache::CachePolicy>>,
+    files: &dyn Fn(&mut Collector<'_>, &Spanned<String>) -> HandlerConfig,
 ) -> Option<RouteConfig> {
+    use crate::traffic;
     let raw = r.get_ref();
     let cache = crate::cache::policy(c, &format!("{key}: cache"), raw.cache.as_ref(), site_cache);
-    let pattern = match PathPattern::parse(raw.path.get_ref()) {
-        Ok(p) => p,
-        Err(m) => {
-            c.at(raw.path.span(), format!("{key}: path: {m}"));
+    let pattern = match (&raw.path, &raw.path_regex) {
+        (Some(p), Some(_)) => {
+            c.at(
+                p.span(),
+                format!("{key}: `path` and `path_regex` exclude each other; keep one"),
+            );
             return None;
         }
+        (Some(p), None) => match PathPattern::parse(p.get_ref()) {
+            Ok(p) => p,
+            Err(m) => {
+                c.at(p.span(), format!("{key}: path: {m}"));
+                return None;
+            }
+        },
+        (None, Some(re)) => match regex_lite::Regex::new(re.get_ref()) {
+            Ok(compiled) => PathPattern::Regex(PathRegex {
+                src: re.get_ref().clone(),
+                re: compiled,
+            }),
+            Err(e) => {
+                c.at(re.span(), format!("{key}: path_regex: {e}"));
+                return None;
+            }
+        },
+        (None, None) => PathPattern::Any,
+    };
+    let matcher = match &raw.matches {
+        Some(m) => traffic::route_match(c, key, m),
+        None => traffic::RouteMatch::default(),
+    };
+    if pattern == PathPattern::Any && matcher.is_empty() {
+        c.at(
+            r.span(),
+            format!("{key}: matches nothing in particular: add `path = \"/api/*\"`, `path_regex` or `match = {{ ... }}`"),
+        );
+    }
+    let groups = match &pattern {
+        PathPattern::Regex(r) => r.re.captures_len() - 1,
+        _ => 0,
     };
     let rewrite = match (&raw.rewrite, raw.strip_prefix) {
         (Some(w), Some(true)) => {
@@ -348,24 +454,135 @@ fn route_config(
             );
             PathRewrite::None
         }
+        (Some(w), _)
+            if w.get_ref().contains('{')
+                || !matches!(
+                    pattern,
+                    PathPattern::Prefix(_) | PathPattern::Dir(_) | PathPattern::Glob(_)
+                ) =>
+        {
+            match traffic::Template::parse(w.get_ref()) {
+                Ok(t) if t.max_capture() > groups => {
+                    c.at(
+                        w.span(),
+                        format!(
+                            "{key}: rewrite uses group {{{}}} but the path has {groups}",
+                            t.max_capture()
+                        ),
+                    );
+                    PathRewrite::None
+                }
+                Ok(t) if !w.get_ref().starts_with('/') && !w.get_ref().starts_with('{') => {
+                    c.at(
+                        w.span(),
+                        format!("{key}: rewrite must make a path starting with `/`"),
+                    );
+                    let _ = t;
+                    PathRewrite::None
+                }
+                Ok(t) => PathRewrite::Template(t),
+                Err(m) => {
+                    c.at(w.span(), format!("{key}: rewrite: {m}"));
+                    PathRewrite::None
+                }
+            }
+        }
         (Some(w), _) => PathRewrite::Replace(w.get_ref().clone()),
         (None, Some(true)) => PathRewrite::Replace(String::new()),
         (None, _) => PathRewrite::None,
     };
-    let Some(p) = &raw.proxy else {
+    let given = raw.proxy.is_some() as u8
+        + raw.root.is_some() as u8
+        + raw.redirect.is_some() as u8
+        + raw.respond.is_some() as u8;
+    if given > 1 {
         c.at(
             r.span(),
-            format!("{key}: has nothing to do: add `proxy = {{ to = [\"127.0.0.1:9000\"] }}`"),
+            format!("{key}: give one of `proxy`, `root`, `redirect` or `respond`"),
+        );
+        return None;
+    }
+    let handler = if let Some(p) = &raw.proxy {
+        HandlerConfig::Proxy(Arc::new(proxy_config(c, &format!("{key}: proxy"), p)))
+    } else if let Some(root) = &raw.root {
+        let mut h = files(c, root);
+        if let (HandlerConfig::Static(o), Some(t)) = (&mut h, &raw.try_files) {
+            o.try_files = crate::try_files(c, key, t);
+        }
+        h
+    } else if let Some(rd) = &raw.redirect {
+        let rd = traffic::redirect(c, key, rd)?;
+        if rd.to.max_capture() > groups {
+            c.at(
+                r.span(),
+                format!(
+                    "{key}: redirect uses group {{{}}} but the path has {groups}",
+                    rd.to.max_capture()
+                ),
+            );
+        }
+        HandlerConfig::Redirect(rd)
+    } else if let Some(rs) = &raw.respond {
+        HandlerConfig::Respond(traffic::respond(c, key, rs)?)
+    } else {
+        c.at(
+            r.span(),
+            format!("{key}: has nothing to do: add `proxy = {{ to = [\"127.0.0.1:9000\"] }}`, `root`, `redirect` or `respond`"),
         );
         return None;
     };
-    let handler = HandlerConfig::Proxy(Arc::new(proxy_config(c, &format!("{key}: proxy"), p)));
+    if let (Some(span), false) = (
+        raw.cache.as_ref().map(|c| c.span()),
+        matches!(handler, HandlerConfig::Proxy(_)),
+    ) {
+        if cache.is_some()
+            && matches!(
+                raw.cache.as_ref().map(|c| c.get_ref()),
+                Some(crate::raw::RawCacheSwitch::On(_))
+            )
+        {
+            c.at(
+                span,
+                format!("{key}: `cache` keeps responses of a proxy; this route has none"),
+            );
+        }
+    }
+    let filters = traffic::filters(c, key, route_filter_keys(raw));
     Some(RouteConfig {
         pattern,
         rewrite,
         handler,
         cache,
+        matcher,
+        filters: Arc::new(filters),
     })
+}
+
+fn route_filter_keys(r: &RawRoute) -> crate::traffic::RawFilterKeys<'_> {
+    crate::traffic::RawFilterKeys {
+        allow: &r.allow,
+        deny: &r.deny,
+        basic_auth: &r.basic_auth,
+        forward_auth: &r.forward_auth,
+        limit: &r.limit,
+        request_headers: &r.request_headers,
+        response_headers: &r.response_headers,
+        max_body: &r.max_body,
+    }
+}
+
+/// The defaults of a proxy with one upstream at `url` (`http://host:port`):
+/// a forward-auth service.
+pub fn single_upstream(url: &str) -> Result<ProxyConfig, String> {
+    let (scheme, target) = parse_upstream(url)?;
+    let mut p = ProxyConfig::defaults();
+    p.upstreams.push(UpstreamConfig {
+        name: url.to_string(),
+        scheme,
+        target,
+        weight: 1,
+    });
+    Ok(p)
 }
 
 /// Parses one upstream as written.
@@ -445,33 +662,12 @@ pub fn parse_upstream(s: &str) -> Result<(UpstreamScheme, UpstreamTarget), Strin
 fn proxy_config(c: &mut Collector<'_>, key: &str, p: &Spanned<RawProxy>) -> ProxyConfig {
     let raw = p.get_ref();
     let mut out = ProxyConfig {
-        upstreams: Vec::new(),
-        balance: Balance::RoundRobin,
-        sticky_cookie: None,
-        host: HostHeader::Pass,
-        connect_timeout: Duration::from_secs(5),
-        response_timeout: Duration::from_secs(60),
-        idle_timeout: Duration::from_secs(60),
-        max_idle: 1024,
-        max_conns: 0,
-        queue: 0,
-        queue_timeout: Duration::from_secs(5),
-        retries: 2,
-        retry_body_size: 64 * 1024,
-        health: None,
-        passive: PassiveConfig {
-            failures: 5,
-            window: Duration::from_secs(10),
-            cooldown: Duration::from_secs(30),
-        },
         x_forwarded: raw.x_forwarded.unwrap_or(true),
         forwarded: raw.forwarded.unwrap_or(true),
         via: raw.via.unwrap_or(true),
-        trusted_proxies: Vec::new(),
-        send_proxy_protocol: None,
         tls_verify: raw.tls_verify.unwrap_or(true),
         sni: raw.sni.clone(),
-        dns_ttl: Duration::from_secs(30),
+        ..ProxyConfig::defaults()
     };
 
     let list: Vec<RawUpstream> = match raw.to.get_ref() {

@@ -247,6 +247,33 @@ pub struct RawSite {
     /// Cache the proxy's responses (and every route's, unless a route says
     /// otherwise): `true` or `{ default_ttl = "2m", ... }`; default off.
     pub cache: Option<Spanned<RawCacheSwitch>>,
+    /// Client addresses allowed (CIDRs or addresses); others get 403.
+    /// Default: everyone. Checked after `deny`.
+    pub allow: Option<Spanned<Vec<String>>>,
+    /// Client addresses refused with 403 (CIDRs or addresses). Default: none.
+    pub deny: Option<Spanned<Vec<String>>>,
+    /// HTTP basic authentication: `{ realm = "admin", users = { alice = "$2b$12$..." } }`
+    /// with bcrypt or argon2 hashes (`weir hash-password`). Default off.
+    pub basic_auth: Option<Spanned<RawBasicAuth>>,
+    /// Ask an auth service first: `{ url = "http://127.0.0.1:9091/verify", copy_headers = ["X-User"] }`.
+    /// Default off.
+    pub forward_auth: Option<Spanned<RawForwardAuth>>,
+    /// Rate, connection and window limits: `[{ rate = "10r/s", burst = 5, nodelay = true }]`.
+    pub limit: Option<Vec<Spanned<RawLimit>>>,
+    /// Request fields changed before the handler: `{ set = { X-Real-IP = "{client_ip}" }, add = {...}, remove = [...] }`.
+    pub request_headers: Option<Spanned<RawHeaderOps>>,
+    /// Response fields changed after the handler: `{ set = {...}, add = {...}, remove = [...] }`.
+    pub response_headers: Option<Spanned<RawHeaderOps>>,
+    /// Largest request body, refused with 413 past it (`"10MiB"`); default `server.limits.body`.
+    pub max_body: Option<Spanned<Value>>,
+    /// Files tried in order for static requests, the last one answering
+    /// whatever it gives: `["{path}", "/index.html"]` (a single-page app). Default: `{path}`.
+    pub try_files: Option<Spanned<Vec<String>>>,
+    /// Redirect every request: `"https://example.com{uri}"` or `{ to = "...", status = 301 }`
+    /// (default status 302). Exclusive with `root` and `proxy`.
+    pub redirect: Option<Spanned<RawRedirect>>,
+    /// Answer every request with a fixed response: `403` or `{ status = 200, body = "ok" }`.
+    pub respond: Option<Spanned<RawRespond>>,
     /// Routes by path, tried in file order before the site's own handler:
     /// `[[site."x".route]]` with `path = "/api/*"` and `proxy = { ... }`. None by default.
     pub route: Option<Vec<Spanned<RawRoute>>>,
@@ -262,18 +289,163 @@ pub struct RawSite {
 #[derive(Debug, Deserialize)]
 pub struct RawRoute {
     /// `"/api/"` (prefix), `"/api/*"` (the prefix `/api/` and `/api` itself)
-    /// or a glob with `*` (`"/*.php"`). Required.
-    pub path: Spanned<String>,
+    /// or a glob with `*` (`"/*.php"`). Default: every path.
+    pub path: Option<Spanned<String>>,
+    /// A regular expression the path must match; its groups are `{1}`,
+    /// `{2}`... in `rewrite`, `redirect` and header values. Exclusive with `path`.
+    pub path_regex: Option<Spanned<String>>,
+    /// More conditions, all of which must hold: `{ method = ["GET"], host = "a.example",
+    /// header = { X-Debug = "1" }, query = { preview = "*" }, client = ["10.0.0.0/8"], protocol = "https" }`.
+    #[serde(rename = "match")]
+    pub matches: Option<Spanned<RawMatch>>,
+    /// Serve static files from this directory (relative to the config file).
+    pub root: Option<Spanned<String>>,
     /// Remove the literal part of `path` before the first `*` (keeping a
     /// leading `/`) before forwarding; default false.
     pub strip_prefix: Option<bool>,
     /// Replace the literal part of `path` with this before forwarding
     /// (`"/v2/"`); default: no rewrite. Exclusive with `strip_prefix`.
     pub rewrite: Option<Spanned<String>>,
-    /// Where matching requests go. Required.
+    /// Where matching requests go: `proxy`, `root`, `redirect` or `respond` (one of them).
     pub proxy: Option<Spanned<RawProxy>>,
     /// Cache this route's responses: `true`, `false` or a table; default: the site's `cache`.
     pub cache: Option<Spanned<RawCacheSwitch>>,
+    /// Client addresses allowed (CIDRs or addresses); others get 403.
+    /// Default: everyone. Checked after `deny`.
+    pub allow: Option<Spanned<Vec<String>>>,
+    /// Client addresses refused with 403 (CIDRs or addresses). Default: none.
+    pub deny: Option<Spanned<Vec<String>>>,
+    /// HTTP basic authentication: `{ realm = "admin", users = { alice = "$2b$12$..." } }`
+    /// with bcrypt or argon2 hashes (`weir hash-password`). Default off.
+    pub basic_auth: Option<Spanned<RawBasicAuth>>,
+    /// Ask an auth service first: `{ url = "http://127.0.0.1:9091/verify", copy_headers = ["X-User"] }`.
+    /// Default off.
+    pub forward_auth: Option<Spanned<RawForwardAuth>>,
+    /// Rate, connection and window limits: `[{ rate = "10r/s", burst = 5, nodelay = true }]`.
+    pub limit: Option<Vec<Spanned<RawLimit>>>,
+    /// Request fields changed before the handler: `{ set = { X-Real-IP = "{client_ip}" }, add = {...}, remove = [...] }`.
+    pub request_headers: Option<Spanned<RawHeaderOps>>,
+    /// Response fields changed after the handler: `{ set = {...}, add = {...}, remove = [...] }`.
+    pub response_headers: Option<Spanned<RawHeaderOps>>,
+    /// Largest request body, refused with 413 past it (`"10MiB"`); default `server.limits.body`.
+    pub max_body: Option<Spanned<Value>>,
+    /// Files tried in order for static requests, the last one answering
+    /// whatever it gives: `["{path}", "/index.html"]` (a single-page app). Default: `{path}`.
+    pub try_files: Option<Spanned<Vec<String>>>,
+    /// Redirect every request: `"https://example.com{uri}"` or `{ to = "...", status = 301 }`
+    /// (default status 302). Exclusive with `root` and `proxy`.
+    pub redirect: Option<Spanned<RawRedirect>>,
+    /// Answer every request with a fixed response: `403` or `{ status = 200, body = "ok" }`.
+    pub respond: Option<Spanned<RawRespond>>,
+}
+
+/// `basic_auth = { ... }`.
+#[derive(Debug, Deserialize)]
+pub struct RawBasicAuth {
+    /// Shown by browsers in the login prompt; default `"restricted"`.
+    pub realm: Option<String>,
+    /// User name to a bcrypt (`$2b$...`) or argon2 (`$argon2id$...`) hash. Required.
+    pub users: IndexMap<String, Spanned<String>>,
+}
+
+/// `forward_auth = { ... }`.
+#[derive(Debug, Deserialize)]
+pub struct RawForwardAuth {
+    /// The auth service's endpoint: `"http://127.0.0.1:9091/verify"`. Required.
+    pub url: Spanned<String>,
+    /// Request fields sent to it; default: all of the client's.
+    pub headers: Option<Spanned<Vec<String>>>,
+    /// Fields of its 2xx answer copied onto the request (removed from the
+    /// client's request first); default none.
+    pub copy_headers: Option<Spanned<Vec<String>>>,
+    /// How long it may take to answer; default 5s (then 503).
+    pub timeout: Option<Spanned<Value>>,
+}
+
+/// One entry of `limit = [...]`.
+#[derive(Debug, Deserialize)]
+pub struct RawLimit {
+    /// Its name in logs, metrics and `RateLimit-Policy`; default `limitN`.
+    pub name: Option<String>,
+    /// What is counted apart: `"client"` (default), `"header:NAME"`,
+    /// `"cookie:NAME"`, `"path"`, `"site"`, or a list of them.
+    pub key: Option<Spanned<OneOrMany>>,
+    /// Requests per time: `"10r/s"`, `"300r/m"`.
+    pub rate: Option<Spanned<String>>,
+    /// Requests beyond the rate held in the bucket; default 0.
+    pub burst: Option<u64>,
+    /// Answer the whole burst at once instead of spacing it out; default false.
+    pub nodelay: Option<bool>,
+    /// Answer the first `delay` of the burst at once, space out the rest.
+    pub delay: Option<u64>,
+    /// Requests in progress at once per key (nginx's `limit_conn`).
+    pub connections: Option<u64>,
+    /// The sliding window of `requests`, `errors` and `bytes`: `"10s"`.
+    pub window: Option<Spanned<Value>>,
+    /// Most requests per window.
+    pub requests: Option<u64>,
+    /// Most error answers (status 400 and above) per window.
+    pub errors: Option<u64>,
+    /// Most response bytes per window (`"100MiB"`).
+    pub bytes: Option<Spanned<Value>>,
+    /// Status of a refusal; default 429.
+    pub status: Option<Spanned<u16>>,
+    /// Body of a refusal; default a short text.
+    pub body: Option<String>,
+    /// Only log and count what would be refused; default false.
+    pub dry_run: Option<bool>,
+    /// Most keys tracked; the least recently seen are forgotten past it; default 100000.
+    pub size: Option<Spanned<u64>>,
+    /// Send the `RateLimit-Policy` and `RateLimit` fields; default false.
+    pub headers: Option<bool>,
+}
+
+/// `request_headers` and `response_headers`.
+#[derive(Debug, Deserialize)]
+pub struct RawHeaderOps {
+    /// Replace these fields (`{ X-Real-IP = "{client_ip}" }`).
+    pub set: Option<IndexMap<String, Spanned<String>>>,
+    /// Add these fields, keeping any present.
+    pub add: Option<IndexMap<String, Spanned<String>>>,
+    /// Remove these fields.
+    pub remove: Option<Vec<Spanned<String>>>,
+}
+
+/// A route's `match = { ... }`.
+#[derive(Debug, Deserialize)]
+pub struct RawMatch {
+    /// `"GET"` or `["GET", "HEAD"]`.
+    pub method: Option<OneOrMany>,
+    /// Host names (`"*.example.com"` matches one label).
+    pub host: Option<OneOrMany>,
+    /// Fields and their values (`"*"`: present with any value).
+    pub header: Option<IndexMap<String, String>>,
+    /// Query parameters and their values (`"*"`: present with any value).
+    pub query: Option<IndexMap<String, String>>,
+    /// Client addresses (CIDRs).
+    pub client: Option<Vec<String>>,
+    /// `"http"`, `"https"`, `"http/1.1"`, `"h2"` or `"h3"`.
+    pub protocol: Option<String>,
+}
+
+/// `redirect = "..."` or `{ to = "...", status = 301 }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawRedirect {
+    To(String),
+    Full { to: String, status: Option<u16> },
+}
+
+/// `respond = 403` or `{ status = 200, body = "ok", content_type = "text/plain" }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawRespond {
+    Status(u16),
+    Full {
+        status: Option<u16>,
+        body: Option<String>,
+        content_type: Option<String>,
+    },
 }
 
 /// `proxy = { ... }`: forward requests to upstream servers.

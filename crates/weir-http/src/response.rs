@@ -17,6 +17,11 @@ pub fn error(status: StatusCode) -> Response<Body> {
         StatusCode::NOT_FOUND => "404 Not Found\n",
         StatusCode::METHOD_NOT_ALLOWED => "405 Method Not Allowed\n",
         StatusCode::NOT_IMPLEMENTED => "501 Not Implemented\n",
+        StatusCode::UNAUTHORIZED => "401 Unauthorized\n",
+        StatusCode::FORBIDDEN => "403 Forbidden\n",
+        StatusCode::TOO_MANY_REQUESTS => "429 Too Many Requests\n",
+        StatusCode::SERVICE_UNAVAILABLE => "503 Service Unavailable\n",
+        StatusCode::GATEWAY_TIMEOUT => "504 Gateway Timeout\n",
         _ => "error\n",
     };
     let mut r = Response::new(Body::full(Bytes::from_static(text.as_bytes())));

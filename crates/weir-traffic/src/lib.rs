@@ -2,11 +2,15 @@
 //! machines with time passed in ([`rate`]: nginx's `limit_req` leaky
 //! bucket; [`window`]: HAProxy's sliding-window rates), so that every count
 //! is exact and testable with a simulated clock; [`table`]: per-key state
-//! bounded in keys, evicting the least recently used.
+//! bounded in keys, evicting the least recently used; [`limit`]: one
+//! configured limit, keying requests and saying pass, delay or refuse;
+//! [`password`]: basic-authentication hashes, checked once per credential.
 //!
-//! Owns the arithmetic only: never reads a clock, never keys by client and
-//! never answers a request (the pipeline's request filters do).
+//! Never reads a clock and never answers a request (the pipeline's request
+//! filters do).
 
+pub mod limit;
+pub mod password;
 pub mod rate;
 pub mod table;
 pub mod window;

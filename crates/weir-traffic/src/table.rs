@@ -121,6 +121,15 @@ impl<K: Hash + Eq + Clone, S: Default> Table<K, S> {
         f(&mut s.nodes[i].state)
     }
 
+    /// Runs `f` on `key`'s state if the key is held (never adds it nor
+    /// changes the order: releasing what a request held).
+    pub fn with_present<R>(&self, key: &K, f: impl FnOnce(&mut S) -> R) -> Option<R> {
+        let shard = &self.shards[self.hasher.hash_one(key) as usize % SHARDS];
+        let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
+        let i = *s.index.get(key)?;
+        Some(f(&mut s.nodes[i].state))
+    }
+
     /// Keys held now.
     pub fn len(&self) -> usize {
         self.shards

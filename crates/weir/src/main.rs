@@ -133,6 +133,16 @@ enum Command {
     Untrust(TrustArgs),
     /// Print weir's version.
     Version,
+    /// Hash a password for `basic_auth` (read from standard input, one
+    /// line; prompts on a terminal).
+    HashPassword {
+        /// "bcrypt" or "argon2" (argon2id).
+        #[arg(long, default_value = "bcrypt", value_parser = ["bcrypt", "argon2"])]
+        algorithm: String,
+        /// bcrypt's cost (4 to 31): each step doubles the work.
+        #[arg(long, default_value_t = 12, value_parser = clap::value_parser!(u32).range(4..=31))]
+        cost: u32,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -195,6 +205,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Upgrade { config, admin } => upgrade(config, admin),
         Command::Trust(args) => trust(&args, true),
         Command::Untrust(args) => trust(&args, false),
+        Command::HashPassword { algorithm, cost } => hash_password(&algorithm, cost),
         Command::Version => {
             println!("weir {}", env!("CARGO_PKG_VERSION"));
             Ok(ExitCode::SUCCESS)
@@ -696,4 +707,25 @@ mod tests {
             "starting the server: Address already in use"
         );
     }
+}
+
+/// `weir hash-password`: one line of standard input, hashed.
+fn hash_password(algorithm: &str, cost: u32) -> anyhow::Result<ExitCode> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprint!("password (shown as typed): ");
+        std::io::stderr().flush()?;
+    }
+    let mut line = String::new();
+    stdin.lock().read_line(&mut line)?;
+    let password = line.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        anyhow::bail!("no password on standard input");
+    }
+    println!(
+        "{}",
+        weir_traffic::password::hash(algorithm, password, cost)?
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -27,6 +27,8 @@ pub(super) enum Handler {
     Proxy(Arc<weir_proxy::Proxy>),
     /// The proxy behind the cache.
     Cached(Arc<weir_proxy::Proxy>, weir_cache::Cache),
+    Redirect(weir_config::traffic::Redirect),
+    Respond(weir_config::traffic::Respond),
     /// Routes by path, then the fallback (404 without one).
     Routes {
         routes: Vec<Route>,
@@ -34,12 +36,13 @@ pub(super) enum Handler {
     },
 }
 
-/// A `[[site."x".route]]`: matching paths go to its proxy (through its
-/// cache, when it has one).
+/// A `[[site."x".route]]`: matching requests go through its filters to
+/// its handler (a proxy, maybe behind a cache; files; a redirect; a fixed
+/// answer).
 pub(super) struct Route {
     pub cfg: weir_config::proxy::RouteConfig,
-    pub proxy: Arc<weir_proxy::Proxy>,
-    pub cache: Option<weir_cache::Cache>,
+    pub handler: Handler,
+    pub filters: Option<super::filter::Filters>,
     pub counts: Arc<weir_http::metrics::RequestCounts>,
 }
 
@@ -109,7 +112,7 @@ impl Handler {
             Handler::Proxy(p) | Handler::Cached(p, _) => f(p),
             Handler::Routes { routes, fallback } => {
                 for r in routes {
-                    f(&r.proxy);
+                    r.handler.each_proxy(f);
                 }
                 if let Some(h) = fallback {
                     h.each_proxy(f);
@@ -120,9 +123,11 @@ impl Handler {
     }
 }
 
-/// `cache`: the site's cache policy, for the site's own proxy.
+/// `cache`: the site's cache policy, for the site's own proxy; `route`:
+/// the route it answers (`*`: the site's own handler).
 pub(super) fn build_handler(
     site: &str,
+    route: &str,
     h: &HandlerConfig,
     cache: Option<&Arc<weir_config::cache::CachePolicy>>,
     b: &Build<'_>,
@@ -138,31 +143,34 @@ pub(super) fn build_handler(
         HandlerConfig::Welcome => Handler::Welcome,
         HandlerConfig::RedirectHttps { port } => Handler::RedirectHttps { port: *port },
         HandlerConfig::Proxy(p) => {
-            let proxy = b.proxy(p, site, "*");
+            let proxy = b.proxy(p, site, route);
             match b.cache(cache, &proxy) {
                 Some(c) => Handler::Cached(proxy, c),
                 None => Handler::Proxy(proxy),
             }
         }
+        HandlerConfig::Redirect(r) => Handler::Redirect(r.clone()),
+        HandlerConfig::Respond(r) => Handler::Respond(r.clone()),
         HandlerConfig::Routes { routes, fallback } => Handler::Routes {
             routes: routes
                 .iter()
-                .filter_map(|r| match &r.handler {
-                    HandlerConfig::Proxy(p) => {
-                        let label = super::route_label(&r.pattern);
-                        let proxy = b.proxy(p, site, &label);
-                        Some(Route {
-                            cfg: r.clone(),
-                            cache: b.cache(r.cache.as_ref(), &proxy),
-                            proxy,
-                            counts: b.registry.counts(site, &label),
-                        })
-                    }
-                    _ => None,
+                .map(|r| {
+                    let label = super::route_label(&r.pattern);
+                    Ok(Route {
+                        cfg: r.clone(),
+                        handler: build_handler(site, &label, &r.handler, r.cache.as_ref(), b)?,
+                        filters: super::filter::Filters::build(
+                            &r.filters,
+                            format!("site \"{site}\" route {label}"),
+                            b.own_h1,
+                            b.workers,
+                        ),
+                        counts: b.registry.counts(site, &label),
+                    })
                 })
-                .collect(),
+                .collect::<Result<_, SiteError>>()?,
             fallback: match fallback {
-                Some(f) => Some(Box::new(build_handler(site, f, cache, b)?)),
+                Some(f) => Some(Box::new(build_handler(site, "*", f, cache, b)?)),
                 None => None,
             },
         },
@@ -173,36 +181,47 @@ pub(super) fn build_handler(
 pub(super) enum Target<'a> {
     /// A site's own handler, or a routed site's fallback.
     Handler(&'a Handler),
-    /// A route's proxy, with the path its rewrite made (if it changed it).
-    Route(&'a Route, Option<String>),
+    /// A route, with the path (and query, after `?`) its rewrite made, if
+    /// it changed it, and the groups of its `path_regex`.
+    Route {
+        route: &'a Route,
+        path: Option<String>,
+        captures: Vec<String>,
+    },
     /// A routed site with no matching route and no fallback.
     NotFound,
 }
 
 /// Answers the request with the handler `target` names.
 pub(super) async fn serve<B>(
-    target: Target<'_>,
+    target: &Target<'_>,
     parts: &mut http::request::Parts,
     body: B,
     conn: &ConnInfo,
+    client: std::net::IpAddr,
 ) -> Response<Body>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<weir_http::body::BodyError>,
 {
     match target {
-        Target::Handler(h) => leaf(h, parts, body, conn, None).await,
-        // Boxed, as in `leaf`.
-        Target::Route(r, path) => match &r.cache {
-            Some(c) => Box::pin(c.serve(parts, upstream_body(body), conn, path.as_deref())).await,
-            None => {
-                Box::pin(
-                    r.proxy
-                        .serve(parts, upstream_body(body), conn, path.as_deref()),
-                )
-                .await
-            }
-        },
+        Target::Handler(h) => leaf(h, parts, body, conn, None, client, &[]).await,
+        Target::Route {
+            route,
+            path,
+            captures,
+        } => {
+            leaf(
+                &route.handler,
+                parts,
+                body,
+                conn,
+                path.as_deref(),
+                client,
+                captures,
+            )
+            .await
+        }
         Target::NotFound => error(StatusCode::NOT_FOUND),
     }
 }
@@ -221,12 +240,15 @@ where
 }
 
 /// The handlers that answer by themselves (everything but `Routes`).
+/// `path`: the path (and query) a route's rewrite made.
 async fn leaf<B>(
     handler: &Handler,
     parts: &mut http::request::Parts,
     body: B,
     conn: &ConnInfo,
     path: Option<&str>,
+    client: std::net::IpAddr,
+    captures: &[String],
 ) -> Response<Body>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -240,7 +262,28 @@ where
         return method_not_allowed();
     }
     match handler {
-        Handler::Static(files) => files.serve(parts, parts.uri.path()).await,
+        Handler::Static(files) => {
+            let path = path.map_or(parts.uri.path(), |p| p.split('?').next().unwrap_or(p));
+            let try_files = &files.options().try_files;
+            if try_files.is_empty() {
+                files.serve(parts, path).await
+            } else {
+                // Boxed: it holds a file lookup and an answer at once.
+                Box::pin(self::try_files(files, try_files, parts, path)).await
+            }
+        }
+        Handler::Redirect(r) => {
+            let view = weir_config::traffic::RequestView {
+                parts,
+                host: super::request_head::request_host(parts),
+                client,
+                tls: conn.tls,
+            };
+            let groups: smallvec::SmallVec<[&str; 4]> =
+                captures.iter().map(String::as_str).collect();
+            redirect(r, &view, &groups)
+        }
+        Handler::Respond(r) => respond(r, parts.method == http::Method::HEAD),
         Handler::Welcome => welcome(parts),
         Handler::RedirectHttps { port } => redirect_https(parts, *port),
         // Boxed: the proxy's future is large, and hyper moves the request
@@ -250,6 +293,67 @@ where
         Handler::Cached(_, c) => Box::pin(c.serve(parts, upstream_body(body), conn, path)).await,
         Handler::Routes { .. } => error(StatusCode::NOT_FOUND),
     }
+}
+
+/// nginx's and Caddy's `try_files`: each candidate (`{path}` the
+/// request's) served in turn while it is not found; the last answers
+/// whatever it gives, `=404` a status.
+async fn try_files(
+    files: &StaticFiles,
+    candidates: &[String],
+    parts: &http::request::Parts,
+    path: &str,
+) -> Response<Body> {
+    let mut last = error(StatusCode::NOT_FOUND);
+    for (i, c) in candidates.iter().enumerate() {
+        if let Some(code) = c.strip_prefix('=') {
+            return error(
+                code.parse()
+                    .ok()
+                    .and_then(|n| StatusCode::from_u16(n).ok())
+                    .unwrap_or(StatusCode::NOT_FOUND),
+            );
+        }
+        let candidate = c.replace("{path}", path);
+        last = files.serve(parts, &candidate).await;
+        if last.status() != StatusCode::NOT_FOUND || i == candidates.len() - 1 {
+            break;
+        }
+    }
+    last
+}
+
+fn redirect(
+    r: &weir_config::traffic::Redirect,
+    view: &weir_config::traffic::RequestView<'_>,
+    captures: &[&str],
+) -> Response<Body> {
+    let mut to = String::new();
+    r.to.render(view, captures, &mut to);
+    let Ok(loc) = HeaderValue::from_str(&to) else {
+        return error(StatusCode::BAD_REQUEST);
+    };
+    let mut resp = Response::new(Body::empty());
+    *resp.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::FOUND);
+    resp.headers_mut().insert(header::LOCATION, loc);
+    resp.headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+    resp
+}
+
+fn respond(r: &weir_config::traffic::Respond, head: bool) -> Response<Body> {
+    let mut resp = Response::new(if head || r.body.is_empty() {
+        Body::empty()
+    } else {
+        Body::full(r.body.clone())
+    });
+    *resp.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK);
+    if let Some(t) = &r.content_type {
+        resp.headers_mut().insert(header::CONTENT_TYPE, t.clone());
+    }
+    resp.headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(r.body.len()));
+    resp
 }
 
 fn welcome(parts: &http::request::Parts) -> Response<Body> {

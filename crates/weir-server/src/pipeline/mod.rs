@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http::header::HeaderValue;
 use http::{Request, Response};
 
+mod filter;
 mod handler;
 mod log;
 mod request_head;
@@ -25,6 +26,7 @@ mod route;
 
 use crate::access_log::AccessLog;
 use handler::Handler;
+use weir_config::traffic::RequestView;
 use weir_config::{Config, Limits, SiteConfig};
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
@@ -37,6 +39,11 @@ pub struct Site {
     access_log: Option<AccessLog>,
     /// Requests its own handler answered (routes count their own).
     counts: Arc<RequestCounts>,
+    /// Its limits, access control and header rules (`None`: it has none).
+    filters: Option<filter::Filters>,
+    /// The proxies whose `X-Forwarded-For` is believed: the client address
+    /// limits and address lists see is the one the site's proxies see.
+    trusted: Vec<ipnet::IpNet>,
 }
 
 impl Site {
@@ -54,7 +61,7 @@ impl Site {
         match &self.handler {
             Handler::Routes { routes, fallback } => routes
                 .iter()
-                .filter_map(|r| r.cache.clone())
+                .filter_map(|r| own(&r.handler))
                 .chain(fallback.as_deref().and_then(own))
                 .collect(),
             h => own(h).into_iter().collect(),
@@ -68,7 +75,9 @@ impl Site {
         match &self.handler {
             Handler::Routes { routes, fallback } => {
                 for r in routes {
-                    out.push((route_label(&r.cfg.pattern), r.proxy.clone()));
+                    let label = route_label(&r.cfg.pattern);
+                    r.handler
+                        .each_proxy(&mut |p| out.push((label.clone(), p.clone())));
                 }
                 if let Some(f) = fallback {
                     f.each_proxy(&mut |p| out.push(("*".into(), p.clone())));
@@ -86,6 +95,27 @@ pub(crate) fn route_label(p: &weir_config::proxy::PathPattern) -> String {
     match p {
         P::Prefix(s) | P::Glob(s) => s.clone(),
         P::Dir(d) => format!("{d}*"),
+        P::Regex(r) => format!("~{}", r.src),
+        P::Any => "(match)".into(),
+    }
+}
+
+impl Site {
+    /// Every limit of the site and its routes, with the route (`*`: the site's).
+    pub fn limiters(&self) -> Vec<(String, &weir_traffic::limit::Limiter)> {
+        let mut out: Vec<(String, &weir_traffic::limit::Limiter)> = Vec::new();
+        if let Some(f) = &self.filters {
+            out.extend(f.limiters.iter().map(|l| ("*".to_string(), l)));
+        }
+        if let Handler::Routes { routes, .. } = &self.handler {
+            for r in routes {
+                if let Some(f) = &r.filters {
+                    let label = route_label(&r.cfg.pattern);
+                    out.extend(f.limiters.iter().map(|l| (label.clone(), l)));
+                }
+            }
+        }
+        out
     }
 }
 
@@ -179,7 +209,15 @@ pub fn build_sites(
             if let Some(same) = previous.iter().find(|p| p.cfg == *s && p.caches_in(cache)) {
                 return Ok(same.clone());
             }
-            let handler = handler::build_handler(&s.name, &s.handler, s.cache.as_ref(), &b)?;
+            let handler = handler::build_handler(&s.name, "*", &s.handler, s.cache.as_ref(), &b)?;
+            let filters = filter::Filters::build(
+                &s.filters,
+                format!("site \"{}\"", s.name),
+                b.own_h1,
+                b.workers,
+            );
+            let mut trusted = Vec::new();
+            handler.each_proxy(&mut |p| trusted.extend(p.cfg.trusted_proxies.iter().copied()));
             let counts = registry.counts(&s.name, "*");
             let access_log = match &s.access_log {
                 Some(a) => Some(AccessLog::open(a).map_err(|source| SiteError::AccessLog {
@@ -193,6 +231,8 @@ pub fn build_sites(
                 handler,
                 access_log,
                 counts,
+                filters,
+                trusted,
             }))
         })
         .collect()
@@ -245,6 +285,7 @@ impl Listener {
             );
             return refused;
         }
+        request_head::absolute_form_host(&mut parts);
         // Answers that come before any site (ACME HTTP-01 tokens).
         if let Some(r) = self
             .acme
@@ -253,25 +294,77 @@ impl Listener {
         {
             return r;
         }
-        // Route: the site by Host, then the route by path.
+        // Route: the site by Host, then the route by path and conditions.
         let site = route::site(self, &parts);
-        let target = route::target(&site.handler, &parts);
-        let counts = match &target {
-            handler::Target::Route(r, _) => &r.counts,
-            _ => &site.counts,
+        let client = site.client(conn, &parts.headers);
+        let target = route::target(
+            &site.handler,
+            &RequestView {
+                parts: &parts,
+                host: request_head::request_host(&parts),
+                client,
+                tls: conn.tls,
+            },
+        );
+        let (counts, route_filters) = match &target {
+            handler::Target::Route { route, .. } => (&route.counts, route.filters.as_ref()),
+            _ => (&site.counts, None),
         };
         let bytes_in = content_length(&parts.headers);
-        // Request filters (limits, access control, rewrites) plug in here,
-        // between the route and the handler, and may answer instead of it.
-        // Handler: static files, the proxy, the welcome page, a redirect.
-        let mut resp = handler::serve(target, &mut parts, body, conn).await;
-        // Response filters: error pages, the Server and extra headers, Alt-Svc.
+        // Request filters (address lists, limits, authentication, body
+        // limit, header rules) may answer instead of the handler.
+        // Handler: static files, the proxy, a redirect, a fixed answer.
+        let filtered = match (site.filters.as_ref(), route_filters) {
+            (None, None) => Ok(None),
+            // Boxed: the filters' future is large, and sites without
+            // filters must not pay for moving it.
+            (site_filters, route_filters) => {
+                Box::pin(filter::run(
+                    [site_filters, route_filters],
+                    &mut parts,
+                    conn,
+                    client,
+                    &target,
+                ))
+                .await
+            }
+        };
+        let (mut resp, passed) = match filtered {
+            Ok(passed) => (
+                handler::serve(&target, &mut parts, body, conn, client).await,
+                passed,
+            ),
+            Err(refused) => (refused, None),
+        };
+        // Response filters: error pages, the Server and extra headers,
+        // Alt-Svc; then the filters' (limits' counts and fields, header
+        // rules, which may remove any of those).
         response::finish(
             &site.cfg,
             self.alt_svc.as_ref(),
             &mut resp,
             parts.method == http::Method::HEAD,
         );
+        if site.filters.is_some() || route_filters.is_some() {
+            let view = RequestView {
+                parts: &parts,
+                host: request_head::request_host(&parts),
+                client,
+                tls: conn.tls,
+            };
+            let owed = |i: usize| {
+                passed
+                    .as_ref()
+                    .map_or(&filter::NOTHING_OWED, |p| &p.owed[i])
+            };
+            if let Some(f) = route_filters {
+                f.response(owed(1), &mut resp, &view);
+            }
+            if let Some(f) = &site.filters {
+                f.response(owed(0), &mut resp, &view);
+            }
+        }
+        drop(passed);
         // Log: the metrics, then the access log.
         let took = started.elapsed();
         let bytes_out = content_length(resp.headers());
@@ -291,8 +384,23 @@ impl Listener {
     }
 }
 
+impl Site {
+    /// The client's address: the peer (after the PROXY protocol), or in
+    /// trusted-proxy mode the address `X-Forwarded-For` gives.
+    fn client(&self, conn: &ConnInfo, h: &http::HeaderMap) -> std::net::IpAddr {
+        if self.trusted.is_empty() {
+            return conn.peer.ip();
+        }
+        weir_proxy::forward::ClientAddr {
+            peer: conn.peer.ip(),
+            trusted: &self.trusted,
+        }
+        .resolve(h)
+    }
+}
+
 /// A body's length as its `Content-Length` field gives it.
-fn content_length(h: &http::HeaderMap) -> Option<u64> {
+pub(crate) fn content_length(h: &http::HeaderMap) -> Option<u64> {
     h.get(http::header::CONTENT_LENGTH)?
         .to_str()
         .ok()?

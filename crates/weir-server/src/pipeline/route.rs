@@ -1,10 +1,13 @@
 //! The route phase: which site of the listener answers (by Host: exact name,
 //! then wildcard, then catch-all, then the listener's default), then which
-//! of its routes (by path, with the route's rewrite). Chooses only; never
-//! answers.
+//! of its routes (by path and conditions, with the route's rewrite).
+//! Chooses only; never answers.
 
 use std::borrow::Cow;
 use std::sync::Arc;
+
+use weir_config::proxy::{PathPattern, PathRewrite};
+use weir_config::traffic::RequestView;
 
 use super::handler::{Handler, Target};
 use super::request_head::request_host;
@@ -20,19 +23,48 @@ pub(super) fn site<'l>(l: &'l Listener, parts: &http::request::Parts) -> &'l Arc
     }
 }
 
-/// The route of `handler` a request takes.
-pub(super) fn target<'h>(handler: &'h Handler, parts: &http::request::Parts) -> Target<'h> {
+/// The route of `handler` a request takes: the first whose path and
+/// conditions match, with its rewrite applied and its regex groups.
+pub(super) fn target<'h>(handler: &'h Handler, view: &RequestView<'_>) -> Target<'h> {
     let Handler::Routes { routes, fallback } = handler else {
         return Target::Handler(handler);
     };
-    let path = parts.uri.path();
-    match routes.iter().find(|r| r.cfg.pattern.matches(path)) {
+    let path = view.parts.uri.path();
+    let chosen = routes.iter().find(|r| {
+        r.cfg.pattern.matches(path) && (r.cfg.matcher.is_empty() || r.cfg.matcher.matches(view))
+    });
+    match chosen {
         Some(r) => {
-            let rewritten = match r.cfg.rewrite.apply(&r.cfg.pattern, path) {
-                Cow::Owned(p) => Some(p),
-                Cow::Borrowed(_) => None,
+            let captures: Vec<String> = match &r.cfg.pattern {
+                PathPattern::Regex(re) => re
+                    .re
+                    .captures(path)
+                    .map(|c| {
+                        c.iter()
+                            .map(|m| m.map_or(String::new(), |m| m.as_str().to_string()))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                _ => Vec::new(),
             };
-            Target::Route(r, rewritten)
+            let rewritten = match &r.cfg.rewrite {
+                PathRewrite::Template(t) => {
+                    let groups: smallvec::SmallVec<[&str; 4]> =
+                        captures.iter().map(String::as_str).collect();
+                    let mut out = String::new();
+                    t.render(view, &groups, &mut out);
+                    Some(out)
+                }
+                rw => match rw.apply(&r.cfg.pattern, path) {
+                    Cow::Owned(p) => Some(p),
+                    Cow::Borrowed(_) => None,
+                },
+            };
+            Target::Route {
+                route: r,
+                path: rewritten,
+                captures,
+            }
         }
         None => match fallback {
             Some(h) => Target::Handler(h),
