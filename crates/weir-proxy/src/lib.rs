@@ -1133,6 +1133,10 @@ fn path_and_query(parts: &http::request::Parts, path: Option<&str>) -> http::uri
         .cloned()
         .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
     let Some(p) = path else { return orig };
+    // A rewrite that made its own query replaces the client's.
+    if p.contains('?') {
+        return p.parse().unwrap_or(orig);
+    }
     let s = match orig.query() {
         Some(q) => format!("{p}?{q}"),
         None => p.to_string(),

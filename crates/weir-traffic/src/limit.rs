@@ -28,8 +28,10 @@ pub struct Limiter {
     /// Requests refused (or, in dry-run, that would have been), and delayed.
     refused: AtomicU64,
     delayed: AtomicU64,
-    /// Evictions already reported.
+    /// Evictions already reported, and when (ms), so a full table is
+    /// reported once a second, not once a request.
     evictions_seen: AtomicU64,
+    reported_ms: AtomicU64,
 }
 
 enum State {
@@ -113,6 +115,7 @@ impl Limiter {
             refused: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
             evictions_seen: AtomicU64::new(0),
+            reported_ms: AtomicU64::new(0),
         }
     }
 
@@ -301,11 +304,23 @@ impl Limiter {
         }
     }
 
-    /// Evictions not reported yet (for a log line now and then).
-    pub fn take_evictions(&self) -> u64 {
+    /// Evictions not reported yet, at most once a second (for a log line);
+    /// 0 in between.
+    pub fn take_evictions(&self, now_ms: u64) -> u64 {
         let now = self.evicted();
-        // A load first: the common case (nothing new) writes nothing shared.
+        // Loads first: the common case (nothing new) writes nothing shared.
         if self.evictions_seen.load(Ordering::Relaxed) >= now {
+            return 0;
+        }
+        let last = self.reported_ms.load(Ordering::Relaxed);
+        if last != 0 && now_ms < last + 1000 {
+            return 0;
+        }
+        if self
+            .reported_ms
+            .compare_exchange(last, now_ms.max(1), Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
             return 0;
         }
         let seen = self.evictions_seen.swap(now, Ordering::Relaxed);
@@ -469,6 +484,32 @@ mod tests {
         assert!(matches!(l.admit(k, 5).decision, Decision::Refuse(_)));
         // Two periods on, the errors are gone.
         assert_eq!(l.admit(k, 20_001).decision, Decision::Pass);
+    }
+
+    #[test]
+    fn a_full_table_is_reported_once_a_second() {
+        let mut c = (*cfg(
+            LimitKind::Concurrent(5),
+            vec![LimitKey::Header(http::HeaderName::from_static("x-key"))],
+        ))
+        .clone();
+        c.size = 64;
+        let l = Limiter::new(Arc::new(c));
+        let mut reported = Vec::new();
+        for i in 0..300u64 {
+            let k = l.key(&req(&[("x-key", &i.to_string())]), A);
+            drop(l.admit(k, i * 10));
+            let n = l.take_evictions(i * 10);
+            if n > 0 {
+                reported.push((i * 10, n));
+            }
+        }
+        assert_eq!(l.keys(), 64);
+        assert_eq!(l.evicted(), 236);
+        // The first eviction at once, then once a second of the clock.
+        assert_eq!(reported.len(), 3, "{reported:?}");
+        assert!(reported.windows(2).all(|w| w[1].0 - w[0].0 >= 1000));
+        assert!(reported.iter().map(|r| r.1).sum::<u64>() <= 236);
     }
 
     #[test]

@@ -123,7 +123,7 @@ impl Filters {
             {
                 owed.quota = Some((i, q));
             }
-            let evicted = l.take_evictions();
+            let evicted = l.take_evictions(now);
             if evicted > 0 {
                 tracing::warn!(
                     "{}: limit {}: {} keys tracked, the most it holds: {evicted} least recently seen forgotten (raise its `size`)",
