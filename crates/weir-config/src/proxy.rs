@@ -531,21 +531,22 @@ fn route_config(
         );
         return None;
     };
-    if let (Some(span), false) = (
-        raw.cache.as_ref().map(|c| c.span()),
-        matches!(handler, HandlerConfig::Proxy(_)),
-    ) {
-        if cache.is_some()
-            && matches!(
-                raw.cache.as_ref().map(|c| c.get_ref()),
-                Some(crate::raw::RawCacheSwitch::On(_))
-            )
-        {
-            c.at(
-                span,
-                format!("{key}: `cache` keeps responses of a proxy; this route has none"),
-            );
-        }
+    if let Some(rc) = &raw.cache
+        && matches!(rc.get_ref(), crate::raw::RawCacheSwitch::On(_))
+        && !matches!(handler, HandlerConfig::Proxy(_))
+    {
+        c.at(
+            rc.span(),
+            format!("{key}: `cache` keeps responses of a proxy; this route has none"),
+        );
+    }
+    if let Some(t) = &raw.try_files
+        && !matches!(handler, HandlerConfig::Static(_))
+    {
+        c.at(
+            t.span(),
+            format!("{key}: `try_files` looks for files; this route has no `root`"),
+        );
     }
     let filters = traffic::filters(c, key, route_filter_keys(raw));
     Some(RouteConfig {

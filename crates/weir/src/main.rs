@@ -683,6 +683,27 @@ fn file_server_toml(
     Ok(toml::to_string(&doc)?)
 }
 
+/// `weir hash-password`: one line of standard input, hashed.
+fn hash_password(algorithm: &str, cost: u32) -> anyhow::Result<ExitCode> {
+    use std::io::{BufRead, IsTerminal, Write};
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        eprint!("password (shown as typed): ");
+        std::io::stderr().flush()?;
+    }
+    let mut line = String::new();
+    stdin.lock().read_line(&mut line)?;
+    let password = line.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        anyhow::bail!("no password on standard input");
+    }
+    println!(
+        "{}",
+        weir_traffic::password::hash(algorithm, password, cost)?
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 #[cfg(test)]
 mod tests {
     use super::error_chain;
@@ -709,23 +730,3 @@ mod tests {
     }
 }
 
-/// `weir hash-password`: one line of standard input, hashed.
-fn hash_password(algorithm: &str, cost: u32) -> anyhow::Result<ExitCode> {
-    use std::io::{BufRead, IsTerminal, Write};
-    let stdin = std::io::stdin();
-    if stdin.is_terminal() {
-        eprint!("password (shown as typed): ");
-        std::io::stderr().flush()?;
-    }
-    let mut line = String::new();
-    stdin.lock().read_line(&mut line)?;
-    let password = line.trim_end_matches(['\r', '\n']);
-    if password.is_empty() {
-        anyhow::bail!("no password on standard input");
-    }
-    println!(
-        "{}",
-        weir_traffic::password::hash(algorithm, password, cost)?
-    );
-    Ok(ExitCode::SUCCESS)
-}
