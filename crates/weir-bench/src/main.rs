@@ -380,6 +380,11 @@ struct CompareArgs {
     /// example `adaptive` on an older build against today's default).
     #[arg(long, value_parser = ["hash", "cpu", "pack", "adaptive"], requires = "weir_b")]
     weir_b_accept: Option<String>,
+    /// TOML lines added to weir's site (not weir-b's), to measure what a
+    /// feature costs against the same build without it, for example
+    /// `'limit = [{ rate = "100000r/s" }]'`.
+    #[arg(long, value_name = "TOML")]
+    weir_site_keys: Option<String>,
     /// Measure a round again (every server of it) when the hypervisor stole
     /// more than this percentage of the machine's CPU during one of its
     /// repeats (shared VMs; 100 turns it off).
@@ -497,6 +502,7 @@ fn run_compare(a: CompareArgs) -> Result<()> {
         workers,
         weir_accept: a.weir_accept,
         weir_b_accept: a.weir_b_accept,
+        weir_site_keys: a.weir_site_keys,
         max_stolen_pct: a.max_stolen,
         stolen_retries: a.stolen_retries,
         copy_bodies: a.copy_bodies,

@@ -1333,6 +1333,104 @@ mod tests {
     }
 
     #[test]
+    fn traffic_keys_are_read_on_sites_and_routes() {
+        let c = load(
+            "[site.\"a\"]\nlisten = [\"127.0.0.1:1\"]\nroot = \".\"\ntry_files = [\"{path}\", \"/index.html\"]\n\
+             deny = [\"10.0.0.0/8\"]\nlimit = [{ rate = \"10r/s\", burst = 5, nodelay = true }, \
+             { key = [\"client\", \"header:X-Key\"], connections = 2 }, { window = \"10s\", errors = 3, name = \"errs\" }]\n\
+             response_headers = { set = { X-A = \"{host}\" }, remove = [\"Server\"] }\n\
+             [[site.\"a\".route]]\npath_regex = \"^/u/([0-9]+)$\"\nredirect = { to = \"/p/{1}\", status = 301 }\n\
+             [[site.\"a\".route]]\nmatch = { method = \"DELETE\", protocol = \"https\" }\nrespond = 405\nmax_body = \"1KiB\"\n",
+        )
+        .unwrap();
+        let s = &c.sites[0];
+        let f = &s.filters;
+        assert_eq!(f.deny.len(), 1);
+        assert_eq!(f.limits.len(), 3);
+        assert_eq!(
+            f.limits[0].kind,
+            traffic::LimitKind::Rate {
+                per_sec_milli: 10_000,
+                burst: 5,
+                delay_after: 5
+            }
+        );
+        assert_eq!(f.limits[1].key.len(), 2);
+        assert_eq!(f.limits[2].name, "errs");
+        assert_eq!(
+            f.response_headers.remove,
+            [HeaderName::from_static("server")]
+        );
+        let HandlerConfig::Routes { routes, fallback } = &s.handler else {
+            panic!("routes");
+        };
+        let Some(HandlerConfig::Static(o)) = fallback.as_deref() else {
+            panic!("static fallback");
+        };
+        assert_eq!(o.try_files, ["{path}", "/index.html"]);
+        assert!(matches!(routes[0].handler, HandlerConfig::Redirect(_)));
+        assert_eq!(routes[1].matcher.methods, [http::Method::DELETE]);
+        assert_eq!(routes[1].filters.max_body, Some(1024));
+    }
+
+    #[test]
+    fn traffic_mistakes_are_reported_where_they_are() {
+        let errs = |src: &str| load(src).unwrap_err().to_string();
+        let site = "[site.\"a\"]\nlisten = [\"127.0.0.1:1\"]\nroot = \".\"\n";
+        for (extra, want) in [
+            ("limit = [{ rate = \"10/s\" }]\n", "is not a rate"),
+            (
+                "limit = [{ rate = \"10r/s\", connections = 2 }]\n",
+                "exactly one of",
+            ),
+            (
+                "limit = [{ connections = 2, burst = 3 }]\n",
+                "go with `rate`",
+            ),
+            (
+                "limit = [{ rate = \"1r/s\", key = \"ip\" }]\n",
+                "unknown key `ip`",
+            ),
+            (
+                "limit = [{ rate = \"1r/s\", bursts = 3 }]\n",
+                "did you mean `burst`",
+            ),
+            ("allow = [\"10.0.0.300\"]\n", "allow"),
+            (
+                "basic_auth = { users = { bob = \"plain\" } }\n",
+                "weir hash-password",
+            ),
+            (
+                "forward_auth = { url = \"127.0.0.1:9/x\" }\n",
+                "needs a scheme",
+            ),
+            (
+                "response_headers = { set = { X-A = \"{nope}\" } }\n",
+                "unknown placeholder",
+            ),
+            ("try_files = [\"index.html\"]\n", "try_files"),
+            ("redirect = \"/x\"\n", "`root` excludes `redirect`"),
+        ] {
+            let e = errs(&format!("{site}{extra}"));
+            assert!(e.contains(want), "{extra}: {e}");
+        }
+        let e = errs(&format!(
+            "{site}[[site.\"a\".route]]\npath_regex = \"^/(x\"\nrespond = 200\n"
+        ));
+        assert!(e.contains("path_regex"), "{e}");
+        let e = errs(&format!(
+            "{site}[[site.\"a\".route]]\npath_regex = \"^/(x)$\"\nredirect = \"/{{2}}\"\n"
+        ));
+        assert!(e.contains("group {2} but the path has 1"), "{e}");
+        let e = errs(&format!("{site}[[site.\"a\".route]]\nrespond = 200\n"));
+        assert!(e.contains("matches nothing in particular"), "{e}");
+        let e = errs(&format!(
+            "{site}[[site.\"a\".route]]\npath = \"/x\"\nrespond = 200\nredirect = \"/y\"\n"
+        ));
+        assert!(e.contains("give one of"), "{e}");
+    }
+
+    #[test]
     fn sites_that_proxy_are_told_from_those_that_answer_themselves() {
         let proxies = |src: &str| load(src).unwrap().sites[0].handler.proxies();
         assert!(!proxies("[site.\"a\"]\nroot = \".\"\n"));

@@ -286,10 +286,15 @@ impl<'a> UpstreamFields<'a> {
         } else {
             Vec::new()
         };
-        let host = client.get(header::HOST).cloned().or_else(|| {
-            let a = parts.uri.authority()?;
-            HeaderValue::from_str(a.as_str()).ok()
-        });
+        // An empty Host (a target without authority) is no host at all.
+        let host = client
+            .get(header::HOST)
+            .filter(|h| !h.is_empty())
+            .cloned()
+            .or_else(|| {
+                let a = parts.uri.authority()?;
+                HeaderValue::from_str(a.as_str()).ok()
+            });
         let mut out = UpstreamFields {
             client,
             named,

@@ -1144,15 +1144,16 @@ fn path_and_query(parts: &http::request::Parts, path: Option<&str>) -> http::uri
     s.parse().unwrap_or(orig)
 }
 
-/// The Host sent upstream: the client's with `host = "pass"`, else
-/// `Upstream::host` (the upstream's authority or the fixed `host`).
+/// The Host sent upstream: the client's with `host = "pass"` (unless it
+/// is empty: a target without authority), else `Upstream::host` (the
+/// upstream's authority or the fixed `host`).
 fn upstream_host<'a>(
     host_mode: &HostHeader,
     client_host: Option<&'a HeaderValue>,
     up: &'a Upstream,
 ) -> &'a HeaderValue {
     match (host_mode, client_host) {
-        (HostHeader::Pass, Some(v)) => v,
+        (HostHeader::Pass, Some(v)) if !v.is_empty() => v,
         _ => &up.host,
     }
 }

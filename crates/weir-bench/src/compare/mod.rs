@@ -117,6 +117,8 @@ pub struct CompareConfig {
     pub weir_accept: Option<String>,
     /// weir-b's, when it differs from weir's (an A/B of two placements).
     pub weir_b_accept: Option<String>,
+    /// TOML lines added to weir's site, not weir-b's (an A/B of a feature).
+    pub weir_site_keys: Option<String>,
     /// A round in which the hypervisor stole more than this share of the
     /// machine's CPU (percent) during any server's measured seconds is
     /// measured again, all of its servers, up to `stolen_retries` times.
@@ -136,6 +138,14 @@ impl CompareConfig {
         servers::Weirs {
             weir: &self.weir,
             weir_b: self.weir_b.as_deref(),
+        }
+    }
+
+    /// The extra site keys a server runs with (weir's only).
+    pub fn site_keys_for(&self, server: servers::ServerKind) -> Option<String> {
+        match server {
+            servers::ServerKind::Weir => self.weir_site_keys.clone(),
+            _ => None,
         }
     }
 
@@ -571,6 +581,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                         combined: combined.clone(),
                         workers: cfg.workers,
                         weir_accept: cfg.accept_for(server),
+                        weir_site_keys: cfg.site_keys_for(server),
                         tmp: tmp.0.clone(),
                     }
                 };
@@ -1336,6 +1347,7 @@ fn run_startup(
             combined: PathBuf::new(),
             workers: cfg.workers,
             weir_accept: cfg.accept_for(server),
+            weir_site_keys: cfg.site_keys_for(server),
             access_log: None,
             max_connections: scenarios::max_connections(),
             tmp: tmp.to_path_buf(),
@@ -1415,6 +1427,7 @@ fn run_idle(
                 combined: assets.combined.clone(),
                 workers: cfg.workers,
                 weir_accept: cfg.accept_for(server),
+                weir_site_keys: cfg.site_keys_for(server),
                 access_log: None,
                 max_connections: scenarios::max_connections(),
                 tmp: assets.tmp.clone(),

@@ -196,6 +196,12 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
             "weir ran with `server.accept = \"{a}\"` (`--weir-accept`), not its default.\n"
         );
     }
+    if let Some(k) = &cfg.weir_site_keys {
+        let _ = writeln!(
+            o,
+            "weir's site had these keys added (`--weir-site-keys`); weir-b's did not:\n\n```toml\n{k}\n```\n"
+        );
+    }
     if let Some(a) = &cfg.weir_b_accept {
         let _ = writeln!(
             o,
@@ -958,6 +964,7 @@ mod tests {
             workers: 2,
             weir_accept: None,
             weir_b_accept: None,
+            weir_site_keys: None,
             max_stolen_pct: 10.0,
             stolen_retries: 2,
             copy_bodies: false,

@@ -119,6 +119,8 @@ pub struct ServerSetup {
     pub workers: usize,
     /// weir's `server.accept`, when not its default.
     pub weir_accept: Option<String>,
+    /// Extra keys for weir's site (`--weir-site-keys`).
+    pub weir_site_keys: Option<String>,
     /// Write an access log line per request to this file (features-on row).
     pub access_log: Option<PathBuf>,
     /// The most connections any case of the run opens at once.
@@ -572,6 +574,9 @@ fn weir_config(s: &ServerSetup) -> String {
             "\n[site.\"{name}\"]\nlisten = [\"127.0.0.1:{}\"]\n{what}\n",
             s.port
         );
+        if let Some(keys) = &s.weir_site_keys {
+            let _ = writeln!(o, "{keys}");
+        }
         if let Some(log) = &s.access_log {
             let _ = writeln!(
                 o,
@@ -992,6 +997,7 @@ mod tests {
             combined: PathBuf::from("/run/tls/combined.pem"),
             workers: 1,
             weir_accept: None,
+            weir_site_keys: None,
             access_log: log.then(|| PathBuf::from("/run/x/access.log")),
             max_connections: 10_000,
             tmp: PathBuf::from("/dev/shm/wb"),

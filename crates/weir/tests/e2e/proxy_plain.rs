@@ -129,9 +129,9 @@ async fn the_lane_sends_upstream_what_the_general_path_sends() {
     let requests = [
         "GET /r1?q=1&x=%20 HTTP/1.1\r\nHost: example.test:8080\r\nUser-Agent: t/1\r\nX-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Host: evil\r\nForwarded: for=6.6.6.6\r\nProxy-Authorization: Basic eA==\r\nProxy-Connection: keep-alive\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive\r\nAccept: */*\r\nX-Dup: 1\r\nx-dup: 2\r\n\r\n",
         "HEAD /r2 HTTP/1.1\r\nhost: b\r\nVia: 1.0 other\r\n\r\n",
-        "GET /r3 HTTP/1.1\r\nX-No-Host: 1\r\n\r\n",
+        "GET /r3 HTTP/1.1\r\nHost:\r\nX-No-Host: 1\r\n\r\n",
         "GET /r4 HTTP/1.1\r\nHost: c\r\nTE: trailers\r\n\r\n",
-        "GET /r5 HTTP/1.1\r\nHost: d\r\nHost: e\r\nConnection: close\r\n\r\n",
+        "GET /r5 HTTP/1.1\r\nHost: d\r\nConnection: close\r\n\r\n",
     ];
     for r in requests {
         // Twice on one connection, the second through the lane.
