@@ -94,19 +94,27 @@ impl Filters {
         })
     }
 
-    /// Runs the request filters in order; `Err` is the answer instead of
-    /// the handler's.
-    pub async fn request(
+    /// Whether a request can wait here on something but a delay (a
+    /// password check, the auth service).
+    pub fn waits(&self) -> bool {
+        self.users.is_some() || self.forward_auth.is_some()
+    }
+
+    /// Address lists and limits: how long the request must wait (ms), or
+    /// the answer that refuses it.
+    fn admit(
         &self,
-        parts: &mut http::request::Parts,
-        conn: &ConnInfo,
+        parts: &http::request::Parts,
         client: IpAddr,
         held: &mut Vec<Held>,
         owed: &mut Owed,
-    ) -> Result<(), Response<Body>> {
+    ) -> Result<u64, Response<Body>> {
         let c = &self.cfg;
         if listed(&c.deny, client) || (!c.allow.is_empty() && !listed(&c.allow, client)) {
             return Err(error(StatusCode::FORBIDDEN));
+        }
+        if self.limiters.is_empty() {
+            return Ok(0);
         }
         let now = now_ms();
         let mut delay = 0;
@@ -153,21 +161,32 @@ impl Filters {
                 }
             }
         }
-        if delay > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
-        }
+        Ok(delay)
+    }
+
+    /// Basic and forward authentication.
+    async fn authenticate(
+        &self,
+        parts: &mut http::request::Parts,
+        conn: &ConnInfo,
+    ) -> Result<(), Response<Body>> {
         if let Some(users) = &self.users {
             self.basic_auth(users, parts).await?;
         }
         if let Some((fa, proxy)) = &self.forward_auth {
             forward_auth(fa, proxy, parts, conn).await?;
         }
-        if let Some(max) = c.max_body
-            && super::content_length(&parts.headers).is_some_and(|n| n > max)
-        {
-            return Err(error(StatusCode::PAYLOAD_TOO_LARGE));
-        }
         Ok(())
+    }
+
+    /// 413 for a declared body past `max_body`.
+    fn body_limit(&self, parts: &http::request::Parts) -> Result<(), Response<Body>> {
+        match self.cfg.max_body {
+            Some(max) if super::content_length(&parts.headers).is_some_and(|n| n > max) => {
+                Err(error(StatusCode::PAYLOAD_TOO_LARGE))
+            }
+            _ => Ok(()),
+        }
     }
 
     async fn basic_auth(
@@ -215,11 +234,17 @@ impl Filters {
         if let Some((i, q)) = owed.quota {
             quota_fields(&self.limiters[i], q, resp.headers_mut());
         }
-        apply(&self.cfg.response_headers, resp.headers_mut(), view, &[]);
+        apply(
+            &self.cfg.response_headers,
+            resp.headers_mut(),
+            Some(view),
+            &[],
+        );
     }
 }
 
-/// Runs the request filters of the site, then of the route, then their
+/// Runs the request filters of the site, then of the route (each: address
+/// lists, limits, a delay, authentication, the body limit), then their
 /// request header rules: `Ok` with what the answer owes, or the answer
 /// that refuses the request.
 pub(super) async fn run(
@@ -229,17 +254,59 @@ pub(super) async fn run(
     client: IpAddr,
     target: &super::handler::Target<'_>,
 ) -> Result<Option<Box<Passed>>, Response<Body>> {
-    let mut passed = Box::<Passed>::default();
-    let Passed { held, owed } = &mut *passed;
+    let mut passed = Passed::default();
+    let Passed { held, owed } = &mut passed;
     for (f, owed) in filters.iter().zip(owed.iter_mut()) {
         if let Some(f) = f {
-            f.request(parts, conn, client, held, owed).await?;
+            let delay = f.admit(parts, client, held, owed)?;
+            if delay > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+            }
+            f.authenticate(parts, conn).await?;
+            f.body_limit(parts)?;
         }
     }
     for f in filters.into_iter().flatten() {
         request_headers(f, parts, client, conn.tls, target);
     }
-    Ok(Some(passed))
+    Ok(passed.boxed())
+}
+
+/// [`run`] for filters that never wait on anything but a delay (no
+/// authentication): no future to box; the delay to wait is returned
+/// (the largest any limit asks for).
+pub(super) fn run_now(
+    filters: [Option<&Filters>; 2],
+    parts: &mut http::request::Parts,
+    conn: &ConnInfo,
+    client: IpAddr,
+    target: &super::handler::Target<'_>,
+) -> Result<(Option<Box<Passed>>, u64), Response<Body>> {
+    let mut passed = Passed::default();
+    let mut delay = 0;
+    let Passed { held, owed } = &mut passed;
+    for (f, owed) in filters.iter().zip(owed.iter_mut()) {
+        if let Some(f) = f {
+            delay = delay.max(f.admit(parts, client, held, owed)?);
+            f.body_limit(parts)?;
+        }
+    }
+    for f in filters.into_iter().flatten() {
+        request_headers(f, parts, client, conn.tls, target);
+    }
+    Ok((passed.boxed(), delay))
+}
+
+impl Passed {
+    /// Boxed when something is owed (no allocation otherwise).
+    fn boxed(self) -> Option<Box<Passed>> {
+        let empty = self.held.is_empty()
+            && self
+                .owed
+                .iter()
+                .all(|o| o.counted.is_empty() && o.quota.is_none());
+        (!empty).then(|| Box::new(self))
+    }
 }
 
 /// A filter's request header rules, its values filled from the request as
@@ -253,6 +320,12 @@ fn request_headers(
 ) {
     let ops = &f.cfg.request_headers;
     if ops.is_empty() {
+        return;
+    }
+    let fixed = |l: &[(HeaderName, traffic::Template)]| l.iter().all(|(_, t)| t.fixed().is_some());
+    if fixed(&ops.set) && fixed(&ops.add) {
+        // No placeholder: nothing to read from the request.
+        apply(ops, &mut parts.headers, None, &[]);
         return;
     }
     let captures: smallvec::SmallVec<[&str; 4]> = match target {
@@ -279,7 +352,7 @@ fn request_headers(
             client,
             tls,
         };
-        apply(ops, &mut h, &view, &captures);
+        apply(ops, &mut h, Some(&view), &captures);
     }
     parts.headers = h;
 }
@@ -327,19 +400,21 @@ fn quota_fields(l: &Limiter, q: Quota, h: &mut http::HeaderMap) {
 pub(super) fn apply(
     ops: &HeaderOps,
     h: &mut http::HeaderMap,
-    view: &RequestView<'_>,
+    view: Option<&RequestView<'_>>,
     captures: &[&str],
 ) {
     if ops.is_empty() {
         return;
     }
-    let value = |t: &traffic::Template| match t.fixed() {
-        Some(v) => Some(v.clone()),
-        None => {
+    // `view` is `None` only when every value is fixed.
+    let value = |t: &traffic::Template| match (t.fixed(), view) {
+        (Some(v), _) => Some(v.clone()),
+        (None, Some(view)) => {
             let mut s = String::new();
             t.render(view, captures, &mut s);
             HeaderValue::from_str(&s).ok()
         }
+        (None, None) => None,
     };
     for (name, t) in &ops.set {
         match value(t) {

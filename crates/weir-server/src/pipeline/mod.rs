@@ -316,18 +316,23 @@ impl Listener {
         // Handler: static files, the proxy, a redirect, a fixed answer.
         let filtered = match (site.filters.as_ref(), route_filters) {
             (None, None) => Ok(None),
-            // Boxed: the filters' future is large, and sites without
-            // filters must not pay for moving it.
-            (site_filters, route_filters) => {
-                Box::pin(filter::run(
-                    [site_filters, route_filters],
-                    &mut parts,
-                    conn,
-                    client,
-                    &target,
-                ))
-                .await
+            (s, r)
+                if !s.is_some_and(filter::Filters::waits)
+                    && !r.is_some_and(filter::Filters::waits) =>
+            {
+                match filter::run_now([s, r], &mut parts, conn, client, &target) {
+                    Ok((passed, 0)) => Ok(passed),
+                    Ok((passed, ms)) => {
+                        // Boxed: only a delayed request pays for a timer.
+                        Box::pin(tokio::time::sleep(std::time::Duration::from_millis(ms))).await;
+                        Ok(passed)
+                    }
+                    Err(refused) => Err(refused),
+                }
             }
+            // Boxed: the authentication's future is large, and requests
+            // without it must not pay for moving it.
+            (s, r) => Box::pin(filter::run([s, r], &mut parts, conn, client, &target)).await,
         };
         let (mut resp, passed) = match filtered {
             Ok(passed) => (
