@@ -359,74 +359,51 @@ impl Collector for Weir {
                     .map(|(route, l)| (site.cfg.name.clone(), route, l))
             })
             .collect();
-        family(
-            &mut enc,
-            "weir_limit_refused",
-            "Requests a limit refused (in dry-run: would have refused), by site, route and limit.",
-            MetricType::Counter,
-            |m| {
+        type Read = fn(&weir_traffic::limit::Limiter) -> u64;
+        let limit_families: [(&str, &str, MetricType, Read); 4] = [
+            (
+                "weir_limit_refused",
+                "Requests a limit refused (in dry-run: would have refused), by site, route and limit.",
+                MetricType::Counter,
+                |l| l.refused(),
+            ),
+            (
+                "weir_limit_delayed",
+                "Requests a rate limit delayed to keep its rate.",
+                MetricType::Counter,
+                |l| l.delayed(),
+            ),
+            (
+                "weir_limit_keys",
+                "Keys a limit tracks now (bound: its `size`).",
+                MetricType::Gauge,
+                |l| l.keys() as u64,
+            ),
+            (
+                "weir_limit_evicted",
+                "Keys a full limit forgot, the least recently seen first.",
+                MetricType::Counter,
+                |l| l.evicted(),
+            ),
+        ];
+        for (name, help, ty, read) in limit_families {
+            let gauge_family = matches!(ty, MetricType::Gauge);
+            family(&mut enc, name, help, ty, |m| {
                 for (site, route, l) in &limits {
                     let labels = vec![
                         ("site", site.as_str()),
                         ("route", route.as_str()),
                         ("limit", l.cfg.name.as_str()),
                     ];
-                    counter(m, &labels, l.refused())?;
+                    if gauge_family {
+                        gauge(m, &labels, read(l) as i64)?;
+                    } else {
+                        counter(m, &labels, read(l))?;
+                    }
                 }
                 Ok(())
-            },
-        )?;
-        family(
-            &mut enc,
-            "weir_limit_delayed",
-            "Requests a rate limit delayed to keep its rate.",
-            MetricType::Counter,
-            |m| {
-                for (site, route, l) in &limits {
-                    let labels = vec![
-                        ("site", site.as_str()),
-                        ("route", route.as_str()),
-                        ("limit", l.cfg.name.as_str()),
-                    ];
-                    counter(m, &labels, l.delayed())?;
-                }
-                Ok(())
-            },
-        )?;
-        family(
-            &mut enc,
-            "weir_limit_keys",
-            "Keys a limit tracks now (bound: its `size`).",
-            MetricType::Gauge,
-            |m| {
-                for (site, route, l) in &limits {
-                    let labels = vec![
-                        ("site", site.as_str()),
-                        ("route", route.as_str()),
-                        ("limit", l.cfg.name.as_str()),
-                    ];
-                    gauge(m, &labels, l.keys() as i64)?;
-                }
-                Ok(())
-            },
-        )?;
-        family(
-            &mut enc,
-            "weir_limit_evicted",
-            "Keys a full limit forgot, the least recently seen first.",
-            MetricType::Counter,
-            |m| {
-                for (site, route, l) in &limits {
-                    let labels = vec![
-                        ("site", site.as_str()),
-                        ("route", route.as_str()),
-                        ("limit", l.cfg.name.as_str()),
-                    ];
-                    counter(m, &labels, l.evicted())?;
-                }
-                Ok(())
-            },
-        )?;
+            })?;
+        }
         let (reloaded, refused) = s.reloads();
         family(
             &mut enc,

@@ -9,6 +9,10 @@
 //! filters has none of this built (`Option<Filters>` is `None`), so the
 //! static path pays one branch.
 
+// A refusal is the answer itself, returned once and straight to the
+// client; boxing it would only add an allocation on that path.
+#![allow(clippy::result_large_err)]
+
 use std::net::IpAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
