@@ -14,6 +14,7 @@ pub mod files;
 mod introspect;
 pub mod proxy;
 pub mod raw;
+pub mod routes;
 mod tls;
 pub mod traffic;
 pub mod units;
@@ -203,7 +204,7 @@ pub enum HandlerConfig {
     Respond(traffic::Respond),
     /// Routes by path, tried in order; then `fallback` (404 without one).
     Routes {
-        routes: Vec<proxy::RouteConfig>,
+        routes: Vec<routes::RouteConfig>,
         fallback: Option<Box<HandlerConfig>>,
     },
 }
@@ -494,7 +495,7 @@ pub fn load_str_with(
             HandlerConfig::Static(static_options(c, &name, raw_site, path))
         };
         let handler =
-            proxy::site_handler(&mut c, &name, raw_site, own, site_cache.as_ref(), &files)
+            routes::site_handler(&mut c, &name, raw_site, own, site_cache.as_ref(), &files)
                 .unwrap_or(HandlerConfig::Welcome);
         let filters = traffic::filters(
             &mut c,

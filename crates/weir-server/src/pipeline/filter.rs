@@ -256,7 +256,7 @@ pub(super) async fn run(
     parts: &mut http::request::Parts,
     conn: &ConnInfo,
     client: IpAddr,
-    target: &super::handler::Target<'_>,
+    captures: &[String],
 ) -> Result<Option<Box<Passed>>, Response<Body>> {
     let mut passed = Passed::default();
     let Passed { held, owed } = &mut passed;
@@ -271,7 +271,7 @@ pub(super) async fn run(
         }
     }
     for f in filters.into_iter().flatten() {
-        request_headers(f, parts, client, conn.tls, target);
+        request_headers(f, parts, client, conn.tls, captures);
     }
     Ok(passed.boxed())
 }
@@ -284,7 +284,7 @@ pub(super) fn run_now(
     parts: &mut http::request::Parts,
     conn: &ConnInfo,
     client: IpAddr,
-    target: &super::handler::Target<'_>,
+    captures: &[String],
 ) -> Result<(Option<Box<Passed>>, u64), Response<Body>> {
     let mut passed = Passed::default();
     let mut delay = 0;
@@ -296,7 +296,7 @@ pub(super) fn run_now(
         }
     }
     for f in filters.into_iter().flatten() {
-        request_headers(f, parts, client, conn.tls, target);
+        request_headers(f, parts, client, conn.tls, captures);
     }
     Ok((passed.boxed(), delay))
 }
@@ -320,7 +320,7 @@ fn request_headers(
     parts: &mut http::request::Parts,
     client: std::net::IpAddr,
     tls: bool,
-    target: &super::handler::Target<'_>,
+    captures: &[String],
 ) {
     let ops = &f.cfg.request_headers;
     if ops.is_empty() {
@@ -332,12 +332,7 @@ fn request_headers(
         apply(ops, &mut parts.headers, None, &[]);
         return;
     }
-    let captures: smallvec::SmallVec<[&str; 4]> = match target {
-        super::handler::Target::Route { captures, .. } => {
-            captures.iter().map(String::as_str).collect()
-        }
-        _ => Default::default(),
-    };
+    let captures: smallvec::SmallVec<[&str; 4]> = captures.iter().map(String::as_str).collect();
     // The values read the request's own fields: filled first, then set.
     let mut h = std::mem::take(&mut parts.headers);
     let before = http::request::Builder::new()

@@ -40,7 +40,7 @@ pub(super) enum Handler {
 /// its handler (a proxy, maybe behind a cache; files; a redirect; a fixed
 /// answer).
 pub(super) struct Route {
-    pub cfg: weir_config::proxy::RouteConfig,
+    pub cfg: weir_config::routes::RouteConfig,
     pub handler: Handler,
     pub filters: Option<super::filter::Filters>,
     pub counts: Arc<weir_http::metrics::RequestCounts>,

@@ -90,8 +90,8 @@ impl Site {
 }
 
 /// A route's pattern as written in the config: its metrics label.
-pub(crate) fn route_label(p: &weir_config::proxy::PathPattern) -> String {
-    use weir_config::proxy::PathPattern as P;
+pub(crate) fn route_label(p: &weir_config::routes::PathPattern) -> String {
+    use weir_config::routes::PathPattern as P;
     match p {
         P::Prefix(s) | P::Glob(s) => s.clone(),
         P::Dir(d) => format!("{d}*"),
@@ -314,13 +314,17 @@ impl Listener {
         // Request filters (address lists, limits, authentication, body
         // limit, header rules) may answer instead of the handler.
         // Handler: static files, the proxy, a redirect, a fixed answer.
+        let captures: &[String] = match &target {
+            handler::Target::Route { captures, .. } => captures,
+            _ => &[],
+        };
         let filtered = match (site.filters.as_ref(), route_filters) {
             (None, None) => Ok(None),
             (s, r)
                 if !s.is_some_and(filter::Filters::waits)
                     && !r.is_some_and(filter::Filters::waits) =>
             {
-                match filter::run_now([s, r], &mut parts, conn, client, &target) {
+                match filter::run_now([s, r], &mut parts, conn, client, captures) {
                     Ok((passed, 0)) => Ok(passed),
                     Ok((passed, ms)) => {
                         // Boxed: only a delayed request pays for a timer.
@@ -332,7 +336,7 @@ impl Listener {
             }
             // Boxed: the authentication's future is large, and requests
             // without it must not pay for moving it.
-            (s, r) => Box::pin(filter::run([s, r], &mut parts, conn, client, &target)).await,
+            (s, r) => Box::pin(filter::run([s, r], &mut parts, conn, client, captures)).await,
         };
         let (mut resp, passed) = match filtered {
             Ok(passed) => (

@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use weir_config::proxy::{PathPattern, PathRewrite};
+use weir_config::routes::{PathPattern, PathRewrite};
 use weir_config::traffic::RequestView;
 
 use super::handler::{Handler, Target};
