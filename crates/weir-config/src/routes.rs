@@ -282,12 +282,11 @@ fn route_config(
                     );
                     PathRewrite::None
                 }
-                Ok(t) if !w.get_ref().starts_with('/') && !w.get_ref().starts_with('{') => {
+                Ok(_) if !w.get_ref().starts_with('/') && !w.get_ref().starts_with('{') => {
                     c.at(
                         w.span(),
                         format!("{key}: rewrite must make a path starting with `/`"),
                     );
-                    let _ = t;
                     PathRewrite::None
                 }
                 Ok(t) => PathRewrite::Template(t),

@@ -47,6 +47,36 @@ pub struct Site {
 }
 
 impl Site {
+    /// Every limit of the site and its routes, with the route (`*`: the site's).
+    pub fn limiters(&self) -> Vec<(String, &weir_traffic::limit::Limiter)> {
+        let mut out: Vec<(String, &weir_traffic::limit::Limiter)> = Vec::new();
+        if let Some(f) = &self.filters {
+            out.extend(f.limiters.iter().map(|l| ("*".to_string(), l)));
+        }
+        if let Handler::Routes { routes, .. } = &self.handler {
+            for r in routes {
+                if let Some(f) = &r.filters {
+                    let label = route_label(&r.cfg.pattern);
+                    out.extend(f.limiters.iter().map(|l| (label.clone(), l)));
+                }
+            }
+        }
+        out
+    }
+
+    /// The client's address: the peer (after the PROXY protocol), or in
+    /// trusted-proxy mode the address `X-Forwarded-For` gives.
+    fn client(&self, conn: &ConnInfo, h: &http::HeaderMap) -> std::net::IpAddr {
+        if self.trusted.is_empty() {
+            return conn.peer.ip();
+        }
+        weir_proxy::forward::ClientAddr {
+            peer: conn.peer.ip(),
+            trusted: &self.trusted,
+        }
+        .resolve(h)
+    }
+
     /// Whether every cache of the site keeps its responses in `store`.
     fn caches_in(&self, store: &Arc<weir_cache::Store>) -> bool {
         self.caches().iter().all(|c| Arc::ptr_eq(c.store(), store))
@@ -97,25 +127,6 @@ pub(crate) fn route_label(p: &weir_config::routes::PathPattern) -> String {
         P::Dir(d) => format!("{d}*"),
         P::Regex(r) => format!("~{}", r.src),
         P::Any => "(match)".into(),
-    }
-}
-
-impl Site {
-    /// Every limit of the site and its routes, with the route (`*`: the site's).
-    pub fn limiters(&self) -> Vec<(String, &weir_traffic::limit::Limiter)> {
-        let mut out: Vec<(String, &weir_traffic::limit::Limiter)> = Vec::new();
-        if let Some(f) = &self.filters {
-            out.extend(f.limiters.iter().map(|l| ("*".to_string(), l)));
-        }
-        if let Handler::Routes { routes, .. } = &self.handler {
-            for r in routes {
-                if let Some(f) = &r.filters {
-                    let label = route_label(&r.cfg.pattern);
-                    out.extend(f.limiters.iter().map(|l| (label.clone(), l)));
-                }
-            }
-        }
-        out
     }
 }
 
@@ -390,21 +401,6 @@ impl Listener {
         }
         weir_http::header_maps::give(parts.headers);
         resp
-    }
-}
-
-impl Site {
-    /// The client's address: the peer (after the PROXY protocol), or in
-    /// trusted-proxy mode the address `X-Forwarded-For` gives.
-    fn client(&self, conn: &ConnInfo, h: &http::HeaderMap) -> std::net::IpAddr {
-        if self.trusted.is_empty() {
-            return conn.peer.ip();
-        }
-        weir_proxy::forward::ClientAddr {
-            peer: conn.peer.ip(),
-            trusted: &self.trusted,
-        }
-        .resolve(h)
     }
 }
 
