@@ -66,6 +66,7 @@ impl ProxyError {
             | E::Upstream(_)
             | E::Client(_)
             | E::NotSwitched(_) => StatusCode::BAD_GATEWAY,
+            E::ClientBody(e) if too_large(e) => StatusCode::PAYLOAD_TOO_LARGE,
             E::ClientBody(_) | E::Smuggling(_) => StatusCode::BAD_REQUEST,
         }
     }
@@ -80,10 +81,25 @@ impl ProxyError {
             E::ConnectTimeout(_) | E::ResponseTimeout(_) => {
                 "504 Gateway Timeout: the upstream server did not answer in time\n"
             }
+            E::ClientBody(e) if too_large(e) => "413 Content Too Large\n",
             E::ClientBody(_) | E::Smuggling(_) => "400 Bad Request\n",
             _ => "502 Bad Gateway: the upstream server failed\n",
         }
     }
+}
+
+/// Whether a request body failed for running past the size limit the
+/// server holds it to (`http_body_util::Limited`).
+fn too_large(e: &BodyError) -> bool {
+    // Through whatever client carried the body (hyper wraps it).
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
+    while let Some(err) = cur {
+        if err.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 /// Whether another attempt may help, decided where the failure happened.

@@ -199,35 +199,44 @@ pub(super) async fn serve<B>(
     body: B,
     conn: &ConnInfo,
     client: std::net::IpAddr,
+    max_body: u64,
 ) -> Response<Body>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<weir_http::body::BodyError>,
 {
     match target {
-        Target::Handler(h) => leaf(h, parts, body, conn, None, client, &[]).await,
+        Target::Handler(h) => {
+            let given = Given {
+                path: None,
+                client,
+                captures: &[],
+                max_body,
+            };
+            leaf(h, parts, body, conn, &given).await
+        }
         Target::Route {
             route,
             path,
             captures,
         } => {
-            leaf(
-                &route.handler,
-                parts,
-                body,
-                conn,
-                path.as_deref(),
+            let given = Given {
+                path: path.as_deref(),
                 client,
                 captures,
-            )
-            .await
+                max_body,
+            };
+            leaf(&route.handler, parts, body, conn, &given).await
         }
         Target::NotFound => error(StatusCode::NOT_FOUND),
     }
 }
 
-/// A request body as the proxy sends it on: no box for a request without one.
-fn upstream_body<B>(body: B) -> Body
+/// A request body as the proxy sends it on: no box for a request without
+/// one; cut off past `max` bytes (a body that declared its length was
+/// checked before; a chunked one is counted as it streams, and the proxy
+/// answers 413 when it overflows).
+fn upstream_body<B>(body: B, max: u64) -> Body
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<weir_http::body::BodyError>,
@@ -235,20 +244,29 @@ where
     if body.is_end_stream() {
         Body::empty()
     } else {
-        Body::stream(body)
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        Body::stream(http_body_util::Limited::new(body, max))
     }
 }
 
+/// What the phases before the handler worked out for it.
+struct Given<'a> {
+    /// The path (and query) a route's rewrite made.
+    path: Option<&'a str>,
+    client: std::net::IpAddr,
+    /// A route's `path_regex` groups.
+    captures: &'a [String],
+    /// The most request body bytes sent on.
+    max_body: u64,
+}
+
 /// The handlers that answer by themselves (everything but `Routes`).
-/// `path`: the path (and query) a route's rewrite made.
 async fn leaf<B>(
     handler: &Handler,
     parts: &mut http::request::Parts,
     body: B,
     conn: &ConnInfo,
-    path: Option<&str>,
-    client: std::net::IpAddr,
-    captures: &[String],
+    given: &Given<'_>,
 ) -> Response<Body>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -261,6 +279,12 @@ where
     {
         return method_not_allowed();
     }
+    let Given {
+        path,
+        client,
+        captures,
+        max_body,
+    } = *given;
     match handler {
         Handler::Static(files) => {
             let path = path.map_or(parts.uri.path(), |p| p.split('?').next().unwrap_or(p));
@@ -289,8 +313,12 @@ where
         // Boxed: the proxy's future is large, and hyper moves the request
         // future into place on every request; static requests must not pay
         // for copying it.
-        Handler::Proxy(p) => Box::pin(p.serve(parts, upstream_body(body), conn, path)).await,
-        Handler::Cached(_, c) => Box::pin(c.serve(parts, upstream_body(body), conn, path)).await,
+        Handler::Proxy(p) => {
+            Box::pin(p.serve(parts, upstream_body(body, max_body), conn, path)).await
+        }
+        Handler::Cached(_, c) => {
+            Box::pin(c.serve(parts, upstream_body(body, max_body), conn, path)).await
+        }
         Handler::Routes { .. } => error(StatusCode::NOT_FOUND),
     }
 }

@@ -349,9 +349,14 @@ impl Listener {
             // without it must not pay for moving it.
             (s, r) => Box::pin(filter::run([s, r], &mut parts, conn, client, captures)).await,
         };
+        let max_body = [site.filters.as_ref(), route_filters]
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f.cfg.max_body)
+            .fold(self.limits.body, u64::min);
         let (mut resp, passed) = match filtered {
             Ok(passed) => (
-                handler::serve(&target, &mut parts, body, conn, client).await,
+                handler::serve(&target, &mut parts, body, conn, client, max_body).await,
                 passed,
             ),
             Err(refused) => (refused, None),

@@ -720,3 +720,42 @@ async fn host_and_target_rules_of_rfc_9112_and_9110() {
     let r = ask("OPTIONS * HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n").await;
     assert_ne!(status(&r), 400, "{r}");
 }
+
+/// A chunked body declares no length: it is counted as it streams and cut
+/// off at the route's `max_body` (or `server.limits.body`) with a 413, as
+/// nginx's `client_max_body_size` does.
+#[tokio::test]
+async fn a_chunked_body_past_the_limit_gets_413() {
+    let up = Upstream::start("app").await;
+    let w = Weir::start(
+        WEIR,
+        &format!(
+            "[server.limits]\nbody = \"4KiB\"\n\
+             [site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{a}\"] }}\n\
+             [[site.\"127.0.0.1:{{PORT}}\".route]]\npath = \"/small/\"\nstrip_prefix = true\nmax_body = \"1KiB\"\nproxy = {{ to = [\"{a}\"] }}\n",
+            a = up.addr
+        ),
+    );
+    let chunked = |path: &str, n: usize| {
+        let chunk = "x".repeat(512);
+        let mut req = format!(
+            "POST {path} HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        );
+        for _ in 0..n {
+            req.push_str(&format!("200\r\n{chunk}\r\n"));
+        }
+        req.push_str("0\r\n\r\n");
+        req
+    };
+    // Within the limits: through whole.
+    let r = raw(&w, chunked("/small/count", 2).as_bytes()).await;
+    assert_eq!(status(&r), 200, "{r}");
+    assert!(r.ends_with("1024"), "{r}");
+    // Past the route's 1 KiB, and past the server's 4 KiB.
+    let r = raw(&w, chunked("/small/count", 3).as_bytes()).await;
+    assert_eq!(status(&r), 413, "{r}");
+    let r = raw(&w, chunked("/count", 8).as_bytes()).await;
+    assert_eq!(status(&r), 200, "{r}");
+    let r = raw(&w, chunked("/count", 9).as_bytes()).await;
+    assert_eq!(status(&r), 413, "{r}");
+}
