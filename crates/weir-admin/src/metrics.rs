@@ -404,6 +404,56 @@ impl Collector for Weir {
                 Ok(())
             })?;
         }
+        use weir_server::layer4::counter as sc;
+        let relays: Vec<(&str, &weir_server::layer4::Relay)> = sites
+            .iter()
+            .filter_map(|site| site.relay.as_deref().map(|r| (site.cfg.name.as_str(), r)))
+            .collect();
+        family(
+            &mut enc,
+            "weir_stream_connections",
+            "Connections relayed by a [tcp] listener or a TLS passthrough site.",
+            MetricType::Counter,
+            |m| {
+                for (site, r) in &relays {
+                    counter(m, &vec![("site", *site)], r.counts.sum(sc::CONNECTIONS))?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_stream_refused",
+            "Stream connections closed unrelayed: max_conns_per_client, or no upstream reachable.",
+            MetricType::Counter,
+            |m| {
+                for (site, r) in &relays {
+                    counter(m, &vec![("site", *site)], r.counts.sum(sc::REFUSED))?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_stream_bytes",
+            "Bytes relayed by finished streams: up (client to upstream) and down.",
+            MetricType::Counter,
+            |m| {
+                for (site, r) in &relays {
+                    counter(
+                        m,
+                        &vec![("site", *site), ("direction", "up")],
+                        r.counts.sum(sc::BYTES_UP),
+                    )?;
+                    counter(
+                        m,
+                        &vec![("site", *site), ("direction", "down")],
+                        r.counts.sum(sc::BYTES_DOWN),
+                    )?;
+                }
+                Ok(())
+            },
+        )?;
         let (reloaded, refused) = s.reloads();
         family(
             &mut enc,

@@ -10,11 +10,13 @@
 pub mod admin;
 pub mod cache;
 pub mod error;
+pub mod fastcgi;
 pub mod files;
 mod introspect;
 pub mod proxy;
 pub mod raw;
 pub mod routes;
+pub mod stream;
 mod tls;
 pub mod traffic;
 pub mod units;
@@ -131,6 +133,9 @@ pub struct ListenerConfig {
     pub default_site: usize,
     /// PROXY protocol accepted here (a site on it says `proxy_protocol = true`).
     pub proxy_protocol: Option<proxy::AcceptProxyProtocol>,
+    /// A `[tcp]` listener: every connection is relayed by its one site's
+    /// `passthrough` stream, with no TLS or HTTP.
+    pub layer4: bool,
 }
 
 /// A site: which requests it answers and how.
@@ -151,6 +156,8 @@ pub struct SiteConfig {
     pub cache: Option<Arc<cache::CachePolicy>>,
     /// Limits, access control and header rules for every request.
     pub filters: Arc<traffic::Filters>,
+    /// TLS for this name goes untouched to these upstreams (SNI routing).
+    pub passthrough: Option<Arc<stream::StreamConfig>>,
 }
 
 impl std::fmt::Debug for SiteConfig {
@@ -198,6 +205,8 @@ pub enum HandlerConfig {
     RedirectHttps { port: u16 },
     /// Reverse proxy to upstreams.
     Proxy(Arc<proxy::ProxyConfig>),
+    /// Scripts through FastCGI (PHP-FPM), other files of the root as static files.
+    FastCgi(Arc<fastcgi::FastCgiConfig>),
     /// A redirect to a URL made from the request.
     Redirect(traffic::Redirect),
     /// A fixed answer.
@@ -291,6 +300,7 @@ impl Config {
             access_log: None,
             cache: None,
             filters: Default::default(),
+            passthrough: None,
         };
         Config {
             source: "<built-in>".into(),
@@ -302,6 +312,7 @@ impl Config {
                 sites: vec![0],
                 default_site: 0,
                 proxy_protocol: None,
+                layer4: false,
             }],
             tls: TlsGlobal::default(),
             admin: admin::AdminConfig::default_on(),
@@ -389,7 +400,7 @@ pub fn load_str_with(
         })
         .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
 
-    if raw.site.is_empty() {
+    if raw.site.is_empty() && raw.tcp.is_empty() {
         c.at(
             0..0,
             "no sites: add one, e.g. [site.\"localhost\"] with root = \"/var/www/html\"",
@@ -413,15 +424,51 @@ pub fn load_str_with(
                 continue;
             }
         };
-        let tls = tls::site_tls(
-            &mut c,
-            base,
-            &name,
-            raw_site,
-            (&host, name_port, name_ip),
-            &tls_global,
-        );
-        let has_tls = tls.is_some() || raw_site.tls.is_some();
+        let passthrough = raw_site
+            .passthrough
+            .as_ref()
+            .and_then(|p| stream::passthrough(&mut c, &name, p))
+            .map(Arc::new);
+        if let Some(p) = &raw_site.passthrough {
+            let own = [
+                ("tls", raw_site.tls.is_some()),
+                ("root", raw_site.root.is_some()),
+                ("proxy", raw_site.proxy.is_some()),
+                ("route", raw_site.route.is_some()),
+                ("php", raw_site.php.is_some()),
+                ("fastcgi", raw_site.fastcgi.is_some()),
+                ("redirect", raw_site.redirect.is_some()),
+                ("respond", raw_site.respond.is_some()),
+                ("http_redirect", raw_site.http_redirect.is_some()),
+            ];
+            for (k, _) in own.iter().filter(|(_, set)| *set) {
+                c.at(
+                    p.span(),
+                    format!(
+                        "site \"{name}\": `passthrough` hands its TLS to the upstream; remove `{k}`"
+                    ),
+                );
+            }
+            if matches!(host, HostPattern::Any) {
+                c.at(
+                    name_span.clone(),
+                    format!("site \"{name}\": `passthrough` routes by the TLS server name; name the site by a host"),
+                );
+            }
+        }
+        let tls = if raw_site.passthrough.is_some() {
+            None
+        } else {
+            tls::site_tls(
+                &mut c,
+                base,
+                &name,
+                raw_site,
+                (&host, name_port, name_ip),
+                &tls_global,
+            )
+        };
+        let has_tls = tls.is_some() || raw_site.tls.is_some() || passthrough.is_some();
 
         if let (Some(r), true) = (
             &raw_site.root,
@@ -454,7 +501,8 @@ pub fn load_str_with(
             None if raw_site.redirect.is_some() || raw_site.respond.is_some() => {
                 own_answer(&mut c, &name, raw_site)
             }
-            None if proxy::has_proxy(raw_site) => None,
+            None if proxy::has_proxy(raw_site) || passthrough.is_some() => None,
+            None if raw_site.php.is_some() || raw_site.fastcgi.is_some() => None,
             None => {
                 c.at(
                     site.span(),
@@ -494,6 +542,7 @@ pub fn load_str_with(
             }
             HandlerConfig::Static(static_options(c, &name, raw_site, path))
         };
+        let own = site_fastcgi(&mut c, &name, raw_site, own, &files);
         let handler =
             routes::site_handler(&mut c, &name, raw_site, own, site_cache.as_ref(), &files)
                 .unwrap_or(HandlerConfig::Welcome);
@@ -612,6 +661,7 @@ pub fn load_str_with(
             access_log,
             cache: site_cache,
             filters: Arc::new(filters),
+            passthrough,
         });
 
         if let (Some(from), Some(to)) = (redirect_from, addrs.first()) {
@@ -626,14 +676,61 @@ pub fn load_str_with(
                 access_log: None,
                 cache: None,
                 filters: Default::default(),
+                passthrough: None,
             });
             binds.push((from, false, ridx, false, name_span.clone()));
         }
     }
 
+    let mut tcp = Vec::new();
+    for (name, t) in &raw.tcp {
+        if let Some(l) = stream::tcp_listener(&mut c, name, t, bind_ip) {
+            for a in &l.addrs {
+                if binds.iter().any(|b| b.0.port() == a.port())
+                    || tcp.iter().any(|o: &stream::TcpListenerConfig| {
+                        o.addrs.iter().any(|b| b.port() == a.port())
+                    })
+                {
+                    c.at(
+                        t.span(),
+                        format!(
+                            "tcp \"{name}\": port {} is already used by a site or another [tcp]",
+                            a.port()
+                        ),
+                    );
+                }
+            }
+            tcp.push(l);
+        }
+    }
     let mut listeners = group_listeners(&mut c, &binds);
     for l in &mut listeners {
         l.proxy_protocol = l.sites.iter().find_map(|i| accept_pp.get(i).cloned());
+    }
+    for t in tcp {
+        let idx = sites.len();
+        sites.push(SiteConfig {
+            name: t.stream.name.clone(),
+            host: HostPattern::Any,
+            handler: HandlerConfig::Welcome,
+            tls: None,
+            error_pages: HashMap::new(),
+            headers: Vec::new(),
+            access_log: None,
+            cache: None,
+            filters: Default::default(),
+            passthrough: Some(t.stream.clone()),
+        });
+        for addr in t.addrs {
+            listeners.push(ListenerConfig {
+                addr,
+                tls: false,
+                sites: vec![idx],
+                default_site: idx,
+                proxy_protocol: None,
+                layer4: true,
+            });
+        }
     }
     c.into_result(Config {
         source: file.to_string(),
@@ -712,6 +809,16 @@ fn known_keys(path: &[String]) -> &'static [&'static str] {
             "request_headers" | "response_headers",
         ] => fields::<raw::RawHeaderOps>(),
         ["site", _, "route", _, "match"] => fields::<raw::RawMatch>(),
+        ["site", _, "php" | "fastcgi"] | ["site", _, "route", _, "php" | "fastcgi"] => {
+            fields::<raw::RawFastCgi>()
+        }
+        ["site", _, "passthrough"] | ["tcp", _] => fields::<raw::RawStream>(),
+        ["site", _, "php" | "fastcgi" | "passthrough", "health"]
+        | ["site", _, "route", _, "php" | "fastcgi", "health"]
+        | ["tcp", _, "health"] => fields::<RawHealth>(),
+        ["site", _, "php" | "fastcgi" | "passthrough", "passive"]
+        | ["site", _, "route", _, "php" | "fastcgi", "passive"]
+        | ["tcp", _, "passive"] => fields::<RawPassive>(),
         ["cache"] => fields::<RawCacheGlobal>(),
         ["cache", "disk"] => fields::<RawCacheDisk>(),
         ["site", _, "cache"] | ["site", _, "route", _, "cache"] => fields::<RawCache>(),
@@ -1111,6 +1218,46 @@ fn own_answer(c: &mut Collector<'_>, name: &str, s: &RawSite) -> Option<HandlerC
         .map(HandlerConfig::Respond)
 }
 
+/// A site's `php` or `fastcgi` in place of its static files (which then
+/// serve the root's other files).
+fn site_fastcgi(
+    c: &mut Collector<'_>,
+    name: &str,
+    s: &RawSite,
+    own: Option<HandlerConfig>,
+    files: &dyn Fn(&mut Collector<'_>, &Spanned<String>) -> HandlerConfig,
+) -> Option<HandlerConfig> {
+    let (raw, php) = match (&s.php, &s.fastcgi) {
+        (Some(p), Some(_)) => {
+            c.at(
+                p.span(),
+                format!("site \"{name}\": `php` and `fastcgi` exclude each other; keep one"),
+            );
+            return own;
+        }
+        (Some(p), None) => (p, true),
+        (None, Some(f)) => (f, false),
+        (None, None) => return own,
+    };
+    let key = format!("site \"{name}\": {}", if php { "php" } else { "fastcgi" });
+    let opts = match own {
+        Some(HandlerConfig::Static(o)) => Some(o),
+        Some(_) => {
+            c.at(
+                raw.span(),
+                format!("{key}: excludes `redirect` and `respond` (use a route for some paths)"),
+            );
+            return own;
+        }
+        None => None,
+    };
+    let make = |c: &mut Collector<'_>, root: &Spanned<String>| match files(c, root) {
+        HandlerConfig::Static(o) => o,
+        _ => unreachable!("the files closure makes static options"),
+    };
+    fastcgi::fastcgi(c, &key, raw, php, opts, &make).map(|f| HandlerConfig::FastCgi(Arc::new(f)))
+}
+
 fn static_options(c: &mut Collector<'_>, name: &str, s: &RawSite, root: PathBuf) -> files::Options {
     let all = vec![Encoding::Br, Encoding::Zstd, Encoding::Gzip];
     let precompressed = match &s.precompressed {
@@ -1269,6 +1416,7 @@ fn group_listeners(c: &mut Collector<'_>, binds: &[Bind]) -> Vec<ListenerConfig>
                 sites: vec![*idx],
                 default_site: *idx,
                 proxy_protocol: None,
+                layer4: false,
             }),
         }
         if *is_default {

@@ -31,6 +31,9 @@ pub struct RawConfig {
     /// Where cached responses are kept: `[cache]`.
     #[serde(default)]
     pub cache: RawCacheGlobal,
+    /// Layer-4 proxies, in file order: `[tcp."postgres"]` with `listen` and `to`.
+    #[serde(default)]
+    pub tcp: IndexMap<String, Spanned<RawStream>>,
 }
 
 /// `[cache]`: storage shared by every site and route that caches.
@@ -283,6 +286,122 @@ pub struct RawSite {
     /// CIDRs allowed to send a PROXY protocol header; default: none (every
     /// connection is refused while `proxy_protocol = true` and this is empty).
     pub trusted_sources: Option<Spanned<Vec<String>>>,
+    /// PHP through FastCGI with Caddy's `php_fastcgi` defaults:
+    /// `"unix:/run/php/php-fpm.sock"` or `{ to = "127.0.0.1:9000", ... }`. Needs `root`.
+    pub php: Option<Spanned<Shorthand<RawFastCgi>>>,
+    /// A FastCGI application with no PHP defaults (no front controller).
+    pub fastcgi: Option<Spanned<Shorthand<RawFastCgi>>>,
+    /// TLS for this name is passed through untouched to these upstreams
+    /// (routed by SNI): `"10.0.0.5:443"` or `{ to = [...], alpn = [...] }`.
+    pub passthrough: Option<Spanned<Shorthand<RawStream>>>,
+}
+
+/// A key that is either an upstream address or a table with `to` and settings.
+#[derive(Debug)]
+pub enum Shorthand<T> {
+    To(String),
+    Full(Box<T>),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Shorthand<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for V<T> {
+            type Value = Shorthand<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an address like \"127.0.0.1:9000\" or a table like { to = \"...\" }")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(Shorthand::To(s.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                m: A,
+            ) -> Result<Self::Value, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+                    .map(|t| Shorthand::Full(Box::new(t)))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// `php = { ... }` / `fastcgi = { ... }`: FastCGI upstreams (PHP-FPM) and
+/// how requests become scripts.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawFastCgi {
+    /// Upstreams: `"127.0.0.1:9000"`, `"unix:/run/php/php-fpm.sock"`, or a list. Required.
+    pub to: Option<Spanned<RawUpstreams>>,
+    /// The document root the scripts are in; default: the site's or route's `root`.
+    pub root: Option<Spanned<String>>,
+    /// Where a path splits into the script and `PATH_INFO`; default `[".php"]`.
+    pub split: Option<Spanned<Vec<String>>>,
+    /// Scripts tried for a directory; default `["index.php"]`.
+    pub index: Option<Spanned<Vec<String>>>,
+    /// The script that answers paths naming no file (`PATH_INFO` is the
+    /// path): default `"/index.php"` for `php`, none for `fastcgi`; `""` turns it off.
+    pub front_controller: Option<Spanned<String>>,
+    /// Extra variables passed to every script: `{ APP_ENV = "prod" }`.
+    pub env: Option<IndexMap<String, Spanned<String>>>,
+    /// Most connections open to each upstream, idle ones included: at most
+    /// PHP-FPM's `pm.max_children`; default 5 (PHP-FPM's own default).
+    pub max_conns: Option<Spanned<i64>>,
+    /// Requests that may wait for a connection; default 1024. Over: 503.
+    pub queue: Option<Spanned<i64>>,
+    /// Longest wait for a connection; default 5s. Over: 503.
+    pub queue_timeout: Option<Spanned<Value>>,
+    /// Connecting must finish within this; default 5s.
+    pub connect_timeout: Option<Spanned<Value>>,
+    /// Each read of the response must come within this; default 60s. Over: 504.
+    pub read_timeout: Option<Spanned<Value>>,
+    /// Each write of the request must finish within this; default 60s.
+    pub send_timeout: Option<Spanned<Value>>,
+    /// Idle connections are closed after this; default 60s.
+    pub idle_timeout: Option<Spanned<Value>>,
+    /// As a proxy's `balance`; default `"round_robin"`.
+    pub balance: Option<Spanned<String>>,
+    /// Further attempts on other upstreams when connecting fails; default 2.
+    pub retries: Option<Spanned<i64>>,
+    /// Active health checks (connection checks); default off.
+    pub health: Option<RawHealth>,
+    /// Passive health checks, as a proxy's.
+    pub passive: Option<RawPassive>,
+    /// Upstream host names are resolved again after this; default 30s.
+    pub dns_ttl: Option<Spanned<Value>>,
+}
+
+/// `[tcp."name"]`, or a site's `passthrough = { ... }`: byte streams
+/// proxied to upstreams.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawStream {
+    /// `[tcp."x"]` only: addresses to listen on. Required there.
+    pub listen: Option<Spanned<OneOrMany>>,
+    /// Upstreams: `"10.0.0.5:5432"`, `"unix:/run/app.sock"`, or a list
+    /// (`{ addr = "...", weight = 3 }` too). Required.
+    pub to: Option<Spanned<RawUpstreams>>,
+    /// As a proxy's `balance` (`ip_hash` keys on the client address); default `"round_robin"`.
+    pub balance: Option<Spanned<String>>,
+    /// Connecting must finish within this; default 5s.
+    pub connect_timeout: Option<Spanned<Value>>,
+    /// A stream with no byte either way for this long is closed; default 10m.
+    pub idle_timeout: Option<Spanned<Value>>,
+    /// Most connections open to each upstream; default 0 = no limit.
+    pub max_conns: Option<Spanned<i64>>,
+    /// Most connections open from one client address; default 0 = no limit.
+    pub max_conns_per_client: Option<Spanned<i64>>,
+    /// Further upstreams tried when connecting fails; default 2.
+    pub retries: Option<Spanned<i64>>,
+    /// Active health checks (connection checks); default off.
+    pub health: Option<RawHealth>,
+    /// Passive health checks, as a proxy's.
+    pub passive: Option<RawPassive>,
+    /// Send a PROXY protocol header to upstreams: `"v1"` or `"v2"`; default off.
+    pub send_proxy_protocol: Option<Spanned<String>>,
+    /// `passthrough` only: pass through only clients offering one of these
+    /// ALPN protocols; default: any.
+    pub alpn: Option<Spanned<Vec<String>>>,
+    /// Upstream host names are resolved again after this; default 30s.
+    pub dns_ttl: Option<Spanned<Value>>,
 }
 
 /// `[[site."x".route]]`: requests whose path matches go to this route's handler.
@@ -337,6 +456,10 @@ pub struct RawRoute {
     pub redirect: Option<Spanned<RawRedirect>>,
     /// Answer every request with a fixed response: `403` or `{ status = 200, body = "ok" }`.
     pub respond: Option<Spanned<RawRespond>>,
+    /// PHP through FastCGI for this route's paths, with `root`: as a site's `php`.
+    pub php: Option<Spanned<Shorthand<RawFastCgi>>>,
+    /// A FastCGI application for this route's paths: as a site's `fastcgi`.
+    pub fastcgi: Option<Spanned<Shorthand<RawFastCgi>>>,
 }
 
 /// `basic_auth = { ... }`.
@@ -510,8 +633,41 @@ pub struct RawProxy {
     pub dns_ttl: Option<Spanned<Value>>,
 }
 
+impl RawProxy {
+    /// A proxy to `to` with every other key unset (the upstream part of
+    /// `php`, `fastcgi`, `passthrough` and `[tcp]`).
+    pub fn bare(to: Spanned<RawUpstreams>) -> RawProxy {
+        RawProxy {
+            to,
+            balance: None,
+            hash_key: None,
+            sticky_cookie: None,
+            host: None,
+            connect_timeout: None,
+            response_timeout: None,
+            idle_timeout: None,
+            max_idle: None,
+            max_conns: None,
+            queue: None,
+            queue_timeout: None,
+            retries: None,
+            retry_body_size: None,
+            health: None,
+            passive: None,
+            x_forwarded: None,
+            forwarded: None,
+            via: None,
+            trusted_proxies: None,
+            send_proxy_protocol: None,
+            tls_verify: None,
+            sni: None,
+            dns_ttl: None,
+        }
+    }
+}
+
 /// `health = { ... }` in a proxy: active checks, run by one background task.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct RawHealth {
     /// HTTP path to GET; default `"/"`. Ignored with `tcp = true`.
     pub path: Option<String>,
@@ -532,7 +688,7 @@ pub struct RawHealth {
 }
 
 /// `passive = { ... }` in a proxy.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 pub struct RawPassive {
     /// Failures (connect errors, resets, timeouts, 5xx are not counted) within
     /// `window` that mark an upstream down; default 5; 0 turns passive checks off.
@@ -543,7 +699,7 @@ pub struct RawPassive {
     pub cooldown: Option<Spanned<Value>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum RawUpstreams {
     One(String),

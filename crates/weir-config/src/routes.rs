@@ -300,18 +300,36 @@ fn route_config(
         (None, Some(true)) => PathRewrite::Replace(String::new()),
         (None, _) => PathRewrite::None,
     };
+    let fcgi = raw.php.is_some() as u8 + raw.fastcgi.is_some() as u8;
     let given = raw.proxy.is_some() as u8
-        + raw.root.is_some() as u8
+        + (raw.root.is_some() && fcgi == 0) as u8
         + raw.redirect.is_some() as u8
-        + raw.respond.is_some() as u8;
+        + raw.respond.is_some() as u8
+        + fcgi;
     if given > 1 {
         c.at(
             r.span(),
-            format!("{key}: give one of `proxy`, `root`, `redirect` or `respond`"),
+            format!(
+                "{key}: give one of `proxy`, `root`, `php`, `fastcgi`, `redirect` or `respond`"
+            ),
         );
         return None;
     }
-    let handler = if let Some(p) = &raw.proxy {
+    let handler = if let Some((f, php)) = raw
+        .php
+        .as_ref()
+        .map(|p| (p, true))
+        .or(raw.fastcgi.as_ref().map(|f| (f, false)))
+    {
+        let make = |c: &mut Collector<'_>, root: &Spanned<String>| match files(c, root) {
+            HandlerConfig::Static(o) => o,
+            _ => unreachable!("the files closure makes static options"),
+        };
+        let opts = raw.root.as_ref().map(|root| make(c, root));
+        let name = if php { "php" } else { "fastcgi" };
+        let cfg = crate::fastcgi::fastcgi(c, &format!("{key}: {name}"), f, php, opts, &make)?;
+        HandlerConfig::FastCgi(Arc::new(cfg))
+    } else if let Some(p) = &raw.proxy {
         HandlerConfig::Proxy(Arc::new(proxy_config(c, &format!("{key}: proxy"), p)))
     } else if let Some(root) = &raw.root {
         let mut h = files(c, root);

@@ -1,17 +1,20 @@
-//! The FastCGI 1.0 protocol as a codec for weir's FastCGI upstreams:
-//! [`proto`] encodes a request's records (BEGIN_REQUEST, PARAMS, STDIN,
-//! ABORT_REQUEST) into the caller's buffer and decodes the application's
-//! records (STDOUT, STDERR, END_REQUEST) incrementally out of it; [`head`]
-//! parses the CGI response head (RFC 3875 §6) at the start of STDOUT.
+//! PHP and other FastCGI applications behind weir: [`FastCgi`] is the
+//! handler of a site's or route's `php`/`fastcgi`. A request goes through
+//! named steps: `script::resolve` (which script, or a static file, or 404)
+//! → `params::cgi_params` (the CGI variables) → `client::Pool::run` (an
+//! upstream chosen by the proxy's balancer and health, a kept-alive
+//! connection in one of its `max_conns` slots, the records out, the
+//! response streamed back).
 //!
-//! Never does I/O, never spawns or waits, and never holds more than one
-//! record of the application's output: the caller owns the connection,
-//! its pool and the buffers.
+//! The codec is [`proto`] (request records encoded into the caller's
+//! buffer, the application's records decoded incrementally) and [`head`]
+//! (the CGI response head, RFC 3875 §6); neither does I/O. Written by hand
+//! rather than with fastcgi-client or async-fcgi because those own the
+//! connection and buffer the whole response, while weir streams bodies
+//! both ways with bounded memory and pools connections itself.
 //!
-//! Written by hand rather than with fastcgi-client or async-fcgi because
-//! those own the connection and buffer the whole response, while weir
-//! streams bodies both ways with bounded memory and pools connections
-//! itself.
+//! Never runs a path that is not an existing script under the root, and
+//! never holds more than one record of either body.
 //!
 //! ```
 //! use bytes::BytesMut;
@@ -38,8 +41,11 @@
 //! # Ok::<(), weir_fastcgi::ProtoError>(())
 //! ```
 
+pub mod client;
 pub mod head;
+pub mod params;
 pub mod proto;
+pub mod script;
 
 #[cfg(test)]
 mod fuzz;
@@ -49,3 +55,95 @@ pub use proto::{
     Decoder, Event, HEADER_LEN, MAX_CONTENT, Pair, ProtoError, RecordType, abort_request,
     begin_request, decode_pairs, params, stdin, stdin_end,
 };
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use http::{Response, StatusCode};
+use weir_config::fastcgi::FastCgiConfig;
+use weir_http::body::Body;
+use weir_http::conn::ConnInfo;
+
+pub use script::Resolved;
+
+/// A running `php` or `fastcgi` handler.
+pub struct FastCgi {
+    pub cfg: Arc<FastCgiConfig>,
+    pool: Arc<client::Pool>,
+    /// The root with its links resolved, for the symlink policy.
+    canonical_root: PathBuf,
+}
+
+impl FastCgi {
+    /// `proxy`: the upstreams of `cfg.upstream` (balancer, health, slots).
+    pub fn new(cfg: Arc<FastCgiConfig>, proxy: Arc<weir_proxy::Proxy>) -> FastCgi {
+        let canonical_root = std::fs::canonicalize(&cfg.root).unwrap_or_else(|_| cfg.root.clone());
+        FastCgi {
+            cfg,
+            pool: Arc::new(client::Pool::new(proxy)),
+            canonical_root,
+        }
+    }
+
+    pub fn proxy(&self) -> &Arc<weir_proxy::Proxy> {
+        &self.pool.proxy
+    }
+
+    /// Idle connections to upstream `idx`.
+    pub fn idle_connections(&self, idx: usize) -> usize {
+        self.pool.idle(idx)
+    }
+
+    /// What the percent-encoded `path` comes to (on the blocking pool: it
+    /// looks at the file system).
+    pub async fn resolve(self: &Arc<Self>, path: &str) -> Resolved {
+        let me = self.clone();
+        let path = path.to_string();
+        tokio::task::spawn_blocking(move || script::resolve(&me.cfg, &me.canonical_root, &path))
+            .await
+            .unwrap_or(Resolved::NotFound)
+    }
+
+    /// Runs `script` for the request; every failure is an error response
+    /// (502, 503, 504, 413), logged with the upstream and the reason.
+    pub async fn run(
+        &self,
+        script: &params::Script<'_>,
+        parts: &http::request::Parts,
+        body: Body,
+        conn: &ConnInfo,
+        client: IpAddr,
+    ) -> Response<Body> {
+        let params = params::cgi_params(parts, script, conn, client, &self.cfg.env);
+        let req = client::Request {
+            params: &params,
+            send_timeout: self.cfg.send_timeout,
+            client: (conn.peer, conn.local),
+            worker: conn.worker,
+            script: script.script_name,
+        };
+        match self.pool.run(req, body).await {
+            Ok(mut r) => {
+                if parts.method == http::Method::HEAD {
+                    *r.body_mut() = Body::empty();
+                }
+                r
+            }
+            Err(e) => {
+                let status = e.status();
+                tracing::warn!(
+                    status = status.as_u16(),
+                    "FastCGI {} {}: {e}",
+                    parts.method,
+                    script.script_name
+                );
+                weir_http::response::error(if status == StatusCode::OK {
+                    StatusCode::BAD_GATEWAY
+                } else {
+                    status
+                })
+            }
+        }
+    }
+}

@@ -26,6 +26,7 @@ pub mod h1_client;
 pub mod health;
 pub mod pool;
 pub mod proxy_protocol;
+pub mod stream;
 pub mod upgrade;
 
 use std::pin::Pin;
@@ -1207,7 +1208,7 @@ pub fn cookie<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// Counts a request in flight on an upstream (least_conn, p2c).
-struct ActiveGuard(Arc<Upstream>);
+struct ActiveGuard(pub(crate) Arc<Upstream>);
 
 impl ActiveGuard {
     fn new(up: Arc<Upstream>) -> Self {

@@ -23,6 +23,7 @@ use tokio::net::TcpStream;
 use super::drain::{Drain, Signal};
 use super::http1;
 use super::io::{self as tio, ConnState, TimedIo};
+use super::layer4;
 use super::zero_copy::{FileRegion, Regions, ZeroCopy};
 use crate::pipeline::Current;
 use weir_config::Limits;
@@ -57,6 +58,8 @@ pub struct ConnCtx {
     h2: hyper::server::conn::http2::Builder<TokioExecutor>,
     /// weir's own HTTP/1 server (`server.http1 = "fast"`, the default).
     fast_h1: bool,
+    /// A `[tcp]` listener: connections are relayed, not served.
+    layer4: bool,
 }
 
 impl ConnCtx {
@@ -113,6 +116,7 @@ impl ConnCtx {
             h2,
             accept_pp: None,
             fast_h1: true,
+            layer4: false,
         }
     }
 
@@ -128,6 +132,12 @@ impl ConnCtx {
         pp: Option<weir_config::proxy::AcceptProxyProtocol>,
     ) -> Self {
         self.accept_pp = pp;
+        self
+    }
+
+    /// Relay every connection to the listener's `[tcp]` stream.
+    pub fn layer4(mut self, on: bool) -> Self {
+        self.layer4 = on;
         self
     }
 
@@ -249,9 +259,49 @@ async fn serve(
         }
     }
     let peer = info.peer;
+    if ctx.layer4 {
+        if let Some(relay) = ctx.listener.load().stream() {
+            Box::pin(layer4::relay(stream, bytes::Bytes::new(), info, relay)).await;
+        }
+        drop(signal);
+        return;
+    }
     let (Some(acceptor), Some(turns)) = (&ctx.tls, turns) else {
         serve_plain(stream, info, ctx, signal, open).await;
         return;
+    };
+    // A listener where a site passes TLS through reads the ClientHello
+    // first: a name passed through goes to its upstream untouched, any
+    // other to weir's own handshake with the bytes read replayed.
+    let passes_through = ctx.listener.load().passes_through();
+    let stream = if passes_through {
+        let mut stream = stream;
+        let hello = tokio::time::timeout(
+            ctx.timeouts.header,
+            Box::pin(layer4::read_hello(&mut stream)),
+        );
+        match hello.await {
+            Ok(Ok(h)) => {
+                if let Some(relay) = ctx.listener.load().relay_for(h.sni.as_deref(), &h.alpn) {
+                    Box::pin(layer4::relay(stream, h.bytes, info, relay)).await;
+                    drop(signal);
+                    return;
+                }
+                layer4::Rewind::new(h.bytes, stream)
+            }
+            Ok(Err(e)) => {
+                ctx.counts.handshake(info.worker, false);
+                tracing::debug!("TLS from {peer}: {e}");
+                return;
+            }
+            Err(_) => {
+                ctx.counts.handshake(info.worker, false);
+                tracing::debug!("TLS from {peer}: no ClientHello in time");
+                return;
+            }
+        }
+    } else {
+        layer4::Rewind::new(bytes::Bytes::new(), stream)
     };
 
     // The handshake must finish within the header timeout: a client that

@@ -20,6 +20,7 @@ mod drain;
 pub mod http1;
 pub mod http3;
 pub mod io;
+pub mod layer4;
 mod listen;
 pub mod notify;
 pub mod pipeline;

@@ -817,6 +817,7 @@ fn conn_ctx(
     )
     .accept_proxy_protocol(l.proxy_protocol.clone())
     .fast_http1(cfg.server.http1 == Http1Engine::Fast)
+    .layer4(l.layer4)
 }
 
 /// The sites and connection context of an address served for the first

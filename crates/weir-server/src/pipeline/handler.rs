@@ -29,6 +29,8 @@ pub(super) enum Handler {
     Cached(Arc<weir_proxy::Proxy>, weir_cache::Cache),
     Redirect(weir_config::traffic::Redirect),
     Respond(weir_config::traffic::Respond),
+    /// Scripts through FastCGI; the root's other files served by weir.
+    FastCgi(Arc<weir_fastcgi::FastCgi>, Arc<StaticFiles>),
     /// Routes by path, then the fallback (404 without one).
     Routes {
         routes: Vec<Route>,
@@ -61,7 +63,7 @@ impl Build<'_> {
     /// The proxy for `cfg` at `route` (`*`: the site's own) of `site`: the
     /// one there before if its settings are unchanged; else a new one that
     /// keeps that one's upstreams whose own settings are unchanged.
-    fn proxy(
+    pub(super) fn proxy(
         &self,
         cfg: &Arc<weir_config::proxy::ProxyConfig>,
         site: &str,
@@ -106,10 +108,27 @@ impl Build<'_> {
 }
 
 impl Handler {
+    /// Calls `f` with every FastCGI application this handler runs.
+    fn each_fastcgi(&self, f: &mut dyn FnMut(&Arc<weir_fastcgi::FastCgi>)) {
+        match self {
+            Handler::FastCgi(app, _) => f(app),
+            Handler::Routes { routes, fallback } => {
+                for r in routes {
+                    r.handler.each_fastcgi(f);
+                }
+                if let Some(h) = fallback {
+                    h.each_fastcgi(f);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Calls `f` with every proxy this handler runs.
     pub(super) fn each_proxy(&self, f: &mut dyn FnMut(&Arc<weir_proxy::Proxy>)) {
         match self {
             Handler::Proxy(p) | Handler::Cached(p, _) => f(p),
+            Handler::FastCgi(app, _) => f(app.proxy()),
             Handler::Routes { routes, fallback } => {
                 for r in routes {
                     r.handler.each_proxy(f);
@@ -151,6 +170,35 @@ pub(super) fn build_handler(
         }
         HandlerConfig::Redirect(r) => Handler::Redirect(r.clone()),
         HandlerConfig::Respond(r) => Handler::Respond(r.clone()),
+        HandlerConfig::FastCgi(f) => {
+            let files = match b.files(&f.files) {
+                Some(s) => s,
+                None => StaticFiles::new(f.files.clone()).map_err(|source| SiteError::Static {
+                    site: site.to_string(),
+                    source,
+                })?,
+            };
+            let same = b
+                .previous
+                .iter()
+                .filter(|s| s.cfg.name == site)
+                .find_map(|s| {
+                    let mut found = None;
+                    s.handler.each_fastcgi(&mut |app| {
+                        if app.cfg == *f {
+                            found = Some(app.clone());
+                        }
+                    });
+                    found
+                });
+            let app = same.unwrap_or_else(|| {
+                Arc::new(weir_fastcgi::FastCgi::new(
+                    f.clone(),
+                    b.proxy(&f.upstream, site, route),
+                ))
+            });
+            Handler::FastCgi(app, files)
+        }
         HandlerConfig::Routes { routes, fallback } => Handler::Routes {
             routes: routes
                 .iter()
@@ -319,7 +367,60 @@ where
         Handler::Cached(_, c) => {
             Box::pin(c.serve(parts, upstream_body(body, max_body), conn, path)).await
         }
+        Handler::FastCgi(app, files) => {
+            let body = upstream_body(body, max_body);
+            Box::pin(fastcgi(app, files, parts, body, conn, path, client)).await
+        }
         Handler::Routes { .. } => error(StatusCode::NOT_FOUND),
+    }
+}
+
+/// A `php`/`fastcgi` handler: the script the path names (or the front
+/// controller) through FastCGI, another file of the root as a static file.
+async fn fastcgi(
+    app: &Arc<weir_fastcgi::FastCgi>,
+    files: &StaticFiles,
+    parts: &mut http::request::Parts,
+    body: Body,
+    conn: &ConnInfo,
+    path: Option<&str>,
+    client: std::net::IpAddr,
+) -> Response<Body> {
+    use weir_fastcgi::Resolved;
+    let raw = path.map_or(parts.uri.path(), |p| p.split('?').next().unwrap_or(p));
+    match app.resolve(raw).await {
+        Resolved::Script {
+            script_name,
+            path_info,
+            filename,
+        } => {
+            let script = weir_fastcgi::params::Script {
+                script_name: &script_name,
+                path_info: &path_info,
+                filename: &filename,
+                root: &app.cfg.root,
+            };
+            app.run(&script, parts, body, conn, client).await
+        }
+        Resolved::Static => {
+            let raw = raw.to_string();
+            files.serve(parts, &raw).await
+        }
+        Resolved::AddSlash => {
+            let q = parts
+                .uri
+                .query()
+                .map(|q| format!("?{q}"))
+                .unwrap_or_default();
+            let mut r = Response::new(Body::empty());
+            *r.status_mut() = StatusCode::PERMANENT_REDIRECT;
+            if let Ok(v) = HeaderValue::from_str(&format!("{}/{q}", parts.uri.path())) {
+                r.headers_mut().insert(header::LOCATION, v);
+            }
+            r
+        }
+        Resolved::NotFound => error(StatusCode::NOT_FOUND),
+        Resolved::BadPath => error(StatusCode::BAD_REQUEST),
     }
 }
 

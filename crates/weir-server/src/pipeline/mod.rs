@@ -44,6 +44,9 @@ pub struct Site {
     /// The proxies whose `X-Forwarded-For` is believed: the client address
     /// limits and address lists see is the one the site's proxies see.
     trusted: Vec<ipnet::IpNet>,
+    /// A `[tcp]` listener's stream, or the upstreams this name's TLS is
+    /// passed through to.
+    pub relay: Option<Arc<crate::layer4::Relay>>,
 }
 
 impl Site {
@@ -115,9 +118,15 @@ impl Site {
             }
             h => h.each_proxy(&mut |p| out.push(("*".into(), p.clone()))),
         }
+        if let Some(r) = &self.relay {
+            out.push((STREAM_ROUTE.into(), r.proxy.clone()));
+        }
         out
     }
 }
+
+/// The route label of a site's stream upstreams (`[tcp]`, `passthrough`).
+pub const STREAM_ROUTE: &str = "stream";
 
 /// A route's pattern as written in the config: its metrics label.
 pub(crate) fn route_label(p: &weir_config::routes::PathPattern) -> String {
@@ -174,6 +183,8 @@ pub struct Listener {
     alt_svc: Option<HeaderValue>,
     /// ACME HTTP-01 answers, on plain listeners.
     acme: Option<Arc<weir_tls::Challenges>>,
+    /// Whether a site here passes TLS through (the ClientHello is read first).
+    passthrough: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -227,6 +238,16 @@ pub fn build_sites(
                 b.own_h1,
                 b.workers,
             );
+            let relay = s.passthrough.as_ref().map(|p| {
+                let same = previous
+                    .iter()
+                    .filter(|o| o.cfg.name == s.name)
+                    .find_map(|o| o.relay.clone().filter(|r| r.cfg == *p));
+                same.unwrap_or_else(|| {
+                    let proxy = b.proxy(&p.upstream, &s.name, STREAM_ROUTE);
+                    Arc::new(crate::layer4::Relay::new(p.clone(), proxy, b.workers))
+                })
+            });
             let mut trusted = Vec::new();
             handler.each_proxy(&mut |p| trusted.extend(p.cfg.trusted_proxies.iter().copied()));
             let counts = registry.counts(&s.name, "*");
@@ -244,6 +265,7 @@ pub fn build_sites(
                 counts,
                 filters,
                 trusted,
+                relay,
             }))
         })
         .collect()
@@ -253,13 +275,45 @@ impl Listener {
     pub fn new(all: &[Arc<Site>], indexes: &[usize], default: usize, limits: Limits) -> Self {
         let sites: Vec<Arc<Site>> = indexes.iter().map(|&i| all[i].clone()).collect();
         let default = all[default].clone();
+        let passthrough = sites.iter().any(|s| s.relay.is_some());
         Listener {
             sites,
             default,
             limits,
             alt_svc: None,
             acme: None,
+            passthrough,
         }
+    }
+
+    /// Whether connections must have their ClientHello read before the
+    /// handshake: a site here passes TLS through.
+    pub fn passes_through(&self) -> bool {
+        self.passthrough
+    }
+
+    /// The stream a ClientHello naming `sni` and offering `alpn` goes to,
+    /// if its site passes TLS through (else weir answers it).
+    pub fn relay_for(
+        &self,
+        sni: Option<&str>,
+        alpn: &[Vec<u8>],
+    ) -> Option<Arc<crate::layer4::Relay>> {
+        let sni = sni?;
+        // An exact name wins over a wildcard, as for certificates.
+        let site = self
+            .sites
+            .iter()
+            .find(|s| matches!(&s.cfg.host, weir_config::HostPattern::Exact(h) if h.eq_ignore_ascii_case(sni)))
+            .or_else(|| self.sites.iter().find(|s| s.cfg.host.matches(sni)))?;
+        let r = site.relay.as_ref()?;
+        r.takes_alpn(alpn.iter().map(Vec::as_slice))
+            .then(|| r.clone())
+    }
+
+    /// A `[tcp]` listener's stream.
+    pub fn stream(&self) -> Option<Arc<crate::layer4::Relay>> {
+        self.default.relay.clone()
     }
 
     /// Advertise HTTP/3 on `port` (UDP) in every response.
