@@ -316,11 +316,12 @@ fn run_load(a: LoadArgs) -> Result<()> {
 #[derive(Args)]
 struct CompareArgs {
     /// Scenarios: static, proxy, sizes, concurrency, ab, startup, idle,
-    /// cache, chain (comma-separated).
+    /// cache, chain, php (needs php-fpm), tcp (TLS passthrough)
+    /// (comma-separated).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "static,proxy,sizes,concurrency,ab,startup,idle,cache,chain"
+        default_value = "static,proxy,sizes,concurrency,ab,startup,idle,cache,chain,php,tcp"
     )]
     scenarios: Vec<String>,
     /// Servers: weir, nginx, apache, caddy, haproxy, varnish, lighttpd,
@@ -363,8 +364,8 @@ struct CompareArgs {
     /// Fail if a server is not installed instead of reporting it.
     #[arg(long)]
     require: bool,
-    /// Server port on 127.0.0.1 (the backend uses port+1, the chain's
-    /// Varnish port+2).
+    /// Server port on 127.0.0.1 (the backend, and tcp's TLS backend, use
+    /// port+1, the chain's Varnish port+2).
     #[arg(long, default_value_t = 28080)]
     port: u16,
     /// Workers/threads per server (with --pin: one per server CPU).

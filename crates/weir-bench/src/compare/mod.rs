@@ -476,6 +476,27 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
             versions.push((s.name().to_string(), s.version(cfg.weirs())));
         }
     }
+    // What a scenario needs beside its servers: php-fpm behind every server
+    // of `php`.
+    let php_fpm = servers::php_fpm_binary();
+    let php_missing = cfg.scenarios.contains(&Scenario::Php) && !servers::installed(&php_fpm);
+    if php_missing {
+        if cfg.require {
+            return Err(CompareError::Required("php-fpm".into()));
+        }
+        eprintln!(
+            "weir-bench compare: *** php-fpm is NOT INSTALLED ({}): every row of the php scenario will be reported as such; run bench/setup ***",
+            php_fpm.display()
+        );
+        versions.push(("php-fpm".into(), "not installed".into()));
+    } else if cfg.scenarios.contains(&Scenario::Php) {
+        versions.push(("php-fpm".into(), php_fpm_version(&php_fpm)));
+    }
+    let php_root = if cfg.scenarios.contains(&Scenario::Php) {
+        Some(prepare_php_root(&cfg.out)?)
+    } else {
+        None
+    };
     let server_cpu = cfg.pin.as_ref().map(|p| &p.server[..]);
     let generator_cpu = cfg.pin.as_ref().map(|p| &p.generator[..]);
     let backend_port = cfg.port + 1;
@@ -493,6 +514,25 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                 cfg,
                 backend_port,
                 scenario.backend_delay(),
+                generator_cpu,
+            )?)
+        } else if scenario.tls_backend()
+            && cfg
+                .servers
+                .iter()
+                .any(|&s| scenario.applies_to(s) && !missing.contains(&s))
+        {
+            let assets = Assets {
+                docroot: docroot.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+                combined: combined.clone(),
+                tmp: tmp.0.clone(),
+            };
+            Some(start_tls_backend(
+                cfg,
+                backend_port,
+                &assets,
                 generator_cpu,
             )?)
         } else {
@@ -545,6 +585,11 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                     rows.push(row);
                     continue;
                 }
+                if scenario == Scenario::Php && php_missing {
+                    row.status = "not installed (php-fpm)".into();
+                    rows.push(row);
+                    continue;
+                }
                 if case.tls && !server.tls() {
                     row.status = "not applicable (no TLS)".into();
                     rows.push(row);
@@ -560,6 +605,8 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                 let role = match scenario {
                     Scenario::Proxy => Role::Proxy(upstream),
                     Scenario::Cache | Scenario::Chain => Role::Cache(upstream),
+                    Scenario::Php => Role::Php(php_root.clone().unwrap_or_default()),
+                    Scenario::Tcp => Role::Passthrough(upstream),
                     _ => Role::Static(docroot.clone()),
                 };
                 let setup = |name: &str, role: Role| {
@@ -609,11 +656,29 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                         measured: Measured::default(),
                     });
                 }
+                // The passthrough's backend measured directly, in the same
+                // rounds: weir's ratio to it is what passing through costs.
+                if scenario == Scenario::Tcp && server == ServerKind::Weir {
+                    let name = scenarios::BACKEND_DIRECT_ROW;
+                    contenders.push(Contender {
+                        server,
+                        name: name.into(),
+                        setup: setup(name, tls_backend_role(&docroot)),
+                        row: Row {
+                            scenario: scenario.name().into(),
+                            case: case.label.clone(),
+                            server: name.into(),
+                            ..Row::default()
+                        },
+                        measured: Measured::default(),
+                    });
+                }
             }
             let expected = match scenario {
                 Scenario::Proxy | Scenario::Cache | Scenario::Chain => {
                     expected_backend(case.body_size)
                 }
+                Scenario::Php => scenarios::PHP_BODY.as_bytes().to_vec(),
                 _ => expected_file(case.body_size),
             };
             let backend_ref = backend.as_ref().map(|b| BackendRef {
@@ -865,6 +930,90 @@ fn start_backend(
     Ok(r)
 }
 
+/// The `tcp` scenario's TLS backend's role: the docroot as the site
+/// [`scenarios::TCP_HOST`], whose name the client sends.
+fn tls_backend_role(docroot: &Path) -> Role {
+    Role::Sites(vec![(scenarios::TCP_HOST.into(), docroot.to_path_buf())])
+}
+
+/// Starts the `tcp` scenario's backend: weir serving the docroot over TLS
+/// with the run's certificate on `port`, as its own process (on the
+/// generator's CPUs when pinned, as `weir-bench backend`), checked before
+/// any front is measured. Its config is in `configs/tcp/backend`.
+fn start_tls_backend(
+    cfg: &CompareConfig,
+    port: u16,
+    assets: &Assets,
+    cpu: Option<&[usize]>,
+) -> Result<Running, CompareError> {
+    if !process::port_free(port) {
+        return Err(CompareError::PortInUse(port));
+    }
+    let setup = ServerSetup {
+        dir: cfg.out.join("configs/tcp/backend"),
+        port,
+        tls: true,
+        role: tls_backend_role(&assets.docroot),
+        cert: assets.cert.clone(),
+        key: assets.key.clone(),
+        combined: assets.combined.clone(),
+        workers: cfg.workers,
+        weir_accept: None,
+        weir_site_keys: None,
+        access_log: None,
+        max_connections: scenarios::max_connections(),
+        tmp: assets.tmp.clone(),
+    };
+    let fail =
+        |e: String| CompareError::Backend(format!("the tcp scenario's TLS backend (weir): {e}"));
+    let launch = prepare_validated(ServerKind::Weir, &setup, cfg.weirs()).map_err(fail)?;
+    let log = setup.dir.join("server.log");
+    let mut r = Running::start(&launch, &log, cpu).map_err(|e| fail(e.to_string()))?;
+    let checked = r.wait_ready(port, Duration::from_secs(10)).and_then(|()| {
+        let (status, body) = process::fetch_as(port, true, scenarios::TCP_HOST, "/index.html")?;
+        if status == 200 && body == expected_file(164) {
+            Ok(())
+        } else {
+            Err(format!(
+                "GET /index.html gave {status} with {} body bytes",
+                body.len()
+            ))
+        }
+    });
+    if let Err(e) = checked {
+        r.stop();
+        return Err(fail(format!("{e}; log: {}", tail(&log))));
+    }
+    Ok(r)
+}
+
+/// The docroot of the `php` scenario, holding its page.
+fn prepare_php_root(out: &Path) -> Result<PathBuf, CompareError> {
+    let root = out.join(scenarios::PHP_ROOT);
+    std::fs::create_dir_all(&root).map_err(|e| CompareError::io(&root, e))?;
+    open_perms(&root, true);
+    let (name, text) = scenarios::PHP_PAGE;
+    let page = root.join(name);
+    write(&page, text)?;
+    open_perms(&page, false);
+    Ok(root)
+}
+
+/// php-fpm's version line (`PHP 8.2.… (fpm-fcgi)`).
+fn php_fpm_version(bin: &Path) -> String {
+    std::process::Command::new(bin)
+        .arg("-v")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(|l| l.chars().take(100).collect())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
 fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -1037,7 +1186,11 @@ fn run_server_round(
     if let Some(log) = &setup.access_log {
         let _ = std::fs::remove_file(log);
     }
-    for port in std::iter::once(setup.port).chain(launch.companions.iter().map(|c| c.port)) {
+    let companion_ports = launch.companions.iter().filter_map(|c| match c.ready {
+        servers::Ready::Port(p) => Some(p),
+        servers::Ready::Unix(_) => None,
+    });
+    for port in std::iter::once(setup.port).chain(companion_ports) {
         if !process::port_free(port) {
             return Err(format!("failed: port {port} in use"));
         }
@@ -1098,7 +1251,7 @@ fn run_server_round(
 
 /// GETs the case's path once and checks the status and the exact body.
 fn check_answer(setup: &ServerSetup, case: &Case, expected: &[u8]) -> Result<(), String> {
-    let (status, body) = process::fetch(setup.port, setup.tls, &case.path)
+    let (status, body) = process::fetch_as(setup.port, setup.tls, case.host, &case.path)
         .map_err(|e| format!("failed check: {e}"))?;
     if status != 200 || body != expected {
         return Err(format!(
@@ -1244,7 +1397,12 @@ fn prepare_validated(
     weirs: servers::Weirs<'_>,
 ) -> Result<servers::Launch, String> {
     let launch = server.prepare(setup, weirs).map_err(|e| e.to_string())?;
-    if let Some(v) = &launch.validate {
+    let checks = launch
+        .companions
+        .iter()
+        .filter_map(|c| Some((c.name, c.launch.validate.as_ref()?)))
+        .chain(launch.validate.as_ref().map(|v| (server.name(), v)));
+    for (name, v) in checks {
         let out = std::process::Command::new(&v[0])
             .args(&v[1..])
             .output()
@@ -1258,7 +1416,11 @@ fn prepare_validated(
                 .chars()
                 .take(200)
                 .collect();
-            return Err(format!("config rejected: {first}"));
+            return Err(if name == server.name() {
+                format!("config rejected: {first}")
+            } else {
+                format!("config rejected ({name}): {first}")
+            });
         }
     }
     Ok(launch)
@@ -1550,8 +1712,8 @@ fn load_config(cfg: &CompareConfig, setup: &ServerSetup, case: &Case) -> LoadCon
     l.threads = case.threads;
     l.keepalive = case.keepalive;
     l.insecure = true;
-    l.sni = Some("localhost".into());
-    l.headers = vec![("Host".into(), "localhost".into())];
+    l.sni = Some(case.host.into());
+    l.headers = vec![("Host".into(), case.host.into())];
     l.timeout = case.timeout;
     l.warmup = cfg.warmup;
     l.copy_bodies = cfg.copy_bodies;

@@ -14,7 +14,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::procstat;
-use super::servers::Launch;
+use super::servers::{Launch, Ready};
 
 /// A server process we started.
 pub struct Running {
@@ -32,14 +32,16 @@ impl Running {
     /// when given: taskset sets the affinity and execs the server, so the
     /// PID we hold is the server's and every thread and child it makes
     /// inherits the set. Its companions are started first, each logging
-    /// to `<name>.log` beside `log`, and must listen on their ports within
-    /// 10 s.
+    /// to `<name>.log` beside `log`, and must listen ([`Companion::ready`])
+    /// within 10 s.
+    ///
+    /// [`Companion::ready`]: super::servers::Companion::ready
     pub fn start(launch: &Launch, log: &Path, cpus: Option<&[usize]>) -> std::io::Result<Running> {
         let mut companions: Vec<Running> = Vec::new();
         for c in &launch.companions {
             let clog = log.with_file_name(format!("{}.log", c.name));
             let mut r = Running::start(&c.launch, &clog, cpus)?;
-            if let Err(e) = r.wait_ready(c.port, Duration::from_secs(10)) {
+            if let Err(e) = r.wait_listening(&c.ready, Duration::from_secs(10)) {
                 r.stop();
                 companions.into_iter().rev().for_each(Running::stop);
                 return Err(std::io::Error::other(format!(
@@ -100,17 +102,30 @@ impl Running {
     /// Waits until `port` accepts connections; `Err` with the reason if the
     /// process exits or `limit` passes.
     pub fn wait_ready(&mut self, port: u16, limit: Duration) -> Result<(), String> {
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        self.wait_listening(&Ready::Port(port), limit)
+    }
+
+    /// Waits until `ready` accepts connections (a port on 127.0.0.1 or a
+    /// Unix socket); `Err` with the reason if the process exits or `limit`
+    /// passes.
+    pub fn wait_listening(&mut self, ready: &Ready, limit: Duration) -> Result<(), String> {
         let start = Instant::now();
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!("exited ({status}) before listening"));
             }
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            let up = match ready {
+                Ready::Port(port) => {
+                    let addr = SocketAddr::from(([127, 0, 0, 1], *port));
+                    TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+                }
+                Ready::Unix(path) => std::os::unix::net::UnixStream::connect(path).is_ok(),
+            };
+            if up {
                 return Ok(());
             }
             if start.elapsed() > limit {
-                return Err(format!("not listening on {addr} after {:?}", limit));
+                return Err(format!("not listening on {ready} after {limit:?}"));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -167,11 +182,17 @@ pub fn port_free(port: u16) -> bool {
 /// Fetches `path` once (Host: localhost, Connection: close) and returns the
 /// status and body. TLS accepts any certificate.
 pub fn fetch(port: u16, tls: bool, path: &str) -> Result<(u16, Vec<u8>), String> {
-    let tcp = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
-    fetch_on(tcp, tls, "localhost", path)
+    fetch_as(port, tls, "localhost", path)
 }
 
-/// Fetches `path` once with `Host: host` on an already connected stream.
+/// [`fetch`] naming `host` (Host, and SNI over TLS).
+pub fn fetch_as(port: u16, tls: bool, host: &str, path: &str) -> Result<(u16, Vec<u8>), String> {
+    let tcp = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    fetch_on(tcp, tls, host, path)
+}
+
+/// Fetches `path` once with `Host: host` (and SNI `host` over TLS) on an
+/// already connected stream.
 pub fn fetch_on(
     mut tcp: TcpStream,
     tls: bool,
@@ -185,7 +206,7 @@ pub fn fetch_on(
     if tls {
         let cfg = crate::load::tls::client_config(true, None, &[b"http/1.1"])
             .map_err(|e| e.to_string())?;
-        let name = crate::load::tls::server_name("localhost").map_err(|e| e.to_string())?;
+        let name = crate::load::tls::server_name(host).map_err(|e| e.to_string())?;
         let mut conn = rustls::ClientConnection::new(cfg, name).map_err(|e| format!("tls: {e}"))?;
         let mut s = rustls::Stream::new(&mut conn, &mut tcp);
         s.write_all(req.as_bytes())

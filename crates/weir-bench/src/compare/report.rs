@@ -264,7 +264,7 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
         );
     }
     o.push('\n');
-    if s.caches() {
+    if s.caches() || !s.targets().is_empty() {
         o.push_str(&cache_notes(s, rows));
     }
     let mut cases: Vec<&str> = rows.iter().map(|r| r.case.as_str()).collect();
@@ -306,8 +306,8 @@ pub const CACHE_RATIO_COLUMNS: [&str; 9] = [
     "met",
 ];
 
-/// Below a caching scenario's table: how many requests reached the backend
-/// (the misses), and weir's ratios to every other row, req/s and p99, with
+/// Below the table of a caching scenario or one with targets: how many
+/// requests reached the backend (the misses, caches only), and weir's ratios to every other row, req/s and p99, with
 /// the scenario's targets ([`Scenario::targets`]) judged by the per-round
 /// median.
 fn cache_notes(s: Scenario, rows: &[Row]) -> String {
@@ -503,11 +503,25 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
          `proxy_cache_use_stale updating`, `proxy_cache_background_update on`, its upstream pool as in `proxy` and \
          `open_file_cache` as for files (a hit opens its cache file through it). Each round starts with empty \
          caches. The chain (`haproxy-varnish`): HAProxy as in `proxy` with TLS, `server … send-proxy-v2` to a \
-         Varnish listening with `-a …,PROXY`; the two processes' CPU and memory are added up.\n",
+         Varnish listening with `-a …,PROXY`; the two processes' CPU and memory are added up.\n\
+         - PHP (`php`): each server in front of its own php-fpm master (counted as part of it) with the same pool: \
+         `pm = static`, `pm.max_children = {php}`, a Unix socket with `listen.backlog = 65535`, `clear_env = yes`, \
+         php.ini (opcache on) as installed. A kept FastCGI connection holds a child, so at most {php} are kept, \
+         by the servers that can make a request wait for one: weir `php = {{ to = \"unix:…\", max_conns = {php} }}`; \
+         Apache's event MPM, `proxy_fcgi` with `SetHandler \"proxy:unix:…|fcgi://localhost\"` and `ProxySet \
+         enablereuse=on max=…` (per process, {php} ÷ workers). nginx opens a connection per request (`upstream php \
+         {{ server unix:…; }}`, no `fastcgi_keep_conn`: it cannot make a request wait, and its connections beyond \
+         the kept ones would wait for a child until `fastcgi_read_timeout`), with Debian's `fastcgi.conf` parameters \
+         and `try_files $fastcgi_script_name =404`.\n\
+         - TLS passthrough (`tcp`): the client sends SNI and Host `tcp.test`; weir `passthrough = {{ to = … }}`, \
+         HAProxy `mode tcp` with `tcp-request inspect-delay 5s`, `tcp-request content accept if {{ req_ssl_hello_type 1 }}` \
+         and `use_backend … if {{ req.ssl_sni -i tcp.test }}`, client and server timeouts {ka} s. The backend is weir \
+         serving the docroot over TLS (`configs/tcp/backend`); `backend-direct` is that config on the front's port.\n",
         cert = s.certificate,
         ka = s.keepalive_s,
         pool = s.upstream_idle_pool,
         mc = s.haproxy_maxconn,
+        php = super::scenarios::PHP_CHILDREN,
     );
     o.push_str("| server | version |\n|---|---|\n");
     for (n, v) in &s.versions {

@@ -30,11 +30,17 @@ pub enum Scenario {
     /// against weir terminating TLS and caching alone (seed 002's
     /// `haproxy_proxy-varnish_cache`).
     Chain,
+    /// A small PHP page through PHP-FPM: weir, nginx and Apache, each in
+    /// front of the same php-fpm pool.
+    Php,
+    /// HTTPS passed through by SNI without terminating TLS (weir's
+    /// `passthrough`, HAProxy `mode tcp`) to a TLS backend.
+    Tcp,
 }
 
 impl Scenario {
     /// All scenarios, in report order.
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::Static,
         Scenario::Proxy,
         Scenario::Sizes,
@@ -44,6 +50,8 @@ impl Scenario {
         Scenario::Idle,
         Scenario::Cache,
         Scenario::Chain,
+        Scenario::Php,
+        Scenario::Tcp,
     ];
 
     /// Name on the command line.
@@ -58,6 +66,8 @@ impl Scenario {
             Scenario::Idle => "idle",
             Scenario::Cache => "cache",
             Scenario::Chain => "chain",
+            Scenario::Php => "php",
+            Scenario::Tcp => "tcp",
         }
     }
 
@@ -129,6 +139,24 @@ impl Scenario {
                  terminating TLS and caching alone (`cache = { default_ttl = \"2m\" }`). The chain's CPU and memory \
                  are both processes'. Every measured request is a hit, checked as in `cache` (target: weir ≥ 2 × the chain)."
             }
+            Scenario::Php => {
+                "`GET /index.php?n=1`, a PHP page of one `echo` (17 bytes), 100 keep-alive connections over HTTP, \
+                 through PHP-FPM: each server in front of its own php-fpm master started for its run, all with the \
+                 same generated pool (`pm = static`, 4 children, a Unix socket, opcache as the distribution ships it); \
+                 the pool's CPU and memory are counted as the server's. A kept FastCGI connection holds a child: weir \
+                 `php = { to = \"unix:…\", max_conns = 4 }` and Apache's event MPM with `proxy_fcgi`, `enablereuse=on` \
+                 and `max` (4 ÷ processes each) keep at most one per child and make a request wait for a free one; \
+                 nginx, which cannot make a request wait, connects per request (`fastcgi_pass` to an `upstream`, no \
+                 `fastcgi_keep_conn`: kept connections beyond the children wait for one until they time out) \
+                 (target: weir ≥ nginx)."
+            }
+            Scenario::Tcp => {
+                "HTTPS keep-alive GETs of the 164-byte page with SNI `tcp.test`, 100 connections, passed through without \
+                 terminating TLS to a TLS backend (weir serving the file with the run's certificate, its own process, \
+                 its CPU in the backend column): weir `passthrough = { to = … }` against HAProxy `mode tcp` choosing \
+                 its backend by `req.ssl_sni`. `backend-direct` is the same backend config measured directly on the \
+                 front's port: its `weir ÷ this` is what the passthrough costs (target: weir ≥ HAProxy)."
+            }
         }
     }
 
@@ -143,17 +171,32 @@ impl Scenario {
                 server,
                 ServerKind::Weir | ServerKind::WeirB | ServerKind::HaproxyVarnish
             ),
+            Scenario::Php => matches!(
+                server,
+                ServerKind::Weir | ServerKind::WeirB | ServerKind::Nginx | ServerKind::Apache
+            ),
+            Scenario::Tcp => matches!(
+                server,
+                ServerKind::Weir | ServerKind::WeirB | ServerKind::Haproxy
+            ),
             _ => server.serves_static(),
         }
     }
 
     /// Does `server` take part as a proxy in front of `weir-bench backend`?
+    /// (`tcp`'s backend is weir with TLS, [`Scenario::tls_backend`].)
     pub fn proxied(self, server: ServerKind) -> bool {
         match self {
             Scenario::Proxy | Scenario::Cache | Scenario::Chain => true,
             Scenario::Idle => !server.serves_static(),
             _ => false,
         }
+    }
+
+    /// Is the scenario's backend weir serving the docroot over TLS (the
+    /// passthrough's), rather than `weir-bench backend`?
+    pub fn tls_backend(self) -> bool {
+        self == Scenario::Tcp
     }
 
     /// Do the servers cache the backend's responses, every measured request
@@ -179,6 +222,8 @@ impl Scenario {
         match self {
             Scenario::Cache => &[(WEIR_STATIC_ROW, 0.9)],
             Scenario::Chain => &[("haproxy-varnish", 2.0)],
+            Scenario::Php => &[("nginx", 1.0)],
+            Scenario::Tcp => &[("haproxy", 1.0)],
             _ => &[],
         }
     }
@@ -187,6 +232,34 @@ impl Scenario {
 /// The `cache` scenario's row of weir serving the backend's body as a
 /// static file ([`CACHED_PAGE`]), measured in the same rounds as the caches.
 pub const WEIR_STATIC_ROW: &str = "weir-static";
+
+/// The `tcp` scenario's row of the TLS backend measured directly, without
+/// a passthrough in front: weir's ratio to it is the passthrough's cost.
+pub const BACKEND_DIRECT_ROW: &str = "backend-direct";
+
+/// The server name the `tcp` scenario's client sends (SNI and Host), and
+/// the name its fronts route by.
+pub const TCP_HOST: &str = "tcp.test";
+
+/// The children of the `php` scenario's php-fpm pool (`pm = static`), and
+/// the most FastCGI connections each server keeps to it.
+pub const PHP_CHILDREN: usize = 4;
+
+/// The `php` scenario's page (in its own root, [`PHP_ROOT`]) and what
+/// `GET` [`PHP_PATH`] answers.
+pub const PHP_PAGE: (&str, &str) = (
+    "index.php",
+    "<?php header('Content-Type: text/plain'); echo 'hello from php ', $_GET['n'] ?? 'world', \"\\n\";\n",
+);
+
+/// The folder of the run that holds [`PHP_PAGE`].
+pub const PHP_ROOT: &str = "php-root";
+
+/// The `php` scenario's request.
+pub const PHP_PATH: &str = "/index.php?n=1";
+
+/// The body [`PHP_PATH`] answers.
+pub const PHP_BODY: &str = "hello from php 1\n";
 
 /// The backend's answer time in the caching scenarios.
 pub const CACHE_BACKEND_DELAY: Duration = Duration::from_millis(5);
@@ -239,6 +312,8 @@ pub struct Case {
     pub access_log: bool,
     /// The least a `Duration` case is measured, whatever `--duration` says.
     pub min_duration: Option<Duration>,
+    /// The name the client sends, as SNI and Host.
+    pub host: &'static str,
 }
 
 impl Case {
@@ -274,6 +349,7 @@ fn case(label: &str, tls: bool, path: &str, size: usize, conns: usize) -> Case {
         timeout: Duration::from_secs(2),
         access_log: false,
         min_duration: None,
+        host: "localhost",
     }
 }
 
@@ -358,6 +434,11 @@ pub fn cases(s: Scenario, quick: bool) -> Vec<Case> {
             let label = if tls { "https" } else { "http" };
             vec![case(label, tls, &format!("/{name}"), size, 100)]
         }
+        Scenario::Php => vec![case("http", false, PHP_PATH, PHP_BODY.len(), 100)],
+        Scenario::Tcp => vec![Case {
+            host: TCP_HOST,
+            ..case("https", true, "/index.html", 164, 100)
+        }],
     }
 }
 
@@ -477,5 +558,63 @@ mod tests {
         assert_eq!(misses_allowed(Duration::from_secs(2)), 3);
         assert_eq!(misses_allowed(Duration::from_secs(18)), 3);
         assert_eq!(misses_allowed(Duration::from_secs(130)), 5);
+    }
+
+    #[test]
+    fn php_and_tcp_are_one_c100_case_each_with_their_servers_and_targets() {
+        let takes_part = |s: Scenario| -> Vec<ServerKind> {
+            ServerKind::ALL
+                .into_iter()
+                .filter(|&k| s.applies_to(k))
+                .collect()
+        };
+        let [php] = &cases(Scenario::Php, false)[..] else {
+            panic!("php: one case");
+        };
+        assert_eq!((php.label.as_str(), php.tls), ("http", false));
+        assert_eq!(php.path, "/index.php?n=1");
+        assert_eq!(php.body_size, PHP_BODY.len());
+        assert_eq!(
+            (php.connections, php.keepalive, php.host),
+            (100, true, "localhost")
+        );
+        assert!(PHP_PAGE.1.contains("$_GET['n']"));
+        assert_eq!(
+            takes_part(Scenario::Php),
+            [
+                ServerKind::Weir,
+                ServerKind::WeirB,
+                ServerKind::Nginx,
+                ServerKind::Apache
+            ]
+        );
+        assert_eq!(Scenario::Php.targets(), &[("nginx", 1.0)]);
+
+        let [tcp] = &cases(Scenario::Tcp, true)[..] else {
+            panic!("tcp: one case");
+        };
+        assert_eq!(
+            (tcp.label.as_str(), tcp.tls, tcp.host),
+            ("https", true, "tcp.test")
+        );
+        assert_eq!((tcp.path.as_str(), tcp.body_size), ("/index.html", 164));
+        assert_eq!(
+            takes_part(Scenario::Tcp),
+            [ServerKind::Weir, ServerKind::WeirB, ServerKind::Haproxy]
+        );
+        assert_eq!(Scenario::Tcp.targets(), &[("haproxy", 1.0)]);
+        assert!(Scenario::Tcp.tls_backend() && !Scenario::Php.tls_backend());
+        for s in [Scenario::Php, Scenario::Tcp] {
+            assert_eq!(Scenario::parse(s.name()), Some(s));
+            assert!(!s.caches());
+            assert!(takes_part(s).iter().all(|&k| !s.proxied(k)));
+        }
+        // Every other case still names localhost.
+        for s in Scenario::ALL.into_iter().filter(|&s| s != Scenario::Tcp) {
+            assert!(
+                cases(s, false).iter().all(|c| c.host == "localhost"),
+                "{s:?}"
+            );
+        }
     }
 }

@@ -28,11 +28,24 @@
 //! should live in memory (Varnish's working directory, which its manual says
 //! belongs on a RAM-backed file system, and nginx's cache files) goes in the
 //! run's temporary folder, [`ServerSetup::tmp`].
+//!
+//! In front of PHP ([`Role::Php`]) each server gets its own php-fpm master,
+//! started before it as its [`Companion`] from the same generated pool
+//! ([`php_fpm_config`]): a static pool of [`PHP_CHILDREN`] children on a
+//! Unix socket in the temporary folder. A kept FastCGI connection holds a
+//! php-fpm child for as long as it is open, so a server keeps at most one
+//! per child in all, and only if it can make a request wait for a free one:
+//! weir (`max_conns`) and Apache (`max`, per process) keep them; nginx,
+//! which opens a new connection whenever none is idle and cannot queue,
+//! connects per request (see [`nginx_config`]).
+//! As TLS passthroughs ([`Role::Passthrough`]) weir and HAProxy read the
+//! client hello's SNI and pass the stream on without terminating TLS.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::CompareError;
+use super::scenarios::{PHP_CHILDREN, TCP_HOST};
 
 /// Idle upstream connections every proxy keeps: weir's default `max_idle`
 /// (docs/config.md). nginx's `keepalive` counts per worker, as weir's pool
@@ -96,6 +109,12 @@ pub enum Role {
     Cache(std::net::SocketAddr),
     /// Name-based virtual hosts on the one port: (host name, its root).
     Sites(Vec<(String, PathBuf)>),
+    /// Serve the PHP pages of this directory through a php-fpm pool of the
+    /// server's own ([`php_fpm_socket`]).
+    Php(PathBuf),
+    /// Pass TLS connections whose SNI is [`TCP_HOST`] to this address
+    /// without terminating them (the case is TLS; the front is not).
+    Passthrough(std::net::SocketAddr),
 }
 
 /// Everything a config writer needs.
@@ -151,15 +170,33 @@ pub struct Launch {
     pub companions: Vec<Companion>,
 }
 
-/// A process a server needs behind it (the chain's Varnish).
+/// A process a server needs behind it (the chain's Varnish, php-fpm).
 #[derive(Debug, Clone)]
 pub struct Companion {
     /// Its name, for logs and messages.
     pub name: &'static str,
     /// How to start it.
     pub launch: Launch,
-    /// The port on 127.0.0.1 it listens on once ready.
-    pub port: u16,
+    /// Where it listens once ready.
+    pub ready: Ready,
+}
+
+/// Where a process listens once it is ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ready {
+    /// A port on 127.0.0.1.
+    Port(u16),
+    /// A Unix socket.
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for Ready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ready::Port(p) => write!(f, "127.0.0.1:{p}"),
+            Ready::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
 }
 
 /// The port of the chain's Varnish, behind HAProxy on `port` (the backend
@@ -269,6 +306,22 @@ impl ServerKind {
         )
     }
 
+    /// Can it serve PHP through FastCGI, as its users run it?
+    pub fn serves_php(self) -> bool {
+        matches!(
+            self,
+            ServerKind::Weir | ServerKind::WeirB | ServerKind::Nginx | ServerKind::Apache
+        )
+    }
+
+    /// Can it pass TLS through by SNI without terminating it?
+    pub fn passes_tls_through(self) -> bool {
+        matches!(
+            self,
+            ServerKind::Weir | ServerKind::WeirB | ServerKind::Haproxy
+        )
+    }
+
     /// Can it terminate TLS?
     pub fn tls(self) -> bool {
         self != ServerKind::Varnish
@@ -317,6 +370,18 @@ impl ServerKind {
         if matches!(s.role, Role::Cache(_)) && !self.caches() {
             return Err(CompareError::NotApplicable(format!(
                 "{} does not cache",
+                self.name()
+            )));
+        }
+        if matches!(s.role, Role::Php(_)) && !self.serves_php() {
+            return Err(CompareError::NotApplicable(format!(
+                "{} is not in front of PHP here",
+                self.name()
+            )));
+        }
+        if matches!(s.role, Role::Passthrough(_)) && !self.passes_tls_through() {
+            return Err(CompareError::NotApplicable(format!(
+                "{} does not pass TLS through",
                 self.name()
             )));
         }
@@ -404,9 +469,13 @@ impl ServerKind {
             }
             ServerKind::Haproxy => {
                 let c = s.dir.join("haproxy.cfg").display().to_string();
+                let text = match s.role {
+                    Role::Passthrough(_) => haproxy_tcp_config(s)?,
+                    _ => haproxy_config(s)?,
+                };
                 (
                     "haproxy.cfg",
-                    haproxy_config(s)?,
+                    text,
                     vec!["-db".into(), "-f".into(), c],
                     vec![],
                     None,
@@ -439,6 +508,10 @@ impl ServerKind {
         };
         let config = s.dir.join(file);
         std::fs::write(&config, text).map_err(|e| CompareError::io(&config, e))?;
+        let companions = match s.role {
+            Role::Php(_) => vec![php_fpm_companion(s)?],
+            _ => vec![],
+        };
         Ok(Launch {
             program: bin,
             args,
@@ -446,9 +519,112 @@ impl ServerKind {
             config,
             validate,
             stdout,
-            companions: vec![],
+            companions,
         })
     }
+}
+
+/// The php-fpm binary: `php-fpm` on PATH, else the newest of Debian's
+/// versioned `php-fpmX.Y` in /usr/sbin; `php-fpm` (not installed) if none.
+pub fn php_fpm_binary() -> PathBuf {
+    let plain = find("php-fpm");
+    if plain.is_file() {
+        return plain;
+    }
+    let mut versioned: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir("/usr/sbin")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let version: Vec<u32> = name
+                .strip_prefix("php-fpm")?
+                .split('.')
+                .map(|n| n.parse().ok())
+                .collect::<Option<_>>()?;
+            Some((version, e.path()))
+        })
+        .collect();
+    versioned.sort();
+    versioned.pop().map_or(plain, |(_, p)| p)
+}
+
+/// The php-fpm pool's socket of the server on `s.port`, in the run's
+/// temporary folder.
+pub fn php_fpm_socket(s: &ServerSetup) -> PathBuf {
+    s.tmp.join(format!("php-fpm-{}.sock", s.port))
+}
+
+/// Running as root? php-fpm then needs `--allow-to-run-as-root` and a
+/// pool user.
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self belongs to the process's effective user.
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// The php-fpm master every server of the `php` scenario has behind it:
+/// `php-fpm.conf` beside the server's config, its socket and PID file in
+/// the run's temporary folder, in the foreground, stopped by PID.
+fn php_fpm_companion(s: &ServerSetup) -> Result<Companion, CompareError> {
+    let conf = s.dir.join("php-fpm.conf");
+    std::fs::write(&conf, php_fpm_config(s, is_root())).map_err(|e| CompareError::io(&conf, e))?;
+    let socket = php_fpm_socket(s);
+    // A socket left by a master that was killed would be in the way.
+    let _ = std::fs::remove_file(&socket);
+    let bin = php_fpm_binary();
+    let mut args = vec![
+        "--nodaemonize".to_string(),
+        "--fpm-config".into(),
+        conf.display().to_string(),
+    ];
+    if is_root() {
+        args.push("--allow-to-run-as-root".into());
+    }
+    let mut validate = vec![bin.display().to_string(), "--test".into()];
+    validate.extend(args[1..].iter().cloned());
+    Ok(Companion {
+        name: "php-fpm",
+        launch: Launch {
+            program: bin,
+            args,
+            env: vec![],
+            config: conf,
+            validate: Some(validate),
+            stdout: None,
+            companions: vec![],
+        },
+        ready: Ready::Unix(socket),
+    })
+}
+
+/// The php-fpm config: one static pool of [`PHP_CHILDREN`] children on a
+/// Unix socket any server's workers may connect to (nginx's run as
+/// `nobody`, Apache's as `www-data`), the environment cleared, everything
+/// else (opcache on, from the distribution's php.ini) as installed. As
+/// root the pool runs as root, which php-fpm allows only when told.
+pub fn php_fpm_config(s: &ServerSetup, root: bool) -> String {
+    let user = if root {
+        "user = root\ngroup = root\n"
+    } else {
+        ""
+    };
+    format!(
+        "; weir-bench: php-fpm, one static pool of {PHP_CHILDREN} children on a Unix socket, php.ini as installed.\n\
+         [global]\npid = {tmp}/php-fpm-{p}.pid\nerror_log = {d}/php-fpm-error.log\ndaemonize = no\n\n\
+         [www]\n{user}listen = {sock}\nlisten.backlog = 65535\nlisten.mode = 0666\n\
+         pm = static\npm.max_children = {PHP_CHILDREN}\nclear_env = yes\n",
+        tmp = s.tmp.display(),
+        p = s.port,
+        d = s.dir.display(),
+        sock = php_fpm_socket(s).display(),
+    )
+}
+
+/// FastCGI connections a server with a pool per worker process (Apache's
+/// `max`) keeps per worker: [`PHP_CHILDREN`] in all.
+fn php_conns_per_worker(workers: usize) -> usize {
+    (PHP_CHILDREN / workers.max(1)).max(1)
 }
 
 /// Varnish's arguments, listening on 127.0.0.1:`port` (for the PROXY
@@ -514,7 +690,7 @@ fn chain_launch(s: &ServerSetup, weirs: Weirs<'_>) -> Result<Launch, CompareErro
         companions: vec![Companion {
             name: "varnish",
             launch: varnish,
-            port: vport,
+            ready: Ready::Port(vport),
         }],
     })
 }
@@ -584,7 +760,8 @@ fn weir_config(s: &ServerSetup) -> String {
                 log.display()
             );
         }
-        if s.tls {
+        // A passthrough's TLS is the backend's.
+        if s.tls && !matches!(s.role, Role::Passthrough(_)) {
             let _ = writeln!(
                 o,
                 "tls = {{ cert = \"{}\", key = \"{}\" }}",
@@ -622,6 +799,20 @@ fn weir_config(s: &ServerSetup) -> String {
                 site(&mut o, name, format!("root = \"{}\"", root.display()));
             }
         }
+        Role::Php(root) => site(
+            &mut o,
+            "bench",
+            format!(
+                "root = \"{}\"\nphp = {{ to = \"unix:{}\", max_conns = {PHP_CHILDREN} }}",
+                root.display(),
+                php_fpm_socket(s).display()
+            ),
+        ),
+        Role::Passthrough(to) => site(
+            &mut o,
+            TCP_HOST,
+            format!("passthrough = {{ to = \"{to}\" }}"),
+        ),
     }
     o
 }
@@ -680,6 +871,21 @@ fn nginx_config(s: &ServerSetup) -> String {
             o.push_str(open_file_cache);
         }
         Role::Static(_) | Role::Sites(_) => o.push_str(open_file_cache),
+        // No `keepalive` with `fastcgi_keep_conn`: a kept connection holds
+        // a php-fpm child, and a busy nginx opens connections beyond its
+        // kept ones (it cannot make a request wait for one); with every
+        // child held by kept connections, such a connection waits in the
+        // socket's backlog until `fastcgi_read_timeout` (60 s), as a burst
+        // of 200 requests against 4 children showed. So one connection
+        // per request, nginx's default and Debian's snippet.
+        Role::Php(_) => {
+            let _ = writeln!(
+                o,
+                "  upstream php {{ server unix:{}; }}",
+                php_fpm_socket(s).display(),
+            );
+        }
+        Role::Passthrough(_) => {}
     }
     let server = |o: &mut String, name: Option<&str>, body: String| {
         let _ = writeln!(o, "  server {{\n    listen 127.0.0.1:{}{ssl};", s.port);
@@ -727,10 +933,46 @@ fn nginx_config(s: &ServerSetup) -> String {
                 server(&mut o, Some(name), format!("    root {};", root.display()));
             }
         }
+        // Debian's snippets/fastcgi-php.conf and fastcgi.conf, written out.
+        Role::Php(root) => server(
+            &mut o,
+            None,
+            format!(
+                "    root {};\n    location ~ \\.php$ {{\n      try_files $fastcgi_script_name =404;\n\
+                 \x20     fastcgi_pass php;\n{NGINX_FASTCGI_PARAMS}    }}",
+                root.display()
+            ),
+        ),
+        // Never asked: `prepare` refuses it.
+        Role::Passthrough(_) => {}
     }
     o.push_str("}\n");
     o
 }
+
+/// nginx's `fastcgi.conf` (its `fastcgi_params` with SCRIPT_FILENAME).
+const NGINX_FASTCGI_PARAMS: &str = "\
+\x20     fastcgi_param SCRIPT_FILENAME $document_root$fastcgi_script_name;
+      fastcgi_param QUERY_STRING $query_string;
+      fastcgi_param REQUEST_METHOD $request_method;
+      fastcgi_param CONTENT_TYPE $content_type;
+      fastcgi_param CONTENT_LENGTH $content_length;
+      fastcgi_param SCRIPT_NAME $fastcgi_script_name;
+      fastcgi_param REQUEST_URI $request_uri;
+      fastcgi_param DOCUMENT_URI $document_uri;
+      fastcgi_param DOCUMENT_ROOT $document_root;
+      fastcgi_param SERVER_PROTOCOL $server_protocol;
+      fastcgi_param REQUEST_SCHEME $scheme;
+      fastcgi_param HTTPS $https if_not_empty;
+      fastcgi_param GATEWAY_INTERFACE CGI/1.1;
+      fastcgi_param SERVER_SOFTWARE nginx/$nginx_version;
+      fastcgi_param REMOTE_ADDR $remote_addr;
+      fastcgi_param REMOTE_PORT $remote_port;
+      fastcgi_param SERVER_ADDR $server_addr;
+      fastcgi_param SERVER_PORT $server_port;
+      fastcgi_param SERVER_NAME $server_name;
+      fastcgi_param REDIRECT_STATUS 200;
+";
 
 fn apache_config(s: &ServerSetup) -> String {
     let d = s.dir.display();
@@ -778,7 +1020,23 @@ fn apache_config(s: &ServerSetup) -> String {
                 );
             }
         }
-        Role::Proxy(_) | Role::Cache(_) => {}
+        // As Debian's php-fpm.conf for Apache has it, with the reuse its
+        // manual shows: `max` counts per child process, so the processes
+        // keep one connection per php-fpm child in all, and a request
+        // finding none free waits for one.
+        Role::Php(root) => {
+            let _ = write!(
+                o,
+                "LoadModule proxy_module {m}/mod_proxy.so\nLoadModule proxy_fcgi_module {m}/mod_proxy_fcgi.so\n\
+                 DocumentRoot \"{r}\"\n<Directory \"{r}\">\n  Require all granted\n</Directory>\n\
+                 <FilesMatch \\.php$>\n  SetHandler \"proxy:unix:{sock}|fcgi://localhost\"\n</FilesMatch>\n\
+                 <Proxy \"fcgi://localhost\">\n  ProxySet enablereuse=on max={max}\n</Proxy>\n",
+                r = root.display(),
+                sock = php_fpm_socket(s).display(),
+                max = php_conns_per_worker(s.workers),
+            );
+        }
+        Role::Proxy(_) | Role::Cache(_) | Role::Passthrough(_) => {}
     }
     o
 }
@@ -843,6 +1101,8 @@ fn caddy_config(s: &ServerSetup) -> String {
                 );
             }
         }
+        // Never asked: `prepare` refuses them.
+        Role::Php(_) | Role::Passthrough(_) => {}
     }
     o
 }
@@ -859,6 +1119,32 @@ fn haproxy_config(s: &ServerSetup) -> Result<String, CompareError> {
              \x20 http-request set-header X-Forwarded-Host %[req.hdr(host)]\n  server b1 {up} pool-max-conn {UPSTREAM_IDLE}\n",
             scheme = if s.tls { "https" } else { "http" },
         ),
+    ))
+}
+
+/// HAProxy passing TLS through: the frontend waits for the client hello
+/// (`inspect-delay`) and sends the stream whose SNI is [`TCP_HOST`] to the
+/// backend; connections are the clients', so the timeouts are the client
+/// keep-alive's.
+fn haproxy_tcp_config(s: &ServerSetup) -> Result<String, CompareError> {
+    let Role::Passthrough(to) = &s.role else {
+        return Err(CompareError::NotApplicable(
+            "haproxy's tcp mode only passes TLS through".into(),
+        ));
+    };
+    Ok(format!(
+        "# weir-bench: HAProxy, {w} threads, TLS passed through by SNI (mode tcp), no logs.\n\
+         global\n  nbthread {w}\n  maxconn {mc}\n  no strict-limits\n\n\
+         defaults\n  mode tcp\n  maxconn {mc}\n\
+         \x20 timeout connect 5s\n  timeout client {ka}s\n  timeout server {ka}s\n\n\
+         frontend fe\n  bind 127.0.0.1:{p}\n  tcp-request inspect-delay 5s\n\
+         \x20 tcp-request content accept if {{ req_ssl_hello_type 1 }}\n\
+         \x20 use_backend b if {{ req.ssl_sni -i {TCP_HOST} }}\n\n\
+         backend b\n  mode tcp\n  server tls1 {to}\n",
+        w = s.workers,
+        mc = haproxy_maxconn(s.max_connections),
+        ka = KEEPALIVE_SECS,
+        p = s.port,
     ))
 }
 
@@ -936,7 +1222,7 @@ fn varnish_config(s: &ServerSetup) -> Result<String, CompareError> {
             up.ip(),
             up.port()
         )),
-        Role::Static(_) | Role::Sites(_) => {
+        Role::Static(_) | Role::Sites(_) | Role::Php(_) | Role::Passthrough(_) => {
             Err(CompareError::NotApplicable("varnish only proxies".into()))
         }
     }
@@ -1256,7 +1542,7 @@ mod tests {
         let [varnish] = &launch.companions[..] else {
             panic!("one companion: {:?}", launch.companions);
         };
-        assert_eq!(varnish.port, chain_varnish_port(28080));
+        assert_eq!(varnish.ready, Ready::Port(chain_varnish_port(28080)));
         let args = varnish.launch.args.join(" ");
         assert!(args.contains("-a 127.0.0.1:28082,PROXY"), "{args}");
         assert!(args.contains("-s malloc,256m"), "{args}");
@@ -1287,5 +1573,201 @@ mod tests {
             }
             let _ = std::fs::remove_dir_all(&s.dir);
         }
+    }
+
+    fn php(workers: usize) -> ServerSetup {
+        ServerSetup {
+            workers,
+            ..setup(Role::Php(PathBuf::from("/run/php-root")), false, false)
+        }
+    }
+
+    fn passthrough() -> ServerSetup {
+        setup(
+            Role::Passthrough(([127, 0, 0, 1], 28081).into()),
+            true,
+            false,
+        )
+    }
+
+    #[test]
+    fn the_php_pool_is_static_on_a_unix_socket_and_the_same_for_every_server() {
+        let s = php(2);
+        assert_eq!(
+            php_fpm_socket(&s),
+            PathBuf::from("/dev/shm/wb/php-fpm-28080.sock")
+        );
+        let fpm = php_fpm_config(&s, false);
+        has_lines(
+            &fpm,
+            &[
+                "[global]",
+                "pid = /dev/shm/wb/php-fpm-28080.pid",
+                "error_log = /run/x/php-fpm-error.log",
+                "daemonize = no",
+                "[www]",
+                "listen = /dev/shm/wb/php-fpm-28080.sock",
+                "listen.backlog = 65535",
+                "listen.mode = 0666",
+                "pm = static",
+                "pm.max_children = 4",
+                "clear_env = yes",
+            ],
+        );
+        // opcache stays as the distribution's php.ini has it.
+        assert!(!fpm.contains("opcache"), "{fpm}");
+        assert!(!fpm.contains("user ="), "{fpm}");
+        has_lines(&php_fpm_config(&s, true), &["user = root", "group = root"]);
+        // [global] before the pool, or its keys would be the pool's.
+        assert!(fpm.find("[global]") < fpm.find("[www]"));
+
+        let dir = std::env::temp_dir().join(format!("wb-php-{}", std::process::id()));
+        for kind in ServerKind::ALL {
+            let s = ServerSetup {
+                dir: dir.join(kind.name()),
+                tmp: dir.join("tmp"),
+                ..php(2)
+            };
+            let r = kind.prepare(&s, no_weir());
+            if !kind.serves_php() {
+                assert!(
+                    matches!(r, Err(CompareError::NotApplicable(_))),
+                    "{kind:?} is not in front of PHP"
+                );
+                continue;
+            }
+            let launch = r.unwrap();
+            let [fpm] = &launch.companions[..] else {
+                panic!("{kind:?}: one php-fpm: {:?}", launch.companions);
+            };
+            assert_eq!(fpm.name, "php-fpm");
+            assert_eq!(fpm.ready, Ready::Unix(php_fpm_socket(&s)));
+            assert_eq!(fpm.launch.program, php_fpm_binary());
+            let args = fpm.launch.args.join(" ");
+            assert!(
+                args.starts_with(&format!(
+                    "--nodaemonize --fpm-config {}",
+                    s.dir.join("php-fpm.conf").display()
+                )),
+                "{args}"
+            );
+            assert_eq!(args.contains("--allow-to-run-as-root"), is_root());
+            let validate = fpm.launch.validate.as_ref().unwrap();
+            assert_eq!(validate[1], "--test");
+            let written = std::fs::read_to_string(&fpm.launch.config).unwrap();
+            assert_eq!(written, php_fpm_config(&s, is_root()));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn servers_keep_at_most_one_fastcgi_connection_per_php_child() {
+        let weir = weir_config(&php(2));
+        has_lines(
+            &weir,
+            &[
+                "[site.\"bench\"]",
+                "root = \"/run/php-root\"",
+                "php = { to = \"unix:/dev/shm/wb/php-fpm-28080.sock\", max_conns = 4 }",
+            ],
+        );
+        let nginx = nginx_config(&php(2));
+        has_lines(
+            &nginx,
+            &[
+                "worker_processes 2;",
+                "upstream php { server unix:/dev/shm/wb/php-fpm-28080.sock; }",
+                "root /run/php-root;",
+                "location ~ \\.php$ {",
+                "try_files $fastcgi_script_name =404;",
+                "fastcgi_pass php;",
+                "fastcgi_param SCRIPT_FILENAME $document_root$fastcgi_script_name;",
+                "fastcgi_param QUERY_STRING $query_string;",
+                "fastcgi_param REQUEST_METHOD $request_method;",
+                "fastcgi_param SCRIPT_NAME $fastcgi_script_name;",
+                "access_log off;",
+            ],
+        );
+        // Kept connections would hold children nginx cannot wait for.
+        assert!(!nginx.contains("fastcgi_keep_conn"), "{nginx}");
+        assert!(!nginx.contains("keepalive 2"), "{nginx}");
+        assert!(apache_config(&php(1)).contains("ProxySet enablereuse=on max=4"));
+        assert!(apache_config(&php(8)).contains("ProxySet enablereuse=on max=1"));
+        let apache = apache_config(&php(2));
+        has_lines(
+            &apache,
+            &[
+                "LoadModule mpm_event_module /usr/lib/apache2/modules/mod_mpm_event.so",
+                "LoadModule proxy_module /usr/lib/apache2/modules/mod_proxy.so",
+                "LoadModule proxy_fcgi_module /usr/lib/apache2/modules/mod_proxy_fcgi.so",
+                "DocumentRoot \"/run/php-root\"",
+                "<FilesMatch \\.php$>",
+                "SetHandler \"proxy:unix:/dev/shm/wb/php-fpm-28080.sock|fcgi://localhost\"",
+                "<Proxy \"fcgi://localhost\">",
+                "ProxySet enablereuse=on max=2",
+                "PidFile \"/run/x/apache.pid\"",
+            ],
+        );
+        assert_eq!(php_conns_per_worker(0), 4);
+    }
+
+    #[test]
+    fn the_passthrough_fronts_route_by_sni_without_terminating_tls() {
+        let weir = weir_config(&passthrough());
+        has_lines(
+            &weir,
+            &[
+                "[site.\"tcp.test\"]",
+                "passthrough = { to = \"127.0.0.1:28081\" }",
+            ],
+        );
+        assert!(!weir.contains("tls ="), "the backend's TLS: {weir}");
+        let haproxy = haproxy_tcp_config(&passthrough()).unwrap();
+        has_lines(
+            &haproxy,
+            &[
+                "nbthread 1",
+                "mode tcp",
+                "no strict-limits",
+                "bind 127.0.0.1:28080",
+                "tcp-request inspect-delay 5s",
+                "tcp-request content accept if { req_ssl_hello_type 1 }",
+                "use_backend b if { req.ssl_sni -i tcp.test }",
+                "backend b",
+                "server tls1 127.0.0.1:28081",
+                "timeout client 65s",
+                "timeout server 65s",
+            ],
+        );
+        assert!(!haproxy.contains("ssl crt"), "{haproxy}");
+        assert!(!haproxy.contains("mode http"), "{haproxy}");
+        let dir = std::env::temp_dir().join(format!("wb-tcp-{}", std::process::id()));
+        for kind in ServerKind::ALL {
+            let s = ServerSetup {
+                dir: dir.join(kind.name()),
+                ..passthrough()
+            };
+            let r = kind.prepare(&s, no_weir());
+            if kind.passes_tls_through() {
+                let launch = r.unwrap();
+                let text = std::fs::read_to_string(&launch.config).unwrap();
+                assert!(text.contains("tcp.test"), "{kind:?}: {text}");
+            } else {
+                assert!(
+                    matches!(r, Err(CompareError::NotApplicable(_))),
+                    "{kind:?} does not pass TLS through"
+                );
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_newest_php_fpm_is_found_or_named_as_missing() {
+        let bin = php_fpm_binary();
+        let name = bin.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("php-fpm"), "{bin:?}");
+        // Either a binary that is there, or the bare name `installed` rejects.
+        assert!(installed(&bin) || bin == Path::new("php-fpm"), "{bin:?}");
     }
 }
