@@ -2,7 +2,8 @@
 # The whole test suite, exactly as CI runs it (.ci/run calls this script).
 #
 # 1. installs what the end-to-end tests talk to (curl, nginx for the harness
-#    smoke test, Varnish and HAProxy for its caching scenarios, h2load,
+#    smoke test, Varnish and HAProxy for its caching scenarios, php-fpm and
+#    Apache for the PHP tests and scenario, h2load,
 #    pebble for ACME, chromium for the run report page,
 #    systemd's systemd-analyze, passwd's useradd and binutils' objcopy for
 #    the Debian package test) from Debian's packages when missing,
@@ -29,6 +30,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v useradd >/dev/null 2>&1 || need+=(passwd)
 command -v objcopy >/dev/null 2>&1 || need+=(binutils)
+compgen -G "/usr/sbin/php-fpm*" >/dev/null || need+=(php-fpm)
+[ -x /usr/sbin/apache2 ] || need+=(apache2)
 if [ "${#need[@]}" -gt 0 ]; then
     echo "== installing: ${need[*]}"
     sudo=""

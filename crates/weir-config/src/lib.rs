@@ -1444,6 +1444,141 @@ mod tests {
     }
 
     #[test]
+    fn php_is_one_line_with_caddys_defaults() {
+        let c = load("[site.\"a\"]\nroot = \".\"\nphp = \"unix:/run/php/fpm.sock\"\n").unwrap();
+        let HandlerConfig::FastCgi(f) = &c.sites[0].handler else {
+            panic!("php handler");
+        };
+        assert_eq!(f.split, [".php"]);
+        assert_eq!(f.index, ["index.php"]);
+        assert_eq!(f.front_controller.as_deref(), Some("/index.php"));
+        assert_eq!(f.upstream.max_conns, 5, "PHP-FPM's default pm.max_children");
+        assert_eq!(
+            f.upstream.upstreams[0].target,
+            proxy::UpstreamTarget::Unix("/run/php/fpm.sock".into())
+        );
+        assert_eq!(f.files.root, std::env::temp_dir().join("."));
+
+        let c = load(
+            "[site.\"a\"]\nroot = \".\"\n[[site.\"a\".route]]\npath = \"/cgi/*\"\n\
+             fastcgi = { to = \"127.0.0.1:9000\", max_conns = 8, env = { APP = \"x\" }, read_timeout = \"2s\" }\n",
+        )
+        .unwrap();
+        let HandlerConfig::Routes { routes, .. } = &c.sites[0].handler else {
+            panic!("routes");
+        };
+        let HandlerConfig::FastCgi(f) = &routes[0].handler else {
+            panic!("fastcgi route");
+        };
+        assert_eq!(f.front_controller, None, "fastcgi has no PHP defaults");
+        assert_eq!(f.upstream.max_conns, 8);
+        assert_eq!(f.upstream.response_timeout, Duration::from_secs(2));
+        assert_eq!(f.env, [("APP".to_string(), "x".to_string())]);
+    }
+
+    #[test]
+    fn php_mistakes_are_reported() {
+        for (src, want) in [
+            (
+                "[site.\"a\"]\nphp = \"127.0.0.1:9000\"\n",
+                "needs the scripts' directory",
+            ),
+            (
+                "[site.\"a\"]\nroot = \".\"\nphp = \"http://127.0.0.1:9000\"\n",
+                "has a scheme",
+            ),
+            (
+                "[site.\"a\"]\nroot = \".\"\nphp = { max_conns = 3 }\n",
+                "needs `to",
+            ),
+            (
+                "[site.\"a\"]\nroot = \".\"\nphp = { to = \"127.0.0.1:9\", max_conns = 0 }\n",
+                "at least 1",
+            ),
+            (
+                "[site.\"a\"]\nroot = \".\"\nphp = { to = \"127.0.0.1:9\", split = [\"a/b\"] }\n",
+                "without `/`",
+            ),
+            (
+                "[site.\"a\"]\nroot = \".\"\nphp = { to = \"127.0.0.1:9\", read_timeot = \"1s\" }\n",
+                "did you mean `read_timeout`",
+            ),
+            (
+                "[site.\"a\"]\nroot = \".\"\nphp = \"127.0.0.1:9\"\nfastcgi = \"127.0.0.1:9\"\n",
+                "exclude each other",
+            ),
+        ] {
+            let e = load(src).unwrap_err().to_string();
+            assert!(e.contains(want), "{src}: {e}");
+        }
+    }
+
+    #[test]
+    fn passthrough_sites_and_tcp_listeners() {
+        let c = load(
+            "[site.\"a.test\"]\nlisten = \"127.0.0.1:8443\"\npassthrough = \"10.0.0.5:443\"\n\
+             [site.\"b.test\"]\nlisten = \"127.0.0.1:8443\"\npassthrough = { to = [\"10.0.0.6:443\", \"10.0.0.7:443\"], alpn = [\"imap\"], send_proxy_protocol = \"v2\" }\n\
+             [tcp.\"pg\"]\nlisten = \"127.0.0.1:15432\"\nto = [\"10.0.0.8:5432\"]\nbalance = \"least_conn\"\nmax_conns_per_client = 10\n",
+        )
+        .unwrap();
+        let l = &c.listeners[0];
+        assert!(
+            l.tls && !l.layer4,
+            "passthrough needs the ClientHello: a TLS listener"
+        );
+        assert!(
+            c.sites[0].tls.is_none(),
+            "no certificate for a name passed through"
+        );
+        let b = c.sites[1].passthrough.as_ref().unwrap();
+        assert_eq!(b.alpn, [b"imap".to_vec()]);
+        assert_eq!(b.upstream.upstreams.len(), 2);
+        assert_eq!(
+            b.upstream.send_proxy_protocol,
+            Some(proxy::ProxyProtocolVersion::V2)
+        );
+        let tcp = c.listeners.iter().find(|l| l.layer4).unwrap();
+        assert_eq!(tcp.addr, "127.0.0.1:15432".parse().unwrap());
+        let pg = c.sites[tcp.default_site].passthrough.as_ref().unwrap();
+        assert_eq!(pg.name, "tcp:pg");
+        assert_eq!(pg.per_client, 10);
+        assert_eq!(pg.upstream.balance, proxy::Balance::LeastConn);
+        assert_eq!(pg.upstream.idle_timeout, Duration::from_secs(600));
+
+        for (src, want) in [
+            (
+                "[site.\"a.test\"]\nroot = \".\"\npassthrough = \"10.0.0.5:443\"\n",
+                "remove `root`",
+            ),
+            (
+                "[site.\"127.0.0.1:8443\"]\npassthrough = \"10.0.0.5:443\"\n",
+                "name the site by a host",
+            ),
+            ("[tcp.\"pg\"]\nto = \"10.0.0.8:5432\"\n", "needs `listen"),
+            ("[tcp.\"pg\"]\nlisten = \"127.0.0.1:1\"\n", "needs `to"),
+            (
+                "[tcp.\"pg\"]\nlisten = \"127.0.0.1:1\"\nto = \"10.0.0.8:1\"\nalpn = [\"h2\"]\n",
+                "`alpn` is for a site's passthrough",
+            ),
+            (
+                "[tcp.\"pg\"]\nlisten = \"127.0.0.1:1\"\nto = \"10.0.0.8:1\"\nbalance = \"hash\"\n",
+                "use ip_hash",
+            ),
+            (
+                "[site.\"a\"]\nlisten = \"127.0.0.1:1\"\nroot = \".\"\n[tcp.\"pg\"]\nlisten = \"127.0.0.1:1\"\nto = \"10.0.0.8:1\"\n",
+                "already used",
+            ),
+            (
+                "[tcp.\"pg\"]\nlisten = \"127.0.0.1:1\"\nto = \"10.0.0.8:1\"\nmax_conn = 3\n",
+                "did you mean `max_conns`",
+            ),
+        ] {
+            let e = load(src).unwrap_err().to_string();
+            assert!(e.contains(want), "{src}: {e}");
+        }
+    }
+
+    #[test]
     fn smallest_static_site_is_two_lines() {
         let cfg = load("[site.\"localhost:8081\"]\nroot = \".\"\n").unwrap();
         assert_eq!(cfg.listeners.len(), 1);

@@ -196,6 +196,7 @@ pub fn site_handler(
                 r,
                 cache,
                 files,
+                s.root.as_ref(),
             )
         })
         .collect();
@@ -211,6 +212,7 @@ fn route_config(
     r: &Spanned<RawRoute>,
     site_cache: Option<&Arc<crate::cache::CachePolicy>>,
     files: &dyn Fn(&mut Collector<'_>, &Spanned<String>) -> HandlerConfig,
+    site_root: Option<&Spanned<String>>,
 ) -> Option<RouteConfig> {
     use crate::traffic;
     let raw = r.get_ref();
@@ -325,7 +327,8 @@ fn route_config(
             HandlerConfig::Static(o) => o,
             _ => unreachable!("the files closure makes static options"),
         };
-        let opts = raw.root.as_ref().map(|root| make(c, root));
+        // A route's scripts are under its own root, else the site's.
+        let opts = raw.root.as_ref().or(site_root).map(|root| make(c, root));
         let name = if php { "php" } else { "fastcgi" };
         let cfg = crate::fastcgi::fastcgi(c, &format!("{key}: {name}"), f, php, opts, &make)?;
         HandlerConfig::FastCgi(Arc::new(cfg))

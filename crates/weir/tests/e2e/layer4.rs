@@ -150,19 +150,25 @@ impl rustls::client::danger::ServerCertVerifier for AnyCert {
     }
 }
 
-/// `openssl s_client`'s view of the certificate's subject for `sni`.
-fn openssl_subject(port: u16, sni: &str) -> String {
-    let out = std::process::Command::new("openssl")
-        .args([
-            "s_client",
-            "-connect",
-            &format!("127.0.0.1:{port}"),
-            "-servername",
-            sni,
-        ])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("openssl (apt-get install openssl)");
+/// `openssl s_client`'s view of the certificate's subject for `sni` (run
+/// without blocking the test's runtime, which serves the backends).
+async fn openssl_subject(port: u16, sni: &str) -> String {
+    let out = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::process::Command::new("openssl")
+            .args([
+                "s_client",
+                "-connect",
+                &format!("127.0.0.1:{port}"),
+                "-servername",
+                sni,
+            ])
+            .stdin(std::process::Stdio::null())
+            .output(),
+    )
+    .await
+    .expect("openssl s_client did not finish")
+    .expect("openssl (apt-get install openssl)");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.lines()
         .find(|l| l.starts_with("subject="))
@@ -198,9 +204,9 @@ async fn tls_passes_through_by_sni_beside_weirs_own_site() {
         ),
     );
     // Each name reaches its own backend's certificate, untouched.
-    assert!(openssl_subject(port, "a.test").contains("backend a"));
-    assert!(openssl_subject(port, "b.test").contains("backend b"));
-    assert!(openssl_subject(port, "own.test").contains("own.test"));
+    assert!(openssl_subject(port, "a.test").await.contains("backend a"));
+    assert!(openssl_subject(port, "b.test").await.contains("backend b"));
+    assert!(openssl_subject(port, "own.test").await.contains("own.test"));
     let s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let (leaf, body) = tls_through(s, "a.test").await;
     assert_eq!(leaf, a_leaf);
@@ -251,7 +257,7 @@ async fn tls_passes_through_by_sni_beside_weirs_own_site() {
     assert!(
         poll_until(Duration::from_secs(5), || w
             .log()
-            .contains(&format!("a.test: 127.0.0.1:"))
+            .contains("a.test: 127.0.0.1:")
             && w.log().contains(&format!("→ {a}"))),
         "{}",
         w.log()
@@ -371,19 +377,14 @@ async fn tcp_listeners_balance_survive_a_dead_upstream_and_send_proxy_v2() {
     }
     assert_eq!(say(lim_port, "third").await, None);
     drop(held);
-    assert!(
-        poll_until(Duration::from_secs(5), || {
-            let out = std::net::TcpStream::connect(("127.0.0.1", lim_port)).and_then(|mut s| {
-                use std::io::{Read, Write};
-                s.set_read_timeout(Some(Duration::from_secs(2)))?;
-                s.write_all(b"y")?;
-                let mut b = [0u8; 8];
-                let n = s.read(&mut b)?;
-                Ok(b[..n].to_vec())
-            });
-            out.is_ok_and(|b| b == b"2:y")
-        }),
-        "a slot came back once the held connections closed"
-    );
+    // The slots come back once the held connections have closed.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while say(lim_port, "y").await.as_deref() != Some("2:y") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no slot came back once the held connections closed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert!(w.log().contains("max_conns_per_client"), "{}", w.log());
 }

@@ -40,7 +40,7 @@ fn php_fpm_binary() -> PathBuf {
 /// Unix socket path or `127.0.0.1:port`); killed by PID on drop.
 struct PhpFpm {
     child: Child,
-    dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
 }
 
 impl Drop for PhpFpm {
@@ -97,7 +97,7 @@ impl PhpFpm {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        PhpFpm { child, dir }
+        PhpFpm { child, _dir: dir }
     }
 }
 
@@ -296,7 +296,7 @@ async fn php_front_controller_variables_static_files_and_the_upload_attack() {
     // Static files of the root come from weir, not PHP.
     let (st, h, body) = get(weir_base.clone(), "/style.css").await;
     assert_eq!((st, body.as_str()), (200, "body{color:red}"));
-    assert_eq!(h["content-type"], "text/css");
+    assert_eq!(h["content-type"], "text/css; charset=utf-8");
     // A directory with an index script: its canonical path, then the script.
     let r = c
         .get(format!("{weir_base}/admin?x=1"))
