@@ -14,7 +14,6 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
@@ -25,7 +24,7 @@ use http_body::Frame;
 use std::future::Future;
 
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
 use weir_http::body::{Body, BodyError};
 use weir_http::worker::Worker;
@@ -93,17 +92,47 @@ fn too_large(e: &BodyError) -> bool {
     false
 }
 
-/// One connection's slot, given back (and a waiter woken) when dropped.
+/// What a request waiting for a connection is given: a connection
+/// another request finished with, or a slot to open one in.
+enum Handoff {
+    Conn(Conn),
+    Slot(Option<OwnedSemaphorePermit>),
+}
+
+/// One upstream's idle connections and the requests waiting, first come
+/// first served (a connection checked in goes to the oldest waiter, never
+/// to a request that arrived after it).
+#[derive(Default)]
+struct Queues {
+    idle: VecDeque<Conn>,
+    waiting: VecDeque<oneshot::Sender<Handoff>>,
+}
+
+type Shared = Arc<Mutex<Queues>>;
+
+fn lock(q: &Shared) -> std::sync::MutexGuard<'_, Queues> {
+    q.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One connection's slot: when the connection closes, it passes to the
+/// oldest waiter, else back to the upstream's `max_conns`.
 struct Slot {
     permit: Option<OwnedSemaphorePermit>,
-    freed: Arc<Notify>,
+    queues: Shared,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        // The permit first: the waiter woken must find it free.
-        drop(self.permit.take());
-        self.freed.notify_one();
+        let mut h = Handoff::Slot(self.permit.take());
+        let mut q = lock(&self.queues);
+        while let Some(tx) = q.waiting.pop_front() {
+            match tx.send(h) {
+                Ok(()) => return,
+                Err(back) => h = back,
+            }
+        }
+        drop(q);
+        drop(h);
     }
 }
 
@@ -118,19 +147,10 @@ struct Conn {
     _slot: Slot,
 }
 
-/// The idle connections of one upstream, and the wake-up for requests
-/// waiting for one (or for a slot).
-#[derive(Default)]
-struct Upstream {
-    idle: Mutex<VecDeque<Conn>>,
-    freed: Arc<Notify>,
-    waiting: AtomicUsize,
-}
-
 /// A FastCGI application's connections.
 pub struct Pool {
     pub proxy: Arc<Proxy>,
-    ups: Vec<Upstream>,
+    ups: Vec<Shared>,
 }
 
 /// One request as the application is to see it.
@@ -146,14 +166,14 @@ pub struct Request<'a> {
 impl Pool {
     pub fn new(proxy: Arc<Proxy>) -> Pool {
         let ups = (0..proxy.upstreams().len())
-            .map(|_| Upstream::default())
+            .map(|_| Shared::default())
             .collect();
         Pool { proxy, ups }
     }
 
     /// Idle connections to upstream `idx`.
     pub fn idle(&self, idx: usize) -> usize {
-        self.ups[idx].idle.lock().map_or(0, |q| q.len())
+        lock(&self.ups[idx]).idle.len()
     }
 
     /// Runs one request: an upstream chosen, a connection (idle, new, or
@@ -217,80 +237,106 @@ impl Pool {
     }
 
     /// An idle connection to `idx`, else a new one in a free slot, else
-    /// the first of those to come within `queue_timeout`.
+    /// the first of those to come within `queue_timeout`, in turn.
     async fn checkout(&self, idx: usize, req: &Request<'_>) -> Result<Conn, ProxyError> {
-        let up = &self.ups[idx];
+        let queues = &self.ups[idx];
         let cfg = &self.proxy.cfg;
-        let deadline = tokio::time::Instant::now() + cfg.queue_timeout;
-        let mut queued = false;
-        let result = loop {
-            let freed = up.freed.notified();
-            if let Some(c) = self.pop_idle(idx) {
-                break Ok(c);
+        let idle_timeout = cfg.idle_timeout;
+        // Connections idle too long close outside the lock (their slots
+        // go to whoever waits).
+        let expired: Vec<Conn> = {
+            let mut q = lock(queues);
+            let n = q
+                .idle
+                .iter()
+                .take_while(|c| c.since.elapsed() >= idle_timeout)
+                .count();
+            q.idle.drain(..n).collect()
+        };
+        drop(expired);
+        enum Next {
+            Open(Option<OwnedSemaphorePermit>),
+            Wait(oneshot::Receiver<Handoff>),
+        }
+        let next = {
+            let mut q = lock(queues);
+            if let Some(mut c) = q.idle.pop_back() {
+                c.reused = true;
+                return Ok(c);
             }
-            let slot = match self.proxy.upstreams()[idx].slots() {
-                Some(s) => match s.clone().try_acquire_owned() {
-                    Ok(p) => Some(Some(p)),
-                    Err(_) => None,
-                },
+            let permit = match self.proxy.upstreams()[idx].slots() {
+                Some(s) => s.clone().try_acquire_owned().ok().map(Some),
                 None => Some(None),
             };
-            if let Some(permit) = slot {
-                let slot = Slot {
-                    permit,
-                    freed: up.freed.clone(),
-                };
-                let io = self
-                    .proxy
-                    .connect_stream(req.worker, idx, req.client)
-                    .await?;
-                break Ok(Conn {
-                    io,
-                    buf: BytesMut::with_capacity(16 * 1024),
-                    idx,
-                    since: Instant::now(),
-                    reused: false,
-                    _slot: slot,
-                });
-            }
-            if !queued {
-                if up.waiting.fetch_add(1, Ordering::Relaxed) >= cfg.queue {
-                    up.waiting.fetch_sub(1, Ordering::Relaxed);
-                    return Err(ProxyError::QueueFull);
+            match permit {
+                Some(p) => Next::Open(p),
+                None => {
+                    if q.waiting.len() >= cfg.queue {
+                        q.waiting.retain(|tx| !tx.is_closed());
+                        if q.waiting.len() >= cfg.queue {
+                            return Err(ProxyError::QueueFull);
+                        }
+                    }
+                    let (tx, rx) = oneshot::channel();
+                    q.waiting.push_back(tx);
+                    Next::Wait(rx)
                 }
-                queued = true;
-            }
-            if tokio::time::timeout_at(deadline, freed).await.is_err() {
-                break Err(ProxyError::QueueTimeout(cfg.queue_timeout));
             }
         };
-        if queued {
-            up.waiting.fetch_sub(1, Ordering::Relaxed);
-        }
-        result
-    }
-
-    fn pop_idle(&self, idx: usize) -> Option<Conn> {
-        let idle_timeout = self.proxy.cfg.idle_timeout;
-        let mut q = self.ups[idx].idle.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(mut c) = q.pop_back() {
-            if c.since.elapsed() < idle_timeout {
+        let rx = match next {
+            Next::Open(p) => return self.open(idx, req, p).await,
+            Next::Wait(rx) => rx,
+        };
+        match tokio::time::timeout(cfg.queue_timeout, rx).await {
+            Ok(Ok(Handoff::Conn(mut c))) => {
                 c.reused = true;
-                return Some(c);
+                Ok(c)
             }
-            // Too old: closed here, its slot freed.
+            Ok(Ok(Handoff::Slot(permit))) => self.open(idx, req, permit).await,
+            _ => Err(ProxyError::QueueTimeout(cfg.queue_timeout)),
         }
-        None
     }
 
+    /// A new connection to `idx` in `permit`'s slot.
+    async fn open(
+        &self,
+        idx: usize,
+        req: &Request<'_>,
+        permit: Option<OwnedSemaphorePermit>,
+    ) -> Result<Conn, ProxyError> {
+        let slot = Slot {
+            permit,
+            queues: self.ups[idx].clone(),
+        };
+        let io = self
+            .proxy
+            .connect_stream(req.worker, idx, req.client)
+            .await?;
+        Ok(Conn {
+            io,
+            buf: BytesMut::with_capacity(16 * 1024),
+            idx,
+            since: Instant::now(),
+            reused: false,
+            _slot: slot,
+        })
+    }
+
+    /// A connection whose response has ended cleanly: to the oldest
+    /// waiter, else idle.
     fn checkin(&self, mut c: Conn) {
         c.since = Instant::now();
-        let up = &self.ups[c.idx];
-        up.idle
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(c);
-        up.freed.notify_one();
+        let mut q = lock(&self.ups[c.idx]);
+        let mut h = Handoff::Conn(c);
+        while let Some(tx) = q.waiting.pop_front() {
+            match tx.send(h) {
+                Ok(()) => return,
+                Err(back) => h = back,
+            }
+        }
+        if let Handoff::Conn(c) = h {
+            q.idle.push_back(c);
+        }
     }
 
     /// Sends the request and reads the response head. The error says
@@ -370,7 +416,27 @@ impl Pool {
                     if let Some((parts, used)) =
                         parse_head(&head, MAX_HEAD).map_err(|e| (e.into(), false))?
                     {
-                        let rest = head.split_off(used).freeze();
+                        let mut rest = head.split_off(used);
+                        // What has arrived already: a response that is
+                        // complete goes out whole, with its length.
+                        loop {
+                            match decoder.decode(&mut c.buf) {
+                                Ok(Some(Event::Stdout(b))) => rest.extend_from_slice(&b),
+                                Ok(Some(Event::Stderr(b))) => log_stderr(req.script, &b),
+                                Ok(Some(Event::End { .. })) => {
+                                    if c.buf.is_empty() {
+                                        self.checkin(c);
+                                    }
+                                    return Ok(Response::from_parts(
+                                        parts,
+                                        Body::full(rest.freeze()),
+                                    ));
+                                }
+                                Ok(None) => break,
+                                Err(e) => return Err((e.into(), false)),
+                            }
+                        }
+                        let rest = rest.freeze();
                         let body = ResponseBody {
                             pool: self.clone(),
                             conn: Some(c),

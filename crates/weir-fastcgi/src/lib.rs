@@ -56,9 +56,13 @@ pub use proto::{
     begin_request, decode_pairs, params, stdin, stdin_end,
 };
 
+use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use weir_http::worker::{PerWorker, Worker};
 
 use http::{Response, StatusCode};
 use weir_config::fastcgi::FastCgiConfig;
@@ -67,22 +71,32 @@ use weir_http::conn::ConnInfo;
 
 pub use script::Resolved;
 
+/// How long a path's script lookup is reused: a script added or removed
+/// is seen within this (nginx's `open_file_cache_valid` default is 60 s).
+const RESOLVED_FOR: Duration = Duration::from_secs(1);
+/// Lookups kept per worker before the oldest are forgotten.
+const RESOLVED_MAX: usize = 4096;
+
 /// A running `php` or `fastcgi` handler.
 pub struct FastCgi {
     pub cfg: Arc<FastCgiConfig>,
     pool: Arc<client::Pool>,
     /// The root with its links resolved, for the symlink policy.
     canonical_root: PathBuf,
+    /// Recent lookups by path, per worker (no lock is shared): a hit
+    /// skips the blocking pool and the file system.
+    resolved: PerWorker<Mutex<HashMap<String, (Arc<Resolved>, Instant)>>>,
 }
 
 impl FastCgi {
     /// `proxy`: the upstreams of `cfg.upstream` (balancer, health, slots).
-    pub fn new(cfg: Arc<FastCgiConfig>, proxy: Arc<weir_proxy::Proxy>) -> FastCgi {
+    pub fn new(cfg: Arc<FastCgiConfig>, proxy: Arc<weir_proxy::Proxy>, workers: usize) -> FastCgi {
         let canonical_root = std::fs::canonicalize(&cfg.root).unwrap_or_else(|_| cfg.root.clone());
         FastCgi {
             cfg,
             pool: Arc::new(client::Pool::new(proxy)),
             canonical_root,
+            resolved: PerWorker::new(workers, Default::default),
         }
     }
 
@@ -95,14 +109,32 @@ impl FastCgi {
         self.pool.idle(idx)
     }
 
-    /// What the percent-encoded `path` comes to (on the blocking pool: it
-    /// looks at the file system).
-    pub async fn resolve(self: &Arc<Self>, path: &str) -> Resolved {
+    /// What the percent-encoded `path` comes to: looked up on the blocking
+    /// pool (it reads the file system), then reused for a second.
+    pub async fn resolve(self: &Arc<Self>, worker: Worker, path: &str) -> Arc<Resolved> {
+        let slot = self.resolved.get(worker);
+        if let Some((r, at)) = slot.lock().unwrap_or_else(|e| e.into_inner()).get(path)
+            && at.elapsed() < RESOLVED_FOR
+        {
+            return r.clone();
+        }
         let me = self.clone();
-        let path = path.to_string();
-        tokio::task::spawn_blocking(move || script::resolve(&me.cfg, &me.canonical_root, &path))
-            .await
-            .unwrap_or(Resolved::NotFound)
+        let owned = path.to_string();
+        let r = tokio::task::spawn_blocking(move || {
+            script::resolve(&me.cfg, &me.canonical_root, &owned)
+        })
+        .await
+        .unwrap_or(Resolved::NotFound);
+        let r = Arc::new(r);
+        let mut m = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if m.len() >= RESOLVED_MAX {
+            m.retain(|_, (_, at)| at.elapsed() < RESOLVED_FOR);
+            if m.len() >= RESOLVED_MAX {
+                m.clear();
+            }
+        }
+        m.insert(path.to_string(), (r.clone(), Instant::now()));
+        r
     }
 
     /// Runs `script` for the request; every failure is an error response

@@ -195,6 +195,7 @@ pub(super) fn build_handler(
                 Arc::new(weir_fastcgi::FastCgi::new(
                     f.clone(),
                     b.proxy(&f.upstream, site, route),
+                    b.workers,
                 ))
             });
             Handler::FastCgi(app, files)
@@ -388,16 +389,16 @@ async fn fastcgi(
 ) -> Response<Body> {
     use weir_fastcgi::Resolved;
     let raw = path.map_or(parts.uri.path(), |p| p.split('?').next().unwrap_or(p));
-    match app.resolve(raw).await {
+    match &*app.resolve(conn.worker, raw).await {
         Resolved::Script {
             script_name,
             path_info,
             filename,
         } => {
             let script = weir_fastcgi::params::Script {
-                script_name: &script_name,
-                path_info: &path_info,
-                filename: &filename,
+                script_name,
+                path_info,
+                filename,
                 root: &app.cfg.root,
             };
             app.run(&script, parts, body, conn, client).await
