@@ -602,3 +602,52 @@ fn quick_cache_and_chain_measure_hits_only() {
     assert_eq!(raw["backend_requests"], 0, "{raw}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// The PHP and passthrough scenarios for real: weir, nginx and Apache in
+/// front of php-fpm, weir and HAProxy passing TLS through by SNI, every row
+/// measured with only 2xx answers, and their targets in the report.
+#[test]
+fn quick_php_and_tcp_measure_every_competitor() {
+    ensure("haproxy", "haproxy");
+    ensure("apache2", "apache2");
+    ensure("php-fpm", "php-fpm8.2");
+    let out = quick_compare(
+        "php-tcp",
+        &weir_binary(),
+        &[
+            "--servers",
+            "weir,nginx,apache,haproxy",
+            "--scenarios",
+            "php,tcp",
+            "--require",
+        ],
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let rows = summary["rows"].as_array().unwrap();
+    for (scenario, server) in [
+        ("php", "weir"),
+        ("php", "nginx"),
+        ("php", "apache"),
+        ("tcp", "weir"),
+        ("tcp", "haproxy"),
+        ("tcp", "backend-direct"),
+    ] {
+        let r = rows
+            .iter()
+            .find(|r| r["scenario"] == scenario && r["server"] == server)
+            .unwrap_or_else(|| panic!("no {scenario} row of {server}: {rows:?}"));
+        assert_eq!(r["status"], "ok", "{r}");
+        assert!(r["rps_median"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["non_2xx"], 0, "{r}");
+    }
+    let php = std::fs::read_to_string(out.join("php.md")).unwrap();
+    assert!(
+        php.contains("| http | nginx |") && php.contains("≥ 1.00"),
+        "{php}"
+    );
+    let weir_conf = std::fs::read_to_string(out.join("configs/php/http/weir/weir.toml")).unwrap();
+    assert!(weir_conf.contains("php = { to = \"unix:"), "{weir_conf}");
+    let tcp = std::fs::read_to_string(out.join("tcp.md")).unwrap();
+    assert!(tcp.contains("| https | haproxy |"), "{tcp}");
+}
