@@ -85,8 +85,11 @@ pub struct FastCgi {
     canonical_root: PathBuf,
     /// Recent lookups by path, per worker (no lock is shared): a hit
     /// skips the blocking pool and the file system.
-    resolved: PerWorker<Mutex<HashMap<String, (Arc<Resolved>, Instant)>>>,
+    resolved: PerWorker<Lookups>,
 }
+
+/// One worker's recent lookups: path → (what it came to, when).
+type Lookups = Mutex<HashMap<String, (Arc<Resolved>, Instant)>>;
 
 impl FastCgi {
     /// `proxy`: the upstreams of `cfg.upstream` (balancer, health, slots).

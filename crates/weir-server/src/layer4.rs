@@ -340,3 +340,91 @@ where
         act.start.elapsed().as_secs_f64()
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// A real ClientHello for `sni` offering `alpn`.
+    fn client_hello(sni: &str, alpn: &[&[u8]]) -> Vec<u8> {
+        // Post-quantum first, as browsers send it: the hello spans segments.
+        let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+        provider.kx_groups = vec![
+            rustls::crypto::aws_lc_rs::kx_group::X25519MLKEM768,
+            rustls::crypto::aws_lc_rs::kx_group::X25519,
+        ];
+        let provider = Arc::new(provider);
+        let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let name = rustls::pki_types::ServerName::try_from(sni.to_string()).unwrap();
+        let mut c = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+        let mut out = Vec::new();
+        while c.wants_write() {
+            c.write_tls(&mut out).unwrap();
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_client_hello_sent_a_few_bytes_at_a_time_is_read_whole() {
+        let hello = client_hello("a.test", &[b"h2", b"http/1.1"]);
+        assert!(hello.len() > 1200, "a post-quantum hello spans segments");
+        let (mut client, mut server) = tokio::io::duplex(64);
+        let sent = hello.clone();
+        tokio::spawn(async move {
+            for piece in sent.chunks(7) {
+                client.write_all(piece).await.unwrap();
+                tokio::task::yield_now().await;
+            }
+            // Keep the stream open: read_hello must not wait for EOF.
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        });
+        let h = read_hello(&mut server).await.unwrap();
+        assert_eq!(h.sni.as_deref(), Some("a.test"));
+        assert_eq!(h.alpn, [b"h2".to_vec(), b"http/1.1".to_vec()]);
+        assert_eq!(&h.bytes[..], &hello[..], "every byte kept to replay");
+    }
+
+    #[tokio::test]
+    async fn what_is_not_a_client_hello_is_refused() {
+        let (mut client, mut server) = tokio::io::duplex(1024);
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(read_hello(&mut server).await.is_err());
+
+        // A handshake that never ends stops at the bound, not at memory's end.
+        let (mut client, mut server) = tokio::io::duplex(64 * 1024);
+        tokio::spawn(async move {
+            // Records of 16 KiB each, announcing a 16 MiB handshake message.
+            let mut first = vec![22, 3, 1, 0x40, 0x00, 1, 0xff, 0xff, 0xff];
+            first.resize(5 + 0x4000, 0);
+            let _ = client.write_all(&first).await;
+            let mut more = vec![22, 3, 1, 0x40, 0x00];
+            more.resize(5 + 0x4000, 0);
+            for _ in 0..16 {
+                if client.write_all(&more).await.is_err() {
+                    break;
+                }
+            }
+        });
+        assert!(read_hello(&mut server).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn rewind_replays_the_bytes_read_then_the_stream() {
+        let (mut client, server) = tokio::io::duplex(64);
+        client.write_all(b" world").await.unwrap();
+        drop(client);
+        let mut r = Rewind::new(Bytes::from_static(b"hello"), server);
+        let mut out = String::new();
+        r.read_to_string(&mut out).await.unwrap();
+        assert_eq!(out, "hello world");
+    }
+}

@@ -93,7 +93,16 @@ async fn tls_through<S: AsyncRead + AsyncWrite + Unpin>(
     s: S,
     sni: &str,
 ) -> (CertificateDer<'static>, String) {
-    let cfg = rustls::ClientConfig::builder()
+    // Post-quantum key share first, as browsers send it: a hello of more
+    // than one segment.
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    provider.kx_groups = vec![
+        rustls::crypto::aws_lc_rs::kx_group::X25519MLKEM768,
+        rustls::crypto::aws_lc_rs::kx_group::X25519,
+    ];
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(AnyCert))
         .with_no_client_auth();
