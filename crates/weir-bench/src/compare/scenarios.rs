@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::servers::ServerKind;
+pub use super::servers::{PHP_CHILDREN, TCP_HOST};
 
 /// A scenario name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -236,14 +237,6 @@ pub const WEIR_STATIC_ROW: &str = "weir-static";
 /// The `tcp` scenario's row of the TLS backend measured directly, without
 /// a passthrough in front: weir's ratio to it is the passthrough's cost.
 pub const BACKEND_DIRECT_ROW: &str = "backend-direct";
-
-/// The server name the `tcp` scenario's client sends (SNI and Host), and
-/// the name its fronts route by.
-pub const TCP_HOST: &str = "tcp.test";
-
-/// The children of the `php` scenario's php-fpm pool (`pm = static`), and
-/// the most FastCGI connections each server keeps to it.
-pub const PHP_CHILDREN: usize = 4;
 
 /// The `php` scenario's page (in its own root, [`PHP_ROOT`]) and what
 /// `GET` [`PHP_PATH`] answers.

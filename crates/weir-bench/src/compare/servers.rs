@@ -45,7 +45,14 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::CompareError;
-use super::scenarios::{PHP_CHILDREN, TCP_HOST};
+
+/// The server name the `tcp` scenario's client sends (SNI and Host), and
+/// the name its fronts route by.
+pub const TCP_HOST: &str = "tcp.test";
+
+/// The children of the `php` scenario's php-fpm pool (`pm = static`), and
+/// the most FastCGI connections each server keeps to it.
+pub const PHP_CHILDREN: usize = 4;
 
 /// Idle upstream connections every proxy keeps: weir's default `max_idle`
 /// (docs/config.md). nginx's `keepalive` counts per worker, as weir's pool
