@@ -1,5 +1,6 @@
-//! One client connection: connection limit, TCP options, the TLS handshake
-//! and ALPN, then weir's HTTP/1 server (`server::http1`, every HTTP/1.0 and
+//! One client connection: connection limit, TCP options, the relay of a
+//! `[tcp]` listener or of a name passed through by SNI (`layer4`), the TLS
+//! handshake and ALPN, then weir's HTTP/1 server (`server::http1`, every HTTP/1.0 and
 //! HTTP/1.1 request, upgrades included) or hyper's HTTP/2 server (ALPN `h2`,
 //! or the HTTP/2 preface on a plain listener), over a [`TimedIo`] that
 //! enforces the timeouts. hyper's HTTP/1 server runs only when
