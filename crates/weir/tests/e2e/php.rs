@@ -44,7 +44,19 @@ struct PhpFpm {
 }
 
 impl Drop for PhpFpm {
+    /// SIGTERM to the master, which stops its pool's children (a SIGKILL
+    /// would leave them running), then SIGKILL if it has not gone.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
