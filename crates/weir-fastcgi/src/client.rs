@@ -69,7 +69,7 @@ impl FcgiError {
         match self {
             FcgiError::Upstream(e) => e.status(),
             FcgiError::SendTimeout(_) | FcgiError::ReadTimeout(_) => S::GATEWAY_TIMEOUT,
-            FcgiError::ClientBody(e) if too_large(e) => S::PAYLOAD_TOO_LARGE,
+            FcgiError::ClientBody(e) if weir_proxy::too_large(e) => S::PAYLOAD_TOO_LARGE,
             FcgiError::ClientBody(_) => S::BAD_REQUEST,
             _ => S::BAD_GATEWAY,
         }
@@ -79,17 +79,6 @@ impl FcgiError {
     fn upstreams_fault(&self) -> bool {
         !matches!(self, FcgiError::ClientBody(_))
     }
-}
-
-fn too_large(e: &BodyError) -> bool {
-    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(&**e);
-    while let Some(s) = src {
-        if s.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        src = s.source();
-    }
-    false
 }
 
 /// What a request waiting for a connection is given: a connection

@@ -90,7 +90,8 @@ impl ProxyError {
 
 /// Whether a request body failed for running past the size limit the
 /// server holds it to (`http_body_util::Limited`).
-fn too_large(e: &BodyError) -> bool {
+/// Whether a request body failed for being past its limit (a 413).
+pub fn too_large(e: &BodyError) -> bool {
     // Through whatever client carried the body (hyper wraps it).
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
     while let Some(err) = cur {
