@@ -8,6 +8,7 @@
 //! starts a server.
 
 pub mod admin;
+pub mod app;
 pub mod cache;
 pub mod error;
 pub mod fastcgi;

@@ -291,6 +291,9 @@ pub struct RawSite {
     pub php: Option<Spanned<Shorthand<RawFastCgi>>>,
     /// A FastCGI application with no PHP defaults (no front controller).
     pub fastcgi: Option<Spanned<Shorthand<RawFastCgi>>>,
+    /// An application weir runs and proxies to: `"node server.js"` or
+    /// `{ run = "...", instances = 2, ... }`; instead of `proxy`.
+    pub app: Option<Spanned<Shorthand<RawApp>>>,
     /// TLS for this name is passed through untouched to these upstreams
     /// (routed by SNI): `"10.0.0.5:443"` or `{ to = [...], alpn = [...] }`.
     pub passthrough: Option<Spanned<Shorthand<RawStream>>>,
@@ -368,6 +371,35 @@ pub struct RawFastCgi {
     pub passive: Option<RawPassive>,
     /// Upstream host names are resolved again after this; default 30s.
     pub dns_ttl: Option<Spanned<Value>>,
+}
+
+/// `app = { ... }`: the processes of an application weir runs.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawApp {
+    /// The command line, run with `sh -c`; `$PORT` and `$HOST` (or
+    /// `$SOCKET`) say where to listen. Required.
+    pub run: Option<String>,
+    /// Processes kept running; default 1.
+    pub instances: Option<i64>,
+    /// Working directory, relative to the config file; default its directory.
+    pub dir: Option<String>,
+    /// Extra environment variables.
+    pub env: Option<IndexMap<String, String>>,
+    /// A file of `KEY=value` lines (secrets): it must not be readable by others.
+    pub env_file: Option<String>,
+    /// Path whose 2xx/3xx answer means an instance is ready; default `"/"`.
+    pub ready: Option<String>,
+    /// Longest wait for an instance to be ready; default 30s.
+    pub start_timeout: Option<Value>,
+    /// SIGTERM, then SIGKILL after this; default 10s.
+    pub stop_timeout: Option<Value>,
+    /// Stop every instance after this long with no request (scale to
+    /// zero); the next request starts one. Default: never.
+    pub idle: Option<Value>,
+    /// Reach instances by a Unix socket (`$SOCKET`) instead of a port; default false.
+    pub socket: Option<bool>,
+    /// Requests that may wait for an instance to start; default 1024.
+    pub queue: Option<i64>,
 }
 
 /// `[tcp."name"]`, or a site's `passthrough = { ... }`: byte streams

@@ -1,0 +1,142 @@
+//! Validation of `app = …` on a site: an application whose processes weir
+//! runs and proxies to (what Tako does), turned into an [`AppConfig`].
+//!
+//! Owns only checking and defaults; never starts a process, reads the env
+//! file (its permissions are checked when the app starts) nor opens a
+//! socket.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_spanned::Spanned;
+
+use crate::error::Collector;
+use crate::raw::{RawApp, Shorthand};
+use crate::units;
+
+/// A validated `app`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppConfig {
+    /// The site's name, for logs, metrics and `weir app restart NAME`.
+    pub name: String,
+    /// The command line, run by `sh -c "exec …"` with `PORT` and `HOST`
+    /// (or `SOCKET`) in its environment.
+    pub run: String,
+    pub instances: usize,
+    /// Working directory; default: the config file's.
+    pub dir: PathBuf,
+    pub env: Vec<(String, String)>,
+    /// `KEY=value` lines added to `env`; must not be readable by others.
+    pub env_file: Option<PathBuf>,
+    /// The readiness (and health) check: a GET of this path answering 2xx/3xx.
+    pub ready: String,
+    pub start_timeout: Duration,
+    /// SIGTERM, then SIGKILL after this.
+    pub stop_timeout: Duration,
+    /// Instances stop after this long with no request; the next request
+    /// starts one. `None`: always running.
+    pub idle: Option<Duration>,
+    /// Reach instances by a Unix socket (`SOCKET`) instead of a port.
+    pub socket: bool,
+    /// Requests that may wait for an instance to start (scale to zero); over: 503.
+    pub queue: usize,
+}
+
+pub(crate) fn app(
+    c: &mut Collector<'_>,
+    site: &str,
+    raw: &Spanned<Shorthand<RawApp>>,
+    base: &std::path::Path,
+) -> Option<AppConfig> {
+    let key = format!("site \"{site}\": app");
+    let default = RawApp::default();
+    let (r, run) = match raw.get_ref() {
+        Shorthand::To(s) => (&default, s.clone()),
+        Shorthand::Full(r) => match &r.run {
+            Some(run) => (&**r, run.clone()),
+            None => {
+                c.at(
+                    raw.span(),
+                    format!("{key}: needs `run = \"node server.js\"`"),
+                );
+                return None;
+            }
+        },
+    };
+    if run.trim().is_empty() {
+        c.at(raw.span(), format!("{key}.run: empty command"));
+        return None;
+    }
+    let instances = match r.instances {
+        None => 1,
+        Some(n) if (1..=64).contains(&n) => n as usize,
+        Some(n) => {
+            c.at(
+                raw.span(),
+                format!("{key}.instances: {n} is out of range (1 to 64)"),
+            );
+            1
+        }
+    };
+    let dur =
+        |c: &mut Collector<'_>, name: &str, v: &Option<crate::raw::Value>, d: Duration| match v {
+            None => d,
+            Some(v) => match units::parse_duration(v) {
+                Ok(x) if !x.is_zero() => x,
+                Ok(_) => {
+                    c.at(raw.span(), format!("{key}.{name}: must be more than zero"));
+                    d
+                }
+                Err(m) => {
+                    c.at(raw.span(), format!("{key}.{name}: {m}"));
+                    d
+                }
+            },
+        };
+    let start_timeout = dur(
+        c,
+        "start_timeout",
+        &r.start_timeout,
+        Duration::from_secs(30),
+    );
+    let stop_timeout = dur(c, "stop_timeout", &r.stop_timeout, Duration::from_secs(10));
+    let idle = r
+        .idle
+        .as_ref()
+        .map(|_| dur(c, "idle", &r.idle, Duration::from_secs(900)));
+    let ready = r.ready.clone().unwrap_or_else(|| "/".into());
+    if !ready.starts_with('/') {
+        c.at(
+            raw.span(),
+            format!("{key}.ready: `{ready}` must start with `/`"),
+        );
+    }
+    let mut env = Vec::new();
+    for (k, v) in r.env.iter().flatten() {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+            c.at(
+                raw.span(),
+                format!("{key}.env: `{k}` is not a variable name"),
+            );
+        } else {
+            env.push((k.clone(), v.clone()));
+        }
+    }
+    Some(AppConfig {
+        name: site.to_string(),
+        run,
+        instances,
+        dir: r
+            .dir
+            .as_ref()
+            .map_or_else(|| base.to_path_buf(), |d| base.join(d)),
+        env,
+        env_file: r.env_file.as_ref().map(|f| base.join(f)),
+        ready,
+        start_timeout,
+        stop_timeout,
+        idle,
+        socket: r.socket.unwrap_or(false),
+        queue: r.queue.map_or(1024, |q| q.clamp(0, 1_000_000) as usize),
+    })
+}
