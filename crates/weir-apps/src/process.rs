@@ -86,13 +86,16 @@ pub fn spawn(cfg: &AppConfig, n: usize, target: &Target) -> Result<Child, StartE
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(format!("exec {}", cfg.run))
-        .current_dir(&cfg.dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // Its own group: a stop reaches every process the command starts.
         .process_group(0)
         .kill_on_drop(true);
+    // A config read from the working directory has an empty base.
+    if !cfg.dir.as_os_str().is_empty() {
+        cmd.current_dir(&cfg.dir);
+    }
     if let Some(f) = &cfg.env_file {
         for (k, v) in read_env_file(f)? {
             cmd.env(k, v);

@@ -252,6 +252,9 @@ async fn supervise(
     async fn retire(cfg: &AppConfig, ups: &[Arc<weir_proxy::Upstream>], mut r: Running) {
         let up = &ups[r.slot];
         up.set_admin_state(AdminState::Drain);
+        // A request that chose it just before the drain may not count
+        // itself in flight yet.
+        tokio::time::sleep(Duration::from_millis(100)).await;
         let deadline = Instant::now() + cfg.stop_timeout;
         while up.in_flight() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -261,31 +264,62 @@ async fn supervise(
     }
 
     let mut want = cfg.idle.is_none();
+    // After a failed start, the next attempt waits until then.
+    let mut retry_at: Option<Instant> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
-        // Keep the wanted number running (a crashed one comes back after its back-off).
-        if want && running.len() < cfg.instances {
+        // Keep the wanted number running (a crashed one comes back after
+        // its back-off); a stop still comes through while one starts.
+        if want && running.len() < cfg.instances && retry_at.is_none_or(|t| Instant::now() >= t) {
             let Some(app) = weak.upgrade() else { break };
             app.set_phase(Phase::Starting);
             drop(app);
-            match start_one(&cfg, &slots, &ups, &running).await {
-                Ok(r) => {
+            let mut stop_now = None;
+            let started = tokio::select! {
+                r = start_one(&cfg, &slots, &ups, &running) => Some(r),
+                cmd = cmds.recv() => {
+                    match cmd {
+                        None => break,
+                        Some(Cmd::Stop(done)) => stop_now = Some(done),
+                        Some(Cmd::Restart(reply)) => {
+                            let _ = reply.send(Err("the app is starting; restart it once it runs".into()));
+                        }
+                        Some(Cmd::Wake) => {}
+                    }
+                    None
+                }
+            };
+            if let Some(done) = stop_now {
+                for r in running.drain(..) {
+                    retire(&cfg, &ups, r).await;
+                }
+                publish(&running);
+                if let Some(app) = weak.upgrade() {
+                    app.set_phase(Phase::Stopped);
+                }
+                let _ = done.send(());
+                return;
+            }
+            match started {
+                Some(Ok(r)) => {
                     tracing::info!("app {}: instance #{} ready", cfg.name, r.slot);
                     running.push(r);
                     publish(&running);
+                    retry_at = None;
                     if let Some(app) = weak.upgrade() {
                         app.set_phase(Phase::Running);
                     }
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     tracing::error!("app {}: {e}", cfg.name);
-                    if let Some(app) = weak.upgrade() {
-                        if running.is_empty() {
-                            app.set_phase(Phase::Failing(e.to_string()));
-                        }
+                    retry_at = Some(Instant::now() + Duration::from_secs(1));
+                    if let Some(app) = weak.upgrade()
+                        && running.is_empty()
+                    {
+                        app.set_phase(Phase::Failing(e.to_string()));
                     }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
                 }
+                None => {}
             }
             continue;
         }

@@ -208,6 +208,8 @@ pub enum HandlerConfig {
     Proxy(Arc<proxy::ProxyConfig>),
     /// Scripts through FastCGI (PHP-FPM), other files of the root as static files.
     FastCgi(Arc<fastcgi::FastCgiConfig>),
+    /// An application weir runs, proxied to with `proxy`'s settings.
+    App(Arc<app::AppConfig>, Arc<proxy::ProxyConfig>),
     /// A redirect to a URL made from the request.
     Redirect(traffic::Redirect),
     /// A fixed answer.
@@ -223,7 +225,10 @@ impl HandlerConfig {
     /// Whether any request can be proxied upstream (a proxy, or routes,
     /// which proxy).
     pub fn proxies(&self) -> bool {
-        matches!(self, HandlerConfig::Proxy(_) | HandlerConfig::Routes { .. })
+        matches!(
+            self,
+            HandlerConfig::Proxy(_) | HandlerConfig::Routes { .. } | HandlerConfig::App(..)
+        )
     }
 }
 
@@ -503,6 +508,7 @@ pub fn load_str_with(
                 own_answer(&mut c, &name, raw_site)
             }
             None if proxy::has_proxy(raw_site) || passthrough.is_some() => None,
+            None if raw_site.app.is_some() => None,
             None if raw_site.php.is_some() || raw_site.fastcgi.is_some() => None,
             None => {
                 c.at(
@@ -544,6 +550,27 @@ pub fn load_str_with(
             HandlerConfig::Static(static_options(c, &name, raw_site, path))
         };
         let own = site_fastcgi(&mut c, &name, raw_site, own, &files);
+        let own = match &raw_site.app {
+            Some(a) => {
+                for (k, set) in [
+                    ("root", raw_site.root.is_some()),
+                    ("proxy", raw_site.proxy.is_some()),
+                    ("php", raw_site.php.is_some()),
+                    ("fastcgi", raw_site.fastcgi.is_some()),
+                ] {
+                    if set {
+                        c.at(
+                            a.span(),
+                            format!("site \"{name}\": `app` is the site's handler; remove `{k}` (use a route for some paths)"),
+                        );
+                    }
+                }
+                app::app(&mut c, &name, a, base).map(|cfg| {
+                    HandlerConfig::App(Arc::new(cfg), Arc::new(proxy::ProxyConfig::defaults()))
+                })
+            }
+            None => own,
+        };
         let handler =
             routes::site_handler(&mut c, &name, raw_site, own, site_cache.as_ref(), &files)
                 .unwrap_or(HandlerConfig::Welcome);

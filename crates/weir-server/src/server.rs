@@ -741,6 +741,24 @@ impl Server {
         if let Some(h3) = lock(&self.h3).take() {
             h3.shutdown();
         }
+        // Once every request has finished, the apps' process groups end
+        // with weir: SIGTERM, then SIGKILL.
+        let apps: Vec<_> = lock(&self.state)
+            .sites
+            .iter()
+            .filter_map(|s| s.app().cloned())
+            .collect();
+        if !apps.is_empty()
+            && let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        {
+            rt.block_on(async {
+                for a in &apps {
+                    a.stop().await;
+                }
+            });
+        }
     }
 }
 

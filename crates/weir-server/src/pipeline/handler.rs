@@ -31,6 +31,8 @@ pub(super) enum Handler {
     Respond(weir_config::traffic::Respond),
     /// Scripts through FastCGI; the root's other files served by weir.
     FastCgi(Arc<weir_fastcgi::FastCgi>, Arc<StaticFiles>),
+    /// An application weir runs, proxied to.
+    App(Arc<weir_apps::App>),
     /// Routes by path, then the fallback (404 without one).
     Routes {
         routes: Vec<Route>,
@@ -129,6 +131,7 @@ impl Handler {
         match self {
             Handler::Proxy(p) | Handler::Cached(p, _) => f(p),
             Handler::FastCgi(app, _) => f(app.proxy()),
+            Handler::App(app) => f(&app.proxy),
             Handler::Routes { routes, fallback } => {
                 for r in routes {
                     r.handler.each_proxy(f);
@@ -199,6 +202,27 @@ pub(super) fn build_handler(
                 ))
             });
             Handler::FastCgi(app, files)
+        }
+        HandlerConfig::App(cfg, template) => {
+            let same = b
+                .previous
+                .iter()
+                .filter(|s| s.cfg.name == site)
+                .find_map(|s| match &s.handler {
+                    Handler::App(a) if a.cfg == *cfg => Some(a.clone()),
+                    _ => None,
+                });
+            match same {
+                Some(a) => Handler::App(a),
+                None => Handler::App(
+                    weir_apps::App::start(cfg.clone(), template, b.workers).map_err(|source| {
+                        SiteError::App {
+                            site: site.to_string(),
+                            source,
+                        }
+                    })?,
+                ),
+            }
         }
         HandlerConfig::Routes { routes, fallback } => Handler::Routes {
             routes: routes
@@ -367,6 +391,32 @@ where
         }
         Handler::Cached(_, c) => {
             Box::pin(c.serve(parts, upstream_body(body, max_body), conn, path)).await
+        }
+        Handler::App(app) => {
+            if !Box::pin(app.ready_for_request()).await {
+                // Say why: starting, or the last start's failure.
+                let why = match app.phase() {
+                    weir_apps::Phase::Failing(e) => format!("failing: {e}"),
+                    p => format!("{p:?}").to_lowercase(),
+                };
+                let mut r = Response::new(Body::full(format!(
+                    "503 Service Unavailable: app \"{}\" has no ready instance ({why})\n",
+                    app.cfg.name
+                )));
+                *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; charset=utf-8"),
+                );
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return r;
+            }
+            Box::pin(
+                app.proxy
+                    .serve(parts, upstream_body(body, max_body), conn, path),
+            )
+            .await
         }
         Handler::FastCgi(app, files) => {
             let body = upstream_body(body, max_body);

@@ -85,6 +85,14 @@ impl Site {
         self.caches().iter().all(|c| Arc::ptr_eq(c.store(), store))
     }
 
+    /// The app the site runs, if any.
+    pub fn app(&self) -> Option<&Arc<weir_apps::App>> {
+        match &self.handler {
+            Handler::App(a) => Some(a),
+            _ => None,
+        }
+    }
+
     /// The caches in front of the site's proxies.
     pub fn caches(&self) -> Vec<weir_cache::Cache> {
         let own = |h: &Handler| match h {
@@ -193,6 +201,11 @@ pub enum SiteError {
     Static {
         site: String,
         source: weir_static::Error,
+    },
+    #[error("site \"{site}\": app: {source}")]
+    App {
+        site: String,
+        source: std::io::Error,
     },
     #[error("site \"{site}\": access log: {source}")]
     AccessLog {
