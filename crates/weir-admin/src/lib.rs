@@ -212,6 +212,8 @@ pub(crate) struct UpstreamRef {
     pub proxy: Arc<weir_proxy::Proxy>,
     pub idx: usize,
     pub up: Arc<weir_proxy::Upstream>,
+    /// The app whose instance this upstream is.
+    pub app: Option<Arc<weir_apps::App>>,
 }
 
 impl UpstreamRef {
@@ -237,8 +239,13 @@ pub(crate) fn upstreams(server: &Server) -> Vec<UpstreamRef> {
     let mut out = Vec::new();
     for site in server.sites() {
         for (route, proxy) in site.proxies() {
+            let app = site
+                .app()
+                .filter(|a| Arc::ptr_eq(&a.proxy, &proxy))
+                .cloned();
             for (idx, up) in proxy.upstreams().iter().enumerate() {
                 out.push(UpstreamRef {
+                    app: app.clone(),
                     site: site.cfg.name.clone(),
                     route: route.clone(),
                     proxy: proxy.clone(),

@@ -454,6 +454,56 @@ impl Collector for Weir {
                 Ok(())
             },
         )?;
+        let apps: Vec<_> = sites.iter().filter_map(|site| site.app()).collect();
+        family(
+            &mut enc,
+            "weir_app_instances_ready",
+            "Instances of an app in rotation (ready).",
+            MetricType::Gauge,
+            |m| {
+                for a in &apps {
+                    gauge(m, &vec![("app", a.name.as_str())], a.ready() as i64)?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_app_starts",
+            "Instance processes an app started (first starts, restarts, rolling restarts, wake-ups).",
+            MetricType::Counter,
+            |m| {
+                for a in &apps {
+                    counter(m, &vec![("app", a.name.as_str())], a.starts())?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_app_restarts",
+            "Instances restarted because they exited or failed their health checks.",
+            MetricType::Counter,
+            |m| {
+                for a in &apps {
+                    counter(m, &vec![("app", a.name.as_str())], a.restarts())?;
+                }
+                Ok(())
+            },
+        )?;
+        family(
+            &mut enc,
+            "weir_app_failing",
+            "1 while an app has no ready instance and its last start failed.",
+            MetricType::Gauge,
+            |m| {
+                for a in &apps {
+                    let failing = matches!(a.phase(), weir_apps::Phase::Failing(_));
+                    gauge(m, &vec![("app", a.name.as_str())], i64::from(failing))?;
+                }
+                Ok(())
+            },
+        )?;
         let (reloaded, refused) = s.reloads();
         family(
             &mut enc,

@@ -80,17 +80,70 @@ pub(crate) async fn handle(req: Request<hyper::body::Incoming>, ctx: &Arc<Ctx>) 
         ),
         (&Method::GET, ["status.json"]) => json(StatusCode::OK, crate::status::json(&ctx.server)),
         (&Method::GET, ["cache"]) => cache_list(&req, ctx),
+        (&Method::GET, ["apps"]) => list_apps(ctx),
+        (&Method::POST, ["apps", name, "restart"]) => {
+            let name = name.to_string();
+            restart_app(ctx, &name).await
+        }
         (&Method::POST, ["cache", "purge"]) => cache_purge(req, ctx).await,
         (
             _,
             [
                 "config" | "upstreams" | "certificates" | "metrics" | "status" | "status.json"
-                | "load" | "reload" | "upgrade" | "cache",
+                | "load" | "reload" | "upgrade" | "cache" | "apps",
             ],
         )
         | (_, ["cache", "purge"])
+        | (_, ["apps", _, "restart"])
         | (_, ["upstreams", _, _]) => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
         _ => error(StatusCode::NOT_FOUND, format!("no admin endpoint {path}")),
+    }
+}
+
+fn app_json(a: &weir_apps::App) -> serde_json::Value {
+    let st = a.status();
+    json!({
+        "name": a.name,
+        "run": st.run,
+        "phase": st.phase.to_string(),
+        "error": st.error,
+        "instances": a.instances,
+        "ready": a.ready(),
+        "pids": st.pids.iter().map(|(_, p)| *p).collect::<Vec<_>>(),
+        "starts": a.starts(),
+        "restarts": a.restarts(),
+    })
+}
+
+/// `GET /apps`: every app weir runs, what it is doing, its processes.
+fn list_apps(ctx: &Ctx) -> Resp {
+    let all: Vec<_> = ctx
+        .server
+        .sites()
+        .iter()
+        .filter_map(|s| s.app().map(|a| app_json(a)))
+        .collect();
+    json(StatusCode::OK, json!(all))
+}
+
+/// `POST /apps/{name}/restart`: a rolling restart; answers once it is over
+/// (200), or rolled back (500 with why: the old instances still serve).
+async fn restart_app(ctx: &Ctx, name: &str) -> Resp {
+    let Some(app) = ctx
+        .server
+        .sites()
+        .iter()
+        .find_map(|s| s.app().filter(|a| a.name == name).cloned())
+    else {
+        return error(StatusCode::NOT_FOUND, format!("no app named {name}"));
+    };
+    tracing::info!("admin API: rolling restart of app {name}");
+    match app.restart().await {
+        Ok(()) => json(StatusCode::OK, json!({ "ok": true, "app": app_json(&app) })),
+        Err(why) => json(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({ "ok": false, "error": why, "app": app_json(&app) }),
+        ),
     }
 }
 
@@ -309,10 +362,20 @@ fn upstream_json(u: &crate::UpstreamRef) -> serde_json::Value {
             )
         })
         .collect();
+    let app = u.app.as_ref().map(|a| {
+        let st = a.status();
+        json!({
+            "name": a.name,
+            "phase": st.phase.to_string(),
+            "error": st.error,
+            "pid": st.pids.iter().find(|(slot, _)| *slot == u.idx).map(|(_, p)| p),
+        })
+    });
     json!({
         "site": u.site,
         "route": u.route,
         "name": u.up.cfg.name,
+        "app": app,
         "state": u.up.admin_state(),
         "health": if u.healthy() { "up" } else { "down" },
         "in_flight": u.up.in_flight(),

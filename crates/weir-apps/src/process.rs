@@ -120,22 +120,19 @@ pub fn spawn(cfg: &AppConfig, n: usize, target: &Target) -> Result<Child, StartE
     })?;
     let tag = format!("app {} #{n}", cfg.name);
     if let Some(out) = child.stdout.take() {
-        tokio::spawn(log_lines(out, tag.clone(), false));
+        tokio::spawn(log_lines(out, tag.clone()));
     }
+    // Apps log to stderr as much as to stdout: both are info, stderr marked.
     if let Some(err) = child.stderr.take() {
-        tokio::spawn(log_lines(err, tag, true));
+        tokio::spawn(log_lines(err, format!("{tag} (stderr)")));
     }
     Ok(child)
 }
 
-async fn log_lines<R: tokio::io::AsyncRead + Unpin>(r: R, tag: String, stderr: bool) {
+async fn log_lines<R: tokio::io::AsyncRead + Unpin>(r: R, tag: String) {
     let mut lines = BufReader::new(r).lines();
     while let Ok(Some(line)) = lines.next_line().await {
-        if stderr {
-            tracing::warn!(target: "weir::app", "{tag}: {line}");
-        } else {
-            tracing::info!(target: "weir::app", "{tag}: {line}");
-        }
+        tracing::info!(target: "weir::app", "{tag}: {line}");
     }
 }
 
@@ -204,6 +201,53 @@ pub async fn stop(child: &mut Child, grace: Duration) {
     }
 }
 
+/// A digest of a release: the settings, the env file's text, and the
+/// paths, sizes and modification times under `watch` (at most
+/// [`WATCH_LIMIT`] entries). Equal digests: a reload leaves the app alone.
+/// Reads the file system: call it off the workers.
+pub fn release(cfg: &AppConfig) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    format!("{cfg:?}").hash(&mut h);
+    if let Some(f) = &cfg.env_file {
+        std::fs::read(f).ok().hash(&mut h);
+    }
+    let mut budget = WATCH_LIMIT;
+    for p in &cfg.watch {
+        walk(p, &mut h, &mut budget, 0);
+    }
+    h.finish()
+}
+
+/// The most files and directories [`release`] looks at.
+pub const WATCH_LIMIT: usize = 10_000;
+
+fn walk(p: &Path, h: &mut impl std::hash::Hasher, budget: &mut usize, depth: usize) {
+    use std::hash::Hash;
+    if *budget == 0 || depth > 32 {
+        return;
+    }
+    *budget -= 1;
+    p.hash(h);
+    // Links are not followed: a link out of the tree counts by its target name.
+    let Ok(m) = std::fs::symlink_metadata(p) else {
+        return;
+    };
+    (m.len(), m.modified().ok()).hash(h);
+    if m.is_dir() {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        entries.sort();
+        for e in entries {
+            walk(&e, h, budget, depth + 1);
+        }
+    }
+}
+
 /// The wait before restarting an instance that exited: doubling from
 /// 100 ms to 30 s, back to the start after a run of a minute.
 #[derive(Debug, Clone)]
@@ -251,7 +295,31 @@ mod tests {
             idle: None,
             socket: false,
             queue: 16,
+            watch: vec![dir.to_path_buf()],
         }
+    }
+
+    #[test]
+    fn a_release_changes_with_its_settings_env_file_and_watched_files() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("server.js"), "v1").unwrap();
+        let c = cfg("node server.js", d.path());
+        let first = release(&c);
+        assert_eq!(release(&c), first, "nothing changed");
+        std::fs::write(d.path().join("server.js"), "v2 longer").unwrap();
+        let second = release(&c);
+        assert_ne!(second, first, "a file changed");
+        let mut c2 = c.clone();
+        c2.run = "node server.js --fast".into();
+        assert_ne!(release(&c2), second, "the command changed");
+        let env = d.path().join("app.env");
+        std::fs::write(&env, "A=1").unwrap();
+        let mut c3 = c.clone();
+        c3.watch.clear();
+        c3.env_file = Some(env.clone());
+        let with_env = release(&c3);
+        std::fs::write(&env, "A=2").unwrap();
+        assert_ne!(release(&c3), with_env, "the env file changed");
     }
 
     #[tokio::test]

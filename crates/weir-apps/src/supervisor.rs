@@ -1,16 +1,18 @@
 //! One app at run time: its instances in the slots of a
 //! [`weir_proxy::Proxy`] (two per instance, so a new process can start
 //! beside the old one), kept running on a thread of its own: an instance
-//! that exits is restarted after a back-off; a rolling restart starts a new
-//! instance, waits until it is ready, puts it in rotation, drains the old
-//! one (no new request, those in flight finish), then stops it, one at a
-//! time, and keeps the old ones when the new one never gets ready; after
-//! `idle` with no request every instance stops, and the next request
-//! starts one (one start however many requests wait). Slots not running a
-//! ready instance are in maintenance, so the proxy never picks them.
-//! Never blocks a worker: requests only read atomics or wait on a watch.
+//! that exits, or fails its health checks, is restarted after a back-off;
+//! a rolling restart (asked for, or a reload that changed the release)
+//! starts a new instance, waits until it is ready, puts it in rotation,
+//! drains the old one (no new request, those in flight finish), then stops
+//! it, one at a time, and goes back to the old release when a new instance
+//! never gets ready; after `idle` with no request every instance stops,
+//! and the next request starts one (one start however many requests
+//! wait). Slots not running a ready instance are in maintenance, so the
+//! proxy never picks them. Never blocks a worker: requests only read
+//! atomics or wait on a watch.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,8 +20,10 @@ use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use weir_config::app::AppConfig;
-use weir_config::proxy::{ProxyConfig, UpstreamConfig, UpstreamScheme, UpstreamTarget};
-use weir_proxy::{AdminState, Proxy};
+use weir_config::proxy::{
+    HealthConfig, ProxyConfig, UpstreamConfig, UpstreamScheme, UpstreamTarget,
+};
+use weir_proxy::{AdminState, Proxy, Upstream};
 
 use crate::process::{self, Backoff, StartError, Target};
 
@@ -35,23 +39,83 @@ pub enum Phase {
     Stopped,
 }
 
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Phase::Starting => f.write_str("starting"),
+            Phase::Running => f.write_str("running"),
+            Phase::Idle => f.write_str("idle"),
+            Phase::Failing(why) => write!(f, "failing: {why}"),
+            Phase::Stopped => f.write_str("stopped"),
+        }
+    }
+}
+
+/// Why a request finds no instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unready {
+    /// `queue` requests already wait for an instance to start.
+    QueueFull(usize),
+    /// None was ready within `start_timeout`; the app's phase says why.
+    NotReady(Phase),
+}
+
+impl std::fmt::Display for Unready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unready::QueueFull(n) => write!(f, "{n} requests already wait for it to start"),
+            Unready::NotReady(p) => write!(f, "{p}"),
+        }
+    }
+}
+
 enum Cmd {
-    Restart(oneshot::Sender<Result<(), String>>),
+    /// A rolling restart, to `Some` new settings (a reload) or the same.
+    Restart(Option<Arc<AppConfig>>, oneshot::Sender<Result<(), String>>),
     Wake,
     Stop(oneshot::Sender<()>),
 }
 
+/// What the admin API shows of an app.
+#[derive(Debug, Clone)]
+pub struct Status {
+    pub phase: Phase,
+    /// The last failed start or rolled-back restart, while it is the news.
+    pub error: Option<String>,
+    /// Process ids of the instances, by slot.
+    pub pids: Vec<(usize, u32)>,
+    pub run: String,
+}
+
+#[derive(Debug)]
+struct Shown {
+    phase: Phase,
+    error: Option<String>,
+    pids: Vec<(usize, u32)>,
+}
+
 /// A running app.
 pub struct App {
-    pub cfg: Arc<AppConfig>,
+    /// The site's name.
+    pub name: String,
+    /// Instances kept running; fixed for the app's life (a reload that
+    /// changes it, or `socket`, starts a new app).
+    pub instances: usize,
+    pub socket: bool,
     pub proxy: Arc<Proxy>,
+    /// The release running (or starting).
+    cfg: Mutex<Arc<AppConfig>>,
     started: Instant,
     /// Milliseconds after `started` of the last request.
     last_request: AtomicU64,
+    /// Requests waiting for an instance.
+    waiting: AtomicUsize,
     /// Instances ready now.
     ready: watch::Receiver<usize>,
-    phase: Arc<Mutex<Phase>>,
+    shown: Mutex<Shown>,
     cmds: mpsc::UnboundedSender<Cmd>,
+    /// Processes started, and restarted after an exit or failed checks.
+    starts: AtomicU64,
     restarts: AtomicU64,
 }
 
@@ -60,7 +124,6 @@ struct Running {
     slot: usize,
     child: Child,
     since: Instant,
-    backoff: Backoff,
 }
 
 impl App {
@@ -74,6 +137,17 @@ impl App {
         let mut slots = Vec::new();
         let mut pc = template.clone();
         pc.upstreams.clear();
+        // The readiness path is the health check: an instance that stops
+        // answering leaves the rotation, and is restarted.
+        pc.health = Some(HealthConfig {
+            path: Some(cfg.ready.clone()),
+            status: None,
+            body: None,
+            interval: Duration::from_secs(5),
+            timeout: Duration::from_secs(2),
+            rise: 2,
+            fall: 3,
+        });
         for i in 0..cfg.instances * 2 {
             let target = if cfg.socket {
                 Target::Socket(std::env::temp_dir().join(format!(
@@ -104,24 +178,33 @@ impl App {
         }
         let (ready_tx, ready) = watch::channel(0usize);
         let (cmds, rx) = mpsc::unbounded_channel();
-        let phase = Arc::new(Mutex::new(if cfg.idle.is_some() {
+        let phase = if cfg.idle.is_some() {
             Phase::Idle
         } else {
             Phase::Starting
-        }));
+        };
         let app = Arc::new(App {
-            cfg,
+            name: cfg.name.clone(),
+            instances: cfg.instances,
+            socket: cfg.socket,
+            cfg: Mutex::new(cfg),
             proxy,
             started: Instant::now(),
             last_request: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
             ready,
-            phase,
+            shown: Mutex::new(Shown {
+                phase,
+                error: None,
+                pids: Vec::new(),
+            }),
             cmds,
+            starts: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&app);
         std::thread::Builder::new()
-            .name(format!("weir-app-{}", sanitize(&app.cfg.name)))
+            .name(format!("weir-app-{}", sanitize(&app.name)))
             .spawn(move || {
                 let rt = match tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -133,44 +216,91 @@ impl App {
                         return;
                     }
                 };
-                rt.block_on(supervise(weak, slots, rx, ready_tx));
+                if let Some(s) = Supervisor::new(weak, slots, ready_tx) {
+                    rt.block_on(s.run(rx));
+                }
             })?;
         Ok(app)
     }
 
-    pub fn phase(&self) -> Phase {
-        self.phase
-            .lock()
-            .map(|p| p.clone())
-            .unwrap_or(Phase::Stopped)
+    /// The release running (or starting).
+    pub fn cfg(&self) -> Arc<AppConfig> {
+        lock(&self.cfg).clone()
     }
 
-    /// Instances restarted after they exited, since start.
+    pub fn phase(&self) -> Phase {
+        lock(&self.shown).phase.clone()
+    }
+
+    pub fn status(&self) -> Status {
+        let s = lock(&self.shown);
+        Status {
+            phase: s.phase.clone(),
+            error: s.error.clone(),
+            pids: s.pids.clone(),
+            run: self.cfg().run.clone(),
+        }
+    }
+
+    /// Instances ready now.
+    pub fn ready(&self) -> usize {
+        *self.ready.borrow()
+    }
+
+    /// Processes started since the app was.
+    pub fn starts(&self) -> u64 {
+        self.starts.load(Ordering::Relaxed)
+    }
+
+    /// Instances restarted after they exited or failed their checks.
     pub fn restarts(&self) -> u64 {
         self.restarts.load(Ordering::Relaxed)
     }
 
+    /// Whether a reload with `cfg` can keep this app (and roll it to
+    /// `cfg`) rather than start another.
+    pub fn can_become(&self, cfg: &AppConfig) -> bool {
+        cfg.name == self.name && cfg.instances == self.instances && cfg.socket == self.socket
+    }
+
     /// A request is here: note it (for `idle`) and, when no instance is
-    /// ready, ask for one and wait for it up to `start_timeout`. `false`:
-    /// none came (the caller answers 503).
-    pub async fn ready_for_request(&self) -> bool {
+    /// ready, ask for one and wait for it up to `start_timeout`, one of at
+    /// most `queue` waiting requests.
+    pub async fn ready_for_request(&self) -> Result<(), Unready> {
         self.last_request
             .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
         if *self.ready.borrow() > 0 {
-            return true;
+            return Ok(());
         }
+        let cfg = self.cfg();
+        let _waiting = Waiting::enter(&self.waiting, cfg.queue)
+            .ok_or(Unready::QueueFull(cfg.queue))?;
         let _ = self.cmds.send(Cmd::Wake);
         let mut rx = self.ready.clone();
-        tokio::time::timeout(self.cfg.start_timeout, rx.wait_for(|n| *n > 0))
-            .await
-            .is_ok_and(|r| r.is_ok())
+        match tokio::time::timeout(cfg.start_timeout, rx.wait_for(|n| *n > 0)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(Unready::NotReady(self.phase())),
+        }
     }
 
-    /// A rolling restart; `Err` says why the new version was rolled back.
+    /// A rolling restart; `Err` says why the new instances were stopped
+    /// and the old ones kept.
     pub async fn restart(&self) -> Result<(), String> {
+        self.send_restart(None).await
+    }
+
+    /// After a reload: a rolling restart to `cfg` when the release it makes
+    /// (settings, env file, watched files) differs from the running one.
+    /// Returns at once; the outcome goes to the log and [`App::status`].
+    pub fn apply(self: &Arc<Self>, cfg: Arc<AppConfig>) {
+        let (tx, _rx) = oneshot::channel();
+        let _ = self.cmds.send(Cmd::Restart(Some(cfg), tx));
+    }
+
+    async fn send_restart(&self, to: Option<Arc<AppConfig>>) -> Result<(), String> {
         let (tx, rx) = oneshot::channel();
         self.cmds
-            .send(Cmd::Restart(tx))
+            .send(Cmd::Restart(to, tx))
             .map_err(|_| "the app is stopped".to_string())?;
         rx.await
             .unwrap_or_else(|_| Err("the app is stopped".into()))
@@ -188,11 +318,28 @@ impl App {
         let last = Duration::from_millis(self.last_request.load(Ordering::Relaxed));
         self.started.elapsed().saturating_sub(last)
     }
+}
 
-    fn set_phase(&self, p: Phase) {
-        if let Ok(mut g) = self.phase.lock() {
-            *g = p;
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One request counted among those waiting for an instance.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn enter(n: &'a AtomicUsize, max: usize) -> Option<Self> {
+        if n.fetch_add(1, Ordering::AcqRel) >= max {
+            n.fetch_sub(1, Ordering::AcqRel);
+            return None;
         }
+        Some(Waiting(n))
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -202,205 +349,388 @@ fn sanitize(name: &str) -> String {
         .collect()
 }
 
-async fn supervise(
-    weak: std::sync::Weak<App>,
+/// The supervisor's own state, on the app's thread.
+struct Supervisor {
+    app: std::sync::Weak<App>,
     slots: Vec<Target>,
-    mut cmds: mpsc::UnboundedReceiver<Cmd>,
+    ups: Vec<Arc<Upstream>>,
+    running: Vec<Running>,
     ready: watch::Sender<usize>,
-) {
-    let Some(app) = weak.upgrade() else { return };
-    let cfg = app.cfg.clone();
-    let ups: Vec<_> = app.proxy.upstreams().to_vec();
-    drop(app);
-    let mut running: Vec<Running> = Vec::new();
-    let publish = |running: &Vec<Running>| {
-        ready.send_replace(running.len());
-    };
+    cfg: Arc<AppConfig>,
+    /// The running release's digest (`None`: not computed yet).
+    release: Option<u64>,
+    /// Instances should run (false while scaled to zero).
+    want: bool,
+    /// After a failed start or an exit, the next start waits until then.
+    retry_at: Option<Instant>,
+    backoff: Backoff,
+}
 
-    // Starts an instance in a free slot and waits until it is ready;
-    // it joins the rotation only then.
-    async fn start_one(
-        cfg: &AppConfig,
-        slots: &[Target],
-        ups: &[Arc<weir_proxy::Upstream>],
-        running: &[Running],
-    ) -> Result<Running, StartError> {
-        let slot = (0..slots.len())
-            .find(|s| !running.iter().any(|r| r.slot == *s))
-            .expect("two slots per instance");
-        if let Target::Socket(p) = &slots[slot] {
-            let _ = std::fs::remove_file(p);
-        }
-        let mut child = process::spawn(cfg, slot, &slots[slot])?;
-        if let Err(e) =
-            process::wait_ready(&mut child, &slots[slot], &cfg.ready, cfg.start_timeout).await
-        {
-            process::stop(&mut child, cfg.stop_timeout).await;
-            return Err(e);
-        }
-        ups[slot].set_admin_state(AdminState::Ready);
-        Ok(Running {
-            slot,
-            child,
-            since: Instant::now(),
+impl Supervisor {
+    fn new(
+        app: std::sync::Weak<App>,
+        slots: Vec<Target>,
+        ready: watch::Sender<usize>,
+    ) -> Option<Self> {
+        let (cfg, ups) = app
+            .upgrade()
+            .map(|a| (a.cfg(), a.proxy.upstreams().to_vec()))?;
+        Some(Supervisor {
+            app,
+            slots,
+            ups,
+            running: Vec::new(),
+            ready,
+            want: cfg.idle.is_none(),
+            cfg,
+            release: None,
+            retry_at: None,
             backoff: Backoff::default(),
         })
     }
 
-    // Takes a running instance out of rotation, lets its requests finish
-    // (within stop_timeout), then stops it.
-    async fn retire(cfg: &AppConfig, ups: &[Arc<weir_proxy::Upstream>], mut r: Running) {
-        let up = &ups[r.slot];
-        up.set_admin_state(AdminState::Drain);
-        // A request that chose it just before the drain may not count
-        // itself in flight yet.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let deadline = Instant::now() + cfg.stop_timeout;
-        while up.in_flight() > 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    fn show(&self, f: impl FnOnce(&mut Shown)) {
+        if let Some(app) = self.app.upgrade() {
+            f(&mut lock(&app.shown));
         }
-        up.set_admin_state(AdminState::Maint);
-        process::stop(&mut r.child, cfg.stop_timeout).await;
     }
 
-    let mut want = cfg.idle.is_none();
-    // After a failed start, the next attempt waits until then.
-    let mut retry_at: Option<Instant> = None;
-    let mut tick = tokio::time::interval(Duration::from_millis(200));
-    loop {
-        // Keep the wanted number running (a crashed one comes back after
-        // its back-off); a stop still comes through while one starts.
-        if want && running.len() < cfg.instances && retry_at.is_none_or(|t| Instant::now() >= t) {
-            let Some(app) = weak.upgrade() else { break };
-            app.set_phase(Phase::Starting);
-            drop(app);
-            let mut stop_now = None;
-            let started = tokio::select! {
-                r = start_one(&cfg, &slots, &ups, &running) => Some(r),
-                cmd = cmds.recv() => {
-                    match cmd {
-                        None => break,
-                        Some(Cmd::Stop(done)) => stop_now = Some(done),
-                        Some(Cmd::Restart(reply)) => {
-                            let _ = reply.send(Err("the app is starting; restart it once it runs".into()));
+    fn set_phase(&self, p: Phase) {
+        self.show(|s| s.phase = p);
+    }
+
+    /// Tells the waiting requests and the admin API what runs now.
+    fn publish(&self) {
+        self.ready.send_replace(self.running.len());
+        let pids = self
+            .running
+            .iter()
+            .filter_map(|r| r.child.id().map(|p| (r.slot, p)))
+            .collect();
+        self.show(|s| s.pids = pids);
+    }
+
+    async fn run(mut self, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+        self.release = digest(&self.cfg).await;
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            if self.app.strong_count() == 0 {
+                break;
+            }
+            // Keep the wanted number running (an exited one comes back
+            // after its back-off); a command still comes through while
+            // one starts.
+            if self.want
+                && self.running.len() < self.cfg.instances
+                && self.retry_at.is_none_or(|t| Instant::now() >= t)
+            {
+                self.set_phase(Phase::Starting);
+                let cfg = self.cfg.clone();
+                let start = {
+                    let (cfg, slots, ups, app) =
+                        (cfg.clone(), self.slots.clone(), self.ups.clone(), self.app.clone());
+                    let used: Vec<usize> = self.running.iter().map(|r| r.slot).collect();
+                    async move { start_one(&cfg, &slots, &ups, &used, &app).await }
+                };
+                tokio::pin!(start);
+                // A reload while it starts applies once this start is over.
+                let mut pending = None;
+                let started = loop {
+                    tokio::select! {
+                        r = &mut start => break r,
+                        cmd = cmds.recv() => match cmd {
+                            None => return,
+                            Some(Cmd::Stop(done)) => {
+                                drop(start);
+                                self.stop_all().await;
+                                let _ = done.send(());
+                                return;
+                            }
+                            Some(Cmd::Restart(Some(to), reply)) => {
+                                pending = Some(to);
+                                let _ = reply.send(Ok(()));
+                            }
+                            Some(Cmd::Restart(None, reply)) => {
+                                let _ = reply.send(Err("the app is starting; restart it once it runs".into()));
+                            }
+                            // Many first requests: one start.
+                            Some(Cmd::Wake) => {}
                         }
-                        Some(Cmd::Wake) => {}
                     }
-                    None
+                };
+                match started {
+                    Ok(r) => {
+                        tracing::info!("app {}: instance #{} ready", cfg.name, r.slot);
+                        self.running.push(r);
+                        self.publish();
+                        self.retry_at = None;
+                        self.show(|s| {
+                            s.phase = Phase::Running;
+                            s.error = None;
+                        });
+                    }
+                    Err(e) => {
+                        let wait = self.backoff.after(Duration::ZERO);
+                        tracing::error!("app {}: {e}; trying again in {wait:?}", cfg.name);
+                        self.retry_at = Some(Instant::now() + wait);
+                        let empty = self.running.is_empty();
+                        self.show(|s| {
+                            s.error = Some(e.to_string());
+                            if empty {
+                                s.phase = Phase::Failing(e.to_string());
+                            }
+                        });
+                    }
                 }
+                if let Some(to) = pending
+                    && let Err(e) = self.restart(Some(to)).await
+                {
+                    tracing::error!("app {}: {e}", self.cfg.name);
+                }
+                continue;
+            }
+            tokio::select! {
+                cmd = cmds.recv() => match cmd {
+                    None => break,
+                    Some(Cmd::Wake) => self.want = true,
+                    Some(Cmd::Stop(done)) => {
+                        self.stop_all().await;
+                        let _ = done.send(());
+                        return;
+                    }
+                    Some(Cmd::Restart(to, reply)) => {
+                        let r = self.restart(to).await;
+                        let _ = reply.send(r);
+                    }
+                },
+                _ = tick.tick() => {
+                    self.reap().await;
+                    self.scale_to_zero().await;
+                }
+            }
+        }
+        // The app was dropped (a reload removed it): nothing may outlive it.
+        let grace = self.cfg.stop_timeout;
+        for mut r in self.running.drain(..) {
+            process::stop(&mut r.child, grace).await;
+        }
+    }
+
+    /// Instances that exited or fail their health checks leave the
+    /// rotation and come back after the back-off.
+    async fn reap(&mut self) {
+        let mut i = 0;
+        while i < self.running.len() {
+            let r = &mut self.running[i];
+            let why = match r.child.try_wait() {
+                Ok(Some(st)) => Some(format!("exited ({st})")),
+                _ if !self.ups[r.slot].health.active_up() => {
+                    Some("failed its health checks".to_string())
+                }
+                _ => None,
             };
-            if let Some(done) = stop_now {
-                for r in running.drain(..) {
-                    retire(&cfg, &ups, r).await;
-                }
-                publish(&running);
-                if let Some(app) = weak.upgrade() {
-                    app.set_phase(Phase::Stopped);
-                }
-                let _ = done.send(());
-                return;
-            }
-            match started {
-                Some(Ok(r)) => {
-                    tracing::info!("app {}: instance #{} ready", cfg.name, r.slot);
-                    running.push(r);
-                    publish(&running);
-                    retry_at = None;
-                    if let Some(app) = weak.upgrade() {
-                        app.set_phase(Phase::Running);
-                    }
-                }
-                Some(Err(e)) => {
-                    tracing::error!("app {}: {e}", cfg.name);
-                    retry_at = Some(Instant::now() + Duration::from_secs(1));
-                    if let Some(app) = weak.upgrade()
-                        && running.is_empty()
-                    {
-                        app.set_phase(Phase::Failing(e.to_string()));
-                    }
-                }
-                None => {}
-            }
-            continue;
-        }
-        tokio::select! {
-            cmd = cmds.recv() => match cmd {
-                None => break,
-                Some(Cmd::Wake) => want = true,
-                Some(Cmd::Stop(done)) => {
-                    for r in running.drain(..) {
-                        retire(&cfg, &ups, r).await;
-                    }
-                    publish(&running);
-                    if let Some(app) = weak.upgrade() { app.set_phase(Phase::Stopped); }
-                    let _ = done.send(());
-                    return;
-                }
-                Some(Cmd::Restart(reply)) => {
-                    let mut result = Ok(());
-                    let old: Vec<usize> = running.iter().map(|r| r.slot).collect();
-                    for slot in old {
-                        match start_one(&cfg, &slots, &ups, &running).await {
-                            Ok(new) => {
-                                running.push(new);
-                                let i = running.iter().position(|r| r.slot == slot).expect("old instance");
-                                let r = running.remove(i);
-                                retire(&cfg, &ups, r).await;
-                                publish(&running);
-                            }
-                            Err(e) => {
-                                let why = format!("new instance not started, the old ones keep serving: {e}");
-                                tracing::error!("app {}: restart rolled back: {why}", cfg.name);
-                                result = Err(why);
-                                break;
-                            }
-                        }
-                    }
-                    if result.is_ok() {
-                        tracing::info!("app {}: restarted", cfg.name);
-                    }
-                    let _ = reply.send(result);
-                }
-            },
-            _ = tick.tick() => {
-                // Exits: out of rotation, restarted after the back-off.
-                let mut i = 0;
-                while i < running.len() {
-                    if let Ok(Some(st)) = running[i].child.try_wait() {
-                        let mut r = running.remove(i);
-                        ups[r.slot].set_admin_state(AdminState::Maint);
-                        publish(&running);
-                        let wait = r.backoff.after(r.since.elapsed());
-                        tracing::warn!("app {}: instance #{} exited ({st}); restarting in {wait:?}", cfg.name, r.slot);
-                        if let Some(app) = weak.upgrade() { app.restarts.fetch_add(1, Ordering::Relaxed); }
-                        tokio::time::sleep(wait).await;
-                        // Its replacement starts on the next pass, in this slot or another.
-                        drop(r.child.wait().await);
-                        continue;
-                    }
-                    i += 1;
-                }
-                // Scale to zero.
-                if let (Some(idle), Some(app)) = (cfg.idle, weak.upgrade()) {
-                    if want && !running.is_empty() && app.idle_for() >= idle {
-                        tracing::info!("app {}: idle for {idle:?}; stopping its instances", cfg.name);
-                        want = false;
-                        for r in running.drain(..) {
-                            retire(&cfg, &ups, r).await;
-                        }
-                        publish(&running);
-                        app.set_phase(Phase::Idle);
-                    }
-                } else if weak.strong_count() == 0 {
-                    break;
-                }
+            let Some(why) = why else {
+                i += 1;
+                continue;
+            };
+            let mut r = self.running.remove(i);
+            self.ups[r.slot].set_admin_state(AdminState::Maint);
+            self.publish();
+            process::stop(&mut r.child, self.cfg.stop_timeout).await;
+            let wait = self.backoff.after(r.since.elapsed());
+            tracing::warn!(
+                "app {}: instance #{} {why}; restarting in {wait:?}",
+                self.cfg.name,
+                r.slot
+            );
+            self.retry_at = Some(Instant::now() + wait);
+            if let Some(app) = self.app.upgrade() {
+                app.restarts.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
-    // The app was dropped: nothing may outlive it.
-    for mut r in running {
-        process::stop(&mut r.child, cfg.stop_timeout).await;
+
+    async fn scale_to_zero(&mut self) {
+        let (Some(idle), Some(app)) = (self.cfg.idle, self.app.upgrade()) else {
+            return;
+        };
+        if self.want && !self.running.is_empty() && app.idle_for() >= idle {
+            drop(app);
+            tracing::info!(
+                "app {}: idle for {idle:?}; stopping its instances",
+                self.cfg.name
+            );
+            self.want = false;
+            for r in std::mem::take(&mut self.running) {
+                retire(&self.cfg, &self.ups, r).await;
+                self.publish();
+            }
+            self.set_phase(Phase::Idle);
+        }
     }
+
+    async fn stop_all(&mut self) {
+        for r in std::mem::take(&mut self.running) {
+            retire(&self.cfg, &self.ups, r).await;
+        }
+        self.publish();
+        self.set_phase(Phase::Stopped);
+    }
+
+    /// A rolling restart: to `to` (a reload) when the release it makes
+    /// differs from the running one, else (asked for) to the same. With no
+    /// instance running, the new settings apply to the next start.
+    async fn restart(&mut self, to: Option<Arc<AppConfig>>) -> Result<(), String> {
+        let reload = to.is_some();
+        let new = to.unwrap_or_else(|| self.cfg.clone());
+        let digest = digest(&new).await;
+        if reload && digest == self.release {
+            return Ok(());
+        }
+        if self.running.is_empty() {
+            if reload {
+                tracing::info!("app {}: new release; it runs from the next start", new.name);
+                // A fix for a crash loop is tried at once.
+                self.retry_at = None;
+                self.backoff = Backoff::default();
+            }
+            self.adopt(new, digest);
+            return Ok(());
+        }
+        tracing::info!(
+            "app {}: rolling restart{}",
+            new.name,
+            if reload { " to a new release" } else { "" }
+        );
+        let old = self.cfg.clone();
+        let olds: Vec<usize> = self.running.iter().map(|r| r.slot).collect();
+        let mut news = Vec::new();
+        for slot in olds {
+            match start_one(&new, &self.slots, &self.ups, &self.used(), &self.app).await {
+                Ok(r) => {
+                    news.push(r.slot);
+                    self.replace(slot, r, &old).await;
+                }
+                Err(e) => {
+                    let why = format!("the new release was stopped, the old one serves: {e}");
+                    tracing::error!("app {}: restart rolled back: {why}", new.name);
+                    // Instances of the new release already in rotation
+                    // give way to the old one again.
+                    for n in news {
+                        match start_one(&old, &self.slots, &self.ups, &self.used(), &self.app)
+                            .await
+                        {
+                            Ok(r) => self.replace(n, r, &new).await,
+                            Err(e) => tracing::error!(
+                                "app {}: the old release did not start again either, the new instance #{n} stays: {e}",
+                                new.name
+                            ),
+                        }
+                    }
+                    let shown = why.clone();
+                    self.show(|s| s.error = Some(shown));
+                    return Err(why);
+                }
+            }
+        }
+        tracing::info!("app {}: restarted", new.name);
+        self.adopt(new, digest);
+        self.show(|s| s.error = None);
+        Ok(())
+    }
+
+    fn used(&self) -> Vec<usize> {
+        self.running.iter().map(|r| r.slot).collect()
+    }
+
+    /// Puts `new` (ready) in rotation, then retires the instance in `slot`.
+    async fn replace(&mut self, slot: usize, new: Running, cfg: &AppConfig) {
+        self.running.push(new);
+        self.publish();
+        if let Some(i) = self.running.iter().position(|r| r.slot == slot) {
+            let r = self.running.remove(i);
+            retire(cfg, &self.ups, r).await;
+            self.publish();
+        }
+    }
+
+    fn adopt(&mut self, cfg: Arc<AppConfig>, digest: Option<u64>) {
+        if let Some(app) = self.app.upgrade() {
+            *lock(&app.cfg) = cfg.clone();
+        }
+        self.cfg = cfg;
+        self.release = digest;
+    }
+}
+
+/// [`process::release`] on the blocking pool.
+async fn digest(cfg: &Arc<AppConfig>) -> Option<u64> {
+    let c = cfg.clone();
+    tokio::task::spawn_blocking(move || process::release(&c))
+        .await
+        .ok()
+}
+
+/// Starts an instance in a free slot and waits until it is ready; it joins
+/// the rotation only then.
+async fn start_one(
+    cfg: &AppConfig,
+    slots: &[Target],
+    ups: &[Arc<Upstream>],
+    used: &[usize],
+    app: &std::sync::Weak<App>,
+) -> Result<Running, StartError> {
+    let slot = (0..slots.len())
+        .find(|s| !used.contains(s))
+        .expect("two slots per instance");
+    if let Target::Socket(p) = &slots[slot] {
+        let _ = std::fs::remove_file(p);
+    }
+    let mut child = process::spawn(cfg, slot, &slots[slot])?;
+    if let Some(app) = app.upgrade() {
+        app.starts.fetch_add(1, Ordering::Relaxed);
+    }
+    tracing::info!(
+        "app {}: instance #{slot} started (pid {})",
+        cfg.name,
+        child.id().unwrap_or(0)
+    );
+    if let Err(e) =
+        process::wait_ready(&mut child, &slots[slot], &cfg.ready, cfg.start_timeout).await
+    {
+        process::stop(&mut child, cfg.stop_timeout).await;
+        return Err(e);
+    }
+    ups[slot].health.reset();
+    ups[slot].set_admin_state(AdminState::Ready);
+    Ok(Running {
+        slot,
+        child,
+        since: Instant::now(),
+    })
+}
+
+/// Takes a running instance out of rotation, lets its requests finish
+/// (within `stop_timeout`), then stops it: no request reaches it after its
+/// SIGTERM.
+async fn retire(cfg: &AppConfig, ups: &[Arc<Upstream>], mut r: Running) {
+    let up = &ups[r.slot];
+    up.set_admin_state(AdminState::Drain);
+    // A request that chose it just before the drain may not count itself
+    // in flight yet.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let deadline = Instant::now() + cfg.stop_timeout;
+    while up.in_flight() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    up.set_admin_state(AdminState::Maint);
+    tracing::info!(
+        "app {}: instance #{} (pid {}) drained; stopping it",
+        cfg.name,
+        r.slot,
+        r.child.id().unwrap_or(0)
+    );
+    process::stop(&mut r.child, cfg.stop_timeout).await;
 }
 
 #[cfg(test)]
@@ -421,7 +751,8 @@ mod tests {
             stop_timeout: Duration::from_secs(2),
             idle,
             socket: false,
-            queue: 16,
+            queue: 64,
+            watch: Vec::new(),
         })
     }
 
@@ -439,9 +770,10 @@ mod tests {
     async fn instances_start_restart_rolling_and_come_back_after_a_crash() {
         let d = tempfile::tempdir().unwrap();
         let app = App::start(cfg(d.path(), 2, None), &ProxyConfig::defaults(), 1).unwrap();
-        assert!(app.ready_for_request().await);
+        assert!(app.ready_for_request().await.is_ok());
         let mut ready = app.ready.clone();
         ready.wait_for(|n| *n == 2).await.unwrap();
+        assert_eq!(app.starts(), 2);
         let before = in_rotation(&app);
         assert_eq!(before.len(), 2);
         // Rolling: never fewer than one ready instance along the way, and
@@ -469,20 +801,12 @@ mod tests {
         assert_eq!(after.len(), 2);
         assert_ne!(after, before);
         // kill -9 of one: it leaves the rotation and comes back.
-        let port = match &app.proxy.upstreams()[after[0]].cfg.target {
-            UpstreamTarget::Tcp { port, .. } => *port,
-            _ => unreachable!(),
-        };
-        let out = std::process::Command::new("fuser")
-            .arg(format!("{port}/tcp"))
-            .output();
-        if let Ok(o) = out {
-            for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                let _ = std::process::Command::new("kill")
-                    .args(["-9", pid])
-                    .status();
-            }
-        }
+        let (_, pid) = app.status().pids[0];
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         while in_rotation(&app).len() < 2 || app.restarts() == 0 {
             assert!(
@@ -492,8 +816,56 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        assert!(!app.status().pids.iter().any(|(_, p)| *p == pid));
         app.stop().await;
         assert!(in_rotation(&app).is_empty());
+        assert_eq!(app.phase(), Phase::Stopped);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_release_that_never_gets_ready_is_rolled_back() {
+        let d = tempfile::tempdir().unwrap();
+        let good = cfg(d.path(), 2, None);
+        let app = App::start(good.clone(), &ProxyConfig::defaults(), 1).unwrap();
+        let mut ready = app.ready.clone();
+        ready.wait_for(|n| *n == 2).await.unwrap();
+        let pids = app.status().pids;
+        let mut bad = (*good).clone();
+        bad.run = "sleep 30".into();
+        bad.start_timeout = Duration::from_millis(500);
+        let e = app.send_restart(Some(Arc::new(bad))).await.unwrap_err();
+        assert!(e.contains("not ready within"), "{e}");
+        assert_eq!(app.status().pids, pids, "the old instances go on");
+        assert_eq!(app.cfg().run, good.run);
+        assert!(app.status().error.unwrap().contains("old one serves"));
+        // The same settings again: nothing to do.
+        app.send_restart(Some(good.clone())).await.unwrap();
+        assert_eq!(app.status().pids, pids);
+        app.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_over_the_queue_are_refused_at_once() {
+        let d = tempfile::tempdir().unwrap();
+        let mut c = (*cfg(d.path(), 1, Some(Duration::from_secs(60)))).clone();
+        c.run = "sleep 30".into();
+        c.queue = 2;
+        c.start_timeout = Duration::from_secs(2);
+        let app = App::start(Arc::new(c), &ProxyConfig::defaults(), 1).unwrap();
+        let waits: Vec<_> = (0..2)
+            .map(|_| {
+                let app = app.clone();
+                tokio::spawn(async move { app.ready_for_request().await })
+            })
+            .collect();
+        while app.waiting.load(Ordering::Relaxed) < 2 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(app.ready_for_request().await, Err(Unready::QueueFull(2)));
+        for w in waits {
+            assert!(matches!(w.await.unwrap(), Err(Unready::NotReady(_))));
+        }
+        app.stop().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -518,9 +890,10 @@ mod tests {
             })
             .collect();
         for w in waits {
-            assert!(w.await.unwrap());
+            assert!(w.await.unwrap().is_ok());
         }
         assert_eq!(in_rotation(&app).len(), 1);
+        assert_eq!(app.starts(), 1, "one start for twenty requests");
         let deadline = Instant::now() + Duration::from_secs(10);
         while app.phase() != Phase::Idle {
             assert!(Instant::now() < deadline, "never scaled to zero");

@@ -188,6 +188,11 @@ struct BackendArgs {
     /// Threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// On SIGTERM, print the requests answered so far, go on serving this
+    /// many milliseconds, print the count again and exit: a second count
+    /// higher than the first means a request arrived after the SIGTERM.
+    #[arg(long, default_value_t = 0, value_name = "MS")]
+    term_grace: u64,
 }
 
 fn main() -> Result<()> {
@@ -206,9 +211,23 @@ fn main() -> Result<()> {
                 "weir-bench backend listening on {} ({} byte body, {} ms delay)",
                 b.addr, a.size, a.delay
             );
-            loop {
-                std::thread::park();
-            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+                term.recv().await;
+                let at_term = b.requests.load(std::sync::atomic::Ordering::SeqCst);
+                println!("weir-bench backend: SIGTERM after {at_term} requests");
+                if a.term_grace > 0 {
+                    tokio::time::sleep(Duration::from_millis(a.term_grace)).await;
+                    let at_exit = b.requests.load(std::sync::atomic::Ordering::SeqCst);
+                    println!("weir-bench backend: exiting after {at_exit} requests");
+                }
+                Ok::<_, std::io::Error>(())
+            })?;
+            Ok(())
         }
         Cmd::Compare(a) => run_compare(a),
         Cmd::Hold(a) => run_hold(a),

@@ -40,6 +40,10 @@ pub struct AppConfig {
     pub socket: bool,
     /// Requests that may wait for an instance to start (scale to zero); over: 503.
     pub queue: usize,
+    /// Besides the settings and the env file, what a reload compares to
+    /// decide on a rolling restart: `watch`, else `dir` when it is given
+    /// (not the config's directory, which holds weir's own files).
+    pub watch: Vec<PathBuf>,
 }
 
 pub(crate) fn app(
@@ -122,14 +126,20 @@ pub(crate) fn app(
             env.push((k.clone(), v.clone()));
         }
     }
+    let dir = r
+        .dir
+        .as_ref()
+        .map_or_else(|| base.to_path_buf(), |d| base.join(d));
     Some(AppConfig {
         name: site.to_string(),
         run,
         instances,
-        dir: r
-            .dir
-            .as_ref()
-            .map_or_else(|| base.to_path_buf(), |d| base.join(d)),
+        watch: match (&r.watch, &r.dir) {
+            (Some(w), _) => w.iter().map(|p| dir.join(p)).collect(),
+            (None, Some(_)) => vec![dir.clone()],
+            (None, None) => Vec::new(),
+        },
+        dir,
         env,
         env_file: r.env_file.as_ref().map(|f| base.join(f)),
         ready,
@@ -139,4 +149,95 @@ pub(crate) fn app(
         socket: r.socket.unwrap_or(false),
         queue: r.queue.map_or(1024, |q| q.clamp(0, 1_000_000) as usize),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::HandlerConfig;
+
+    fn app(toml: &str) -> Result<crate::app::AppConfig, String> {
+        let cfg = crate::load_str("weir.toml", toml, std::path::Path::new("/srv/conf"))
+            .map_err(|e| e.to_string())?;
+        match &cfg.sites[0].handler {
+            HandlerConfig::App(a, _) => Ok((**a).clone()),
+            h => panic!("not an app: {h:?}"),
+        }
+    }
+
+    #[test]
+    fn one_line_gives_the_defaults() {
+        let a = app("[site.\"shop.test\"]\napp = \"node server.js\"\n").unwrap();
+        assert_eq!(a.name, "shop.test");
+        assert_eq!(a.run, "node server.js");
+        assert_eq!(a.instances, 1);
+        assert_eq!(a.dir, std::path::Path::new("/srv/conf"));
+        assert_eq!(a.ready, "/");
+        assert!(a.watch.is_empty(), "the config's own directory is not watched");
+        assert_eq!(a.start_timeout, Duration::from_secs(30));
+        assert_eq!(a.stop_timeout, Duration::from_secs(10));
+        assert_eq!((a.idle, a.socket, a.queue), (None, false, 1024));
+    }
+
+    #[test]
+    fn every_key_is_read_and_paths_are_relative_to_the_config() {
+        let a = app(r#"
+[site."shop.test".app]
+run = "bin/shop --port $PORT"
+instances = 3
+dir = "shop"
+env = { MODE = "production" }
+env_file = "shop.env"
+ready = "/healthz"
+start_timeout = "5s"
+stop_timeout = "2s"
+idle = "15m"
+socket = true
+queue = 10
+watch = ["bin", "shop.conf"]
+"#)
+        .unwrap();
+        assert_eq!(a.instances, 3);
+        assert_eq!(a.dir, std::path::Path::new("/srv/conf/shop"));
+        assert_eq!(a.env, vec![("MODE".to_string(), "production".to_string())]);
+        assert_eq!(a.env_file.as_deref(), Some(std::path::Path::new("/srv/conf/shop.env")));
+        assert_eq!(a.ready, "/healthz");
+        assert_eq!(a.start_timeout, Duration::from_secs(5));
+        assert_eq!(a.stop_timeout, Duration::from_secs(2));
+        assert_eq!(a.idle, Some(Duration::from_secs(900)));
+        assert!(a.socket);
+        assert_eq!(a.queue, 10);
+        assert_eq!(
+            a.watch,
+            vec![
+                std::path::PathBuf::from("/srv/conf/shop/bin"),
+                "/srv/conf/shop/shop.conf".into()
+            ]
+        );
+    }
+
+    #[test]
+    fn a_given_dir_is_watched() {
+        let a = app("[site.\"a.test\".app]\nrun = \"x\"\ndir = \"/srv/a\"\n").unwrap();
+        assert_eq!(a.watch, vec![std::path::PathBuf::from("/srv/a")]);
+    }
+
+    #[test]
+    fn mistakes_are_reported() {
+        for (toml, says) in [
+            ("[site.\"a.test\".app]\ninstances = 2\n", "needs `run"),
+            ("[site.\"a.test\"]\napp = \" \"\n", "empty command"),
+            ("[site.\"a.test\".app]\nrun = \"x\"\ninstances = 0\n", "out of range"),
+            ("[site.\"a.test\".app]\nrun = \"x\"\nready = \"health\"\n", "must start with `/`"),
+            ("[site.\"a.test\".app]\nrun = \"x\"\nidle = \"0s\"\n", "more than zero"),
+            ("[site.\"a.test\".app]\nrun = \"x\"\nstart_timeout = \"soon\"\n", "start_timeout"),
+            ("[site.\"a.test\".app]\nrun = \"x\"\nenv = { \"A=B\" = \"1\" }\n", "not a variable name"),
+            ("[site.\"a.test\"]\nroot = \"/srv\"\napp = \"x\"\n", "remove `root`"),
+            ("[site.\"a.test\".app]\nrun = \"x\"\ninstance = 2\n", "did you mean `instances`"),
+        ] {
+            let e = app(toml).expect_err(toml);
+            assert!(e.contains(says), "{toml}: {e}");
+        }
+    }
 }

@@ -841,6 +841,7 @@ fn known_keys(path: &[String]) -> &'static [&'static str] {
             fields::<raw::RawFastCgi>()
         }
         ["site", _, "passthrough"] | ["tcp", _] => fields::<raw::RawStream>(),
+        ["site", _, "app"] => fields::<raw::RawApp>(),
         ["site", _, "php" | "fastcgi" | "passthrough", "health"]
         | ["site", _, "route", _, "php" | "fastcgi", "health"]
         | ["tcp", _, "health"] => fields::<RawHealth>(),

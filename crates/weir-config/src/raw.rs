@@ -400,6 +400,9 @@ pub struct RawApp {
     pub socket: Option<bool>,
     /// Requests that may wait for an instance to start; default 1024.
     pub queue: Option<i64>,
+    /// Files and directories (under `dir`) whose change makes a reload
+    /// restart the app; default: everything under `dir` when it is given.
+    pub watch: Option<Vec<String>>,
 }
 
 /// `[tcp."name"]`, or a site's `passthrough = { ... }`: byte streams

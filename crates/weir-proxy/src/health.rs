@@ -146,6 +146,20 @@ impl Shared {
         t
     }
 
+    /// Whether the active checks (if any) pass, passive failures aside.
+    pub fn active_up(&self) -> bool {
+        !self.active_down.load(Ordering::Relaxed)
+    }
+
+    /// Up again with no history: a new process now listens where the
+    /// failing one did (an app's instance that just passed readiness).
+    pub fn reset(&self) {
+        let mut h = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        *h = Health::default();
+        self.active_down.store(false, Ordering::Relaxed);
+        self.down_until.store(0, Ordering::Relaxed);
+    }
+
     pub fn passive_failure(&self, now: Instant, cfg: &PassiveConfig) -> Option<Transition> {
         let mut h = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let t = h.passive_failure(now, cfg);

@@ -655,6 +655,15 @@ impl Server {
                 }
             });
         }
+        // Apps kept from the old config roll to their new release, if it
+        // changed (their supervisors compare), now that it is in force.
+        for site in &sites {
+            if let (Some(app), weir_config::HandlerConfig::App(want, _)) =
+                (site.app(), &site.cfg.handler)
+            {
+                app.apply(want.clone());
+            }
+        }
         st.addrs = next;
         st.sites = sites;
         st.certs = certs;

@@ -22,6 +22,17 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum AppAction {
+    /// Rolling restart: for each instance, start a new one, wait until it is
+    /// ready, send it traffic, drain and stop the old one. A new instance
+    /// that never gets ready is stopped and the old ones keep serving.
+    Restart {
+        /// The app's name: its site's name in the config.
+        name: String,
+    },
+}
+
+#[derive(Subcommand)]
 enum Command {
     /// Run the server from a config file (default: ./weir.toml, else the built-in welcome page on http://127.0.0.1:8080).
     Run {
@@ -44,6 +55,18 @@ enum Command {
         /// Admin API address of the running weir (default: the [admin] listen
         /// of --config or ./weir.toml, else 127.0.0.1:2019).
         #[arg(long, value_name = "ADDR")]
+        admin: Option<String>,
+    },
+    /// Act on an app the running weir runs (`app = …` on a site), through its admin API.
+    App {
+        #[command(subcommand)]
+        action: AppAction,
+        /// Config file of the running weir (to find its admin API; default ./weir.toml).
+        #[arg(short, long, value_name = "PATH", global = true)]
+        config: Option<PathBuf>,
+        /// Admin API address of the running weir (default: the [admin] listen
+        /// of --config or ./weir.toml, else 127.0.0.1:2019).
+        #[arg(long, value_name = "ADDR", global = true)]
         admin: Option<String>,
     },
     /// Serve a directory as a static site, with no config file.
@@ -202,6 +225,11 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         log: LogArgs { log_level: None },
     }) {
         Command::Reload { config, admin } => reload(config, admin),
+        Command::App {
+            action: AppAction::Restart { name },
+            config,
+            admin,
+        } => app_restart(&name, config, admin),
         Command::Upgrade { config, admin } => upgrade(config, admin),
         Command::Trust(args) => trust(&args, true),
         Command::Untrust(args) => trust(&args, false),
@@ -461,6 +489,37 @@ fn reload(config: Option<PathBuf>, admin: Option<String>) -> anyhow::Result<Exit
         &answer,
         "reload refused; the running config stays",
     ))
+}
+
+fn app_restart(name: &str, config: Option<PathBuf>, admin: Option<String>) -> anyhow::Result<ExitCode> {
+    let (at, token) = admin_target(config.as_deref(), admin)?;
+    if at == config::admin::AdminListen::Off {
+        anyhow::bail!("the admin API is off ([admin] listen = \"off\"): `weir app restart` needs it");
+    }
+    // The name is a site's (a host or an address): a path segment as it is.
+    let (status, text) = weir_admin::client::post(
+        &at,
+        &format!("/apps/{name}/restart"),
+        String::new(),
+        token.as_deref(),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}\n(is weir running with its admin API there?)"))?;
+    let answer: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    if status.is_success() && answer["ok"] == true {
+        let pids: Vec<String> = answer["app"]["pids"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| p.to_string())
+            .collect();
+        println!("app {name}: restarted; processes now {}", pids.join(", "));
+        return Ok(ExitCode::SUCCESS);
+    }
+    match answer["error"].as_str() {
+        Some(e) => eprintln!("app {name}: restart failed: {e}"),
+        None => eprintln!("app {name}: restart failed: {status}: {}", text.trim()),
+    }
+    Ok(ExitCode::FAILURE)
 }
 
 /// The config `weir reverse-proxy` runs, as TOML so it goes through exactly

@@ -209,7 +209,9 @@ pub(super) fn build_handler(
                 .iter()
                 .filter(|s| s.cfg.name == site)
                 .find_map(|s| match &s.handler {
-                    Handler::App(a) if a.cfg == *cfg => Some(a.clone()),
+                    // Kept, and rolled to the new settings once the
+                    // reload is in force (Server::reload).
+                    Handler::App(a) if a.can_become(cfg) => Some(a.clone()),
                     _ => None,
                 });
             match same {
@@ -393,15 +395,11 @@ where
             Box::pin(c.serve(parts, upstream_body(body, max_body), conn, path)).await
         }
         Handler::App(app) => {
-            if !Box::pin(app.ready_for_request()).await {
-                // Say why: starting, or the last start's failure.
-                let why = match app.phase() {
-                    weir_apps::Phase::Failing(e) => format!("failing: {e}"),
-                    p => format!("{p:?}").to_lowercase(),
-                };
+            if let Err(why) = Box::pin(app.ready_for_request()).await {
+                // Say why: starting, a full queue, or the last start's failure.
                 let mut r = Response::new(Body::full(format!(
                     "503 Service Unavailable: app \"{}\" has no ready instance ({why})\n",
-                    app.cfg.name
+                    app.name
                 )));
                 *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
                 r.headers_mut().insert(
