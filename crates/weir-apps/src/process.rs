@@ -81,11 +81,22 @@ pub fn read_env_file(path: &Path) -> Result<Vec<(String, String)>, StartError> {
     Ok(out)
 }
 
+/// A single command is exec'd, so the instance's first process is the app
+/// itself (its pid, its exit status); a compound one (`a; b`, `a & b`,
+/// `a | b`) runs under the shell.
+fn shell_line(run: &str) -> String {
+    if run.contains([';', '&', '|', '\n', '(', '`']) {
+        run.to_string()
+    } else {
+        format!("exec {run}")
+    }
+}
+
 /// Starts instance `n` of `cfg` listening on `target`, its output logged.
 pub fn spawn(cfg: &AppConfig, n: usize, target: &Target) -> Result<Child, StartError> {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
-        .arg(format!("exec {}", cfg.run))
+        .arg(shell_line(&cfg.run))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -184,13 +195,15 @@ pub async fn check(target: &Target, path: &str) -> bool {
     }
 }
 
-/// Stops an instance: SIGTERM to its process group, SIGKILL to the group
-/// after `grace` if it has not exited; waits for it.
-pub async fn stop(child: &mut Child, grace: Duration) {
-    let Some(pid) = child.id() else {
+/// Stops an instance: SIGTERM to its process group `pgid` (its first
+/// process's id: it may have exited already, leaving others), SIGKILL to
+/// the group after `grace` if the first has not exited; waits for it.
+pub async fn stop(child: &mut Child, pgid: u32, grace: Duration) {
+    // 0 would be weir's own group.
+    if pgid == 0 {
         return;
-    };
-    let group = Pid::from_raw(pid as i32);
+    }
+    let group = Pid::from_raw(pgid as i32);
     let _ = killpg(group, Signal::SIGTERM);
     if tokio::time::timeout(grace, child.wait()).await.is_err() {
         let _ = killpg(group, Signal::SIGKILL);
@@ -339,7 +352,7 @@ mod tests {
             .await
             .unwrap();
         assert!(check(&target, "/index.html").await);
-        stop(&mut child, Duration::from_secs(2)).await;
+        stop(&mut child, pid as u32, Duration::from_secs(2)).await;
         assert!(!check(&target, "/").await);
         // Nothing of the group is left running (the `sleep` included; a
         // zombie waiting for its reaper runs nothing).
@@ -391,11 +404,12 @@ mod tests {
         // One that never listens: not ready within its timeout.
         let c = cfg("sleep 30", d.path());
         let mut child = spawn(&c, 0, &target).unwrap();
+        let pid = child.id().unwrap();
         let e = wait_ready(&mut child, &target, "/", Duration::from_millis(300))
             .await
             .unwrap_err();
         assert!(matches!(e, StartError::NotReady(..)), "{e}");
-        stop(&mut child, Duration::from_millis(200)).await;
+        stop(&mut child, pid, Duration::from_millis(200)).await;
     }
 
     #[test]

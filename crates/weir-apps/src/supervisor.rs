@@ -123,6 +123,8 @@ pub struct App {
 struct Running {
     slot: usize,
     child: Child,
+    /// The first process's id: the group's.
+    pgid: u32,
     since: Instant,
 }
 
@@ -273,8 +275,8 @@ impl App {
             return Ok(());
         }
         let cfg = self.cfg();
-        let _waiting = Waiting::enter(&self.waiting, cfg.queue)
-            .ok_or(Unready::QueueFull(cfg.queue))?;
+        let _waiting =
+            Waiting::enter(&self.waiting, cfg.queue).ok_or(Unready::QueueFull(cfg.queue))?;
         let _ = self.cmds.send(Cmd::Wake);
         let mut rx = self.ready.clone();
         match tokio::time::timeout(cfg.start_timeout, rx.wait_for(|n| *n > 0)).await {
@@ -402,11 +404,7 @@ impl Supervisor {
     /// Tells the waiting requests and the admin API what runs now.
     fn publish(&self) {
         self.ready.send_replace(self.running.len());
-        let pids = self
-            .running
-            .iter()
-            .filter_map(|r| r.child.id().map(|p| (r.slot, p)))
-            .collect();
+        let pids = self.running.iter().map(|r| (r.slot, r.pgid)).collect();
         self.show(|s| s.pids = pids);
     }
 
@@ -426,13 +424,16 @@ impl Supervisor {
             {
                 self.set_phase(Phase::Starting);
                 let cfg = self.cfg.clone();
-                let start = {
-                    let (cfg, slots, ups, app) =
-                        (cfg.clone(), self.slots.clone(), self.ups.clone(), self.app.clone());
+                let mut start = {
+                    let (cfg, slots, ups, app) = (
+                        cfg.clone(),
+                        self.slots.clone(),
+                        self.ups.clone(),
+                        self.app.clone(),
+                    );
                     let used: Vec<usize> = self.running.iter().map(|r| r.slot).collect();
-                    async move { start_one(&cfg, &slots, &ups, &used, &app).await }
+                    Box::pin(async move { start_one(&cfg, &slots, &ups, &used, &app).await })
                 };
-                tokio::pin!(start);
                 // A reload while it starts applies once this start is over.
                 let mut pending = None;
                 let started = loop {
@@ -441,6 +442,8 @@ impl Supervisor {
                         cmd = cmds.recv() => match cmd {
                             None => return,
                             Some(Cmd::Stop(done)) => {
+                                // The instance starting goes first (its
+                                // group is killed when the start is dropped).
                                 drop(start);
                                 self.stop_all().await;
                                 let _ = done.send(());
@@ -512,7 +515,7 @@ impl Supervisor {
         // The app was dropped (a reload removed it): nothing may outlive it.
         let grace = self.cfg.stop_timeout;
         for mut r in self.running.drain(..) {
-            process::stop(&mut r.child, grace).await;
+            process::stop(&mut r.child, r.pgid, grace).await;
         }
     }
 
@@ -536,7 +539,7 @@ impl Supervisor {
             let mut r = self.running.remove(i);
             self.ups[r.slot].set_admin_state(AdminState::Maint);
             self.publish();
-            process::stop(&mut r.child, self.cfg.stop_timeout).await;
+            process::stop(&mut r.child, r.pgid, self.cfg.stop_timeout).await;
             let wait = self.backoff.after(r.since.elapsed());
             tracing::warn!(
                 "app {}: instance #{} {why}; restarting in {wait:?}",
@@ -617,8 +620,7 @@ impl Supervisor {
                     // Instances of the new release already in rotation
                     // give way to the old one again.
                     for n in news {
-                        match start_one(&old, &self.slots, &self.ups, &self.used(), &self.app)
-                            .await
+                        match start_one(&old, &self.slots, &self.ups, &self.used(), &self.app).await
                         {
                             Ok(r) => self.replace(n, r, &new).await,
                             Err(e) => tracing::error!(
@@ -686,28 +688,42 @@ async fn start_one(
     if let Target::Socket(p) = &slots[slot] {
         let _ = std::fs::remove_file(p);
     }
-    let mut child = process::spawn(cfg, slot, &slots[slot])?;
+    let child = process::spawn(cfg, slot, &slots[slot])?;
+    let pgid = child.id().unwrap_or(0);
+    // Dropped before it is ready (weir stops): its whole group goes.
+    let mut child = KillGroupOnDrop(Some(child), pgid);
     if let Some(app) = app.upgrade() {
         app.starts.fetch_add(1, Ordering::Relaxed);
     }
-    tracing::info!(
-        "app {}: instance #{slot} started (pid {})",
-        cfg.name,
-        child.id().unwrap_or(0)
-    );
-    if let Err(e) =
-        process::wait_ready(&mut child, &slots[slot], &cfg.ready, cfg.start_timeout).await
-    {
-        process::stop(&mut child, cfg.stop_timeout).await;
+    tracing::info!("app {}: instance #{slot} started (pid {pgid})", cfg.name);
+    let c = child.0.as_mut().expect("set above");
+    if let Err(e) = process::wait_ready(c, &slots[slot], &cfg.ready, cfg.start_timeout).await {
+        process::stop(c, pgid, cfg.stop_timeout).await;
         return Err(e);
     }
+    let child = child.0.take().expect("set above");
     ups[slot].health.reset();
     ups[slot].set_admin_state(AdminState::Ready);
     Ok(Running {
         slot,
         child,
+        pgid,
         since: Instant::now(),
     })
+}
+
+/// A process starting; killed with its group if the start is abandoned.
+struct KillGroupOnDrop(Option<Child>, u32);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        if self.0.is_some() && self.1 > 0 {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(self.1 as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
 }
 
 /// Takes a running instance out of rotation, lets its requests finish
@@ -724,13 +740,15 @@ async fn retire(cfg: &AppConfig, ups: &[Arc<Upstream>], mut r: Running) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     up.set_admin_state(AdminState::Maint);
+    // A health check that began before maintenance finishes first.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     tracing::info!(
         "app {}: instance #{} (pid {}) drained; stopping it",
         cfg.name,
         r.slot,
-        r.child.id().unwrap_or(0)
+        r.pgid
     );
-    process::stop(&mut r.child, cfg.stop_timeout).await;
+    process::stop(&mut r.child, r.pgid, cfg.stop_timeout).await;
 }
 
 #[cfg(test)]

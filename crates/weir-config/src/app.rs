@@ -174,7 +174,10 @@ mod tests {
         assert_eq!(a.instances, 1);
         assert_eq!(a.dir, std::path::Path::new("/srv/conf"));
         assert_eq!(a.ready, "/");
-        assert!(a.watch.is_empty(), "the config's own directory is not watched");
+        assert!(
+            a.watch.is_empty(),
+            "the config's own directory is not watched"
+        );
         assert_eq!(a.start_timeout, Duration::from_secs(30));
         assert_eq!(a.stop_timeout, Duration::from_secs(10));
         assert_eq!((a.idle, a.socket, a.queue), (None, false, 1024));
@@ -201,7 +204,10 @@ watch = ["bin", "shop.conf"]
         assert_eq!(a.instances, 3);
         assert_eq!(a.dir, std::path::Path::new("/srv/conf/shop"));
         assert_eq!(a.env, vec![("MODE".to_string(), "production".to_string())]);
-        assert_eq!(a.env_file.as_deref(), Some(std::path::Path::new("/srv/conf/shop.env")));
+        assert_eq!(
+            a.env_file.as_deref(),
+            Some(std::path::Path::new("/srv/conf/shop.env"))
+        );
         assert_eq!(a.ready, "/healthz");
         assert_eq!(a.start_timeout, Duration::from_secs(5));
         assert_eq!(a.stop_timeout, Duration::from_secs(2));
@@ -228,13 +234,34 @@ watch = ["bin", "shop.conf"]
         for (toml, says) in [
             ("[site.\"a.test\".app]\ninstances = 2\n", "needs `run"),
             ("[site.\"a.test\"]\napp = \" \"\n", "empty command"),
-            ("[site.\"a.test\".app]\nrun = \"x\"\ninstances = 0\n", "out of range"),
-            ("[site.\"a.test\".app]\nrun = \"x\"\nready = \"health\"\n", "must start with `/`"),
-            ("[site.\"a.test\".app]\nrun = \"x\"\nidle = \"0s\"\n", "more than zero"),
-            ("[site.\"a.test\".app]\nrun = \"x\"\nstart_timeout = \"soon\"\n", "start_timeout"),
-            ("[site.\"a.test\".app]\nrun = \"x\"\nenv = { \"A=B\" = \"1\" }\n", "not a variable name"),
-            ("[site.\"a.test\"]\nroot = \"/srv\"\napp = \"x\"\n", "remove `root`"),
-            ("[site.\"a.test\".app]\nrun = \"x\"\ninstance = 2\n", "did you mean `instances`"),
+            (
+                "[site.\"a.test\".app]\nrun = \"x\"\ninstances = 0\n",
+                "out of range",
+            ),
+            (
+                "[site.\"a.test\".app]\nrun = \"x\"\nready = \"health\"\n",
+                "must start with `/`",
+            ),
+            (
+                "[site.\"a.test\".app]\nrun = \"x\"\nidle = \"0s\"\n",
+                "more than zero",
+            ),
+            (
+                "[site.\"a.test\".app]\nrun = \"x\"\nstart_timeout = \"soon\"\n",
+                "start_timeout",
+            ),
+            (
+                "[site.\"a.test\".app]\nrun = \"x\"\nenv = { \"A=B\" = \"1\" }\n",
+                "not a variable name",
+            ),
+            (
+                "[site.\"a.test\"]\nroot = \"/srv\"\napp = \"x\"\n",
+                "remove `root`",
+            ),
+            (
+                "[site.\"a.test\".app]\nrun = \"x\"\ninstance = 2\n",
+                "did you mean `instances`",
+            ),
         ] {
             let e = app(toml).expect_err(toml);
             assert!(e.contains(says), "{toml}: {e}");

@@ -1359,26 +1359,31 @@ async fn health_loop(weak: std::sync::Weak<Proxy>) {
         let Some(p) = weak.upgrade() else {
             return;
         };
-        let checks = p.ups.iter().map(|up| {
-            let p = p.clone();
-            let up = up.clone();
-            let hc = hc.clone();
-            async move {
-                let ok = matches!(
-                    tokio::time::timeout(hc.timeout, check_once(&p, &up, &hc, dns)).await,
-                    Ok(Ok(true))
-                );
-                match up.health.active_result(ok, hc.rise, hc.fall) {
-                    Some(health::Transition::WentDown) => {
-                        tracing::warn!("health check: upstream {} is down", up.cfg.name)
+        // No checks in maintenance (as HAProxy): nothing may run there.
+        let checks = p
+            .ups
+            .iter()
+            .filter(|up| up.admin_state() != AdminState::Maint)
+            .map(|up| {
+                let p = p.clone();
+                let up = up.clone();
+                let hc = hc.clone();
+                async move {
+                    let ok = matches!(
+                        tokio::time::timeout(hc.timeout, check_once(&p, &up, &hc, dns)).await,
+                        Ok(Ok(true))
+                    );
+                    match up.health.active_result(ok, hc.rise, hc.fall) {
+                        Some(health::Transition::WentDown) => {
+                            tracing::warn!("health check: upstream {} is down", up.cfg.name)
+                        }
+                        Some(health::Transition::CameUp) => {
+                            tracing::info!("health check: upstream {} is up", up.cfg.name)
+                        }
+                        None => {}
                     }
-                    Some(health::Transition::CameUp) => {
-                        tracing::info!("health check: upstream {} is up", up.cfg.name)
-                    }
-                    None => {}
                 }
-            }
-        });
+            });
         futures_util::future::join_all(checks).await;
     }
 }

@@ -491,10 +491,16 @@ fn reload(config: Option<PathBuf>, admin: Option<String>) -> anyhow::Result<Exit
     ))
 }
 
-fn app_restart(name: &str, config: Option<PathBuf>, admin: Option<String>) -> anyhow::Result<ExitCode> {
+fn app_restart(
+    name: &str,
+    config: Option<PathBuf>,
+    admin: Option<String>,
+) -> anyhow::Result<ExitCode> {
     let (at, token) = admin_target(config.as_deref(), admin)?;
     if at == config::admin::AdminListen::Off {
-        anyhow::bail!("the admin API is off ([admin] listen = \"off\"): `weir app restart` needs it");
+        anyhow::bail!(
+            "the admin API is off ([admin] listen = \"off\"): `weir app restart` needs it"
+        );
     }
     // The name is a site's (a host or an address): a path segment as it is.
     let (status, text) = weir_admin::client::post(

@@ -4,6 +4,7 @@
 
 mod acme_pebble;
 mod admin;
+mod apps;
 mod cache;
 mod cert_files;
 mod cli;
