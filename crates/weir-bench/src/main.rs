@@ -335,12 +335,13 @@ fn run_load(a: LoadArgs) -> Result<()> {
 #[derive(Args)]
 struct CompareArgs {
     /// Scenarios: static, proxy, sizes, concurrency, ab, startup, idle,
-    /// cache, chain, php (needs php-fpm), tcp (TLS passthrough)
+    /// cache, chain, php (needs php-fpm), tcp (TLS passthrough), app (an
+    /// app weir runs itself, nginx and HAProxy in front of the same)
     /// (comma-separated).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "static,proxy,sizes,concurrency,ab,startup,idle,cache,chain,php,tcp"
+        default_value = "static,proxy,sizes,concurrency,ab,startup,idle,cache,chain,php,tcp,app"
     )]
     scenarios: Vec<String>,
     /// Servers: weir, nginx, apache, caddy, haproxy, varnish, lighttpd,
@@ -355,7 +356,8 @@ struct CompareArgs {
     /// Measured repeats per case (at least 3).
     #[arg(long, default_value_t = 5)]
     repeats: usize,
-    /// Measured duration per repeat (the concurrency scenario: at least 15 s).
+    /// Measured duration per repeat (the concurrency scenario: at least
+    /// 15 s; app: at least 30 s after at least 10 s of warm-up).
     #[arg(long, value_parser = parse_duration, default_value = "15s")]
     duration: Duration,
     /// Warm-up before each repeat.

@@ -19,7 +19,8 @@
 //! silently dropped. In the caching scenarios the backend's request count
 //! ([`crate::backend::REQUESTS_PATH`]) is read around every repeat, so a
 //! server that did not answer from its cache fails instead of being
-//! measured as a cache.
+//! measured as a cache. In the `app` scenario the app's processes are part
+//! of every server: weir's children, the others' companions.
 
 pub mod cert;
 pub mod idle;
@@ -199,6 +200,10 @@ pub struct Row {
     pub non_2xx: u64,
     /// Median client-side errors (all kinds).
     pub client_errors: u64,
+    /// The most non-2xx responses of any repeat (a clean run has none).
+    pub non_2xx_max: u64,
+    /// The most client-side errors of any repeat.
+    pub client_errors_max: u64,
     /// Median requests still unanswered at the end of a repeat (in the
     /// latency figures at their wait so far).
     pub unanswered: u64,
@@ -497,6 +502,8 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
     } else {
         None
     };
+    // The app every server of `app` fronts is this binary's `backend`.
+    let bench_exe = std::env::current_exe().map_err(|e| CompareError::Backend(e.to_string()))?;
     let server_cpu = cfg.pin.as_ref().map(|p| &p.server[..]);
     let generator_cpu = cfg.pin.as_ref().map(|p| &p.generator[..]);
     let backend_port = cfg.port + 1;
@@ -607,6 +614,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                     Scenario::Cache | Scenario::Chain => Role::Cache(upstream),
                     Scenario::Php => Role::Php(php_root.clone().unwrap_or_default()),
                     Scenario::Tcp => Role::Passthrough(upstream),
+                    Scenario::App => Role::App(bench_exe.clone()),
                     _ => Role::Static(docroot.clone()),
                 };
                 let setup = |name: &str, role: Role| {
@@ -675,7 +683,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                 }
             }
             let expected = match scenario {
-                Scenario::Proxy | Scenario::Cache | Scenario::Chain => {
+                Scenario::Proxy | Scenario::Cache | Scenario::Chain | Scenario::App => {
                     expected_backend(case.body_size)
                 }
                 Scenario::Php => scenarios::PHP_BODY.as_bytes().to_vec(),
@@ -1080,6 +1088,12 @@ impl Measured {
             ok_responses: med(&|r| r.successes as f64) as u64,
             non_2xx: med(&|r| (r.responses - r.successes) as f64) as u64,
             client_errors: med(&|r| r.errors.total() as f64) as u64,
+            non_2xx_max: reports
+                .iter()
+                .map(|r| r.responses.saturating_sub(r.successes))
+                .max()
+                .unwrap_or(0),
+            client_errors_max: reports.iter().map(|r| r.errors.total()).max().unwrap_or(0),
             unanswered: med(&|r| r.unanswered as f64) as u64,
             server_cpu: median(self.cpus),
             backend_cpu: backend.then(|| median(self.bcpus)),
@@ -1214,6 +1228,9 @@ fn run_server_round(
                     .map_err(|e| format!("failed: pinning did not take: {e}"))?;
             }
         }
+        if let Role::App(_) = setup.role {
+            wait_for_app(setup, case, expected, running.pid, server)?;
+        }
         check_answer(setup, case, expected)?;
         if let Some(port) = cache_backend {
             // The first GET filled the cache; the second must come from it.
@@ -1247,6 +1264,43 @@ fn run_server_round(
         let _ = std::fs::remove_file(log);
     }
     result
+}
+
+/// Waits for a server's app: weir listens before its instances are ready
+/// (it answers 503 until one is), so the first good answer may take the
+/// app's start; then weir must be running all [`servers::APP_INSTANCES`]
+/// of it, or it would be measured with fewer processes than the others.
+fn wait_for_app(
+    setup: &ServerSetup,
+    case: &Case,
+    expected: &[u8],
+    pid: u32,
+    server: ServerKind,
+) -> Result<(), String> {
+    let limit = Duration::from_secs(30);
+    let start = Instant::now();
+    while let Err(e) = check_answer(setup, case, expected) {
+        if start.elapsed() > limit {
+            return Err(format!("{e} (the app was not ready after {limit:?})"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if !matches!(server, ServerKind::Weir | ServerKind::WeirB) {
+        return Ok(());
+    }
+    loop {
+        let apps = procstat::process_tree(pid).len() - 1;
+        if apps == servers::APP_INSTANCES {
+            return Ok(());
+        }
+        if start.elapsed() > limit {
+            return Err(format!(
+                "failed check: weir runs {apps} app process(es), not {}",
+                servers::APP_INSTANCES
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// GETs the case's path once and checks the status and the exact body.
@@ -1400,7 +1454,7 @@ fn prepare_validated(
     let checks = launch
         .companions
         .iter()
-        .filter_map(|c| Some((c.name, c.launch.validate.as_ref()?)))
+        .filter_map(|c| Some((c.name.as_str(), c.launch.validate.as_ref()?)))
         .chain(launch.validate.as_ref().map(|v| (server.name(), v)));
     for (name, v) in checks {
         let out = std::process::Command::new(&v[0])
@@ -1715,7 +1769,7 @@ fn load_config(cfg: &CompareConfig, setup: &ServerSetup, case: &Case) -> LoadCon
     l.sni = Some(case.host.into());
     l.headers = vec![("Host".into(), case.host.into())];
     l.timeout = case.timeout;
-    l.warmup = cfg.warmup;
+    l.warmup = case.warmed_for(cfg.warmup);
     l.copy_bodies = cfg.copy_bodies;
     match case.amount {
         Amount::Duration => l.duration = Some(case.measured_for(cfg.duration)),
@@ -1802,5 +1856,89 @@ mod tests {
         assert_eq!(m.idle_rss, vec![150, 100]);
         assert_eq!(m.peak_rss, 300);
         assert_eq!(m.remeasured, 1);
+    }
+
+    fn config(warmup: Duration, duration: Duration) -> CompareConfig {
+        CompareConfig {
+            scenarios: vec![Scenario::App],
+            servers: Vec::new(),
+            repeats: 3,
+            duration,
+            warmup,
+            pin: None,
+            quick: false,
+            out: "out".into(),
+            weir: "weir".into(),
+            weir_b: None,
+            require: false,
+            port: 28080,
+            workers: 2,
+            weir_accept: None,
+            weir_b_accept: None,
+            weir_site_keys: None,
+            max_stolen_pct: 10.0,
+            stolen_retries: 2,
+            copy_bodies: false,
+            command: String::new(),
+        }
+    }
+
+    #[test]
+    fn an_app_level_is_warmed_up_10_s_and_measured_30_s_however_short_the_run_asks() {
+        let cfg = config(Duration::from_secs(3), Duration::from_secs(15));
+        let setup = ServerSetup {
+            dir: "d".into(),
+            port: 28080,
+            tls: true,
+            role: Role::App("weir-bench".into()),
+            cert: PathBuf::new(),
+            key: PathBuf::new(),
+            combined: PathBuf::new(),
+            workers: 2,
+            weir_accept: None,
+            weir_site_keys: None,
+            access_log: None,
+            max_connections: 19_000,
+            tmp: PathBuf::new(),
+        };
+        let [c5000, _] = &scenarios::cases(Scenario::App, false)[..] else {
+            panic!("two levels");
+        };
+        let l = load_config(&cfg, &setup, c5000);
+        assert_eq!(l.url, "https://127.0.0.1:28080/");
+        assert_eq!((l.connections, l.threads, l.keepalive), (5000, 2, true));
+        assert_eq!(l.warmup, Duration::from_secs(10));
+        assert_eq!(l.duration, Some(Duration::from_secs(30)));
+        assert_eq!(l.timeout, Duration::from_secs(10));
+        // Other scenarios keep the run's warm-up.
+        let [http, _] = &scenarios::cases(Scenario::Static, false)[..] else {
+            panic!("static: two cases");
+        };
+        assert_eq!(
+            load_config(&cfg, &setup, http).warmup,
+            Duration::from_secs(3)
+        );
+    }
+
+    #[test]
+    fn a_row_keeps_the_worst_repeats_non_2xx_and_client_errors_beside_the_medians() {
+        let report = |non_2xx: u64, timeouts: u64| LoadReport {
+            responses: 100,
+            successes: 100 - non_2xx,
+            errors: load::report::Errors {
+                timeout: timeouts,
+                ..Default::default()
+            },
+            ..LoadReport::default()
+        };
+        let m = Measured {
+            reports: vec![report(0, 0), report(0, 0), report(7, 2)],
+            ..Measured::default()
+        };
+        let case = &scenarios::cases(Scenario::App, true)[0];
+        let row = m.row(Scenario::App, case, "weir", false);
+        assert_eq!((row.non_2xx, row.client_errors), (0, 0), "medians");
+        assert_eq!((row.non_2xx_max, row.client_errors_max), (7, 2));
+        assert_eq!(row.backend_cpu, None);
     }
 }

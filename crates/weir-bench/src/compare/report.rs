@@ -165,9 +165,13 @@ pub(super) fn median_interval(mut v: Vec<f64>, level: f64) -> Option<(f64, f64, 
 /// The Markdown table of one scenario.
 pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
     let mut o = format!("## Scenario `{}`\n\n{}\n\n", s.name(), s.describe());
-    let measured = super::scenarios::cases(s, cfg.quick)
-        .first()
+    let first = super::scenarios::cases(s, cfg.quick).into_iter().next();
+    let measured = first
+        .as_ref()
         .map_or(cfg.duration, |c| c.measured_for(cfg.duration));
+    let warmup = first
+        .as_ref()
+        .map_or(cfg.warmup, |c| c.warmed_for(cfg.warmup));
     let _ = writeln!(o, "{}\n", mode_line(cfg));
     let _ = writeln!(
         o,
@@ -186,7 +190,7 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
          Memory is PSS summed over the server's processes (shared pages counted once), RSS beside it.\n",
         cfg.repeats,
         measured.as_secs_f64(),
-        cfg.warmup.as_secs_f64(),
+        warmup.as_secs_f64(),
         cfg.max_stolen_pct,
         cfg.stolen_retries
     );
@@ -267,6 +271,9 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
     if s.caches() || !s.targets().is_empty() {
         o.push_str(&cache_notes(s, rows));
     }
+    if s == Scenario::App {
+        o.push_str(&clean_runs(rows));
+    }
     let mut cases: Vec<&str> = rows.iter().map(|r| r.case.as_str()).collect();
     cases.dedup();
     for case in cases {
@@ -290,6 +297,40 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
             );
         }
     }
+    o
+}
+
+/// Columns of the clean-run table, in order (tests check them).
+pub const CLEAN_RUN_COLUMNS: [&str; 5] = [
+    "case",
+    "server",
+    "non-2xx, most in a repeat",
+    "client errors, most in a repeat",
+    "clean",
+];
+
+/// Below the `app` table: whether every repeat of each level ended with
+/// only 2xx answers and no client error, as seed 003 reports its rows
+/// (the main table's medians would hide one bad repeat).
+fn clean_runs(rows: &[Row]) -> String {
+    let mut o = String::from(
+        "Clean runs: the worst repeat of each level (a run is clean with no non-2xx answer and no client error).\n\n",
+    );
+    let _ = writeln!(o, "| {} |", CLEAN_RUN_COLUMNS.join(" | "));
+    let _ = writeln!(o, "|{}", "---|".repeat(CLEAN_RUN_COLUMNS.len()));
+    for r in rows.iter().filter(|r| r.status == "ok") {
+        let clean = r.non_2xx_max == 0 && r.client_errors_max == 0;
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {} |",
+            r.case,
+            r.server,
+            r.non_2xx_max,
+            r.client_errors_max,
+            if clean { "yes" } else { "**no**" }
+        );
+    }
+    o.push('\n');
     o
 }
 
@@ -459,7 +500,8 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
     let _ = writeln!(
         o,
         "Machine: {} CPUs; {}; generator {}; {} repeats of {:.1} s after {:.1} s warm-up \
-         (the concurrency scenario: at least {:.0} s); servers with {} workers/threads.\n",
+         (the concurrency scenario: at least {:.0} s; the app scenario: at least {:.0} s after {:.0} s); \
+         servers with {} workers/threads.\n",
         s.cpus,
         mode_line(cfg),
         if cfg.copy_bodies {
@@ -471,6 +513,8 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
         s.duration_s,
         s.warmup_s,
         s.concurrency_min_measure_s,
+        super::scenarios::APP_MIN_MEASURE.as_secs_f64(),
+        super::scenarios::APP_MIN_WARMUP.as_secs_f64(),
         s.workers
     );
     let _ = writeln!(
@@ -516,12 +560,17 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
          - TLS passthrough (`tcp`): the client sends SNI and Host `tcp.test`; weir `passthrough = {{ to = … }}`, \
          HAProxy `mode tcp` with `tcp-request inspect-delay 5s`, `tcp-request content accept if {{ req_ssl_hello_type 1 }}` \
          and `use_backend … if {{ req.ssl_sni -i tcp.test }}`, client and server timeouts {ka} s. The backend is weir \
-         serving the docroot over TLS (`configs/tcp/backend`); `backend-direct` is that config on the front's port.\n",
+         serving the docroot over TLS (`configs/tcp/backend`); `backend-direct` is that config on the front's port.\n\
+         - App (`app`): {apps} processes of `weir-bench backend` (one thread each) behind every server, counted in \
+         its CPU and memory: weir runs them itself (`app = {{ run = \"… backend --listen 127.0.0.1:$PORT …\", \
+         instances = {apps} }}`, its app proxy with weir's default settings); nginx and HAProxy get the same two, \
+         started before them on the two ports above theirs, as the servers of their `proxy` upstream and backend.\n",
         cert = s.certificate,
         ka = s.keepalive_s,
         pool = s.upstream_idle_pool,
         mc = s.haproxy_maxconn,
         php = super::scenarios::PHP_CHILDREN,
+        apps = super::scenarios::APP_INSTANCES,
     );
     o.push_str("| server | version |\n|---|---|\n");
     for (n, v) in &s.versions {
@@ -1009,5 +1058,23 @@ mod tests {
         assert_eq!(weir_round_ratio(&rows, &rows[1]), "n/a");
         let rows = vec![row("nginx", &[80.0, 70.0])];
         assert_eq!(weir_round_ratio(&rows, &rows[0]), "n/a");
+    }
+
+    #[test]
+    fn the_app_table_says_whether_every_repeat_of_each_level_was_clean() {
+        let mut dirty = row("haproxy", &[50.0]);
+        (dirty.non_2xx_max, dirty.client_errors_max) = (0, 3);
+        let mut failed = row("nginx", &[]);
+        failed.status = "failed: port in use".into();
+        let rows = vec![row("weir", &[60.0]), dirty, failed];
+        let md = clean_runs(&rows);
+        assert!(
+            md.contains(&format!("| {} |", CLEAN_RUN_COLUMNS.join(" | "))),
+            "{md}"
+        );
+        assert!(md.contains("| http | weir | 0 | 0 | yes |"), "{md}");
+        assert!(md.contains("| http | haproxy | 0 | 3 | **no** |"), "{md}");
+        // A row that was not measured has no clean run to report.
+        assert!(!md.contains("| nginx |"), "{md}");
     }
 }

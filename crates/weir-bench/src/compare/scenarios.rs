@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::servers::ServerKind;
-pub use super::servers::{PHP_CHILDREN, TCP_HOST};
+pub use super::servers::{APP_INSTANCES, PHP_CHILDREN, TCP_HOST};
 
 /// A scenario name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -37,11 +37,15 @@ pub enum Scenario {
     /// HTTPS passed through by SNI without terminating TLS (weir's
     /// `passthrough`, HAProxy `mode tcp`) to a TLS backend.
     Tcp,
+    /// HTTPS keep-alive at c5000 and c10000 through each server to a small
+    /// app on the same machine, weir running the app itself (`app = …`)
+    /// (seed 003's Tako rows).
+    App,
 }
 
 impl Scenario {
     /// All scenarios, in report order.
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::Static,
         Scenario::Proxy,
         Scenario::Sizes,
@@ -53,6 +57,7 @@ impl Scenario {
         Scenario::Chain,
         Scenario::Php,
         Scenario::Tcp,
+        Scenario::App,
     ];
 
     /// Name on the command line.
@@ -69,6 +74,7 @@ impl Scenario {
             Scenario::Chain => "chain",
             Scenario::Php => "php",
             Scenario::Tcp => "tcp",
+            Scenario::App => "app",
         }
     }
 
@@ -158,6 +164,21 @@ impl Scenario {
                  its backend by `req.ssl_sni`. `backend-direct` is the same backend config measured directly on the \
                  front's port: its `weir ÷ this` is what the passthrough costs (target: weir ≥ HAProxy)."
             }
+            Scenario::App => {
+                "HTTPS keep-alive GETs of `/` through each server to a small app on the same machine, at 5000 and \
+                 10000 connections, 10 s request timeout, 10 s warm-up and 30 s measured at least whatever \
+                 `--warmup` and `--duration` say (seed 003's Tako rows). The app is `weir-bench backend` (164-byte \
+                 answer), 2 instances of 1 thread each behind every server, balanced round-robin: weir starts and \
+                 supervises them itself (`app = { run = \"weir-bench backend --listen 127.0.0.1:$PORT …\", \
+                 instances = 2 }`, each instance on a port weir chose, in traffic once `GET /` answers), and its \
+                 app proxy has weir's default proxy settings (it also sends `Forwarded` and `Via`); nginx and HAProxy \
+                 front the same 2 processes, started by the harness before them and stopped after them each round, \
+                 with their `proxy` configs (an `upstream` / `backend` of the 2). So what is compared is the whole \
+                 stack a user runs, proxy and app: the app's processes are counted in every server's CPU and memory \
+                 (weir's as its children, nginx's and HAProxy's as their companions), and in the pinned mode they \
+                 run on the server's CPUs. Every level must end with no non-2xx answer and no client error in any \
+                 repeat (the table below the main one)."
+            }
         }
     }
 
@@ -180,6 +201,7 @@ impl Scenario {
                 server,
                 ServerKind::Weir | ServerKind::WeirB | ServerKind::Haproxy
             ),
+            Scenario::App => server.fronts_apps(),
             _ => server.serves_static(),
         }
     }
@@ -305,6 +327,8 @@ pub struct Case {
     pub access_log: bool,
     /// The least a `Duration` case is measured, whatever `--duration` says.
     pub min_duration: Option<Duration>,
+    /// The least warm-up before it is measured, whatever `--warmup` says.
+    pub min_warmup: Option<Duration>,
     /// The name the client sends, as SNI and Host.
     pub host: &'static str,
 }
@@ -314,12 +338,23 @@ impl Case {
     pub fn measured_for(&self, asked: Duration) -> Duration {
         self.min_duration.map_or(asked, |m| asked.max(m))
     }
+
+    /// How long the case is warmed up when the run asks for `asked`.
+    pub fn warmed_for(&self, asked: Duration) -> Duration {
+        self.min_warmup.map_or(asked, |m| asked.max(m))
+    }
 }
 
 /// The least the concurrency scenario is measured after its warm-up: at
 /// 10,000 connections the opening handshakes take seconds, and a shorter run
 /// measures them rather than the serving.
 pub const CONCURRENCY_MIN_MEASURE: Duration = Duration::from_secs(15);
+
+/// The `app` scenario's warm-up and measured time, as seed 003 ran its
+/// rows: with thousands of TLS connections opening, a shorter window
+/// measures the handshakes and the app's start rather than the serving.
+pub const APP_MIN_WARMUP: Duration = Duration::from_secs(10);
+pub const APP_MIN_MEASURE: Duration = Duration::from_secs(30);
 
 /// Static files the docroot holds: (name, size).
 pub const FILES: [(&str, usize); 4] = [
@@ -342,6 +377,7 @@ fn case(label: &str, tls: bool, path: &str, size: usize, conns: usize) -> Case {
         timeout: Duration::from_secs(2),
         access_log: false,
         min_duration: None,
+        min_warmup: None,
         host: "localhost",
     }
 }
@@ -432,6 +468,21 @@ pub fn cases(s: Scenario, quick: bool) -> Vec<Case> {
             host: TCP_HOST,
             ..case("https", true, "/index.html", 164, 100)
         }],
+        // Quick: a smoke test of the wiring, at a count and length that
+        // measure nothing but that every server answers through its app.
+        Scenario::App => {
+            let conns: &[usize] = if quick { &[200] } else { &[5000, 10000] };
+            conns
+                .iter()
+                .map(|&c| Case {
+                    threads: 2,
+                    timeout: Duration::from_secs(10),
+                    min_duration: (!quick).then_some(APP_MIN_MEASURE),
+                    min_warmup: (!quick).then_some(APP_MIN_WARMUP),
+                    ..case(&format!("c{c}"), true, "/", 164, c)
+                })
+                .collect()
+        }
     }
 }
 
@@ -609,5 +660,75 @@ mod tests {
                 "{s:?}"
             );
         }
+    }
+
+    #[test]
+    fn app_is_seed_003s_levels_warmed_10_s_and_measured_30_s_in_full_runs() {
+        let full = cases(Scenario::App, false);
+        let labels: Vec<&str> = full.iter().map(|c| c.label.as_str()).collect();
+        assert_eq!(labels, ["c5000", "c10000"]);
+        for c in &full {
+            assert!(c.tls && c.keepalive, "{c:?}");
+            assert_eq!(
+                (c.path.as_str(), c.body_size, c.host),
+                ("/", 164, "localhost")
+            );
+            assert_eq!((c.threads, c.timeout), (2, Duration::from_secs(10)));
+            assert_eq!(c.measured_for(Duration::from_secs(15)), APP_MIN_MEASURE);
+            assert_eq!(
+                c.measured_for(Duration::from_secs(60)),
+                Duration::from_secs(60)
+            );
+            assert_eq!(c.warmed_for(Duration::from_secs(3)), APP_MIN_WARMUP);
+            assert_eq!(
+                c.warmed_for(Duration::from_secs(20)),
+                Duration::from_secs(20)
+            );
+        }
+        assert_eq!(
+            (APP_MIN_WARMUP, APP_MIN_MEASURE),
+            (Duration::from_secs(10), Duration::from_secs(30))
+        );
+        // Quick: small and as short as the run asks.
+        let [quick] = &cases(Scenario::App, true)[..] else {
+            panic!("app --quick: one case");
+        };
+        assert_eq!((quick.label.as_str(), quick.connections), ("c200", 200));
+        let short = Duration::from_millis(500);
+        assert_eq!(
+            (quick.measured_for(short), quick.warmed_for(short)),
+            (short, short)
+        );
+        // No other scenario gets a longer warm-up than asked.
+        for s in Scenario::ALL.into_iter().filter(|&s| s != Scenario::App) {
+            assert!(
+                cases(s, false).iter().all(|c| c.warmed_for(short) == short),
+                "{s:?}"
+            );
+        }
+        let takes_part: Vec<ServerKind> = ServerKind::ALL
+            .into_iter()
+            .filter(|&k| Scenario::App.applies_to(k))
+            .collect();
+        assert_eq!(
+            takes_part,
+            [
+                ServerKind::Weir,
+                ServerKind::WeirB,
+                ServerKind::Nginx,
+                ServerKind::Haproxy
+            ]
+        );
+        // The app is each server's own, not the scenario's shared backend.
+        assert!(takes_part.iter().all(|&k| !Scenario::App.proxied(k)));
+        assert!(!Scenario::App.caches() && !Scenario::App.tls_backend());
+        assert!(Scenario::App.targets().is_empty());
+        assert_eq!(Scenario::parse("app"), Some(Scenario::App));
+        assert!(
+            Scenario::App
+                .describe()
+                .contains("counted in every server's CPU and memory")
+        );
+        assert_eq!(max_connections(), 19_000);
     }
 }

@@ -40,6 +40,11 @@
 //! connects per request (see [`nginx_config`]).
 //! As TLS passthroughs ([`Role::Passthrough`]) weir and HAProxy read the
 //! client hello's SNI and pass the stream on without terminating TLS.
+//!
+//! In front of an app ([`Role::App`]) every server has the same
+//! [`APP_INSTANCES`] processes of `weir-bench backend` behind it: weir
+//! starts them itself (`app = …`, on ports it chooses); nginx and HAProxy
+//! get them as [`Companion`]s on [`app_ports`], with their proxy configs.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -53,6 +58,11 @@ pub const TCP_HOST: &str = "tcp.test";
 /// The children of the `php` scenario's php-fpm pool (`pm = static`), and
 /// the most FastCGI connections each server keeps to it.
 pub const PHP_CHILDREN: usize = 4;
+
+/// The `app` scenario's app processes behind every server, each one
+/// `weir-bench backend` thread: one per CPU of the 2-CPU machines the
+/// seeds ran on, and weir's supervisor balances over more than one.
+pub const APP_INSTANCES: usize = 2;
 
 /// Idle upstream connections every proxy keeps: weir's default `max_idle`
 /// (docs/config.md). nginx's `keepalive` counts per worker, as weir's pool
@@ -122,6 +132,33 @@ pub enum Role {
     /// Pass TLS connections whose SNI is [`TCP_HOST`] to this address
     /// without terminating them (the case is TLS; the front is not).
     Passthrough(std::net::SocketAddr),
+    /// Proxy to [`APP_INSTANCES`] processes of this `weir-bench` binary's
+    /// `backend` ([`app_args`]): run by weir as its app, by the harness
+    /// for the others ([`app_ports`]).
+    App(PathBuf),
+}
+
+/// The ports of the app processes the harness starts behind a server on
+/// `port` (weir chooses its own): right above it, where the other
+/// scenarios' backend listens, which the `app` scenario does not start.
+pub fn app_ports(port: u16) -> Vec<u16> {
+    (1..=APP_INSTANCES as u16).map(|i| port + i).collect()
+}
+
+/// The arguments of one app process listening on `listen`: the body and
+/// thread count are the same whoever starts it.
+pub fn app_args(listen: &str) -> Vec<String> {
+    [
+        "backend",
+        "--listen",
+        listen,
+        "--size",
+        "164",
+        "--threads",
+        "1",
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// Everything a config writer needs.
@@ -181,7 +218,7 @@ pub struct Launch {
 #[derive(Debug, Clone)]
 pub struct Companion {
     /// Its name, for logs and messages.
-    pub name: &'static str,
+    pub name: String,
     /// How to start it.
     pub launch: Launch,
     /// Where it listens once ready.
@@ -329,6 +366,15 @@ impl ServerKind {
         )
     }
 
+    /// Is it in the `app` scenario, in front of an app's processes? (weir
+    /// runs the app itself; the others front the harness's.)
+    pub fn fronts_apps(self) -> bool {
+        matches!(
+            self,
+            ServerKind::Weir | ServerKind::WeirB | ServerKind::Nginx | ServerKind::Haproxy
+        )
+    }
+
     /// Can it terminate TLS?
     pub fn tls(self) -> bool {
         self != ServerKind::Varnish
@@ -389,6 +435,12 @@ impl ServerKind {
         if matches!(s.role, Role::Passthrough(_)) && !self.passes_tls_through() {
             return Err(CompareError::NotApplicable(format!(
                 "{} does not pass TLS through",
+                self.name()
+            )));
+        }
+        if matches!(s.role, Role::App(_)) && !self.fronts_apps() {
+            return Err(CompareError::NotApplicable(format!(
+                "{} is not in front of the app here",
                 self.name()
             )));
         }
@@ -515,8 +567,11 @@ impl ServerKind {
         };
         let config = s.dir.join(file);
         std::fs::write(&config, text).map_err(|e| CompareError::io(&config, e))?;
-        let companions = match s.role {
+        let companions = match &s.role {
             Role::Php(_) => vec![php_fpm_companion(s)?],
+            Role::App(bin) if !matches!(self, ServerKind::Weir | ServerKind::WeirB) => {
+                app_companions(bin, s.port)
+            }
             _ => vec![],
         };
         Ok(Launch {
@@ -591,7 +646,7 @@ fn php_fpm_companion(s: &ServerSetup) -> Result<Companion, CompareError> {
     let mut validate = vec![bin.display().to_string(), "--test".into()];
     validate.extend(args[1..].iter().cloned());
     Ok(Companion {
-        name: "php-fpm",
+        name: "php-fpm".into(),
         launch: Launch {
             program: bin,
             args,
@@ -603,6 +658,28 @@ fn php_fpm_companion(s: &ServerSetup) -> Result<Companion, CompareError> {
         },
         ready: Ready::Unix(socket),
     })
+}
+
+/// The app processes the harness starts behind nginx and HAProxy, one per
+/// port of [`app_ports`]: what weir's `app` runs, with the port said.
+fn app_companions(bin: &Path, port: u16) -> Vec<Companion> {
+    app_ports(port)
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| Companion {
+            name: format!("app-{}", i + 1),
+            launch: Launch {
+                program: bin.to_path_buf(),
+                args: app_args(&format!("127.0.0.1:{p}")),
+                env: vec![],
+                config: PathBuf::new(),
+                validate: None,
+                stdout: None,
+                companions: vec![],
+            },
+            ready: Ready::Port(p),
+        })
+        .collect()
 }
 
 /// The php-fpm config: one static pool of [`PHP_CHILDREN`] children on a
@@ -695,7 +772,7 @@ fn chain_launch(s: &ServerSetup, weirs: Weirs<'_>) -> Result<Launch, CompareErro
         validate: None,
         stdout: None,
         companions: vec![Companion {
-            name: "varnish",
+            name: "varnish".into(),
             launch: varnish,
             ready: Ready::Port(vport),
         }],
@@ -820,6 +897,16 @@ fn weir_config(s: &ServerSetup) -> String {
             TCP_HOST,
             format!("passthrough = {{ to = \"{to}\" }}"),
         ),
+        // The app's proxy has weir's defaults: `app` takes no proxy keys.
+        Role::App(bin) => site(
+            &mut o,
+            "localhost",
+            format!(
+                "app = {{ run = \"'{}' {}\", instances = {APP_INSTANCES} }}",
+                bin.display(),
+                app_args("127.0.0.1:$PORT").join(" ")
+            ),
+        ),
     }
     o
 }
@@ -868,6 +955,17 @@ fn nginx_config(s: &ServerSetup) -> String {
                 "  upstream backend {{ server {up}; keepalive {UPSTREAM_IDLE}; }}"
             );
         }
+        // The same upstream, one `server` per app process (round-robin).
+        Role::App(_) => {
+            let servers: String = app_ports(s.port)
+                .iter()
+                .map(|p| format!("server 127.0.0.1:{p}; "))
+                .collect();
+            let _ = writeln!(
+                o,
+                "  upstream backend {{ {servers}keepalive {UPSTREAM_IDLE}; }}"
+            );
+        }
         Role::Cache(up) => {
             let _ = writeln!(
                 o,
@@ -911,7 +1009,7 @@ fn nginx_config(s: &ServerSetup) -> String {
     };
     match &s.role {
         Role::Static(root) => server(&mut o, None, format!("    root {};", root.display())),
-        Role::Proxy(_) => server(
+        Role::Proxy(_) | Role::App(_) => server(
             &mut o,
             None,
             "    location / {\n      proxy_pass http://backend;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n\
@@ -1043,7 +1141,7 @@ fn apache_config(s: &ServerSetup) -> String {
                 max = php_conns_per_worker(s.workers),
             );
         }
-        Role::Proxy(_) | Role::Cache(_) | Role::Passthrough(_) => {}
+        Role::Proxy(_) | Role::Cache(_) | Role::Passthrough(_) | Role::App(_) => {}
     }
     o
 }
@@ -1109,21 +1207,32 @@ fn caddy_config(s: &ServerSetup) -> String {
             }
         }
         // Never asked: `prepare` refuses them.
-        Role::Php(_) | Role::Passthrough(_) => {}
+        Role::Php(_) | Role::Passthrough(_) | Role::App(_) => {}
     }
     o
 }
 
 fn haproxy_config(s: &ServerSetup) -> Result<String, CompareError> {
-    let Role::Proxy(up) = &s.role else {
-        return Err(CompareError::NotApplicable("haproxy only proxies".into()));
+    // The app's processes are the backend's servers (round-robin, HAProxy's default).
+    let ups: Vec<std::net::SocketAddr> = match &s.role {
+        Role::Proxy(up) => vec![*up],
+        Role::App(_) => app_ports(s.port)
+            .into_iter()
+            .map(|p| ([127, 0, 0, 1], p).into())
+            .collect(),
+        _ => return Err(CompareError::NotApplicable("haproxy only proxies".into())),
     };
+    let servers: String = ups
+        .iter()
+        .enumerate()
+        .map(|(i, up)| format!("  server b{} {up} pool-max-conn {UPSTREAM_IDLE}\n", i + 1))
+        .collect();
     Ok(haproxy_text(
         s,
         "keep-alive both sides, upstream reuse",
         &format!(
             "backend be\n  option forwardfor\n  http-request set-header X-Forwarded-Proto {scheme}\n\
-             \x20 http-request set-header X-Forwarded-Host %[req.hdr(host)]\n  server b1 {up} pool-max-conn {UPSTREAM_IDLE}\n",
+             \x20 http-request set-header X-Forwarded-Host %[req.hdr(host)]\n{servers}",
             scheme = if s.tls { "https" } else { "http" },
         ),
     ))
@@ -1229,7 +1338,7 @@ fn varnish_config(s: &ServerSetup) -> Result<String, CompareError> {
             up.ip(),
             up.port()
         )),
-        Role::Static(_) | Role::Sites(_) | Role::Php(_) | Role::Passthrough(_) => {
+        Role::Static(_) | Role::Sites(_) | Role::Php(_) | Role::Passthrough(_) | Role::App(_) => {
             Err(CompareError::NotApplicable("varnish only proxies".into()))
         }
     }
@@ -1776,5 +1885,87 @@ mod tests {
         assert!(name.starts_with("php-fpm"), "{bin:?}");
         // Either a binary that is there, or the bare name `installed` rejects.
         assert!(installed(&bin) || bin == Path::new("php-fpm"), "{bin:?}");
+    }
+
+    fn app() -> ServerSetup {
+        setup(Role::App(PathBuf::from("/opt/wb/weir-bench")), true, false)
+    }
+
+    #[test]
+    fn every_server_fronts_the_same_two_app_processes() {
+        assert_eq!(app_ports(28080), [28081, 28082]);
+        assert_eq!(
+            app_args("127.0.0.1:28081").join(" "),
+            "backend --listen 127.0.0.1:28081 --size 164 --threads 1"
+        );
+        let weir = weir_config(&app());
+        has_lines(
+            &weir,
+            &[
+                "[site.\"localhost\"]",
+                "app = { run = \"'/opt/wb/weir-bench' backend --listen 127.0.0.1:$PORT --size 164 --threads 1\", instances = 2 }",
+                "tls = { cert = \"/run/tls/cert.pem\", key = \"/run/tls/key.pem\" }",
+            ],
+        );
+        // `app` is the site's handler: no proxy of the harness's beside it.
+        assert!(!weir.contains("proxy ="), "{weir}");
+        let nginx = nginx_config(&app());
+        has_lines(
+            &nginx,
+            &[
+                "upstream backend { server 127.0.0.1:28081; server 127.0.0.1:28082; keepalive 1024; }",
+                "listen 127.0.0.1:28080 ssl;",
+                "proxy_pass http://backend;",
+                "proxy_http_version 1.1;",
+                "proxy_set_header X-Forwarded-Proto $scheme;",
+                "access_log off;",
+            ],
+        );
+        assert!(!nginx.contains("open_file_cache"), "{nginx}");
+        let haproxy = haproxy_config(&app()).unwrap();
+        has_lines(
+            &haproxy,
+            &[
+                "bind 127.0.0.1:28080 ssl crt /run/tls/combined.pem",
+                "option forwardfor",
+                "http-request set-header X-Forwarded-Proto https",
+                "server b1 127.0.0.1:28081 pool-max-conn 1024",
+                "server b2 127.0.0.1:28082 pool-max-conn 1024",
+                "http-reuse always",
+            ],
+        );
+        // The proxy scenario's HAProxy is unchanged: one server.
+        let proxy = haproxy_config(&proxy(false)).unwrap();
+        assert!(!proxy.contains("server b2"), "{proxy}");
+
+        let dir = std::env::temp_dir().join(format!("wb-app-{}", std::process::id()));
+        for kind in ServerKind::ALL {
+            let s = ServerSetup {
+                dir: dir.join(kind.name()),
+                ..app()
+            };
+            let r = kind.prepare(&s, no_weir());
+            if !kind.fronts_apps() {
+                assert!(
+                    matches!(r, Err(CompareError::NotApplicable(_))),
+                    "{kind:?} is not in front of the app"
+                );
+                continue;
+            }
+            let launch = r.unwrap();
+            if matches!(kind, ServerKind::Weir | ServerKind::WeirB) {
+                // weir starts the app: the harness must not start it too.
+                assert!(launch.companions.is_empty(), "{kind:?}");
+                continue;
+            }
+            let names: Vec<&str> = launch.companions.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(names, ["app-1", "app-2"], "{kind:?}");
+            for (c, port) in launch.companions.iter().zip([28081, 28082]) {
+                assert_eq!(c.launch.program, Path::new("/opt/wb/weir-bench"));
+                assert_eq!(c.launch.args, app_args(&format!("127.0.0.1:{port}")));
+                assert_eq!(c.ready, Ready::Port(port));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -651,3 +651,65 @@ fn quick_php_and_tcp_measure_every_competitor() {
     let tcp = std::fs::read_to_string(out.join("tcp.md")).unwrap();
     assert!(tcp.contains("| https | haproxy |"), "{tcp}");
 }
+
+/// The app scenario for real: weir running the app's two processes
+/// itself, nginx and HAProxy in front of the same two started by the
+/// harness, every row measured clean, the app's processes counted.
+#[test]
+fn quick_app_measures_every_competitor() {
+    ensure("haproxy", "haproxy");
+    let out = quick_compare(
+        "app",
+        &weir_binary(),
+        &[
+            "--servers",
+            "weir,nginx,haproxy",
+            "--scenarios",
+            "app",
+            "--require",
+        ],
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let rows = summary["rows"].as_array().unwrap();
+    for server in ["weir", "nginx", "haproxy"] {
+        let r = rows
+            .iter()
+            .find(|r| r["scenario"] == "app" && r["server"] == server)
+            .unwrap_or_else(|| panic!("no app row of {server}: {rows:?}"));
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["case"], "c200", "{r}");
+        assert!(r["rps_median"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(
+            (&r["non_2xx_max"], &r["client_errors_max"]),
+            (&0.into(), &0.into()),
+            "{r}"
+        );
+    }
+    let md = std::fs::read_to_string(out.join("app.md")).unwrap();
+    for server in ["weir", "nginx", "haproxy"] {
+        assert!(
+            md.contains(&format!("| c200 | {server} | 0 | 0 | yes |")),
+            "{md}"
+        );
+    }
+    let weir_conf = std::fs::read_to_string(out.join("configs/app/c200/weir/weir.toml")).unwrap();
+    assert!(
+        weir_conf.contains("backend --listen 127.0.0.1:$PORT")
+            && weir_conf.contains("instances = 2"),
+        "{weir_conf}"
+    );
+    // nginx's and HAProxy's apps are their companions, each with its log.
+    for server in ["nginx", "haproxy"] {
+        for app in ["app-1.log", "app-2.log"] {
+            assert!(
+                out.join("configs/app/c200")
+                    .join(server)
+                    .join(app)
+                    .is_file(),
+                "{server} {app}"
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
