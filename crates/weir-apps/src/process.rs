@@ -36,10 +36,40 @@ pub enum StartError {
     EnvFile { path: PathBuf, why: String },
 }
 
-/// A free loopback port for an instance (the kernel's choice).
+/// A free loopback port for an instance, below the kernel's ephemeral
+/// range: a port from that range may be taken by an outgoing connection
+/// (weir's own, to another instance) while its instance is stopped, and
+/// the next start could not bind it. Never the same port twice in one
+/// process. The kernel's choice when nothing below is free.
 pub fn free_port() -> std::io::Result<u16> {
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    const LOWEST: u16 = 10_000;
+    let below = ephemeral_start().max(LOWEST + 1);
+    let span = u32::from(below - LOWEST);
+    // Spread over the range (two weirs on one machine rarely meet).
+    let seed = std::process::id().wrapping_mul(2_654_435_761);
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for i in 0..span.min(4096) {
+        let port = LOWEST + ((seed.wrapping_add(i * 7919)) % span) as u16;
+        if given.contains(&port) {
+            continue;
+        }
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
+            return Ok(port);
+        }
+    }
     let l = std::net::TcpListener::bind(("127.0.0.1", 0))?;
     Ok(l.local_addr()?.port())
+}
+
+/// The first port of `net.ipv4.ip_local_port_range` (32768 by default).
+fn ephemeral_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// `KEY=value` lines (blank lines and `#` comments skipped, optional
@@ -310,6 +340,18 @@ mod tests {
             queue: 16,
             watch: vec![dir.to_path_buf()],
         }
+    }
+
+    #[test]
+    fn ports_are_below_the_ephemeral_range_and_never_given_twice() {
+        let ports: Vec<u16> = (0..50).map(|_| free_port().unwrap()).collect();
+        for p in &ports {
+            assert!(*p >= 10_000 && *p < ephemeral_start(), "{p}");
+        }
+        let mut unique = ports.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), ports.len());
     }
 
     #[test]

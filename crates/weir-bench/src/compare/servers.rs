@@ -1212,6 +1212,9 @@ fn caddy_config(s: &ServerSetup) -> String {
     o
 }
 
+/// HAProxy's `maxconn` per app server (requests beyond it wait in its queue).
+pub const APP_SERVER_MAXCONN: usize = 2048;
+
 fn haproxy_config(s: &ServerSetup) -> Result<String, CompareError> {
     // The app's processes are the backend's servers (round-robin, HAProxy's default).
     let ups: Vec<std::net::SocketAddr> = match &s.role {
@@ -1222,10 +1225,23 @@ fn haproxy_config(s: &ServerSetup) -> Result<String, CompareError> {
             .collect(),
         _ => return Err(CompareError::NotApplicable("haproxy only proxies".into())),
     };
+    // One HAProxy process holds every socket: at c10000 with no server
+    // `maxconn` it would open an upstream socket per request in flight, past
+    // this machine's 20,000 descriptors. Queueing in HAProxy above a server
+    // maxconn is how its users protect an app.
+    let limit = match &s.role {
+        Role::App(_) => format!(" maxconn {APP_SERVER_MAXCONN}"),
+        _ => String::new(),
+    };
     let servers: String = ups
         .iter()
         .enumerate()
-        .map(|(i, up)| format!("  server b{} {up} pool-max-conn {UPSTREAM_IDLE}\n", i + 1))
+        .map(|(i, up)| {
+            format!(
+                "  server b{} {up} pool-max-conn {UPSTREAM_IDLE}{limit}\n",
+                i + 1
+            )
+        })
         .collect();
     Ok(haproxy_text(
         s,
@@ -1929,8 +1945,8 @@ mod tests {
                 "bind 127.0.0.1:28080 ssl crt /run/tls/combined.pem",
                 "option forwardfor",
                 "http-request set-header X-Forwarded-Proto https",
-                "server b1 127.0.0.1:28081 pool-max-conn 1024",
-                "server b2 127.0.0.1:28082 pool-max-conn 1024",
+                "server b1 127.0.0.1:28081 pool-max-conn 1024 maxconn 2048",
+                "server b2 127.0.0.1:28082 pool-max-conn 1024 maxconn 2048",
                 "http-reuse always",
             ],
         );
