@@ -121,21 +121,7 @@ pub fn start(server: Arc<Server>, sock: Socket, token: Option<String>) -> Result
         server,
     });
     tracing::info!("admin API on {}", sock.describe());
-    std::thread::Builder::new()
-        .name("weir-admin".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!("admin API: cannot start its runtime: {e}");
-                    return;
-                }
-            };
-            rt.block_on(serve(sock, ctx));
-        })
+    weir_http::background::spawn("weir-admin".into(), "admin API", move || serve(sock, ctx))
         .map_err(AdminError::Thread)?;
     Ok(())
 }

@@ -205,23 +205,15 @@ impl App {
             restarts: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&app);
-        std::thread::Builder::new()
-            .name(format!("weir-app-{}", sanitize(&app.name)))
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        tracing::error!("app supervisor: cannot start a runtime: {e}");
-                        return;
-                    }
-                };
+        weir_http::background::spawn(
+            format!("weir-app-{}", sanitize(&app.name)),
+            "app supervisor",
+            move || async move {
                 if let Some(s) = Supervisor::new(weak, slots, ready_tx) {
-                    rt.block_on(s.run(rx));
+                    s.run(rx).await;
                 }
-            })?;
+            },
+        )?;
         Ok(app)
     }
 

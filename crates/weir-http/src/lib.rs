@@ -12,6 +12,7 @@
 //! Depends on no other weir crate; must never depend on config, TLS or a
 //! handler.
 
+pub mod background;
 pub mod body;
 pub mod clock;
 pub mod conn;

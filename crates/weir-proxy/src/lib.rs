@@ -1326,21 +1326,9 @@ impl Sender {
 /// they never compete with requests for a worker's runtime. The thread ends
 /// once the proxy is gone (a reload replaced it).
 fn spawn_health_checks(p: std::sync::Weak<Proxy>) {
-    let spawned = std::thread::Builder::new()
-        .name("weir-health".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    tracing::error!("health checks: cannot start a runtime: {e}");
-                    return;
-                }
-            };
-            rt.block_on(health_loop(p));
-        });
+    let spawned = weir_http::background::spawn("weir-health".into(), "health checks", move || {
+        health_loop(p)
+    });
     if let Err(e) = spawned {
         tracing::error!("health checks: cannot start a thread: {e}");
     }

@@ -133,6 +133,35 @@ pub struct CompareConfig {
     pub command: String,
 }
 
+#[cfg(test)]
+impl CompareConfig {
+    /// A full (not `--quick`) run of `scenario` with the CLI's defaults.
+    pub(crate) fn for_tests(scenario: Scenario) -> CompareConfig {
+        CompareConfig {
+            scenarios: vec![scenario],
+            servers: Vec::new(),
+            repeats: 5,
+            duration: Duration::from_secs(4),
+            warmup: Duration::from_secs(1),
+            pin: None,
+            quick: false,
+            out: "out".into(),
+            weir: "weir".into(),
+            weir_b: None,
+            require: false,
+            port: 28080,
+            workers: 2,
+            weir_accept: None,
+            weir_b_accept: None,
+            weir_site_keys: None,
+            max_stolen_pct: 10.0,
+            stolen_retries: 2,
+            copy_bodies: false,
+            command: String::new(),
+        }
+    }
+}
+
 impl CompareConfig {
     /// The weir builds this comparison runs.
     pub fn weirs(&self) -> servers::Weirs<'_> {
@@ -1860,26 +1889,10 @@ mod tests {
 
     fn config(warmup: Duration, duration: Duration) -> CompareConfig {
         CompareConfig {
-            scenarios: vec![Scenario::App],
-            servers: Vec::new(),
             repeats: 3,
             duration,
             warmup,
-            pin: None,
-            quick: false,
-            out: "out".into(),
-            weir: "weir".into(),
-            weir_b: None,
-            require: false,
-            port: 28080,
-            workers: 2,
-            weir_accept: None,
-            weir_b_accept: None,
-            weir_site_keys: None,
-            max_stolen_pct: 10.0,
-            stolen_retries: 2,
-            copy_bodies: false,
-            command: String::new(),
+            ..CompareConfig::for_tests(Scenario::App)
         }
     }
 

@@ -1011,28 +1011,7 @@ mod tests {
         assert_eq!(weir_round_interval(&rows, &rows[1]), "0.90–1.30 (94 %)");
         assert_eq!(weir_round_interval(&rows, &rows[0]), "n/a");
         assert_eq!(weir_round_interval(&rows, &rows[2]), "n/a");
-        let cfg = CompareConfig {
-            scenarios: vec![Scenario::Proxy],
-            servers: Vec::new(),
-            repeats: 5,
-            duration: std::time::Duration::from_secs(4),
-            warmup: std::time::Duration::from_secs(1),
-            pin: None,
-            quick: false,
-            out: "out".into(),
-            weir: "weir".into(),
-            weir_b: None,
-            require: false,
-            port: 28080,
-            workers: 2,
-            weir_accept: None,
-            weir_b_accept: None,
-            weir_site_keys: None,
-            max_stolen_pct: 10.0,
-            stolen_retries: 2,
-            copy_bodies: false,
-            command: String::new(),
-        };
+        let cfg = CompareConfig::for_tests(Scenario::Proxy);
         let md = markdown(Scenario::Proxy, &rows, &cfg);
         assert!(md.contains("| 1.10 | 1.10 | 0.90–1.30 (94 %) |"), "{md}");
         // summary.json's record of the same: haproxy's, not nginx's (a
