@@ -224,6 +224,19 @@ watch = ["bin", "shop.conf"]
     }
 
     #[test]
+    fn an_app_with_routes_is_their_fallback() {
+        let cfg = crate::load_str(
+            "weir.toml",
+            "[site.\"a.test\"]\napp = \"x\"\n[[site.\"a.test\".route]]\npath = \"/ping\"\nrespond = 200\n",
+            std::path::Path::new("/srv"),
+        )
+        .unwrap();
+        let h = &cfg.sites[0].handler;
+        assert!(matches!(h, HandlerConfig::Routes { .. }), "{h:?}");
+        assert_eq!(h.app().map(|a| a.run.as_str()), Some("x"));
+    }
+
+    #[test]
     fn a_given_dir_is_watched() {
         let a = app("[site.\"a.test\".app]\nrun = \"x\"\ndir = \"/srv/a\"\n").unwrap();
         assert_eq!(a.watch, vec![std::path::PathBuf::from("/srv/a")]);

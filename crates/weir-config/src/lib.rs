@@ -230,6 +230,17 @@ impl HandlerConfig {
             HandlerConfig::Proxy(_) | HandlerConfig::Routes { .. } | HandlerConfig::App(..)
         )
     }
+
+    /// The site's app: its own handler, or the fallback of its routes.
+    pub fn app(&self) -> Option<&Arc<app::AppConfig>> {
+        match self {
+            HandlerConfig::App(a, _) => Some(a),
+            HandlerConfig::Routes {
+                fallback: Some(f), ..
+            } => f.app(),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -658,9 +658,7 @@ impl Server {
         // Apps kept from the old config roll to their new release, if it
         // changed (their supervisors compare), now that it is in force.
         for site in &sites {
-            if let (Some(app), weir_config::HandlerConfig::App(want, _)) =
-                (site.app(), &site.cfg.handler)
-            {
+            if let (Some(app), Some(want)) = (site.app(), site.cfg.handler.app()) {
                 app.apply(want.clone());
             }
         }

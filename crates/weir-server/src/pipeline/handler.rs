@@ -208,12 +208,9 @@ pub(super) fn build_handler(
                 .previous
                 .iter()
                 .filter(|s| s.cfg.name == site)
-                .find_map(|s| match &s.handler {
-                    // Kept, and rolled to the new settings once the
-                    // reload is in force (Server::reload).
-                    Handler::App(a) if a.can_become(cfg) => Some(a.clone()),
-                    _ => None,
-                });
+                // Kept, and rolled to the new settings once the reload is
+                // in force (Server::reload).
+                .find_map(|s| s.app().filter(|a| a.can_become(cfg)).cloned());
             match same {
                 Some(a) => Handler::App(a),
                 None => Handler::App(

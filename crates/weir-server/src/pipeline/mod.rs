@@ -85,10 +85,16 @@ impl Site {
         self.caches().iter().all(|c| Arc::ptr_eq(c.store(), store))
     }
 
-    /// The app the site runs, if any.
+    /// The app the site runs, if any: its handler, or its routes' fallback.
     pub fn app(&self) -> Option<&Arc<weir_apps::App>> {
         match &self.handler {
             Handler::App(a) => Some(a),
+            Handler::Routes {
+                fallback: Some(f), ..
+            } => match &**f {
+                Handler::App(a) => Some(a),
+                _ => None,
+            },
             _ => None,
         }
     }

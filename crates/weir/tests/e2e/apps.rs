@@ -341,6 +341,11 @@ fn a_release_that_never_gets_ready_is_rolled_back_and_a_failing_app_says_why() {
     let broken_site = format!(
         "[site.\"127.0.0.1:{broken}\"]\napp = {{ run = \"echo cannot open the database >&2; exit 3\", start_timeout = \"2s\" }}\n"
     );
+    // The app is the fallback of the site's routes: kept by reloads all the same.
+    let route = format!(
+        "[[site.\"127.0.0.1:{site}\".route]]\npath = \"/ping\"\nrespond = {{ status = 200, body = \"pong\" }}\n"
+    );
+    let broken_site = route + &broken_site;
     let dir = tempfile::tempdir().unwrap();
     let w = Weir::start_in(
         WEIR,
@@ -350,6 +355,8 @@ fn a_release_that_never_gets_ready_is_rolled_back_and_a_failing_app_says_why() {
     );
     assert!(poll_until(Duration::from_secs(20), || apps(adm)["ready"] == 2));
     let old = pids(&apps(adm));
+    let (status, pong) = get(site, "/ping");
+    assert!(status == 200 && pong.ends_with("pong"), "{pong}");
 
     // The app that cannot start: a 503 that says why, the metric, the log.
     let (status, resp) = get(broken, "/");
