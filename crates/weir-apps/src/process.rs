@@ -202,27 +202,46 @@ pub async fn wait_ready(
 
 /// One readiness or health check: `GET path` answered 2xx or 3xx within a second.
 pub async fn check(target: &Target, path: &str) -> bool {
+    match target {
+        Target::Port(p) => match tokio::net::TcpStream::connect(("127.0.0.1", *p)).await {
+            Ok(s) => check_on(s, path).await,
+            Err(_) => false,
+        },
+        Target::Socket(sock) => match tokio::net::UnixStream::connect(sock).await {
+            Ok(s) => check_on(s, path).await,
+            Err(_) => false,
+        },
+    }
+}
+
+async fn check_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut s: S,
+    path: &str,
+) -> bool {
     let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    let mut head = [0u8; 12];
     let once = async {
-        let mut head = [0u8; 12];
-        match target {
-            Target::Port(p) => {
-                let mut s = tokio::net::TcpStream::connect(("127.0.0.1", *p)).await?;
-                s.write_all(req.as_bytes()).await?;
-                s.read_exact(&mut head).await?;
-            }
-            Target::Socket(path) => {
-                let mut s = tokio::net::UnixStream::connect(path).await?;
-                s.write_all(req.as_bytes()).await?;
-                s.read_exact(&mut head).await?;
+        s.write_all(req.as_bytes()).await?;
+        s.read_exact(&mut head).await
+    };
+    if !matches!(
+        tokio::time::timeout(Duration::from_secs(1), once).await,
+        Ok(Ok(_))
+    ) {
+        return false;
+    }
+    // The rest of the answer is read (a little of it, briefly) so the app
+    // does not see its check hang up on it mid-write.
+    let mut rest = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_millis(200), async {
+        for _ in 0..16 {
+            if matches!(s.read(&mut rest).await, Ok(0) | Err(_)) {
+                break;
             }
         }
-        Ok::<_, std::io::Error>(head)
-    };
-    match tokio::time::timeout(Duration::from_secs(1), once).await {
-        Ok(Ok(h)) => h.starts_with(b"HTTP/1.") && matches!(h[9], b'2' | b'3'),
-        _ => false,
-    }
+    })
+    .await;
+    head.starts_with(b"HTTP/1.") && matches!(head[9], b'2' | b'3')
 }
 
 /// Stops an instance: SIGTERM to its process group `pgid` (its first

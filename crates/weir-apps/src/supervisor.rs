@@ -122,10 +122,21 @@ pub struct App {
 /// One slot's process.
 struct Running {
     slot: usize,
+    /// Its Unix socket, removed once it stops.
+    socket: Option<std::path::PathBuf>,
     child: Child,
     /// The first process's id: the group's.
     pgid: u32,
     since: Instant,
+}
+
+impl Running {
+    async fn stop(&mut self, grace: Duration) {
+        process::stop(&mut self.child, self.pgid, grace).await;
+        if let Some(p) = &self.socket {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 impl App {
@@ -432,7 +443,12 @@ impl Supervisor {
                     tokio::select! {
                         r = &mut start => break r,
                         cmd = cmds.recv() => match cmd {
-                            None => return,
+                            // The app was dropped: nothing may outlive it.
+                            None => {
+                                drop(start);
+                                self.stop_running().await;
+                                return;
+                            }
                             Some(Cmd::Stop(done)) => {
                                 // The instance starting goes first (its
                                 // group is killed when the start is dropped).
@@ -505,9 +521,14 @@ impl Supervisor {
             }
         }
         // The app was dropped (a reload removed it): nothing may outlive it.
+        self.stop_running().await;
+    }
+
+    /// Stops every instance at once, with no drain: nothing serves them.
+    async fn stop_running(&mut self) {
         let grace = self.cfg.stop_timeout;
-        for mut r in self.running.drain(..) {
-            process::stop(&mut r.child, r.pgid, grace).await;
+        for mut r in std::mem::take(&mut self.running) {
+            r.stop(grace).await;
         }
     }
 
@@ -531,7 +552,7 @@ impl Supervisor {
             let mut r = self.running.remove(i);
             self.ups[r.slot].set_admin_state(AdminState::Maint);
             self.publish();
-            process::stop(&mut r.child, r.pgid, self.cfg.stop_timeout).await;
+            r.stop(self.cfg.stop_timeout).await;
             let wait = self.backoff.after(r.since.elapsed());
             tracing::warn!(
                 "app {}: instance #{} {why}; restarting in {wait:?}",
@@ -698,6 +719,10 @@ async fn start_one(
     ups[slot].set_admin_state(AdminState::Ready);
     Ok(Running {
         slot,
+        socket: match &slots[slot] {
+            Target::Socket(p) => Some(p.clone()),
+            Target::Port(_) => None,
+        },
         child,
         pgid,
         since: Instant::now(),
@@ -740,7 +765,7 @@ async fn retire(cfg: &AppConfig, ups: &[Arc<Upstream>], mut r: Running) {
         r.slot,
         r.pgid
     );
-    process::stop(&mut r.child, r.pgid, cfg.stop_timeout).await;
+    r.stop(cfg.stop_timeout).await;
 }
 
 #[cfg(test)]
@@ -852,6 +877,42 @@ mod tests {
         app.send_restart(Some(good.clone())).await.unwrap();
         assert_eq!(app.status().pids, pids);
         app.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn instances_on_unix_sockets_answer_there_and_leave_no_socket() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join("app.py"),
+            "import os, socketserver, http.server\n\
+             class H(http.server.BaseHTTPRequestHandler):\n\
+             \x20   def log_message(self, *a): pass\n\
+             \x20   def do_GET(self):\n\
+             \x20       b = ('instance %s' % os.environ['WEIR_INSTANCE']).encode()\n\
+             \x20       self.send_response(200); self.send_header('Content-Length', str(len(b))); self.end_headers(); self.wfile.write(b)\n\
+             socketserver.UnixStreamServer(os.environ['SOCKET'], H).serve_forever()\n",
+        )
+        .unwrap();
+        let mut c = (*cfg(d.path(), 2, None)).clone();
+        c.run = "python3 app.py".into();
+        c.socket = true;
+        let app = App::start(Arc::new(c), &ProxyConfig::defaults(), 1).unwrap();
+        let mut ready = app.ready.clone();
+        ready.wait_for(|n| *n == 2).await.unwrap();
+        let socks: Vec<std::path::PathBuf> = in_rotation(&app)
+            .into_iter()
+            .map(|i| match &app.proxy.upstreams()[i].cfg.target {
+                UpstreamTarget::Unix(p) => p.clone(),
+                t => panic!("not a socket: {t:?}"),
+            })
+            .collect();
+        for s in &socks {
+            assert!(process::check(&Target::Socket(s.clone()), "/").await);
+        }
+        app.stop().await;
+        for s in &socks {
+            assert!(!s.exists(), "{} left behind", s.display());
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
