@@ -405,10 +405,11 @@ impl Supervisor {
     }
 
     /// Tells the waiting requests and the admin API what runs now.
+    /// The pids first, so whoever sees the ready count sees its pids too.
     fn publish(&self) {
-        self.ready.send_replace(self.running.len());
         let pids = self.running.iter().map(|r| (r.slot, r.pgid)).collect();
         self.show(|s| s.pids = pids);
+        self.ready.send_replace(self.running.len());
     }
 
     async fn run(mut self, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
