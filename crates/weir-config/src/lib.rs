@@ -8,6 +8,7 @@
 //! starts a server.
 
 pub mod admin;
+pub mod cluster;
 pub mod app;
 pub mod cache;
 pub mod error;
@@ -55,6 +56,8 @@ pub struct Config {
     pub admin: admin::AdminConfig,
     /// Where cached responses are kept: `[cache]`.
     pub cache: cache::CacheStorage,
+    /// Several weir processes as one through Redis: `[cluster]`.
+    pub cluster: Option<cluster::ClusterConfig>,
     /// The text it was read from (`None` for the built-in welcome page),
     /// which the admin API's `GET /config` returns.
     pub text: Option<Arc<str>>,
@@ -334,6 +337,7 @@ impl Config {
             tls: TlsGlobal::default(),
             admin: admin::AdminConfig::default_on(),
             cache: cache::CacheStorage::default(),
+            cluster: None,
             text: None,
         }
     }
@@ -398,6 +402,7 @@ pub fn load_str_with(
     let tls_global = tls::validate_global(&mut c, base, &raw.tls);
     let admin = admin::validate(&mut c, &raw.admin);
     let cache_storage = cache::storage(&mut c, base, &raw.cache);
+    let cluster = cluster::validate(&mut c, base, &raw.cluster);
     let mut sites: Vec<SiteConfig> = Vec::new();
     // (addr, tls, site index, explicit default, span of the site name)
     let mut binds: Vec<(SocketAddr, bool, usize, bool, std::ops::Range<usize>)> = Vec::new();
@@ -779,6 +784,7 @@ pub fn load_str_with(
         tls: tls_global,
         admin,
         cache: cache_storage,
+        cluster,
         text: Some(Arc::from(src)),
     })
 }
@@ -819,6 +825,7 @@ fn known_keys(path: &[String]) -> &'static [&'static str] {
         ["site", _, "tls"] => fields::<RawTls>(),
         ["tls"] => fields::<RawTlsGlobal>(),
         ["admin"] => fields::<raw::RawAdmin>(),
+        ["cluster"] => fields::<raw::RawCluster>(),
         ["tls", "acme"] => fields::<RawAcme>(),
         ["tls", "internal"] => fields::<RawInternal>(),
         ["tls", "on_demand"] => fields::<RawOnDemand>(),

@@ -34,6 +34,27 @@ pub struct RawConfig {
     /// Layer-4 proxies, in file order: `[tcp."postgres"]` with `listen` and `to`.
     #[serde(default)]
     pub tcp: IndexMap<String, Spanned<RawStream>>,
+    /// Several weir processes as one, through Redis: `[cluster]`.
+    pub cluster: Option<RawCluster>,
+}
+
+/// `[cluster]`.
+#[derive(Debug, Deserialize)]
+pub struct RawCluster {
+    /// `"redis://127.0.0.1:6379"`, or `rediss://` for TLS. Required.
+    pub redis: Spanned<String>,
+    /// The secret every instance shares (at least 32 characters).
+    pub key: Option<Spanned<String>>,
+    /// A file holding it (mode 0600), relative to the config file.
+    pub key_file: Option<Spanned<String>>,
+    /// This instance's name; default host name and pid.
+    pub name: Option<String>,
+    /// Prefix of Redis keys and channels; default `"weir"`.
+    pub prefix: Option<String>,
+    /// How often limit counts are exchanged; default `"50ms"`.
+    pub exchange: Option<Value>,
+    /// What is shared; default all of `["certificates", "limits", "cache"]`.
+    pub share: Option<Spanned<Vec<String>>>,
 }
 
 /// `[cache]`: storage shared by every site and route that caches.

@@ -15,16 +15,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use weir_config::traffic::{LimitConfig, LimitKey, LimitKind};
 
 use crate::rate::{Bucket, Rate, Verdict};
+
 use crate::table::Table;
 use crate::window::Window;
 
 /// A limit and its keys' state.
 pub struct Limiter {
     pub cfg: Arc<LimitConfig>,
-    state: State,
-    /// Keys are hashed with a per-process secret: a client cannot pick
-    /// keys that collide with another's, and no key is allocated per request.
-    hasher: std::collections::hash_map::RandomState,
+    pub(crate) state: State,
+    /// Keys are hashed with a secret (the process's own, or the cluster's
+    /// when counts are shared): a client cannot pick keys that collide with
+    /// another's, and no key is allocated per request.
+    hasher: KeyHasher,
+    /// Counts shared with other processes ([`crate::shared`]): what a
+    /// request changes is marked for the next exchange.
+    pub(crate) shared: bool,
+    /// The same limit in every process of a cluster.
+    pub(crate) id: u64,
     /// Requests refused (or, in dry-run, that would have been), and delayed.
     refused: AtomicU64,
     delayed: AtomicU64,
@@ -34,17 +41,62 @@ pub struct Limiter {
     reported_ms: AtomicU64,
 }
 
-enum State {
-    Rate(Rate, Table<u64, Bucket>),
-    Concurrent(u64, Arc<Table<u64, u64>>),
+pub(crate) enum State {
+    Rate(Rate, Table<u64, RateSlot>),
+    Concurrent(u64, Arc<Table<u64, Conns>>),
     Window(Table<u64, Counters>),
 }
 
 #[derive(Default)]
-struct Counters {
-    requests: Window,
-    errors: Window,
-    bytes: Window,
+pub(crate) struct RateSlot {
+    pub(crate) bucket: Bucket,
+    /// Requests counted here since the last exchange.
+    pub(crate) pending: u64,
+}
+
+/// Requests in progress under one key: here, and in the other processes.
+#[derive(Default)]
+pub(crate) struct Conns {
+    pub(crate) local: u64,
+    pub(crate) remote: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) requests: Window,
+    pub(crate) errors: Window,
+    pub(crate) bytes: Window,
+    /// Requests, errors and bytes counted here since the last exchange.
+    pub(crate) pending: [u64; 3],
+}
+
+/// One key being hashed (an enum, not a box: nothing allocated per request).
+enum Hashing {
+    Local(std::collections::hash_map::DefaultHasher),
+    Shared(siphasher::sip::SipHasher13),
+}
+
+impl Hasher for Hashing {
+    fn write(&mut self, b: &[u8]) {
+        match self {
+            Hashing::Local(h) => h.write(b),
+            Hashing::Shared(h) => h.write(b),
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        match self {
+            Hashing::Local(h) => h.finish(),
+            Hashing::Shared(h) => h.finish(),
+        }
+    }
+}
+
+/// SipHash either way: keyed by the process (`RandomState`), or by the
+/// cluster's secret so every process keys a client alike.
+enum KeyHasher {
+    Local(std::collections::hash_map::RandomState),
+    Shared(siphasher::sip::SipHasher13),
 }
 
 /// What a limit says of a request.
@@ -69,14 +121,17 @@ pub struct Quota {
 
 /// A request in progress under a connection limit: released when dropped.
 pub struct Held {
-    table: Arc<Table<u64, u64>>,
+    table: Arc<Table<u64, Conns>>,
     key: u64,
+    shared: bool,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         self.table
-            .with_present(&self.key, |n| *n = n.saturating_sub(1));
+            .with_present_marked(&self.key, self.shared, |n| {
+                n.local = n.local.saturating_sub(1)
+            });
     }
 }
 
@@ -91,7 +146,24 @@ pub struct Admission {
 }
 
 impl Limiter {
+    /// A limit counted in this process only.
     pub fn new(cfg: Arc<LimitConfig>) -> Limiter {
+        Limiter::make(cfg, None, 0)
+    }
+
+    /// A limit of `scope` (its site or route): counted across the cluster
+    /// when [`crate::shared::enable`] was called, else as [`Limiter::new`].
+    pub fn in_scope(cfg: Arc<LimitConfig>, scope: &str) -> Arc<Limiter> {
+        let Some(x) = crate::shared::get() else {
+            return Arc::new(Limiter::new(cfg));
+        };
+        let id = crate::shared::limit_id(scope, &cfg);
+        let l = Arc::new(Limiter::make(cfg, Some(x.key_hasher()), id));
+        x.register(&l);
+        l
+    }
+
+    pub(crate) fn make(cfg: Arc<LimitConfig>, shared: Option<siphasher::sip::SipHasher13>, id: u64) -> Limiter {
         let state = match cfg.kind {
             LimitKind::Rate {
                 per_sec_milli,
@@ -111,7 +183,12 @@ impl Limiter {
         Limiter {
             cfg,
             state,
-            hasher: Default::default(),
+            shared: shared.is_some(),
+            id,
+            hasher: match shared {
+                Some(h) => KeyHasher::Shared(h),
+                None => KeyHasher::Local(Default::default()),
+            },
             refused: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
             evictions_seen: AtomicU64::new(0),
@@ -121,7 +198,10 @@ impl Limiter {
 
     /// The key of a request; `None` when a part of it is absent.
     pub fn key(&self, parts: &http::request::Parts, client: IpAddr) -> Option<u64> {
-        let mut h = self.hasher.build_hasher();
+        let mut h = match &self.hasher {
+            KeyHasher::Local(r) => Hashing::Local(r.build_hasher()),
+            KeyHasher::Shared(s) => Hashing::Shared(*s),
+        };
         for k in &self.cfg.key {
             match k {
                 LimitKey::Client => match client {
@@ -158,7 +238,8 @@ impl Limiter {
         let mut quota = None;
         let mut held = None;
         let decision = match &self.state {
-            State::Rate(rate, t) => t.with(&k, |b| {
+            State::Rate(rate, t) => t.with_marked(&k, |slot| {
+                let b = &mut slot.bucket;
                 let d = match b.check(rate, now_ms) {
                     Verdict::Pass => Decision::Pass,
                     Verdict::Delay(ms) => Decision::Delay(ms),
@@ -167,15 +248,20 @@ impl Limiter {
                 if self.cfg.headers {
                     quota = Some(rate_quota(rate, b.level(rate, now_ms), &d));
                 }
-                d
+                // A refused request adds nothing to the bucket.
+                let counted = self.shared && !matches!(d, Decision::Refuse(_));
+                if counted {
+                    slot.pending += 1;
+                }
+                (d, counted)
             }),
             State::Concurrent(max, t) => {
-                let over = t.with(&k, |n| {
-                    if *n >= *max {
-                        true
+                let over = t.with_marked(&k, |n| {
+                    if n.local + n.remote >= *max {
+                        (true, false)
                     } else {
-                        *n += 1;
-                        false
+                        n.local += 1;
+                        (false, self.shared)
                     }
                 });
                 if over {
@@ -185,6 +271,7 @@ impl Limiter {
                     held = Some(Held {
                         table: t.clone(),
                         key: k,
+                        shared: self.shared,
                     });
                     Decision::Pass
                 }
@@ -200,7 +287,7 @@ impl Limiter {
                     unreachable!("a window table holds a window limit");
                 };
                 let p = period.as_millis() as u64;
-                t.with(&k, |c| {
+                t.with_marked(&k, |c| {
                     let over = |w: &mut Window, bound: &Option<u64>| {
                         bound.is_some_and(|b| w.rate(p, now_ms) >= b)
                     };
@@ -209,6 +296,9 @@ impl Limiter {
                         || over(&mut c.bytes, bytes);
                     if !refused {
                         c.requests.add(p, now_ms, 1);
+                        if self.shared {
+                            c.pending[0] += 1;
+                        }
                     }
                     if self.cfg.headers
                         && let Some(b) = requests
@@ -224,9 +314,9 @@ impl Limiter {
                     }
                     if refused {
                         // The window slides; part of it has passed by then.
-                        Decision::Refuse((p - now_ms % p.max(1)).max(1))
+                        (Decision::Refuse((p - now_ms % p.max(1)).max(1)), false)
                     } else {
-                        Decision::Pass
+                        (Decision::Pass, self.shared)
                     }
                 })
             }
@@ -254,12 +344,18 @@ impl Limiter {
             return;
         };
         let p = period.as_millis() as u64;
-        t.with_present(&k, |c| {
+        t.with_present_marked(&k, self.shared, |c| {
             if status >= 400 {
                 c.errors.add(p, now_ms, 1);
+                if self.shared {
+                    c.pending[1] += 1;
+                }
             }
             if bytes > 0 {
                 c.bytes.add(p, now_ms, bytes);
+                if self.shared {
+                    c.pending[2] += bytes;
+                }
             }
         });
     }

@@ -111,6 +111,31 @@ impl Bucket {
         }
     }
 
+    /// Adds `n` requests another process let through, at `now_ms`: the
+    /// bucket fills as if they had come here (never refused: they were
+    /// answered; the debt drains before the next one here passes).
+    pub fn add_remote(&mut self, n: u64, rate: &Rate, now_ms: u64) {
+        if n == 0 {
+            return;
+        }
+        if !self.used {
+            // As a first request here would: the first of them fills nothing.
+            *self = Bucket {
+                excess: (n - 1).saturating_mul(1000),
+                last_ms: now_ms,
+                used: true,
+            };
+            return;
+        }
+        let elapsed = now_ms.saturating_sub(self.last_ms);
+        let drained = rate.per_sec_milli.saturating_mul(elapsed) / 1000;
+        self.excess = self
+            .excess
+            .saturating_sub(drained)
+            .saturating_add(n.saturating_mul(1000));
+        self.last_ms = self.last_ms.max(now_ms);
+    }
+
     /// The bucket's fill in requests, drained to `now_ms` (for `RateLimit`
     /// fields and for deciding a key can be forgotten).
     pub fn level(&self, rate: &Rate, now_ms: u64) -> f64 {

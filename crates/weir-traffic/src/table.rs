@@ -21,6 +21,8 @@ struct Node<K, S> {
     prev: usize,
     /// Towards the least recently used.
     next: usize,
+    /// In its shard's `marked` list (changed since the last exchange).
+    marked: bool,
 }
 
 struct Shard<K, S> {
@@ -29,6 +31,8 @@ struct Shard<K, S> {
     /// Most and least recently used.
     head: usize,
     tail: usize,
+    /// Nodes changed since [`Table::drain_marked`] last ran.
+    marked: Vec<usize>,
 }
 
 impl<K: Hash + Eq + Clone, S> Shard<K, S> {
@@ -38,6 +42,7 @@ impl<K: Hash + Eq + Clone, S> Shard<K, S> {
             nodes: Vec::new(),
             head: NIL,
             tail: NIL,
+            marked: Vec::new(),
         }
     }
 
@@ -50,6 +55,13 @@ impl<K: Hash + Eq + Clone, S> Shard<K, S> {
         match n {
             NIL => self.tail = p,
             n => self.nodes[n].prev = p,
+        }
+    }
+
+    fn mark(&mut self, i: usize) {
+        if !self.nodes[i].marked {
+            self.nodes[i].marked = true;
+            self.marked.push(i);
         }
     }
 
@@ -87,6 +99,13 @@ impl<K: Hash + Eq + Clone, S: Default> Table<K, S> {
     /// Runs `f` on `key`'s state (a new key starts from `S::default()`,
     /// evicting the least recently used key of its shard when full).
     pub fn with<R>(&self, key: &K, f: impl FnOnce(&mut S) -> R) -> R {
+        self.with_marked(key, |s| (f(s), false))
+    }
+
+    /// As [`Table::with`]; when `f` says so, the key is marked as changed
+    /// for the next [`Table::drain_marked`] (limits shared with other
+    /// processes send what changed, not the whole table).
+    pub fn with_marked<R>(&self, key: &K, f: impl FnOnce(&mut S) -> (R, bool)) -> R {
         let shard = &self.shards[self.hasher.hash_one(key) as usize % SHARDS];
         let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
         let i = match s.index.get(key) {
@@ -100,6 +119,7 @@ impl<K: Hash + Eq + Clone, S: Default> Table<K, S> {
                     state: S::default(),
                     prev: NIL,
                     next: NIL,
+                    marked: false,
                 });
                 let i = s.nodes.len() - 1;
                 s.index.insert(key.clone(), i);
@@ -118,16 +138,63 @@ impl<K: Hash + Eq + Clone, S: Default> Table<K, S> {
             }
         };
         s.push_front(i);
-        f(&mut s.nodes[i].state)
+        let (r, mark) = f(&mut s.nodes[i].state);
+        if mark {
+            s.mark(i);
+        }
+        r
     }
 
     /// Runs `f` on `key`'s state if the key is held (never adds it nor
     /// changes the order: releasing what a request held).
     pub fn with_present<R>(&self, key: &K, f: impl FnOnce(&mut S) -> R) -> Option<R> {
+        self.with_present_marked(key, false, f)
+    }
+
+    /// As [`Table::with_present`], marking the key as changed when `mark`.
+    pub fn with_present_marked<R>(
+        &self,
+        key: &K,
+        mark: bool,
+        f: impl FnOnce(&mut S) -> R,
+    ) -> Option<R> {
         let shard = &self.shards[self.hasher.hash_one(key) as usize % SHARDS];
         let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
         let i = *s.index.get(key)?;
-        Some(f(&mut s.nodes[i].state))
+        let r = f(&mut s.nodes[i].state);
+        if mark {
+            s.mark(i);
+        }
+        Some(r)
+    }
+
+    /// Runs `f` on every key marked since the last call, one shard's lock
+    /// at a time, and clears the marks. (A marked slot given to another key
+    /// since is visited under its new key: harmless, its state is new.)
+    pub fn drain_marked(&self, mut f: impl FnMut(&K, &mut S)) {
+        for shard in self.shards.iter() {
+            let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
+            let marked = std::mem::take(&mut s.marked);
+            for &i in &marked {
+                let n = &mut s.nodes[i];
+                n.marked = false;
+                f(&n.key, &mut n.state);
+            }
+            // Keep the list's allocation for the next round.
+            let mut marked = marked;
+            marked.clear();
+            s.marked = marked;
+        }
+    }
+
+    /// Runs `f` on every key held (a full snapshot; not on the request path).
+    pub fn for_each(&self, mut f: impl FnMut(&K, &S)) {
+        for shard in self.shards.iter() {
+            let s = shard.lock().unwrap_or_else(|e| e.into_inner());
+            for n in &s.nodes {
+                f(&n.key, &n.state);
+            }
+        }
     }
 
     /// Keys held now.
@@ -185,6 +252,29 @@ mod tests {
         assert_eq!(t.with(&same[0], |s| *s), 11);
         // The evicted key starts again from nothing.
         assert_eq!(t.with(&same[1], |s| *s), 0);
+    }
+
+    #[test]
+    fn marked_keys_are_drained_once() {
+        let t: Table<u32, u32> = Table::new(1000);
+        for k in 0..10 {
+            t.with_marked(&k, |s| {
+                *s += 1;
+                ((), k % 2 == 0)
+            });
+        }
+        t.with_marked(&2, |s| ((), {
+            *s += 1;
+            true
+        }));
+        t.with_present_marked(&3, true, |s| *s += 1);
+        let mut seen = Vec::new();
+        t.drain_marked(|k, s| seen.push((*k, *s)));
+        seen.sort();
+        assert_eq!(seen, [(0, 1), (2, 2), (3, 2), (4, 1), (6, 1), (8, 1)]);
+        let mut again = 0;
+        t.drain_marked(|_, _| again += 1);
+        assert_eq!(again, 0);
     }
 
     #[test]

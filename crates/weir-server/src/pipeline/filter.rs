@@ -14,8 +14,7 @@
 #![allow(clippy::result_large_err)]
 
 use std::net::IpAddr;
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{self, HeaderName, HeaderValue};
@@ -34,7 +33,7 @@ pub(super) struct Filters {
     pub cfg: Arc<traffic::Filters>,
     /// `site` or `site route`, for log lines.
     label: String,
-    pub limiters: Vec<Limiter>,
+    pub limiters: Vec<Arc<Limiter>>,
     users: Option<Arc<Users>>,
     forward_auth: Option<(Arc<traffic::ForwardAuth>, Arc<weir_proxy::Proxy>)>,
 }
@@ -63,12 +62,7 @@ pub(super) static NOTHING_OWED: Owed = Owed {
     quota: None,
 };
 
-static EPOCH: OnceLock<Instant> = OnceLock::new();
-
-/// Milliseconds on the limits' clock.
-fn now_ms() -> u64 {
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
+use weir_traffic::clock::now_ms;
 
 impl Filters {
     /// `None` for an empty config: nothing to run.
@@ -81,9 +75,14 @@ impl Filters {
         if cfg.is_empty() {
             return None;
         }
+        let limiters = cfg
+            .limits
+            .iter()
+            .map(|l| Limiter::in_scope(l.clone(), &label))
+            .collect();
         Some(Filters {
             label,
-            limiters: cfg.limits.iter().map(|l| Limiter::new(l.clone())).collect(),
+            limiters,
             users: cfg
                 .basic_auth
                 .as_ref()

@@ -54,13 +54,13 @@ impl Site {
     pub fn limiters(&self) -> Vec<(String, &weir_traffic::limit::Limiter)> {
         let mut out: Vec<(String, &weir_traffic::limit::Limiter)> = Vec::new();
         if let Some(f) = &self.filters {
-            out.extend(f.limiters.iter().map(|l| ("*".to_string(), l)));
+            out.extend(f.limiters.iter().map(|l| ("*".to_string(), &**l)));
         }
         if let Handler::Routes { routes, .. } = &self.handler {
             for r in routes {
                 if let Some(f) = &r.filters {
                     let label = route_label(&r.cfg.pattern);
-                    out.extend(f.limiters.iter().map(|l| (label.clone(), l)));
+                    out.extend(f.limiters.iter().map(|l| (label.clone(), &**l)));
                 }
             }
         }
