@@ -504,6 +504,47 @@ impl Collector for Weir {
                 Ok(())
             },
         )?;
+        if let Some(c) = s.cluster() {
+            let st = c.status();
+            family(
+                &mut enc,
+                "weir_cluster_up",
+                "1 while Redis is reachable and state is shared; 0 while this instance runs on local state.",
+                MetricType::Gauge,
+                |m| gauge(m, &vec![], i64::from(st.connected)),
+            )?;
+            family(
+                &mut enc,
+                "weir_cluster_instances",
+                "Instances of the cluster heard of in the last seconds, this one included.",
+                MetricType::Gauge,
+                |m| gauge(m, &vec![], (c.others().len() + 1) as i64),
+            )?;
+            family(
+                &mut enc,
+                "weir_cluster_reconnects",
+                "Times the connection to Redis came back after it was lost.",
+                MetricType::Counter,
+                |m| counter(m, &vec![], st.reconnects),
+            )?;
+            family(
+                &mut enc,
+                "weir_cluster_purges",
+                "Cache purges sent to the other instances, and received from them.",
+                MetricType::Counter,
+                |m| {
+                    counter(m, &vec![("direction", "sent")], st.purges_sent)?;
+                    counter(m, &vec![("direction", "received")], st.purges_received)
+                },
+            )?;
+            family(
+                &mut enc,
+                "weir_cluster_purges_queued",
+                "Cache purges waiting for Redis to return.",
+                MetricType::Gauge,
+                |m| gauge(m, &vec![], st.purges_queued as i64),
+            )?;
+        }
         let (reloaded, refused) = s.reloads();
         family(
             &mut enc,

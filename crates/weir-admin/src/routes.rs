@@ -12,8 +12,12 @@ use http_body_util::{BodyExt, Full, Limited};
 use serde_json::json;
 
 use crate::{Ctx, upstreams};
+use weir_cache::Invalidation;
 use weir_proxy::AdminState;
 use weir_server::ReloadError;
+
+/// How long a purge's answer waits for the other instances' acknowledgements.
+const PURGE_ACKS_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The largest config `POST /load` takes.
 const MAX_CONFIG: usize = 4 * 1024 * 1024;
@@ -81,6 +85,7 @@ pub(crate) async fn handle(req: Request<hyper::body::Incoming>, ctx: &Arc<Ctx>) 
         (&Method::GET, ["status.json"]) => json(StatusCode::OK, crate::status::json(&ctx.server)),
         (&Method::GET, ["cache"]) => cache_list(&req, ctx),
         (&Method::GET, ["apps"]) => list_apps(ctx),
+        (&Method::GET, ["cluster"]) => cluster(ctx),
         (&Method::POST, ["apps", name, "restart"]) => {
             let name = name.to_string();
             restart_app(ctx, &name).await
@@ -90,7 +95,7 @@ pub(crate) async fn handle(req: Request<hyper::body::Incoming>, ctx: &Arc<Ctx>) 
             _,
             [
                 "config" | "upstreams" | "certificates" | "metrics" | "status" | "status.json"
-                | "load" | "reload" | "upgrade" | "cache" | "apps",
+                | "load" | "reload" | "upgrade" | "cache" | "apps" | "cluster",
             ],
         )
         | (_, ["cache", "purge"])
@@ -178,26 +183,45 @@ async fn cache_purge(req: Request<hyper::body::Incoming>, ctx: &Arc<Ctx>) -> Res
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("JSON body: {e}")),
     };
     let field = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
-    let store = ctx.server.cache();
-    let (what, n) = if let Some(u) = field("url") {
-        (format!("url {u}"), store.purge(&u))
+    let what = if let Some(u) = field("url") {
+        Invalidation::Url(u)
     } else if let Some(p) = field("prefix") {
-        (format!("prefix {p}"), store.ban_prefix(&p))
+        Invalidation::Prefix(p)
     } else if let Some(p) = field("pattern") {
-        match store.ban_pattern(&p) {
-            Ok(n) => (format!("pattern {p}"), n),
-            Err(e) => return error(StatusCode::BAD_REQUEST, e),
-        }
+        Invalidation::Pattern(p)
     } else if let Some(t) = field("tag") {
-        (format!("tag {t}"), store.purge_tag(&t))
+        Invalidation::Tag(t)
     } else {
         return error(
             StatusCode::BAD_REQUEST,
             "name what to purge: {\"url\": \"http://host/path\"}, {\"prefix\": …}, {\"pattern\": …} or {\"tag\": …}",
         );
     };
+    let n = match ctx.server.cache().invalidate(&what) {
+        Ok(n) => n,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
     tracing::info!("admin API: cache purge of {what}: {n} responses removed");
-    json(StatusCode::OK, json!({ "purged": n }))
+    let Some(cluster) = ctx.server.cluster().filter(|c| c.cfg.share.cache) else {
+        return json(StatusCode::OK, json!({ "purged": n }));
+    };
+    // The other instances: which of them acknowledged (waiting a moment
+    // for them), or that the purge waits for Redis to return.
+    let id = cluster.purge(&what);
+    let acks = cluster.acks(id, PURGE_ACKS_WITHIN).await;
+    json(StatusCode::OK, json!({ "purged": n, "cluster": acks }))
+}
+
+/// `GET /cluster`: this instance, the others it hears of, what they share,
+/// and whether Redis is reachable.
+fn cluster(ctx: &Ctx) -> Resp {
+    match ctx.server.cluster() {
+        Some(c) => json(StatusCode::OK, json!(c.status())),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "no cluster: this instance has no [cluster] section",
+        ),
+    }
 }
 
 /// `GET /config`: the text the running config was read from.

@@ -105,5 +105,6 @@ pub fn json(server: &Arc<Server>) -> serde_json::Value {
         "certificates": certificates,
         "reloads": { "ok": reloads_ok, "failed": reloads_failed },
         "last_reload": server.last_reload(),
+        "cluster": server.cluster().map(|c| c.status()),
     })
 }

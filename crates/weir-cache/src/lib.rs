@@ -2,7 +2,8 @@
 //! route's reverse proxy. [`Cache::serve`] is its whole path, top to
 //! bottom:
 //!
-//! 1. `PURGE` from an allowed address removes the URL; other unsafe
+//! 1. `PURGE` from an allowed address removes the URL (and, in a cluster,
+//!    on every instance: [`fanout`]); other unsafe
 //!    methods go upstream and, when they succeed, invalidate (§4.4).
 //! 2. The key ([`key`]): scheme, host, path and query as the policy
 //!    shapes them; then the variant the request selects (`Vary`).
@@ -36,6 +37,7 @@ use weir_http::conn::ConnInfo;
 
 pub mod control;
 mod disk;
+pub mod fanout;
 mod fetch;
 pub mod key;
 mod object;
@@ -48,7 +50,7 @@ use object::{ObjBody, Object};
 pub use respond::CACHE_STATUS;
 use respond::{forward, from_object, hit};
 use rules::{Freshness, Reuse};
-pub use store::{EntryInfo, Store, Summary, counter};
+pub use store::{EntryInfo, Invalidation, Store, Summary, counter};
 use store::{Flights, Joined, Landing, Lead};
 
 /// Seconds since the epoch: the clock every freshness rule counts in.
@@ -503,6 +505,7 @@ impl Cache {
         let key = key::primary(parts, conn.tls, policy);
         let n = self.inner.store.purge(&key);
         tracing::info!(key = %key, purged = n, client = %conn.peer.ip(), "cache: PURGE");
+        fanout::send(&store::Invalidation::Url(key.to_string()));
         let body = format!("{{\"purged\":{n},\"key\":{}}}\n", json_string(&key));
         let mut r = Response::new(Body::from(body));
         r.headers_mut().insert(

@@ -47,6 +47,31 @@ pub mod counter {
     pub const N: usize = 8;
 }
 
+/// What a purge or ban names (the admin API's `{"url": …}` and the others).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Invalidation {
+    /// One URL's key (`http://host/path?query`), every variant.
+    Url(String),
+    /// Keys starting with this.
+    Prefix(String),
+    /// Keys a regular expression matches.
+    Pattern(String),
+    /// Responses tagged so.
+    Tag(String),
+}
+
+impl std::fmt::Display for Invalidation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Invalidation::Url(v) => write!(f, "url {v}"),
+            Invalidation::Prefix(v) => write!(f, "prefix {v}"),
+            Invalidation::Pattern(v) => write!(f, "pattern {v}"),
+            Invalidation::Tag(v) => write!(f, "tag {v}"),
+        }
+    }
+}
+
 /// Every cached response of the process.
 pub struct Store {
     cfg: CacheStorage,
@@ -332,6 +357,16 @@ impl Store {
     pub fn ban_pattern(&self, pattern: &str) -> Result<usize, String> {
         let re = regex_lite::Regex::new(pattern).map_err(|e| format!("pattern: {e}"))?;
         Ok(self.purge_where(|k, _| re.is_match(k)))
+    }
+
+    /// Removes what `what` names; how many responses.
+    pub fn invalidate(&self, what: &Invalidation) -> Result<usize, String> {
+        Ok(match what {
+            Invalidation::Url(u) => self.purge(u),
+            Invalidation::Prefix(p) => self.ban_prefix(p),
+            Invalidation::Pattern(p) => self.ban_pattern(p)?,
+            Invalidation::Tag(t) => self.purge_tag(t),
+        })
     }
 
     /// What the admin API and the status page show: sizes and counts.

@@ -65,7 +65,10 @@ pub(crate) fn validate(
                 Ok(_) => {
                     c.at(
                         f.span(),
-                        format!("cluster.key_file: {} holds fewer than {MIN_KEY} characters", p.display()),
+                        format!(
+                            "cluster.key_file: {} holds fewer than {MIN_KEY} characters",
+                            p.display()
+                        ),
                     );
                     Vec::new()
                 }
@@ -185,7 +188,7 @@ fn read_key_file(p: &Path) -> Result<Vec<u8>, String> {
 
 #[cfg(test)]
 mod tests {
-        fn parse_str(src: &str, file: &str) -> Result<crate::Config, crate::ConfigErrors> {
+    fn parse_str(src: &str, file: &str) -> Result<crate::Config, crate::ConfigErrors> {
         let src = format!("[site.\"a.test\"]\nroot = \"/srv\"\n{src}");
         crate::load_str(file, &src, std::path::Path::new("/srv/conf"))
     }

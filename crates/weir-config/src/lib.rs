@@ -8,9 +8,9 @@
 //! starts a server.
 
 pub mod admin;
-pub mod cluster;
 pub mod app;
 pub mod cache;
+pub mod cluster;
 pub mod error;
 pub mod fastcgi;
 pub mod files;

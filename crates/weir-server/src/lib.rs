@@ -56,6 +56,8 @@ pub enum ServerError {
     Worker(std::io::Error),
     #[error(transparent)]
     Http3(#[from] crate::http3::H3Error),
+    #[error(transparent)]
+    Cluster(#[from] weir_cluster::ClusterError),
 }
 
 /// Slots of per-worker state (`weir_http::worker::PerWorker`) an owner

@@ -88,6 +88,8 @@ struct Fixed {
     http3: bool,
     /// The admin API is bound once, at start.
     admin: weir_config::admin::AdminConfig,
+    /// The process joins its cluster once, at start.
+    cluster: Option<weir_config::cluster::ClusterConfig>,
 }
 
 impl Fixed {
@@ -99,6 +101,7 @@ impl Fixed {
             http1: cfg.server.http1,
             http3: cfg.tls.http3,
             admin: cfg.admin.clone(),
+            cluster: cfg.cluster.clone(),
         }
     }
 
@@ -124,6 +127,9 @@ impl Fixed {
         }
         if self.admin != new.admin {
             out.push("[admin]".into());
+        }
+        if self.cluster != new.cluster {
+            out.push("[cluster]".into());
         }
         out
     }
@@ -180,6 +186,9 @@ pub struct Server {
     /// The admin API's socket, for an upgrade to hand over.
     admin_socket: Mutex<Option<std::os::fd::OwnedFd>>,
     upgrading: std::sync::atomic::AtomicBool,
+    /// This process as a member of its cluster (`[cluster]`; a change
+    /// needs a restart).
+    cluster: Option<Arc<weir_cluster::Cluster>>,
 }
 
 /// A listener's sites and connection context, built before anything changes.
@@ -213,6 +222,12 @@ impl Server {
         inherited: &mut Inherited,
     ) -> Result<Arc<Server>, ServerError> {
         let fixed = Fixed::of(&cfg);
+        // The cluster first: the limits built below count across it, and
+        // certificates are ordered under its locks.
+        let cluster = match &cfg.cluster {
+            Some(c) => Some(weir_cluster::Cluster::start(c.clone())?),
+            None => None,
+        };
         let slots = crate::worker_slots(&cfg);
         let registry = Arc::new(Registry::new(slots));
         let conns = Arc::new(ConnCounts::new(slots));
@@ -340,7 +355,7 @@ impl Server {
             );
         }
 
-        Ok(Arc::new(Server {
+        let server = Arc::new(Server {
             state: Mutex::new(State {
                 cfg: Arc::new(cfg),
                 path,
@@ -365,7 +380,22 @@ impl Server {
             args: std::env::args_os().skip(1).collect(),
             admin_socket: Mutex::new(None),
             upgrading: Default::default(),
-        }))
+            cluster,
+        });
+        if let Some(c) = &server.cluster {
+            // Purges from the other instances reach whichever store serves now.
+            let weak = Arc::downgrade(&server);
+            c.on_purge(Box::new(move |what| match weak.upgrade() {
+                Some(s) => s.cache().invalidate(what),
+                None => Ok(0),
+            }));
+        }
+        Ok(server)
+    }
+
+    /// This process's cluster, when `[cluster]` is set.
+    pub fn cluster(&self) -> Option<&Arc<weir_cluster::Cluster>> {
+        self.cluster.as_ref()
     }
 
     /// The config being served.
@@ -509,6 +539,7 @@ impl Server {
         cfg.server.http1 = self.fixed.http1;
         cfg.tls.http3 = self.fixed.http3;
         cfg.admin = self.fixed.admin.clone();
+        cfg.cluster = self.fixed.cluster.clone();
 
         // 1. Build: nothing running changes until every step has succeeded.
         let cache = if st.cache.storage() == &cfg.cache {
@@ -747,6 +778,9 @@ impl Server {
         }
         if let Some(h3) = lock(&self.h3).take() {
             h3.shutdown();
+        }
+        if let Some(c) = &self.cluster {
+            c.leave();
         }
         // Once every request has finished, the apps' process groups end
         // with weir: SIGTERM, then SIGKILL.

@@ -25,7 +25,7 @@ use rustls::sign::CertifiedKey;
 
 use super::certs::{Challenges, Slot};
 use super::renew::{self, Ari, Backoff, Plan};
-use super::storage::{Storage, StorageError};
+use super::storage::{Challenge, Storage, StorageError};
 use weir_config::{AcmeConfig, ChallengeKind, KeyType};
 
 #[derive(Debug, thiserror::Error)]
@@ -327,11 +327,23 @@ impl AcmeClient {
                     ChallengeKind::Http01 => {
                         self.challenges
                             .set_http01(ch.token.clone(), ka.as_str().to_string());
+                        self.storage
+                            .announce(Challenge::Http {
+                                token: ch.token.clone(),
+                                key_auth: ka.as_str().to_string(),
+                            })
+                            .await;
                         http_tokens.push(ch.token.clone());
                     }
                     ChallengeKind::TlsAlpn01 => {
                         let cert = alpn_challenge_cert(&name, ka.digest().as_ref())?;
                         self.challenges.set_alpn01(name.clone(), Arc::new(cert));
+                        self.storage
+                            .announce(Challenge::Alpn {
+                                name: name.clone(),
+                                digest: ka.digest().as_ref().to_vec(),
+                            })
+                            .await;
                         alpn_names.push(name.clone());
                     }
                 }
@@ -364,9 +376,15 @@ impl AcmeClient {
         .await;
         for t in &http_tokens {
             self.challenges.remove_http01(t);
+            self.storage
+                .announce(Challenge::HttpDone { token: t.clone() })
+                .await;
         }
         for n in &alpn_names {
             self.challenges.remove_alpn01(n);
+            self.storage
+                .announce(Challenge::AlpnDone { name: n.clone() })
+                .await;
         }
         let (chain, key_pem) = result?;
         let ck = super::certified_key_from_pem(chain.as_bytes(), key_pem.as_bytes())

@@ -7,6 +7,11 @@
 //! certificate. Never leaves a half-written file where a reader may find it;
 //! never deletes anything it did not write.
 //!
+//! In a cluster ([`share`]), the same files live in Redis too: taking a
+//! lock takes the cluster's lock as well and first brings in what the
+//! other processes stored, and every write is handed on to them; so N
+//! processes order a name once, whichever machine they run on.
+//!
 //! Layout:
 //! - `acme/<directory host>/account.json`: the ACME account credentials
 //! - `certs/<issuer>/<name>/{cert.pem,key.pem}`: certificates and keys
@@ -17,6 +22,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
@@ -35,12 +41,112 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> StorageError + '_ {
 #[derive(Debug, Clone)]
 pub struct Storage {
     root: PathBuf,
+    shared: Option<Arc<dyn Shared>>,
 }
 
-/// Held while a name is being worked on; the lock is released on drop.
-#[derive(Debug)]
+/// Held while a name is being worked on; the lock is released on drop
+/// (the cluster's after the file's, and after the writes made under it).
 pub struct StorageLock {
     _file: File,
+    _shared: Option<Box<dyn Send + Sync>>,
+}
+
+impl std::fmt::Debug for StorageLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorageLock").finish_non_exhaustive()
+    }
+}
+
+/// Storage the processes of a cluster share. Blocking: called from
+/// blocking threads only (as [`Storage::lock`] is).
+pub trait Shared: Send + Sync + std::fmt::Debug {
+    /// The cluster-wide lock for `name`, waiting while another process
+    /// holds it; released when the guard drops. Never fails: when the
+    /// cluster is out of reach it says so and the local lock alone holds.
+    fn lock(&self, name: &str) -> Option<Box<dyn Send + Sync>>;
+    /// Writes into `into` (with [`Storage::write_local`]) what the other
+    /// processes stored that differs here.
+    fn pull(&self, into: &Storage);
+    /// Hands a file written here to the others; queued, returns at once.
+    fn push(&self, rel: &str, data: &[u8]);
+    /// Tells the others to answer (or stop answering) an ACME challenge;
+    /// the receiver resolves once it is sent (or cannot be).
+    fn announce(&self, c: Challenge) -> tokio::sync::oneshot::Receiver<()>;
+}
+
+/// An ACME challenge answer shared by the process that orders, so that
+/// whichever instance the CA's validation reaches can answer it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Challenge {
+    Http {
+        token: String,
+        key_auth: String,
+    },
+    /// The key authorization's digest: each process makes its own
+    /// TLS-ALPN-01 certificate from it.
+    Alpn {
+        name: String,
+        digest: Vec<u8>,
+    },
+    HttpDone {
+        token: String,
+    },
+    AlpnDone {
+        name: String,
+    },
+}
+
+/// The challenge answers of every certificate manager of the process
+/// (a reload may run two for a while).
+static LIVE: std::sync::Mutex<Vec<std::sync::Weak<crate::Challenges>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Makes `c` answer the challenges other processes announce.
+pub fn answer_shared(c: &Arc<crate::Challenges>) {
+    let mut l = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    l.retain(|w| w.strong_count() > 0);
+    l.push(Arc::downgrade(c));
+}
+
+/// A challenge another process announced: answered here too.
+pub fn answer_remote(c: &Challenge) {
+    let alpn = match c {
+        Challenge::Alpn { name, digest } => match crate::acme::alpn_challenge_cert(name, digest) {
+            Ok(k) => Some(Arc::new(k)),
+            Err(e) => {
+                tracing::warn!("TLS-ALPN-01 answer for {name} from another instance: {e}");
+                return;
+            }
+        },
+        _ => None,
+    };
+    let live: Vec<_> = LIVE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .collect();
+    for ch in live {
+        match c {
+            Challenge::Http { token, key_auth } => ch.set_http01(token.clone(), key_auth.clone()),
+            Challenge::Alpn { name, .. } => {
+                if let Some(k) = &alpn {
+                    ch.set_alpn01(name.clone(), k.clone());
+                }
+            }
+            Challenge::HttpDone { token } => ch.remove_http01(token),
+            Challenge::AlpnDone { name } => ch.remove_alpn01(name),
+        }
+    }
+}
+
+static SHARED: OnceLock<Arc<dyn Shared>> = OnceLock::new();
+
+/// Shares every storage directory the process opens from now on with the
+/// cluster (once per process: a process is one member of a cluster).
+pub fn share(s: Arc<dyn Shared>) {
+    let _ = SHARED.set(s);
 }
 
 impl Storage {
@@ -55,6 +161,7 @@ impl Storage {
         mkdir(root)?;
         Ok(Storage {
             root: root.to_path_buf(),
+            shared: SHARED.get().cloned(),
         })
     }
 
@@ -77,8 +184,17 @@ impl Storage {
     }
 
     /// Writes a file atomically with mode 0600, creating parent directories
-    /// with mode 0700.
+    /// with mode 0700; in a cluster, hands it to the other processes too.
     pub fn write(&self, rel: &str, data: &[u8]) -> Result<(), StorageError> {
+        self.write_local(rel, data)?;
+        if let Some(s) = &self.shared {
+            s.push(rel, data);
+        }
+        Ok(())
+    }
+
+    /// Writes a file here only (what the cluster brings in).
+    pub fn write_local(&self, rel: &str, data: &[u8]) -> Result<(), StorageError> {
         let p = self.path(rel);
         let dir = p.parent().unwrap_or(&self.root).to_path_buf();
         mkdir(&dir)?;
@@ -109,6 +225,15 @@ impl Storage {
         result.map_err(io_err(&p))
     }
 
+    /// Tells the other processes of the cluster about a challenge this one
+    /// answers, and waits (briefly) until it is sent; nothing without one.
+    pub async fn announce(&self, c: Challenge) {
+        if let Some(s) = &self.shared {
+            let sent = s.announce(c);
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), sent).await;
+        }
+    }
+
     /// Names of the sub-directories of `rel` (empty when it does not exist).
     pub fn list_dirs(&self, rel: &str) -> Vec<String> {
         let Ok(rd) = fs::read_dir(self.path(rel)) else {
@@ -135,7 +260,15 @@ impl Storage {
             .open(&p)
             .map_err(io_err(&p))?;
         fs4::FileExt::lock(&f).map_err(io_err(&p))?;
-        Ok(StorageLock { _file: f })
+        let shared = self.shared.as_ref().and_then(|s| {
+            let g = s.lock(name);
+            s.pull(self);
+            g
+        });
+        Ok(StorageLock {
+            _file: f,
+            _shared: shared,
+        })
     }
 
     /// Where the certificate of `name` from `issuer` lives, relative to the root.

@@ -50,8 +50,10 @@ pub(crate) enum State {
 #[derive(Default)]
 pub(crate) struct RateSlot {
     pub(crate) bucket: Bucket,
-    /// Requests counted here since the last exchange.
+    /// Requests counted here since the last exchange, and when the last
+    /// of them was.
     pub(crate) pending: u64,
+    pub(crate) pending_ms: u64,
 }
 
 /// Requests in progress under one key: here, and in the other processes.
@@ -128,10 +130,9 @@ pub struct Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.table
-            .with_present_marked(&self.key, self.shared, |n| {
-                n.local = n.local.saturating_sub(1)
-            });
+        self.table.with_present_marked(&self.key, self.shared, |n| {
+            n.local = n.local.saturating_sub(1)
+        });
     }
 }
 
@@ -163,7 +164,11 @@ impl Limiter {
         l
     }
 
-    pub(crate) fn make(cfg: Arc<LimitConfig>, shared: Option<siphasher::sip::SipHasher13>, id: u64) -> Limiter {
+    pub(crate) fn make(
+        cfg: Arc<LimitConfig>,
+        shared: Option<siphasher::sip::SipHasher13>,
+        id: u64,
+    ) -> Limiter {
         let state = match cfg.kind {
             LimitKind::Rate {
                 per_sec_milli,
@@ -252,6 +257,7 @@ impl Limiter {
                 let counted = self.shared && !matches!(d, Decision::Refuse(_));
                 if counted {
                     slot.pending += 1;
+                    slot.pending_ms = now_ms;
                 }
                 (d, counted)
             }),

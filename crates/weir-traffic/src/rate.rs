@@ -111,29 +111,38 @@ impl Bucket {
         }
     }
 
-    /// Adds `n` requests another process let through, at `now_ms`: the
-    /// bucket fills as if they had come here (never refused: they were
-    /// answered; the debt drains before the next one here passes).
-    pub fn add_remote(&mut self, n: u64, rate: &Rate, now_ms: u64) {
+    /// Adds `n` requests another process let through at `at_ms` (its
+    /// last one; on this clock): the bucket fills as if they had come here
+    /// then, so news that arrives late costs no extra wait. Never refused:
+    /// they were answered; the debt drains before the next one here passes.
+    pub fn add_remote(&mut self, n: u64, rate: &Rate, at_ms: u64) {
         if n == 0 {
             return;
         }
+        let add = n.saturating_mul(1000);
         if !self.used {
             // As a first request here would: the first of them fills nothing.
             *self = Bucket {
-                excess: (n - 1).saturating_mul(1000),
-                last_ms: now_ms,
+                excess: add - 1000,
+                last_ms: at_ms,
                 used: true,
             };
             return;
         }
-        let elapsed = now_ms.saturating_sub(self.last_ms);
-        let drained = rate.per_sec_milli.saturating_mul(elapsed) / 1000;
-        self.excess = self
-            .excess
-            .saturating_sub(drained)
-            .saturating_add(n.saturating_mul(1000));
-        self.last_ms = self.last_ms.max(now_ms);
+        let drain = |ms: u64| rate.per_sec_milli.saturating_mul(ms) / 1000;
+        if at_ms >= self.last_ms {
+            self.excess = self
+                .excess
+                .saturating_sub(drain(at_ms - self.last_ms))
+                .saturating_add(add);
+            self.last_ms = at_ms;
+        } else {
+            // Before this bucket's last request: what they added has partly
+            // drained since.
+            self.excess = self
+                .excess
+                .saturating_add(add.saturating_sub(drain(self.last_ms - at_ms)));
+        }
     }
 
     /// The bucket's fill in requests, drained to `now_ms` (for `RateLimit`

@@ -70,11 +70,16 @@ pub(crate) fn limit_id(scope: &str, cfg: &LimitConfig) -> u64 {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ExchangeError {
-    #[error("a limit-count message of version {0} (this weir reads version {VERSION}): do all instances run the same weir?")]
+    #[error(
+        "a limit-count message of version {0} (this weir reads version {VERSION}): do all instances run the same weir?"
+    )]
     Version(u8),
     #[error("a limit-count message of {0} bytes is cut short")]
     Truncated(usize),
 }
+
+/// One process's requests in progress, by (limit id, key).
+type InProgress = HashMap<(u64, u64), u64>;
 
 /// Every shared limit of the process, and the other processes' requests
 /// in progress.
@@ -83,7 +88,7 @@ pub struct Exchange {
     /// Limits by id (a reload makes new ones beside the old for a while).
     limiters: Mutex<HashMap<u64, Vec<Weak<Limiter>>>>,
     /// Per other process: requests in progress per (limit, key).
-    remote: Mutex<HashMap<String, HashMap<(u64, u64), u64>>>,
+    remote: Mutex<HashMap<String, InProgress>>,
 }
 
 impl Exchange {
@@ -125,7 +130,7 @@ impl Exchange {
     /// What changed since the last call, as one message (`None`: nothing).
     /// With `full`, every key with requests in progress under a connection
     /// limit is sent too, so the others can drop counts they missed.
-    pub fn collect(&self, full: bool) -> Option<Vec<u8>> {
+    pub fn collect(&self, full: bool, now_ms: u64) -> Option<Vec<u8>> {
         let mut msg = vec![VERSION, full as u8];
         let mut put = |id: u64, key: u64, kind: u8, v: [u64; 3]| {
             msg.extend_from_slice(&id.to_le_bytes());
@@ -138,9 +143,12 @@ impl Exchange {
         for l in self.live() {
             let id = l.id;
             match &l.state {
+                // With how long ago the last of them was: the others count
+                // them from then, not from when the news arrives.
                 State::Rate(_, t) => t.drain_marked(|k, s| {
                     if s.pending > 0 {
-                        put(id, *k, RATE, [std::mem::take(&mut s.pending), 0, 0]);
+                        let age = now_ms.saturating_sub(s.pending_ms);
+                        put(id, *k, RATE, [std::mem::take(&mut s.pending), age, 0]);
                     }
                 }),
                 State::Concurrent(_, t) => {
@@ -178,7 +186,11 @@ impl Exchange {
             return Err(ExchangeError::Truncated(msg.len()));
         }
         let full = msg[1] == 1;
-        let limiters = self.limiters.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let limiters = self
+            .limiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let mut remote = self.remote.lock().unwrap_or_else(|e| e.into_inner());
         let theirs = remote.entry(from.to_string()).or_default();
         let mut seen = Vec::new();
@@ -212,7 +224,12 @@ impl Exchange {
                 .collect();
             for ((id, key), n) in gone {
                 theirs.remove(&(id, key));
-                for l in limiters.get(&id).into_iter().flatten().filter_map(Weak::upgrade) {
+                for l in limiters
+                    .get(&id)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Weak::upgrade)
+                {
                     l.remote_conns(key, n, 0);
                 }
             }
@@ -228,9 +245,18 @@ impl Exchange {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(from);
-        let limiters = self.limiters.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let limiters = self
+            .limiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         for ((id, key), n) in theirs.into_iter().flatten() {
-            for l in limiters.get(&id).into_iter().flatten().filter_map(Weak::upgrade) {
+            for l in limiters
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .filter_map(Weak::upgrade)
+            {
                 l.remote_conns(key, n, 0);
             }
         }
@@ -262,14 +288,20 @@ impl Limiter {
 
     fn remote_counts(&self, kind: u8, key: u64, v: [u64; 3], now_ms: u64) {
         match (&self.state, kind) {
-            (State::Rate(rate, t), RATE) => t.with(&key, |s| s.bucket.add_remote(v[0], &rate, now_ms)),
+            (State::Rate(rate, t), RATE) => {
+                let at = now_ms.saturating_sub(v[1]);
+                t.with(&key, |s| s.bucket.add_remote(v[0], rate, at))
+            }
             (State::Window(t), WINDOW) => {
                 let LimitKind::Window { period, .. } = &self.cfg.kind else {
                     return;
                 };
                 let p = period.as_millis() as u64;
                 t.with(&key, |c| {
-                    for (w, n) in [&mut c.requests, &mut c.errors, &mut c.bytes].into_iter().zip(v) {
+                    for (w, n) in [&mut c.requests, &mut c.errors, &mut c.bytes]
+                        .into_iter()
+                        .zip(v)
+                    {
                         if n > 0 {
                             w.add(p, now_ms, n);
                         }
@@ -321,12 +353,15 @@ mod tests {
         let ls: Vec<Arc<Limiter>> = (0..3)
             .map(|_| {
                 let id = limit_id("site a", &cfg(kind.clone()));
-                let l = Arc::new(Limiter::make(cfg(kind.clone()), Some(x.key_hasher()), id));
-                l
+                Arc::new(Limiter::make(cfg(kind.clone()), Some(x.key_hasher()), id))
             })
             .collect();
         let key = ls[0].key(&parts(), C);
-        assert_eq!(key, ls[2].key(&parts(), C), "every process keys a client alike");
+        assert_eq!(
+            key,
+            ls[2].key(&parts(), C),
+            "every process keys a client alike"
+        );
         let mut passed = 0;
         for step in 0..600u64 {
             let now = 1000 + step * 1000 / 60;
@@ -336,7 +371,7 @@ mod tests {
             }
             // Every 50 ms each sends what it counted to the other two.
             if step % 3 == 2 {
-                let msgs: Vec<Option<Vec<u8>>> = ls.iter().map(|l| collect_one(l)).collect();
+                let msgs: Vec<Option<Vec<u8>>> = ls.iter().map(|l| collect_one(l, now)).collect();
                 for (from, m) in msgs.iter().enumerate() {
                     for (to, l) in ls.iter().enumerate() {
                         if let (Some(m), true) = (m, from != to) {
@@ -351,7 +386,7 @@ mod tests {
 
     /// One limiter's part of a message (the test's processes share one
     /// exchange, so it is encoded by hand the same way).
-    fn collect_one(l: &Limiter) -> Option<Vec<u8>> {
+    fn collect_one(l: &Limiter, now: u64) -> Option<Vec<u8>> {
         let mut msg = vec![VERSION, 0];
         if let State::Rate(_, t) = &l.state {
             t.drain_marked(|k, s| {
@@ -359,7 +394,8 @@ mod tests {
                 msg.extend_from_slice(&k.to_le_bytes());
                 msg.push(RATE);
                 msg.extend_from_slice(&std::mem::take(&mut s.pending).to_le_bytes());
-                msg.extend_from_slice(&[0; 16]);
+                msg.extend_from_slice(&now.saturating_sub(s.pending_ms).to_le_bytes());
+                msg.extend_from_slice(&[0; 8]);
             });
         }
         (msg.len() > 2).then_some(msg)
@@ -386,9 +422,12 @@ mod tests {
         x.apply("b", &other, 0).unwrap();
         let first = l.admit(key, 0);
         assert_eq!(first.decision, Decision::Pass);
-        assert!(matches!(l.admit(key, 0).decision, Decision::Refuse(_)), "1 here + 1 there");
+        assert!(
+            matches!(l.admit(key, 0).decision, Decision::Refuse(_)),
+            "1 here + 1 there"
+        );
         // Its own count goes out, as the number in progress.
-        let m = x.collect(false).unwrap();
+        let m = x.collect(false, 0).unwrap();
         assert_eq!(m.len(), 2 + ENTRY);
         assert_eq!(u64::from_le_bytes(m[2 + 17..2 + 25].try_into().unwrap()), 1);
         x.forget("b");
@@ -401,6 +440,9 @@ mod tests {
         x.apply("b", &[VERSION, 1], 0).unwrap();
         assert_eq!(l.admit(key, 0).decision, Decision::Pass);
         assert_eq!(x.apply("b", &[9, 0], 0), Err(ExchangeError::Version(9)));
-        assert_eq!(x.apply("b", &[VERSION, 0, 1], 0), Err(ExchangeError::Truncated(3)));
+        assert_eq!(
+            x.apply("b", &[VERSION, 0, 1], 0),
+            Err(ExchangeError::Truncated(3))
+        );
     }
 }

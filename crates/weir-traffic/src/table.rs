@@ -263,10 +263,12 @@ mod tests {
                 ((), k % 2 == 0)
             });
         }
-        t.with_marked(&2, |s| ((), {
-            *s += 1;
-            true
-        }));
+        t.with_marked(&2, |s| {
+            ((), {
+                *s += 1;
+                true
+            })
+        });
         t.with_present_marked(&3, true, |s| *s += 1);
         let mut seen = Vec::new();
         t.drain_marked(|k, s| seen.push((*k, *s)));

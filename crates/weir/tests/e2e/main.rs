@@ -8,6 +8,7 @@ mod apps;
 mod cache;
 mod cert_files;
 mod cli;
+mod cluster;
 mod h2_parity;
 mod h3_proxy;
 mod h3_static;

@@ -1,0 +1,528 @@
+//! Three weir instances as one cluster through Debian's `redis-server`
+//! (installed with apt-get when missing), each on its own ports on
+//! loopback, a client spreading its requests over them:
+//! - a limit of 10 requests a second lets about 100 through in 10 s, not 300;
+//! - a purge on one instance is a miss on the others within 100 ms, and
+//!   the admin API says who acknowledged it;
+//! - Redis killed under load: no request fails, the limits count locally
+//!   (the log and the metrics say so), a purge waits and is replayed, and
+//!   once Redis is back the instances rejoin and count together again.
+//!
+//! The certificate half (one order for three instances) is in
+//! `acme_pebble.rs`, beside pebble.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use weir_test_support::poll::poll_until;
+use weir_test_support::ports::free_port;
+use weir_test_support::process::{Weir, read_all, status_of};
+
+use crate::WEIR;
+use crate::reload::admin;
+
+/// The secret the instances share in these tests.
+const KEY: &str = "e2e-cluster-secret-0123456789abcdef";
+
+fn ensure_redis() -> PathBuf {
+    let bin = PathBuf::from("/usr/bin/redis-server");
+    if bin.exists() {
+        return bin;
+    }
+    let st = Command::new("apt-get")
+        .args(["install", "-y", "-q", "redis-server"])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .expect("redis-server is missing and apt-get cannot run");
+    assert!(st.success(), "apt-get install redis-server failed");
+    assert!(bin.exists(), "redis-server still missing after apt-get");
+    bin
+}
+
+/// A `redis-server` on loopback, nothing saved; killed by PID on drop.
+pub(crate) struct Redis {
+    child: Option<Child>,
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Redis {
+    pub(crate) fn start() -> Redis {
+        let mut r = Redis {
+            child: None,
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+        };
+        r.restart();
+        r
+    }
+
+    /// Starts it (again) on the same port.
+    pub(crate) fn restart(&mut self) {
+        let bin = ensure_redis();
+        let log = std::fs::File::create(self.dir.path().join("redis.log")).unwrap();
+        let child = Command::new(bin)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(log)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        self.child = Some(child);
+        assert!(
+            poll_until(Duration::from_secs(10), || TcpStream::connect((
+                "127.0.0.1",
+                self.port
+            ))
+            .is_ok()),
+            "redis-server did not listen on {}",
+            self.port
+        );
+    }
+
+    pub(crate) fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The `[cluster]` section of instance `name`.
+pub(crate) fn cluster_section(redis: u16, name: &str) -> String {
+    format!(
+        "[cluster]\nredis = \"redis://127.0.0.1:{redis}\"\nkey = \"{KEY}\"\nname = \"{name}\"\n"
+    )
+}
+
+struct Instance {
+    w: Weir,
+    http: u16,
+    admin: u16,
+}
+
+/// Three instances serving `site` (the body of `[site."a.test"]`), each
+/// seeing the other two before it is returned.
+fn three(redis: u16, site: &str) -> Vec<Instance> {
+    let all: Vec<Instance> = ["w1", "w2", "w3"]
+        .iter()
+        .map(|name| {
+            let (http, adm) = (free_port(), free_port());
+            let cfg = format!(
+                "[server]\nworkers = 1\n[admin]\nlisten = \"127.0.0.1:{adm}\"\n{}\n\
+                 [site.\"a.test\"]\nlisten = \"127.0.0.1:{http}\"\n{site}\n",
+                cluster_section(redis, name)
+            );
+            Instance {
+                w: Weir::start(WEIR, &cfg, &[http, adm]),
+                http,
+                admin: adm,
+            }
+        })
+        .collect();
+    for i in &all {
+        assert!(
+            poll_until(Duration::from_secs(10), || metric(
+                i.admin,
+                "weir_cluster_instances"
+            ) == Some(3.0)),
+            "an instance does not see the other two:\n{}",
+            i.w.stderr()
+        );
+    }
+    all
+}
+
+/// A metric's value (without labels).
+fn metric(admin_port: u16, name: &str) -> Option<f64> {
+    let (_, body) = admin(admin_port, "GET", "/metrics", "");
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// `(status, response text)` of a request with `Host: a.test` on a new
+/// connection; status 0 when there is no answer (a refused connection too).
+fn get(port: u16, path: &str, method: &str) -> (u16, String) {
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n");
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, "connection refused".into());
+    };
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    if s.write_all(req.as_bytes()).is_err() {
+        return (0, "connection reset".into());
+    }
+    let resp = read_all(&mut s);
+    (
+        status_of(&resp),
+        String::from_utf8_lossy(&resp).into_owned(),
+    )
+}
+
+/// Answers of an open-loop client: a GET every `1/per_sec` s whatever the
+/// answers, round robin over `ports`; (when, port, status: 0 for none).
+struct Spread {
+    answers: Arc<Mutex<Vec<(Instant, u16, u16)>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Spread {
+    fn start(ports: Vec<u16>, per_sec: u32) -> Spread {
+        let answers: Arc<Mutex<Vec<(Instant, u16, u16)>>> = Default::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (a, s) = (answers.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let every = Duration::from_secs(1) / per_sec;
+            let mut n = 0u32;
+            let mut inflight = Vec::new();
+            while !s.load(Ordering::Relaxed) {
+                let at = t0 + every * n;
+                if let Some(wait) = at.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                let port = ports[n as usize % ports.len()];
+                let a = a.clone();
+                // Each on a thread: a slow answer delays no other request.
+                inflight.push(std::thread::spawn(move || {
+                    let (st, _) = get(port, "/", "GET");
+                    a.lock().unwrap().push((Instant::now(), port, st));
+                }));
+                n += 1;
+            }
+            for t in inflight {
+                let _ = t.join();
+            }
+        });
+        Spread {
+            answers,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Statuses answered in `[from, to)`.
+    fn between(&self, from: Instant, to: Instant) -> Vec<(u16, u16)> {
+        self.answers
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(t, ..)| *t >= from && *t < to)
+            .map(|(_, p, s)| (*p, *s))
+            .collect()
+    }
+
+    fn finish(mut self) -> Vec<(Instant, u16, u16)> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        self.answers.lock().unwrap().clone()
+    }
+}
+
+fn www() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("index.html"), "hello\n").unwrap();
+    d
+}
+
+#[test]
+fn a_limit_counts_once_across_three_instances() {
+    let redis = Redis::start();
+    let www = www();
+    let site = format!(
+        "root = \"{}\"\nlimit = [{{ rate = \"10r/s\" }}]",
+        www.path().display()
+    );
+    let all = three(redis.port, &site);
+    let ports: Vec<u16> = all.iter().map(|i| i.http).collect();
+    // 60 a second for 10 s, 20 a second to each instance: alone, each
+    // would let 10 a second through (300 in all).
+    let spread = Spread::start(ports.clone(), 60);
+    std::thread::sleep(Duration::from_secs(10));
+    let answers = spread.finish();
+    let ok = answers.iter().filter(|a| a.2 == 200).count();
+    let refused = answers.iter().filter(|a| a.2 == 429).count();
+    assert_eq!(
+        ok + refused,
+        answers.len(),
+        "answers other than 200 and 429"
+    );
+    assert!(
+        (90..=110).contains(&ok),
+        "{ok} of {} passed a 10 r/s limit in 10 s",
+        answers.len()
+    );
+    for p in ports {
+        assert!(
+            answers.iter().any(|a| a.1 == p && a.2 == 429),
+            "instance on {p} refused nothing"
+        );
+    }
+}
+
+/// An origin answering every request with a cacheable body naming its number.
+fn origin() -> (u16, Arc<Mutex<usize>>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let n: Arc<Mutex<usize>> = Default::default();
+    let count = n.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let count = count.clone();
+            std::thread::spawn(move || serve_origin(s, count));
+        }
+    });
+    (port, n)
+}
+
+fn serve_origin(mut s: TcpStream, count: Arc<Mutex<usize>>) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+            match s.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        buf.drain(..end);
+        let n = {
+            let mut c = count.lock().unwrap();
+            *c += 1;
+            *c
+        };
+        let body = format!("origin answer #{n}\n");
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if s.write_all(resp.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn cache_status(resp: &str) -> String {
+    resp.lines()
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| {
+            l.strip_prefix("cache-status: ")
+                .or_else(|| l.strip_prefix("Cache-Status: "))
+        })
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Polls `port` for `path` until it is not a hit; how long that took.
+fn until_miss(port: u16, path: &str, from: Instant) -> Duration {
+    loop {
+        let (st, r) = get(port, path, "GET");
+        assert_eq!(st, 200, "{r}");
+        if !cache_status(&r).contains("hit") {
+            return from.elapsed();
+        }
+        assert!(
+            from.elapsed() < Duration::from_secs(5),
+            "still a hit on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn a_purge_on_one_instance_is_a_miss_on_the_others_within_100ms() {
+    let redis = Redis::start();
+    let (o, _) = origin();
+    let site = format!(
+        "proxy = {{ to = [\"127.0.0.1:{o}\"] }}\ncache = {{ purge_from = [\"127.0.0.1\"] }}"
+    );
+    let all = three(redis.port, &site);
+    let warm = |path: &str| {
+        for i in &all {
+            get(i.http, path, "GET");
+            let (_, r) = get(i.http, path, "GET");
+            assert!(cache_status(&r).contains("hit"), "{r}");
+        }
+    };
+
+    // The admin API on w1: the others drop it and say so.
+    warm("/a");
+    let t0 = Instant::now();
+    let (st, body) = admin(
+        all[0].admin,
+        "POST",
+        "/cache/purge",
+        r#"{"url": "http://a.test/a"}"#,
+    );
+    let answered = t0.elapsed();
+    assert_eq!(st, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["purged"], 1, "{body}");
+    let mut acked: Vec<&str> = v["cluster"]["acked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    acked.sort();
+    assert_eq!(acked, ["w2", "w3"], "{body}");
+    assert_eq!(v["cluster"]["missing"], serde_json::json!([]), "{body}");
+    assert!(
+        answered < Duration::from_millis(100),
+        "acknowledged after {answered:?}"
+    );
+    for i in &all[1..] {
+        let (_, r) = get(i.http, "/a", "GET");
+        assert!(
+            !cache_status(&r).contains("hit"),
+            "still a hit on {}: {r}",
+            i.http
+        );
+    }
+
+    // PURGE on w2, the others watched as it happens.
+    warm("/b");
+    let t0 = Instant::now();
+    let watchers: Vec<_> = [all[0].http, all[2].http]
+        .into_iter()
+        .map(|p| std::thread::spawn(move || until_miss(p, "/b", t0)))
+        .collect();
+    let (st, r) = get(all[1].http, "/b", "PURGE");
+    assert_eq!(st, 200, "{r}");
+    for w in watchers {
+        let took = w.join().unwrap();
+        assert!(
+            took < Duration::from_millis(100),
+            "a miss only after {took:?}"
+        );
+    }
+    for i in &all[1..] {
+        assert!(
+            i.w.stderr().contains(
+                "cluster: cache purge of url http://a.test/a from w1: 1 responses removed"
+            ),
+            "{}",
+            i.w.stderr()
+        );
+    }
+}
+
+#[test]
+fn redis_killed_under_load_fails_nothing_and_the_instances_rejoin() {
+    let mut redis = Redis::start();
+    let www = www();
+    let site = format!(
+        "root = \"{}\"\nlimit = [{{ rate = \"10r/s\" }}]",
+        www.path().display()
+    );
+    let all = three(redis.port, &site);
+    let ports: Vec<u16> = all.iter().map(|i| i.http).collect();
+    let spread = Spread::start(ports, 60);
+    std::thread::sleep(Duration::from_secs(2));
+
+    redis.kill();
+    for i in &all {
+        assert!(
+            poll_until(Duration::from_secs(5), || metric(
+                i.admin,
+                "weir_cluster_up"
+            ) == Some(0.0)),
+            "weir_cluster_up is not 0 with Redis gone"
+        );
+        assert!(
+            i.w.wait_log("is out of reach", Duration::from_secs(5)),
+            "{}",
+            i.w.stderr()
+        );
+    }
+    let (_, body) = admin(all[0].admin, "GET", "/cluster", "");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["connected"], false, "{body}");
+    // A purge now waits for Redis.
+    let (st, body) = admin(
+        all[0].admin,
+        "POST",
+        "/cache/purge",
+        r#"{"url": "http://a.test/x"}"#,
+    );
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("\"queued\": true"), "{body}");
+    // Alone, each instance lets its own 10 a second through.
+    let from = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    let alone = spread.between(from, Instant::now());
+    let ok = alone.iter().filter(|a| a.1 == 200).count();
+    assert!(
+        (70..=100).contains(&ok),
+        "{ok} passed in 3 s counting locally"
+    );
+
+    redis.restart();
+    for i in &all {
+        assert!(
+            poll_until(Duration::from_secs(10), || metric(
+                i.admin,
+                "weir_cluster_up"
+            ) == Some(1.0)
+                && metric(i.admin, "weir_cluster_instances") == Some(3.0)),
+            "did not rejoin:\n{}",
+            i.w.stderr()
+        );
+    }
+    assert!(
+        all[0]
+            .w
+            .wait_log("1 queued purges sent", Duration::from_secs(5)),
+        "{}",
+        all[0].w.stderr()
+    );
+    for i in &all[1..] {
+        assert!(
+            i.w.wait_log(
+                "cache purge of url http://a.test/x from w1",
+                Duration::from_secs(5)
+            ),
+            "{}",
+            i.w.stderr()
+        );
+    }
+    // Together again: about 10 a second in all.
+    std::thread::sleep(Duration::from_secs(1));
+    let from = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    let together = spread.between(from, Instant::now());
+    let ok = together.iter().filter(|a| a.1 == 200).count();
+    assert!(
+        (22..=40).contains(&ok),
+        "{ok} passed in 3 s counting together"
+    );
+
+    let answers = spread.finish();
+    let failed: Vec<_> = answers
+        .iter()
+        .filter(|a| a.2 != 200 && a.2 != 429)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} requests failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    assert!(answers.len() > 400, "{} answers", answers.len());
+}
