@@ -4,7 +4,8 @@
 # 1. installs what the end-to-end tests talk to (curl, nginx for the harness
 #    smoke test, Varnish and HAProxy for its caching scenarios, php-fpm and
 #    Apache for the PHP tests and scenario, h2load,
-#    pebble for ACME, chromium for the run report page,
+#    pebble for ACME, redis-server for the cluster tests, chromium for the
+#    run report page,
 #    systemd's systemd-analyze, passwd's useradd and binutils' objcopy for
 #    the Debian package test) from Debian's packages when missing,
 #    pebble v2.10.1 (ACME Renewal Information) with `go install`,
@@ -25,6 +26,7 @@ command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v h2load >/dev/null 2>&1 || need+=(nghttp2-client)
 command -v pebble >/dev/null 2>&1 || need+=(pebble)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)

@@ -693,3 +693,148 @@ fn base64_lines(der: &[u8]) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// Three instances in a cluster (one Redis, a storage directory each),
+/// configured for the same new name: one order in all, taken by B or C
+/// while pebble validates TLS-ALPN-01 on A's port only, so A answers the
+/// challenge the orderer shared; all three then serve the same
+/// certificate, and no key is in Redis in the clear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_in_a_cluster_order_once_and_serve_the_same_certificate() {
+    install_crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let ports = [free_port(), free_port(), free_port()];
+    let pebble = Pebble::start(dir.path(), free_port(), ports[0], 3600);
+    let www = www(dir.path());
+    let name = "weir-cluster.example.com";
+    let redis = crate::cluster::Redis::start();
+    // The name's lock, held by the test until all three wait for it.
+    let host = pebble
+        .dir_url
+        .split("://")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    let lock = format!("weir:lock:acme-{}-{name}", host.replace(':', "-"));
+    let cli = |args: &[&str]| {
+        let out = Command::new("redis-cli")
+            .args(["-p", &redis.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli (it comes with redis-server)");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(cli(&["SET", &lock, "the-test", "PX", "60000"]).trim(), "OK");
+    let all: Vec<Weir> = ports
+        .iter()
+        .zip(["a", "b", "c"])
+        .map(|(&port, n)| {
+            let d = dir.path().join(n);
+            std::fs::create_dir_all(&d).unwrap();
+            let cfg = acme_config(
+                &pebble,
+                &d.join("storage"),
+                &www,
+                name,
+                port,
+                0,
+                "tls-alpn-01",
+            )
+            .replace("http_redirect = \"127.0.0.1:0\"\n", "")
+                + &crate::cluster::cluster_section(redis.port, n);
+            Weir::start(WEIR, &d, &cfg, port)
+        })
+        .collect();
+    for w in &all {
+        assert!(
+            w.wait_log(
+                "is held by another instance; waiting",
+                Duration::from_secs(20)
+            ),
+            "{}",
+            w.logs()
+        );
+    }
+    // A cannot take the lock while stopped: B or C orders.
+    let signal = |sig: &str, w: &Weir| {
+        assert!(
+            Command::new("kill")
+                .args([sig, &w.child.id().to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    signal("-STOP", &all[0]);
+    cli(&["DEL", &lock]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !all[1..]
+        .iter()
+        .any(|w| w.logs().contains("ordering a certificate"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "nobody ordered:\n{}\n{}",
+            all[1].logs(),
+            all[2].logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    signal("-CONT", &all[0]);
+
+    let roots = pebble.issuing_root().await;
+    let mut leaves = Vec::new();
+    for (w, &port) in all.iter().zip(&ports) {
+        leaves.push(
+            wait_for_cert(
+                w,
+                ([127, 0, 0, 1], port).into(),
+                name,
+                &roots,
+                Duration::from_secs(60),
+            )
+            .await,
+        );
+    }
+    assert!(
+        leaves.iter().all(|l| *l == leaves[0]),
+        "the instances serve different certificates"
+    );
+    // A answered the challenge another instance shared.
+    assert!(
+        all[0].logs().contains("cluster: ACME challenge from"),
+        "{}",
+        all[0].logs()
+    );
+    // A window in which a wrongful second order would show: an absence
+    // cannot be polled for.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let logs: Vec<String> = all.iter().map(|w| w.logs()).collect();
+    let orders: usize = logs
+        .iter()
+        .map(|l| l.matches("ordering a certificate").count())
+        .sum();
+    assert_eq!(orders, 1, "{logs:#?}");
+    let plog = std::fs::read_to_string(dir.path().join("pebble.log")).unwrap();
+    assert_eq!(plog.matches("Added order").count(), 1, "{plog}");
+    // Stored in Redis, encrypted: the key's PEM armour is nowhere in it.
+    let fields = cli(&["HKEYS", "weir:storage"]);
+    assert!(fields.contains(&format!("/{name}/key.pem")), "{fields}");
+    let dump = Command::new("redis-cli")
+        .args([
+            "-p",
+            &redis.port.to_string(),
+            "--no-raw",
+            "HGETALL",
+            "weir:storage",
+        ])
+        .output()
+        .unwrap()
+        .stdout;
+    assert!(
+        !String::from_utf8_lossy(&dump).contains("PRIVATE KEY"),
+        "a key in the clear in Redis"
+    );
+}
