@@ -39,11 +39,13 @@ pub enum StartError {
 /// A free loopback port for an instance, below the kernel's ephemeral
 /// range: a port from that range may be taken by an outgoing connection
 /// (weir's own, to another instance) while its instance is stopped, and
-/// the next start could not bind it. Never the same port twice in one
-/// process. The kernel's choice when nothing below is free.
+/// the next start could not bind it. None of the last [`RECENT`] ports
+/// given is given again (one may still be held by a process draining).
+/// The kernel's choice when nothing below is free.
 pub fn free_port() -> std::io::Result<u16> {
+    use std::collections::VecDeque;
     use std::sync::Mutex;
-    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    static GIVEN: Mutex<VecDeque<u16>> = Mutex::new(VecDeque::new());
     const LOWEST: u16 = 10_000;
     let below = ephemeral_start().max(LOWEST + 1);
     let span = u32::from(below - LOWEST);
@@ -56,13 +58,20 @@ pub fn free_port() -> std::io::Result<u16> {
             continue;
         }
         if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            given.push(port);
+            if given.len() == RECENT {
+                given.pop_front();
+            }
+            given.push_back(port);
             return Ok(port);
         }
     }
     let l = std::net::TcpListener::bind(("127.0.0.1", 0))?;
     Ok(l.local_addr()?.port())
 }
+
+/// Ports [`free_port`] keeps from giving again: a bound, so a process that
+/// restarts instances for months still finds ports below the ephemeral range.
+const RECENT: usize = 1024;
 
 /// The first port of `net.ipv4.ip_local_port_range` (32768 by default).
 fn ephemeral_start() -> u16 {

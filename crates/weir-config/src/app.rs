@@ -161,7 +161,7 @@ mod tests {
         let cfg = crate::load_str("weir.toml", toml, std::path::Path::new("/srv/conf"))
             .map_err(|e| e.to_string())?;
         match &cfg.sites[0].handler {
-            HandlerConfig::App(a, _) => Ok((**a).clone()),
+            HandlerConfig::App(a) => Ok((**a).clone()),
             h => panic!("not an app: {h:?}"),
         }
     }

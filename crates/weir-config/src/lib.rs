@@ -211,8 +211,8 @@ pub enum HandlerConfig {
     Proxy(Arc<proxy::ProxyConfig>),
     /// Scripts through FastCGI (PHP-FPM), other files of the root as static files.
     FastCgi(Arc<fastcgi::FastCgiConfig>),
-    /// An application weir runs, proxied to with `proxy`'s settings.
-    App(Arc<app::AppConfig>, Arc<proxy::ProxyConfig>),
+    /// An application weir runs, proxied to with the proxy's defaults.
+    App(Arc<app::AppConfig>),
     /// A redirect to a URL made from the request.
     Redirect(traffic::Redirect),
     /// A fixed answer.
@@ -237,7 +237,7 @@ impl HandlerConfig {
     /// The site's app: its own handler, or the fallback of its routes.
     pub fn app(&self) -> Option<&Arc<app::AppConfig>> {
         match self {
-            HandlerConfig::App(a, _) => Some(a),
+            HandlerConfig::App(a) => Some(a),
             HandlerConfig::Routes {
                 fallback: Some(f), ..
             } => f.app(),
@@ -581,9 +581,7 @@ pub fn load_str_with(
                         );
                     }
                 }
-                app::app(&mut c, &name, a, base).map(|cfg| {
-                    HandlerConfig::App(Arc::new(cfg), Arc::new(proxy::ProxyConfig::defaults()))
-                })
+                app::app(&mut c, &name, a, base).map(|cfg| HandlerConfig::App(Arc::new(cfg)))
             }
             None => own,
         };

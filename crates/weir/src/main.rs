@@ -518,7 +518,16 @@ fn app_restart(
             .flatten()
             .map(|p| p.to_string())
             .collect();
-        println!("app {name}: restarted; processes now {}", pids.join(", "));
+        if pids.is_empty() {
+            // Scaled to zero (or between starts): the next start runs the
+            // current settings anyway.
+            println!(
+                "app {name}: nothing to restart: no process runs (phase: {})",
+                answer["app"]["phase"].as_str().unwrap_or("unknown")
+            );
+        } else {
+            println!("app {name}: restarted; processes now {}", pids.join(", "));
+        }
         return Ok(ExitCode::SUCCESS);
     }
     match answer["error"].as_str() {

@@ -203,7 +203,7 @@ pub(super) fn build_handler(
             });
             Handler::FastCgi(app, files)
         }
-        HandlerConfig::App(cfg, template) => {
+        HandlerConfig::App(cfg) => {
             let same = b
                 .previous
                 .iter()
@@ -214,11 +214,14 @@ pub(super) fn build_handler(
             match same {
                 Some(a) => Handler::App(a),
                 None => Handler::App(
-                    weir_apps::App::start(cfg.clone(), template, b.workers).map_err(|source| {
-                        SiteError::App {
-                            site: site.to_string(),
-                            source,
-                        }
+                    weir_apps::App::start(
+                        cfg.clone(),
+                        &weir_config::proxy::ProxyConfig::defaults(),
+                        b.workers,
+                    )
+                    .map_err(|source| SiteError::App {
+                        site: site.to_string(),
+                        source,
                     })?,
                 ),
             }

@@ -138,6 +138,28 @@ async fn open_loop(
     )
 }
 
+/// [`open_loop`] on a runtime of its own while the test goes on.
+struct Load {
+    rt: tokio::runtime::Runtime,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<(u64, u64, u64)>,
+}
+
+impl Load {
+    fn start(port: u16, every: Duration) -> Load {
+        let rt = runtime();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = rt.spawn(open_loop(port, every, stop.clone()));
+        Load { rt, stop, task }
+    }
+
+    /// Stops sending; (200s, other statuses, errors) once all are answered.
+    fn finish(self) -> (u64, u64, u64) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.rt.block_on(self.task).unwrap()
+    }
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -161,9 +183,7 @@ fn five_rolling_restarts_under_open_loop_load_lose_nothing() {
     );
     assert!(poll_until(Duration::from_secs(20), || apps(adm)["ready"] == 2));
     let first = pids(&apps(adm));
-    let rt = runtime();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let load = rt.spawn(open_loop(site, Duration::from_millis(4), stop.clone()));
+    let load = Load::start(site, Duration::from_millis(4));
     std::thread::sleep(Duration::from_millis(500));
     for i in 0..5 {
         let out = std::process::Command::new(WEIR)
@@ -179,8 +199,7 @@ fn five_rolling_restarts_under_open_loop_load_lose_nothing() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("restarted; processes now"));
     }
     std::thread::sleep(Duration::from_millis(500));
-    stop.store(true, Ordering::SeqCst);
-    let (ok, bad, failed) = rt.block_on(load).unwrap();
+    let (ok, bad, failed) = load.finish();
     assert!(ok > 1000, "only {ok} requests answered");
     assert_eq!((bad, failed), (0, 0), "{ok} answered");
 
@@ -277,6 +296,19 @@ fn from_zero_a_hundred_first_requests_start_one_process_and_idle_stops_it() {
     assert!(poll_until(Duration::from_secs(10), || apps(adm)["phase"] == "idle"));
     assert!(poll_until(Duration::from_secs(5), || group(pid).is_empty()));
     assert!(w.stderr().contains("idle for 2s; stopping its instances"));
+    // A restart with nothing running starts nothing, and says so.
+    let out = std::process::Command::new(WEIR)
+        .args(["app", "restart", &format!("127.0.0.1:{site}")])
+        .args(["--admin", &format!("127.0.0.1:{adm}")])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("nothing to restart: no process runs (phase: idle)"),
+        "{said}"
+    );
+    assert_eq!(apps(adm)["starts"], 1);
     // And the next request wakes it.
     assert_eq!(get(site, "/").0, 200);
     assert_eq!(apps(adm)["starts"], 2);
@@ -293,9 +325,7 @@ fn a_killed_instance_comes_back_and_gets_see_no_error() {
     );
     assert!(poll_until(Duration::from_secs(20), || apps(adm)["ready"] == 2));
     let before = pids(&apps(adm));
-    let rt = runtime();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let load = rt.spawn(open_loop(site, Duration::from_millis(2), stop.clone()));
+    let load = Load::start(site, Duration::from_millis(2));
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         std::process::Command::new("kill")
@@ -313,8 +343,7 @@ fn a_killed_instance_comes_back_and_gets_see_no_error() {
         apps(adm)
     );
     std::thread::sleep(Duration::from_millis(300));
-    stop.store(true, Ordering::SeqCst);
-    let (ok, bad, failed) = rt.block_on(load).unwrap();
+    let (ok, bad, failed) = load.finish();
     assert!(ok > 200, "only {ok}");
     assert_eq!((bad, failed), (0, 0), "{ok} answered");
     let after = pids(&apps(adm));
