@@ -407,6 +407,16 @@ struct CompareArgs {
     /// `'limit = [{ rate = "100000r/s" }]'`.
     #[arg(long, value_name = "TOML")]
     weir_site_keys: Option<String>,
+    /// TOML lines added to weir-b's site, for an A/B of one feature set up
+    /// two ways (for example a limit counted locally against one shared
+    /// through `[cluster]`).
+    #[arg(long, value_name = "TOML", requires = "weir_b")]
+    weir_b_site_keys: Option<String>,
+    /// Top-level TOML sections added to weir's config (not weir-b's), for
+    /// example `'[cluster]\nredis = "redis://127.0.0.1:6379"\nkey = "…"'`;
+    /// whatever they need (a Redis) is started by hand.
+    #[arg(long, value_name = "TOML")]
+    weir_sections: Option<String>,
     /// Measure a round again (every server of it) when the hypervisor stole
     /// more than this percentage of the machine's CPU during one of its
     /// repeats (shared VMs; 100 turns it off).
@@ -525,6 +535,8 @@ fn run_compare(a: CompareArgs) -> Result<()> {
         weir_accept: a.weir_accept,
         weir_b_accept: a.weir_b_accept,
         weir_site_keys: a.weir_site_keys,
+        weir_b_site_keys: a.weir_b_site_keys,
+        weir_sections: a.weir_sections,
         max_stolen_pct: a.max_stolen,
         stolen_retries: a.stolen_retries,
         copy_bodies: a.copy_bodies,

@@ -120,6 +120,10 @@ pub struct CompareConfig {
     pub weir_b_accept: Option<String>,
     /// TOML lines added to weir's site, not weir-b's (an A/B of a feature).
     pub weir_site_keys: Option<String>,
+    /// TOML lines added to weir-b's site (the same feature, set up otherwise).
+    pub weir_b_site_keys: Option<String>,
+    /// Top-level TOML sections added to weir's config, not weir-b's.
+    pub weir_sections: Option<String>,
     /// A round in which the hypervisor stole more than this share of the
     /// machine's CPU (percent) during any server's measured seconds is
     /// measured again, all of its servers, up to `stolen_retries` times.
@@ -154,6 +158,8 @@ impl CompareConfig {
             weir_accept: None,
             weir_b_accept: None,
             weir_site_keys: None,
+            weir_b_site_keys: None,
+            weir_sections: None,
             max_stolen_pct: 10.0,
             stolen_retries: 2,
             copy_bodies: false,
@@ -175,6 +181,15 @@ impl CompareConfig {
     pub fn site_keys_for(&self, server: servers::ServerKind) -> Option<String> {
         match server {
             servers::ServerKind::Weir => self.weir_site_keys.clone(),
+            servers::ServerKind::WeirB => self.weir_b_site_keys.clone(),
+            _ => None,
+        }
+    }
+
+    /// The extra top-level sections a server runs with (weir's only).
+    pub fn sections_for(&self, server: servers::ServerKind) -> Option<String> {
+        match server {
+            servers::ServerKind::Weir => self.weir_sections.clone(),
             _ => None,
         }
     }
@@ -666,6 +681,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                         workers: cfg.workers,
                         weir_accept: cfg.accept_for(server),
                         weir_site_keys: cfg.site_keys_for(server),
+                        weir_sections: cfg.sections_for(server),
                         tmp: tmp.0.clone(),
                     }
                 };
@@ -997,6 +1013,7 @@ fn start_tls_backend(
         workers: cfg.workers,
         weir_accept: None,
         weir_site_keys: None,
+        weir_sections: None,
         access_log: None,
         max_connections: scenarios::max_connections(),
         tmp: assets.tmp.clone(),
@@ -1593,6 +1610,7 @@ fn run_startup(
             workers: cfg.workers,
             weir_accept: cfg.accept_for(server),
             weir_site_keys: cfg.site_keys_for(server),
+            weir_sections: cfg.sections_for(server),
             access_log: None,
             max_connections: scenarios::max_connections(),
             tmp: tmp.to_path_buf(),
@@ -1673,6 +1691,7 @@ fn run_idle(
                 workers: cfg.workers,
                 weir_accept: cfg.accept_for(server),
                 weir_site_keys: cfg.site_keys_for(server),
+                weir_sections: cfg.sections_for(server),
                 access_log: None,
                 max_connections: scenarios::max_connections(),
                 tmp: assets.tmp.clone(),
@@ -1910,6 +1929,7 @@ mod tests {
             workers: 2,
             weir_accept: None,
             weir_site_keys: None,
+            weir_sections: None,
             access_log: None,
             max_connections: 19_000,
             tmp: PathBuf::new(),

@@ -206,6 +206,18 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
             "weir's site had these keys added (`--weir-site-keys`); weir-b's did not:\n\n```toml\n{k}\n```\n"
         );
     }
+    if let Some(k) = &cfg.weir_b_site_keys {
+        let _ = writeln!(
+            o,
+            "weir-b's site had these keys added (`--weir-b-site-keys`):\n\n```toml\n{k}\n```\n"
+        );
+    }
+    if let Some(k) = &cfg.weir_sections {
+        let _ = writeln!(
+            o,
+            "weir's config had these sections added (`--weir-sections`); weir-b's did not:\n\n```toml\n{k}\n```\n"
+        );
+    }
     if let Some(a) = &cfg.weir_b_accept {
         let _ = writeln!(
             o,

@@ -184,6 +184,8 @@ pub struct ServerSetup {
     pub weir_accept: Option<String>,
     /// Extra keys for weir's site (`--weir-site-keys`).
     pub weir_site_keys: Option<String>,
+    /// Extra top-level sections for weir's config (`--weir-sections`).
+    pub weir_sections: Option<String>,
     /// Write an access log line per request to this file (features-on row).
     pub access_log: Option<PathBuf>,
     /// The most connections any case of the run opens at once.
@@ -828,6 +830,9 @@ fn weir_config(s: &ServerSetup) -> String {
         // `max_size=256m` are.
         let _ = writeln!(o, "\n[cache]\nmemory = \"256MiB\"");
     }
+    if let Some(sections) = &s.weir_sections {
+        let _ = writeln!(o, "\n{sections}");
+    }
     let site = |o: &mut String, name: &str, what: String| {
         let _ = write!(
             o,
@@ -1416,6 +1421,7 @@ mod tests {
             workers: 1,
             weir_accept: None,
             weir_site_keys: None,
+            weir_sections: None,
             access_log: log.then(|| PathBuf::from("/run/x/access.log")),
             max_connections: 10_000,
             tmp: PathBuf::from("/dev/shm/wb"),
