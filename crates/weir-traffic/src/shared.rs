@@ -224,14 +224,7 @@ impl Exchange {
                 .collect();
             for ((id, key), n) in gone {
                 theirs.remove(&(id, key));
-                for l in limiters
-                    .get(&id)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Weak::upgrade)
-                {
-                    l.remote_conns(key, n, 0);
-                }
+                ended(&limiters, id, key, n);
             }
         }
         Ok(())
@@ -251,14 +244,7 @@ impl Exchange {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         for ((id, key), n) in theirs.into_iter().flatten() {
-            for l in limiters
-                .get(&id)
-                .into_iter()
-                .flatten()
-                .filter_map(Weak::upgrade)
-            {
-                l.remote_conns(key, n, 0);
-            }
+            ended(&limiters, id, key, n);
         }
     }
 
@@ -274,6 +260,19 @@ impl Exchange {
         for n in names {
             self.forget(&n);
         }
+    }
+}
+
+/// Another process's `n` requests in progress under `key` of limit `id`
+/// no longer count.
+fn ended(limiters: &HashMap<u64, Vec<Weak<Limiter>>>, id: u64, key: u64, n: u64) {
+    for l in limiters
+        .get(&id)
+        .into_iter()
+        .flatten()
+        .filter_map(Weak::upgrade)
+    {
+        l.remote_conns(key, n, 0);
     }
 }
 

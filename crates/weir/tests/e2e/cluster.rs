@@ -234,21 +234,23 @@ impl Spread {
     }
 }
 
-fn www() -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(d.path().join("index.html"), "hello\n").unwrap();
-    d
-}
-
-#[test]
-fn a_limit_counts_once_across_three_instances() {
-    let redis = Redis::start();
-    let www = www();
+/// Three instances serving a page under a limit of 10 requests a second
+/// per client (and the page's folder, kept while they run).
+fn three_limited(redis: &Redis) -> (tempfile::TempDir, Vec<Instance>) {
+    let www = tempfile::tempdir().unwrap();
+    std::fs::write(www.path().join("index.html"), "hello\n").unwrap();
     let site = format!(
         "root = \"{}\"\nlimit = [{{ rate = \"10r/s\" }}]",
         www.path().display()
     );
     let all = three(redis.port, &site);
+    (www, all)
+}
+
+#[test]
+fn a_limit_counts_once_across_three_instances() {
+    let redis = Redis::start();
+    let (_www, all) = three_limited(&redis);
     let ports: Vec<u16> = all.iter().map(|i| i.http).collect();
     // 60 a second for 10 s, 20 a second to each instance: alone, each
     // would let 10 a second through (300 in all).
@@ -426,12 +428,7 @@ fn a_purge_on_one_instance_is_a_miss_on_the_others_within_100ms() {
 #[test]
 fn redis_killed_under_load_fails_nothing_and_the_instances_rejoin() {
     let mut redis = Redis::start();
-    let www = www();
-    let site = format!(
-        "root = \"{}\"\nlimit = [{{ rate = \"10r/s\" }}]",
-        www.path().display()
-    );
-    let all = three(redis.port, &site);
+    let (_www, all) = three_limited(&redis);
     let ports: Vec<u16> = all.iter().map(|i| i.http).collect();
     let spread = Spread::start(ports, 60);
     std::thread::sleep(Duration::from_secs(2));
