@@ -441,7 +441,7 @@ impl Session<'_> {
                 && m.from != *me
             {
                 tracing::debug!("cluster: ACME challenge from {}: {:?}", m.from, m.challenge);
-                weir_tls::storage::answer_remote(&m.challenge);
+                weir_tls::acme::answer_remote(&m.challenge);
             }
         } else if ch.ends_with(":ack")
             && let Ok(a) = serde_json::from_slice::<AckMsg>(body)

@@ -4,7 +4,10 @@
 //! Owns `acme/` and `certs/acme-*` in storage. An order for a name happens
 //! only under that name's storage lock and only after checking storage
 //! again, so two weir processes sharing a directory never both order it and
-//! a restart reuses what is stored. A renewal failure never replaces the
+//! a restart reuses what is stored. In a cluster the challenge answers are
+//! announced to the other processes, and theirs answered here
+//! ([`answer_remote`]), so the CA may validate through any of them. A
+//! renewal failure never replaces the
 //! certificate in use: the slot is only ever stored into with a new,
 //! complete certificate, and failures back off exponentially with jitter.
 //!
@@ -493,6 +496,49 @@ fn challenge_type(k: ChallengeKind) -> ChallengeType {
     match k {
         ChallengeKind::Http01 => ChallengeType::Http01,
         ChallengeKind::TlsAlpn01 => ChallengeType::TlsAlpn01,
+    }
+}
+
+/// The challenge answers of every certificate manager of the process
+/// (a reload may run two for a while).
+static LIVE: std::sync::Mutex<Vec<std::sync::Weak<Challenges>>> = std::sync::Mutex::new(Vec::new());
+
+/// Makes `c` answer the challenges other processes announce.
+pub fn answer_shared(c: &Arc<Challenges>) {
+    let mut l = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    l.retain(|w| w.strong_count() > 0);
+    l.push(Arc::downgrade(c));
+}
+
+/// A challenge another process announced: answered here too.
+pub fn answer_remote(c: &Challenge) {
+    let alpn = match c {
+        Challenge::Alpn { name, digest } => match alpn_challenge_cert(name, digest) {
+            Ok(k) => Some(Arc::new(k)),
+            Err(e) => {
+                tracing::warn!("TLS-ALPN-01 answer for {name} from another instance: {e}");
+                return;
+            }
+        },
+        _ => None,
+    };
+    let live: Vec<_> = LIVE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .collect();
+    for ch in live {
+        match c {
+            Challenge::Http { token, key_auth } => ch.set_http01(token.clone(), key_auth.clone()),
+            Challenge::Alpn { name, .. } => {
+                if let Some(k) = &alpn {
+                    ch.set_alpn01(name.clone(), k.clone());
+                }
+            }
+            Challenge::HttpDone { token } => ch.remove_http01(token),
+            Challenge::AlpnDone { name } => ch.remove_alpn01(name),
+        }
     }
 }
 

@@ -132,7 +132,7 @@ impl CertManager {
             .map_err(TlsError::Runtime)?;
         let handle = rt.handle().clone();
         let challenges = Arc::new(Challenges::default());
-        super::storage::answer_shared(&challenges);
+        super::acme::answer_shared(&challenges);
         let dynamic = Arc::new(DynamicCerts::default());
         let mut slots: HashMap<SlotKey, Slot> = HashMap::new();
         let mut pairs = Vec::new();

@@ -97,50 +97,6 @@ pub enum Challenge {
     },
 }
 
-/// The challenge answers of every certificate manager of the process
-/// (a reload may run two for a while).
-static LIVE: std::sync::Mutex<Vec<std::sync::Weak<crate::Challenges>>> =
-    std::sync::Mutex::new(Vec::new());
-
-/// Makes `c` answer the challenges other processes announce.
-pub fn answer_shared(c: &Arc<crate::Challenges>) {
-    let mut l = LIVE.lock().unwrap_or_else(|e| e.into_inner());
-    l.retain(|w| w.strong_count() > 0);
-    l.push(Arc::downgrade(c));
-}
-
-/// A challenge another process announced: answered here too.
-pub fn answer_remote(c: &Challenge) {
-    let alpn = match c {
-        Challenge::Alpn { name, digest } => match crate::acme::alpn_challenge_cert(name, digest) {
-            Ok(k) => Some(Arc::new(k)),
-            Err(e) => {
-                tracing::warn!("TLS-ALPN-01 answer for {name} from another instance: {e}");
-                return;
-            }
-        },
-        _ => None,
-    };
-    let live: Vec<_> = LIVE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .filter_map(std::sync::Weak::upgrade)
-        .collect();
-    for ch in live {
-        match c {
-            Challenge::Http { token, key_auth } => ch.set_http01(token.clone(), key_auth.clone()),
-            Challenge::Alpn { name, .. } => {
-                if let Some(k) = &alpn {
-                    ch.set_alpn01(name.clone(), k.clone());
-                }
-            }
-            Challenge::HttpDone { token } => ch.remove_http01(token),
-            Challenge::AlpnDone { name } => ch.remove_alpn01(name),
-        }
-    }
-}
-
 static SHARED: OnceLock<Arc<dyn Shared>> = OnceLock::new();
 
 /// Shares every storage directory the process opens from now on with the

@@ -152,18 +152,6 @@ impl Limiter {
         Limiter::make(cfg, None, 0)
     }
 
-    /// A limit of `scope` (its site or route): counted across the cluster
-    /// when [`crate::shared::enable`] was called, else as [`Limiter::new`].
-    pub fn in_scope(cfg: Arc<LimitConfig>, scope: &str) -> Arc<Limiter> {
-        let Some(x) = crate::shared::get() else {
-            return Arc::new(Limiter::new(cfg));
-        };
-        let id = crate::shared::limit_id(scope, &cfg);
-        let l = Arc::new(Limiter::make(cfg, Some(x.key_hasher()), id));
-        x.register(&l);
-        l
-    }
-
     pub(crate) fn make(
         cfg: Arc<LimitConfig>,
         shared: Option<siphasher::sip::SipHasher13>,

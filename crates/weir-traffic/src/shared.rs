@@ -34,7 +34,7 @@ static EXCHANGE: OnceLock<Exchange> = OnceLock::new();
 
 /// Turns sharing on for this process, keyed by `secret` (the cluster's, so
 /// every process hashes a client's key alike). Limits made afterwards with
-/// [`Limiter::in_scope`] are shared.
+/// [`limiter`] are shared.
 pub fn enable(secret: &[u8]) -> &'static Exchange {
     EXCHANGE.get_or_init(|| {
         let mut k = [0u8; 16];
@@ -56,6 +56,18 @@ pub fn enable(secret: &[u8]) -> &'static Exchange {
 /// The exchange, when sharing is on.
 pub fn get() -> Option<&'static Exchange> {
     EXCHANGE.get()
+}
+
+/// A limit of `scope` (its site or route): counted across the cluster
+/// when [`enable`] was called, else in this process only.
+pub fn limiter(cfg: Arc<LimitConfig>, scope: &str) -> Arc<Limiter> {
+    let Some(x) = get() else {
+        return Arc::new(Limiter::new(cfg));
+    };
+    let id = limit_id(scope, &cfg);
+    let l = Arc::new(Limiter::make(cfg, Some(x.key_hasher()), id));
+    x.register(&l);
+    l
 }
 
 /// The same limit in every process: its scope, name and settings (a
@@ -410,7 +422,7 @@ mod tests {
     #[test]
     fn connections_in_progress_elsewhere_count_and_are_dropped_with_their_process() {
         let x = enable(b"0123456789abcdef0123456789abcdef");
-        let l = Limiter::in_scope(cfg(LimitKind::Concurrent(2)), "site conns");
+        let l = limiter(cfg(LimitKind::Concurrent(2)), "site conns");
         let key = l.key(&parts(), C);
         let mut other = vec![VERSION, 0];
         other.extend_from_slice(&l.id.to_le_bytes());

@@ -78,7 +78,7 @@ impl Filters {
         let limiters = cfg
             .limits
             .iter()
-            .map(|l| Limiter::in_scope(l.clone(), &label))
+            .map(|l| weir_traffic::shared::limiter(l.clone(), &label))
             .collect();
         Some(Filters {
             label,
