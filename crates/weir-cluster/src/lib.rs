@@ -34,6 +34,11 @@ pub enum ClusterError {
     Address(redis::RedisError),
     #[error("cluster: cannot start its thread: {0}")]
     Thread(std::io::Error),
+    #[error("cluster.ca: {path}: {source}")]
+    Ca {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// How a local purge is applied (set by whoever owns the cache stores).
@@ -132,7 +137,21 @@ impl Cluster {
     /// locks can be taken. A Redis that is not there yet is no error: weir
     /// serves on local state and keeps trying.
     pub fn start(cfg: ClusterConfig) -> Result<Arc<Cluster>, ClusterError> {
-        let client = redis::Client::open(cfg.redis.as_str()).map_err(ClusterError::Address)?;
+        let client = match &cfg.ca {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|source| ClusterError::Ca {
+                    path: path.clone(),
+                    source,
+                })?;
+                let certs = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                };
+                redis::Client::build_with_tls(cfg.redis.as_str(), certs)
+            }
+            None => redis::Client::open(cfg.redis.as_str()),
+        }
+        .map_err(ClusterError::Address)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let c = Arc::new(Cluster {
             seal: seal::Seal::new(&cfg.key),
@@ -197,7 +216,13 @@ impl Cluster {
     pub fn purge(&self, what: &Invalidation) -> u64 {
         let id = (unix_ms() << 16) ^ self.next_id.fetch_add(1, Ordering::Relaxed);
         let instances = self.others();
-        lock(&self.acks).insert(
+        let mut acks = lock(&self.acks);
+        // Answers are asked for within a second; keep a minute's.
+        if acks.len() >= 1000 {
+            let cut = unix_ms().saturating_sub(60_000) << 16;
+            acks.retain(|k, _| *k >= cut);
+        }
+        acks.insert(
             id,
             Acks {
                 missing: instances.clone(),
@@ -206,6 +231,7 @@ impl Cluster {
                 queued: !self.connected(),
             },
         );
+        drop(acks);
         let _ = self.cmds.send(session::Cmd::Purge(id, what.clone()));
         id
     }
@@ -218,12 +244,6 @@ impl Cluster {
             let notified = self.acked.notified();
             let a = lock(&self.acks).get(&id).cloned().unwrap_or_default();
             if a.missing.is_empty() || a.queued || Instant::now() >= deadline {
-                // Keep recent answers only.
-                let mut m = lock(&self.acks);
-                if m.len() > 1000 {
-                    let cut = (unix_ms().saturating_sub(60_000)) << 16;
-                    m.retain(|k, _| *k >= cut);
-                }
                 return a;
             }
             let _ = tokio::time::timeout_at(deadline.into(), notified).await;

@@ -21,6 +21,9 @@ pub struct Shared {
 pub struct ClusterConfig {
     /// `redis://[user:password@]host:port[/db]`, or `rediss://…` for TLS.
     pub redis: String,
+    /// With TLS: the CA that signed Redis's certificate (PEM), instead of
+    /// the system's trust store.
+    pub ca: Option<PathBuf>,
     /// This instance's name among the others (default: host name and pid).
     pub name: String,
     /// Prefix of every Redis key and channel, so clusters can share a Redis.
@@ -128,6 +131,18 @@ pub(crate) fn validate(
             }
         }
     }
+    let ca = r.ca.as_ref().map(|f| {
+        let p = base.join(f.get_ref());
+        if !redis.starts_with("rediss://") {
+            c.at(
+                f.span(),
+                "cluster.ca: only with a TLS address (`rediss://…`)",
+            );
+        } else if let Err(e) = std::fs::metadata(&p) {
+            c.at(f.span(), format!("cluster.ca: {}: {e}", p.display()));
+        }
+        p
+    });
     let prefix = r.prefix.clone().unwrap_or_else(|| "weir".into());
     if prefix.is_empty() || prefix.contains(char::is_whitespace) {
         c.at(r.redis.span(), "cluster.prefix: use a word without spaces");
@@ -135,6 +150,7 @@ pub(crate) fn validate(
     let name = r.name.clone().unwrap_or_else(default_name);
     Some(ClusterConfig {
         redis,
+        ca,
         name,
         prefix,
         key,
@@ -241,6 +257,16 @@ mod tests {
         bad(
             &format!("[cluster]\nredis = \"redis+sentinel://h:26379/m\"\nkey = \"{KEY}\"\n"),
             "not supported yet",
+        );
+        bad(
+            &format!("[cluster]\nredis = \"redis://h:1\"\nkey = \"{KEY}\"\nca = \"ca.pem\"\n"),
+            "only with a TLS address",
+        );
+        bad(
+            &format!(
+                "[cluster]\nredis = \"rediss://h:1\"\nkey = \"{KEY}\"\nca = \"/nonexistent/ca.pem\"\n"
+            ),
+            "cluster.ca: /nonexistent/ca.pem",
         );
         bad(
             &format!("[cluster]\nredis = \"redis://h:1\"\nkey = \"{KEY}\"\nshare = [\"files\"]\n"),

@@ -47,6 +47,9 @@ pub struct RawCluster {
     pub key: Option<Spanned<String>>,
     /// A file holding it (mode 0600), relative to the config file.
     pub key_file: Option<Spanned<String>>,
+    /// With `rediss://`: the CA (PEM) that signed Redis's certificate,
+    /// instead of the system's; relative to the config file.
+    pub ca: Option<Spanned<String>>,
     /// This instance's name; default host name and pid.
     pub name: Option<String>,
     /// Prefix of Redis keys and channels; default `"weir"`.

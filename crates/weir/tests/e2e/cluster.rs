@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use weir_test_support::certs::TestCa;
 use weir_test_support::poll::poll_until;
 use weir_test_support::ports::free_port;
 use weir_test_support::process::{Weir, read_all, status_of};
@@ -49,14 +50,50 @@ pub(crate) struct Redis {
     child: Option<Child>,
     pub port: u16,
     dir: tempfile::TempDir,
+    /// How it listens: `--port P`, or TLS and a password.
+    listen: Vec<String>,
 }
 
 impl Redis {
     pub(crate) fn start() -> Redis {
+        let port = free_port();
         let mut r = Redis {
             child: None,
-            port: free_port(),
+            port,
             dir: tempfile::tempdir().unwrap(),
+            listen: vec!["--port".into(), port.to_string()],
+        };
+        r.restart();
+        r
+    }
+
+    /// TLS only, with a certificate from `ca` for 127.0.0.1, and `password`.
+    fn start_tls(ca: &TestCa, password: &str) -> Redis {
+        let port = free_port();
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = ca.leaf(&["127.0.0.1"]);
+        std::fs::write(dir.path().join("cert.pem"), cert).unwrap();
+        std::fs::write(dir.path().join("key.pem"), key).unwrap();
+        let at = |f: &str| dir.path().join(f).display().to_string();
+        let listen = vec![
+            "--port".into(),
+            "0".into(),
+            "--tls-port".into(),
+            port.to_string(),
+            "--tls-cert-file".into(),
+            at("cert.pem"),
+            "--tls-key-file".into(),
+            at("key.pem"),
+            "--tls-auth-clients".into(),
+            "no".into(),
+            "--requirepass".into(),
+            password.into(),
+        ];
+        let mut r = Redis {
+            child: None,
+            port,
+            dir,
+            listen,
         };
         r.restart();
         r
@@ -67,7 +104,8 @@ impl Redis {
         let bin = ensure_redis();
         let log = std::fs::File::create(self.dir.path().join("redis.log")).unwrap();
         let child = Command::new(bin)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(&self.listen)
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
             .arg(self.dir.path())
@@ -114,24 +152,27 @@ struct Instance {
     admin: u16,
 }
 
-/// Three instances serving `site` (the body of `[site."a.test"]`), each
-/// seeing the other two before it is returned.
+/// An instance serving `site` (the body of `[site."a.test"]`) in the
+/// cluster `section` describes.
+fn instance(section: &str, site: &str) -> Instance {
+    let (http, adm) = (free_port(), free_port());
+    let cfg = format!(
+        "[server]\nworkers = 1\n[admin]\nlisten = \"127.0.0.1:{adm}\"\n{section}\n\
+         [site.\"a.test\"]\nlisten = \"127.0.0.1:{http}\"\n{site}\n"
+    );
+    Instance {
+        w: Weir::start(WEIR, &cfg, &[http, adm]),
+        http,
+        admin: adm,
+    }
+}
+
+/// Three instances serving `site`, each seeing the other two before it
+/// is returned.
 fn three(redis: u16, site: &str) -> Vec<Instance> {
     let all: Vec<Instance> = ["w1", "w2", "w3"]
         .iter()
-        .map(|name| {
-            let (http, adm) = (free_port(), free_port());
-            let cfg = format!(
-                "[server]\nworkers = 1\n[admin]\nlisten = \"127.0.0.1:{adm}\"\n{}\n\
-                 [site.\"a.test\"]\nlisten = \"127.0.0.1:{http}\"\n{site}\n",
-                cluster_section(redis, name)
-            );
-            Instance {
-                w: Weir::start(WEIR, &cfg, &[http, adm]),
-                http,
-                admin: adm,
-            }
-        })
+        .map(|name| instance(&cluster_section(redis, name), site))
         .collect();
     for i in &all {
         assert!(
@@ -522,4 +563,63 @@ fn redis_killed_under_load_fails_nothing_and_the_instances_rejoin() {
         &failed[..failed.len().min(5)]
     );
     assert!(answers.len() > 400, "{} answers", answers.len());
+}
+
+#[test]
+fn redis_over_tls_with_a_password_is_shared_and_a_wrong_password_is_said() {
+    let ca = TestCa::new();
+    let redis = Redis::start_tls(&ca, "s3cret-pass");
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("redis-ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let section = |name: &str, password: &str| {
+        format!(
+            "[cluster]\nredis = \"rediss://:{password}@127.0.0.1:{}\"\nca = \"{}\"\nkey = \"{KEY}\"\nname = \"{name}\"\n",
+            redis.port,
+            ca_file.display()
+        )
+    };
+    let www = tempfile::tempdir().unwrap();
+    std::fs::write(www.path().join("index.html"), "hello\n").unwrap();
+    let site = format!("root = \"{}\"", www.path().display());
+    let a = instance(&section("t1", "s3cret-pass"), &site);
+    let b = instance(&section("t2", "s3cret-pass"), &site);
+    for i in [&a, &b] {
+        assert!(
+            poll_until(Duration::from_secs(10), || metric(
+                i.admin,
+                "weir_cluster_instances"
+            ) == Some(2.0)),
+            "{}",
+            i.w.stderr()
+        );
+    }
+    let (st, body) = admin(
+        a.admin,
+        "POST",
+        "/cache/purge",
+        r#"{"url": "http://a.test/"}"#,
+    );
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("\"acked\": [\n      \"t2\"\n    ]"), "{body}");
+    let (_, body) = admin(a.admin, "GET", "/cluster", "");
+    assert!(
+        body.contains("\"redis\": \"rediss://:***@127.0.0.1:"),
+        "the password is shown: {body}"
+    );
+
+    // A wrong password: said, and the instance serves on its own.
+    let c = instance(&section("t3", "wrong-pass"), &site);
+    assert!(
+        c.w.wait_log("is out of reach", Duration::from_secs(10)),
+        "{}",
+        c.w.stderr()
+    );
+    let (_, body) = admin(c.admin, "GET", "/cluster", "");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["connected"], false, "{body}");
+    let err = v["error"].as_str().unwrap_or_default().to_lowercase();
+    assert!(err.contains("pass") || err.contains("auth"), "{body}");
+    assert_eq!(get(c.http, "/", "GET").0, 200);
+    assert_eq!(metric(c.admin, "weir_cluster_up"), Some(0.0));
 }
