@@ -126,7 +126,10 @@ fn start_server() -> (u16, Arc<AtomicU64>) {
             // client's sends fill up quickly and see WouldBlock.
             sock.set_recv_buffer_size(8 * 1024).unwrap();
             sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-            let l = sock.listen(128).unwrap();
+            // A backlog above the 256 connections opened at once: a SYN
+            // dropped on a full queue is retried after a second, past the
+            // client's 500 ms connect timeout.
+            let l = sock.listen(1024).unwrap();
             tx.send(l.local_addr().unwrap().port()).unwrap();
             let mut seed = 0x9e37_79b9_7f4a_7c15u64;
             loop {
