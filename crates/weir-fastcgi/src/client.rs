@@ -70,6 +70,7 @@ impl FcgiError {
             FcgiError::Upstream(e) => e.status(),
             FcgiError::SendTimeout(_) | FcgiError::ReadTimeout(_) => S::GATEWAY_TIMEOUT,
             FcgiError::ClientBody(e) if weir_proxy::too_large(e) => S::PAYLOAD_TOO_LARGE,
+            FcgiError::ClientBody(e) if weir_proxy::timed_out(e) => S::REQUEST_TIMEOUT,
             FcgiError::ClientBody(_) => S::BAD_REQUEST,
             _ => S::BAD_GATEWAY,
         }

@@ -105,24 +105,32 @@ impl http_body::Body for Body {
     }
 }
 
-/// A request body with a limit on how long the client may go quiet between
-/// two pieces of it (`server.timeouts.body`, nginx's client_body_timeout).
-///
-/// The connection-level timer in `server::io` deliberately does not time
-/// reads while a request is in flight (hyper polls reads then too); the
-/// stall is measured here, where the body is actually consumed.
-pub struct TimedBody<B> {
-    inner: Pin<Box<B>>,
-    timeout: std::time::Duration,
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+pin_project_lite::pin_project! {
+    /// A request body with a limit on how long the client may go quiet
+    /// between two pieces of it (`server.timeouts.body`, nginx's
+    /// client_body_timeout): the slow-body (R-U-Dead-Yet) defence.
+    ///
+    /// The connection-level timer in `server::io` deliberately does not time
+    /// reads while a request is in flight (hyper polls reads then too); the
+    /// stall is measured here, where the body is actually consumed. One timer
+    /// per body, made at its first wait and moved (not remade) after data.
+    pub struct TimedBody<B> {
+        #[pin]
+        inner: B,
+        timeout: std::time::Duration,
+        sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+        // Data came since the timer was last set: the next wait moves it.
+        moved: bool,
+    }
 }
 
 impl<B> TimedBody<B> {
     pub fn new(inner: B, timeout: std::time::Duration) -> Self {
         TimedBody {
-            inner: Box::pin(inner),
+            inner,
             timeout,
             sleep: None,
+            moved: false,
         }
     }
 }
@@ -131,6 +139,19 @@ impl<B> TimedBody<B> {
 #[derive(Debug, thiserror::Error)]
 #[error("request body timeout: no data for {0:?}")]
 pub struct BodyTimeout(pub std::time::Duration);
+
+/// Whether a request body failed because the client stopped sending it
+/// (through whatever client carried the body on: hyper wraps it).
+pub fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err.is::<BodyTimeout>() {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
+}
 
 impl<B> http_body::Body for TimedBody<B>
 where
@@ -141,20 +162,29 @@ where
     type Error = BodyError;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        let this = &mut *self;
-        match this.inner.as_mut().poll_frame(cx) {
+        let this = self.project();
+        match this.inner.poll_frame(cx) {
             Poll::Ready(r) => {
-                this.sleep = None;
+                *this.moved = true;
                 Poll::Ready(r.map(|f| f.map_err(Into::into)))
             }
             Poll::Pending => {
-                let timeout = this.timeout;
-                let sleep = this
-                    .sleep
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                let timeout = *this.timeout;
+                let sleep = match this.sleep {
+                    Some(s) => {
+                        if std::mem::take(this.moved) {
+                            s.as_mut().reset(tokio::time::Instant::now() + timeout);
+                        }
+                        s
+                    }
+                    None => {
+                        *this.moved = false;
+                        this.sleep.insert(Box::pin(tokio::time::sleep(timeout)))
+                    }
+                };
                 match sleep.as_mut().poll(cx) {
                     Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimeout(timeout))))),
                     Poll::Pending => Poll::Pending,
@@ -185,6 +215,43 @@ mod tests {
         let mut timed = TimedBody::new(body, std::time::Duration::from_secs(5));
         let err = timed.frame().await.unwrap().unwrap_err();
         assert!(err.to_string().contains("request body timeout"), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_timeout_is_per_pause_not_for_the_whole_body() {
+        // Four pieces 3 s apart under a 5 s timeout: 12 s in all, no stall.
+        let chunks = futures_util::stream::unfold(0u8, |i| async move {
+            if i == 4 {
+                return None;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            Some((
+                Ok::<_, std::io::Error>(Frame::data(Bytes::from(vec![i; 2]))),
+                i + 1,
+            ))
+        });
+        let timed = TimedBody::new(
+            http_body_util::StreamBody::new(chunks),
+            std::time::Duration::from_secs(5),
+        );
+        let all = timed.collect().await.unwrap().to_bytes();
+        assert_eq!(&all[..], &[0, 0, 1, 1, 2, 2, 3, 3]);
+
+        // Then a piece 3 s late and one 6 s late: the second stalls.
+        let chunks = futures_util::stream::unfold(0u8, |i| async move {
+            tokio::time::sleep(std::time::Duration::from_secs(3 * (u64::from(i) + 1))).await;
+            Some((
+                Ok::<_, std::io::Error>(Frame::data(Bytes::from(vec![i]))),
+                i + 1,
+            ))
+        });
+        let mut timed = std::pin::pin!(TimedBody::new(
+            http_body_util::StreamBody::new(chunks),
+            std::time::Duration::from_secs(5),
+        ));
+        assert!(timed.frame().await.unwrap().is_ok());
+        let err = timed.frame().await.unwrap().unwrap_err();
+        assert!(timed_out(err.as_ref()), "{err}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,5 +1,5 @@
-//! The short plain-text answers any stage may give (400, 404, 405, 413, 414,
-//! 431, 501). Builds responses only; never decides when to send them.
+//! The short plain-text answers any stage may give (400, 404, 405, 408, 413,
+//! 414, 431, 501, 502). Builds responses only; never decides when to send them.
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -14,6 +14,7 @@ pub fn error(status: StatusCode) -> Response<Body> {
         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "431 Request Header Fields Too Large\n",
         StatusCode::PAYLOAD_TOO_LARGE => "413 Content Too Large\n",
         StatusCode::BAD_REQUEST => "400 Bad Request\n",
+        StatusCode::REQUEST_TIMEOUT => "408 Request Timeout\n",
         StatusCode::NOT_FOUND => "404 Not Found\n",
         StatusCode::METHOD_NOT_ALLOWED => "405 Method Not Allowed\n",
         StatusCode::NOT_IMPLEMENTED => "501 Not Implemented\n",
@@ -21,6 +22,7 @@ pub fn error(status: StatusCode) -> Response<Body> {
         StatusCode::FORBIDDEN => "403 Forbidden\n",
         StatusCode::TOO_MANY_REQUESTS => "429 Too Many Requests\n",
         StatusCode::SERVICE_UNAVAILABLE => "503 Service Unavailable\n",
+        StatusCode::BAD_GATEWAY => "502 Bad Gateway\n",
         StatusCode::GATEWAY_TIMEOUT => "504 Gateway Timeout\n",
         _ => "error\n",
     };
@@ -32,6 +34,11 @@ pub fn error(status: StatusCode) -> Response<Body> {
     );
     r.headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from(text.len()));
+    // A request that timed out may have left part of itself on the wire.
+    if status == StatusCode::REQUEST_TIMEOUT {
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     r
 }
 

@@ -67,6 +67,7 @@ impl ProxyError {
             | E::Client(_)
             | E::NotSwitched(_) => StatusCode::BAD_GATEWAY,
             E::ClientBody(e) if too_large(e) => StatusCode::PAYLOAD_TOO_LARGE,
+            E::ClientBody(e) if timed_out(e) => StatusCode::REQUEST_TIMEOUT,
             E::ClientBody(_) | E::Smuggling(_) => StatusCode::BAD_REQUEST,
         }
     }
@@ -82,6 +83,9 @@ impl ProxyError {
                 "504 Gateway Timeout: the upstream server did not answer in time\n"
             }
             E::ClientBody(e) if too_large(e) => "413 Content Too Large\n",
+            E::ClientBody(e) if timed_out(e) => {
+                "408 Request Timeout: the request body stopped arriving\n"
+            }
             E::ClientBody(_) | E::Smuggling(_) => "400 Bad Request\n",
             _ => "502 Bad Gateway: the upstream server failed\n",
         }
@@ -89,8 +93,7 @@ impl ProxyError {
 }
 
 /// Whether a request body failed for running past the size limit the
-/// server holds it to (`http_body_util::Limited`).
-/// Whether a request body failed for being past its limit (a 413).
+/// server holds it to (`http_body_util::Limited`): a 413.
 pub fn too_large(e: &BodyError) -> bool {
     // Through whatever client carried the body (hyper wraps it).
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e.as_ref());
@@ -101,6 +104,12 @@ pub fn too_large(e: &BodyError) -> bool {
         cur = err.source();
     }
     false
+}
+
+/// Whether the client stopped sending a request body (`server.timeouts.body`):
+/// a 408.
+pub fn timed_out(e: &BodyError) -> bool {
+    weir_http::body::timed_out(e.as_ref())
 }
 
 /// Whether another attempt may help, decided where the failure happened.

@@ -50,7 +50,7 @@ use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 use weir_http::worker::{PerWorker, Worker};
 
-pub use error::{Blame, Failed, ProxyError, Retry, too_large};
+pub use error::{Blame, Failed, ProxyError, Retry, timed_out, too_large};
 
 /// What one worker keeps for one proxy: its idle upstream connections, its
 /// balancer and its DNS answers. Only that worker's requests take these

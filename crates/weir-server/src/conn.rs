@@ -540,7 +540,7 @@ mod tests {
             &sites,
             &[0],
             0,
-            cfg.server.limits.clone(),
+            &cfg.server,
         )));
         let timeouts = tio::Limits::from(&cfg.server.timeouts);
         let open = Arc::new(AtomicUsize::new(1));

@@ -834,8 +834,7 @@ fn build_listeners(
         } else {
             None
         };
-        let mut listener =
-            Listener::new(sites, &l.sites, l.default_site, cfg.server.limits.clone());
+        let mut listener = Listener::new(sites, &l.sites, l.default_site, &cfg.server);
         if l.tls {
             if cfg.tls.http3 {
                 listener.set_alt_svc(l.addr.port());

@@ -274,7 +274,7 @@ pub(super) async fn serve<B>(
     body: B,
     conn: &ConnInfo,
     client: std::net::IpAddr,
-    max_body: u64,
+    body_limits: BodyLimits,
 ) -> Response<Body>
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -286,7 +286,7 @@ where
                 path: None,
                 client,
                 captures: &[],
-                max_body,
+                body_limits,
             };
             leaf(h, parts, body, conn, &given).await
         }
@@ -299,7 +299,7 @@ where
                 path: path.as_deref(),
                 client,
                 captures,
-                max_body,
+                body_limits,
             };
             leaf(&route.handler, parts, body, conn, &given).await
         }
@@ -307,11 +307,21 @@ where
     }
 }
 
+/// What a request body is held to on its way to a handler.
+#[derive(Clone, Copy)]
+pub(super) struct BodyLimits {
+    /// The most bytes sent on.
+    pub max: u64,
+    /// The longest the client may go quiet in the middle of it.
+    pub stall: std::time::Duration,
+}
+
 /// A request body as the proxy sends it on: no box for a request without
 /// one; cut off past `max` bytes (a body that declared its length was
 /// checked before; a chunked one is counted as it streams, and the proxy
-/// answers 413 when it overflows).
-fn upstream_body<B>(body: B, max: u64) -> Body
+/// answers 413 when it overflows); failed when the client stalls longer
+/// than `stall` (the proxy answers 408).
+fn upstream_body<B>(body: B, limits: BodyLimits) -> Body
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<weir_http::body::BodyError>,
@@ -319,8 +329,11 @@ where
     if body.is_end_stream() {
         Body::empty()
     } else {
-        let max = usize::try_from(max).unwrap_or(usize::MAX);
-        Body::stream(http_body_util::Limited::new(body, max))
+        let max = usize::try_from(limits.max).unwrap_or(usize::MAX);
+        Body::stream(http_body_util::Limited::new(
+            weir_http::body::TimedBody::new(body, limits.stall),
+            max,
+        ))
     }
 }
 
@@ -331,8 +344,8 @@ struct Given<'a> {
     client: std::net::IpAddr,
     /// A route's `path_regex` groups.
     captures: &'a [String],
-    /// The most request body bytes sent on.
-    max_body: u64,
+    /// What the request body is held to.
+    body_limits: BodyLimits,
 }
 
 /// The handlers that answer by themselves (everything but `Routes`).
@@ -358,7 +371,7 @@ where
         path,
         client,
         captures,
-        max_body,
+        body_limits,
     } = *given;
     match handler {
         Handler::Static(files) => {
@@ -389,10 +402,10 @@ where
         // future into place on every request; static requests must not pay
         // for copying it.
         Handler::Proxy(p) => {
-            Box::pin(p.serve(parts, upstream_body(body, max_body), conn, path)).await
+            Box::pin(p.serve(parts, upstream_body(body, body_limits), conn, path)).await
         }
         Handler::Cached(_, c) => {
-            Box::pin(c.serve(parts, upstream_body(body, max_body), conn, path)).await
+            Box::pin(c.serve(parts, upstream_body(body, body_limits), conn, path)).await
         }
         Handler::App(app) => {
             if let Err(why) = Box::pin(app.ready_for_request()).await {
@@ -412,12 +425,12 @@ where
             }
             Box::pin(
                 app.proxy
-                    .serve(parts, upstream_body(body, max_body), conn, path),
+                    .serve(parts, upstream_body(body, body_limits), conn, path),
             )
             .await
         }
         Handler::FastCgi(app, files) => {
-            let body = upstream_body(body, max_body);
+            let body = upstream_body(body, body_limits);
             Box::pin(fastcgi(app, files, parts, body, conn, path, client)).await
         }
         Handler::Routes { .. } => error(StatusCode::NOT_FOUND),

@@ -193,6 +193,8 @@ pub struct Listener {
     sites: Vec<Arc<Site>>,
     default: Arc<Site>,
     limits: Limits,
+    /// How long a request body may stall (`server.timeouts.body`).
+    body_timeout: std::time::Duration,
     /// `Alt-Svc` advertising HTTP/3, on TLS listeners with `tls.http3`.
     alt_svc: Option<HeaderValue>,
     /// ACME HTTP-01 answers, on plain listeners.
@@ -291,14 +293,20 @@ pub fn build_sites(
 }
 
 impl Listener {
-    pub fn new(all: &[Arc<Site>], indexes: &[usize], default: usize, limits: Limits) -> Self {
+    pub fn new(
+        all: &[Arc<Site>],
+        indexes: &[usize],
+        default: usize,
+        server: &weir_config::ServerConfig,
+    ) -> Self {
         let sites: Vec<Arc<Site>> = indexes.iter().map(|&i| all[i].clone()).collect();
         let default = all[default].clone();
         let passthrough = sites.iter().any(|s| s.relay.is_some());
         Listener {
             sites,
             default,
-            limits,
+            limits: server.limits.clone(),
+            body_timeout: server.timeouts.body,
             alt_svc: None,
             acme: None,
             passthrough,
@@ -429,7 +437,18 @@ impl Listener {
             .fold(self.limits.body, u64::min);
         let (mut resp, passed) = match filtered {
             Ok(passed) => (
-                handler::serve(&target, &mut parts, body, conn, client, max_body).await,
+                handler::serve(
+                    &target,
+                    &mut parts,
+                    body,
+                    conn,
+                    client,
+                    handler::BodyLimits {
+                        max: max_body,
+                        stall: self.body_timeout,
+                    },
+                )
+                .await,
                 passed,
             ),
             Err(refused) => (refused, None),
@@ -514,7 +533,7 @@ mod tests {
     fn request_future_stays_small() {
         let cfg = weir_config::Config::builtin_welcome();
         let sites = build_sites(&cfg, &[], &Registry::new(1), &test_store()).unwrap();
-        let l = Listener::new(&sites, &[0], 0, cfg.server.limits.clone());
+        let l = Listener::new(&sites, &[0], 0, &cfg.server);
         let conn = ConnInfo {
             peer: ([127, 0, 0, 1], 1).into(),
             local: ([127, 0, 0, 1], 2).into(),

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use weir_test_support::ports::free_port;
 use weir_test_support::proxy::{Weir, client};
 
@@ -399,7 +400,7 @@ async fn php_upload_timeout_and_connections_within_the_pool() {
     let w = Weir::start_logged(
         WEIR,
         &format!(
-            "[server.limits]\nbody = \"200MiB\"\n\
+            "[server.limits]\nbody = \"200MiB\"\n[server.timeouts]\nbody = \"2s\"\n\
              [site.\"php.test\"]\nlisten = \"127.0.0.1:{{PORT}}\"\nroot = \"{}\"\n\
              php = {{ to = \"{relay}\", max_conns = 4, read_timeout = \"1s\" }}\n",
             root.path().display()
@@ -499,4 +500,21 @@ async fn php_upload_timeout_and_connections_within_the_pool() {
     let r = c.get(format!("{base}/hello.php")).send().await.unwrap();
     assert_eq!(r.text().await.unwrap(), "hello");
     assert!(w.log().contains("slow.php"), "{}", w.log());
+
+    // An upload that stops half-way (server.timeouts.body, 2 s here): 408,
+    // the connection closed, and weir serves on.
+    let mut s = tokio::net::TcpStream::connect(w.addr).await.unwrap();
+    s.write_all(b"POST /upload.php HTTP/1.1\r\nHost: php.test\r\nContent-Length: 1000\r\n\r\nhalf")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
+        .await
+        .expect("a stalled upload was never cut off")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.ends_with("408 Request Timeout\n"), "{answer}");
+    let r = c.get(format!("{base}/hello.php")).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "hello");
 }

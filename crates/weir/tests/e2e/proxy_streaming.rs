@@ -1,6 +1,6 @@
 //! What flows around a body through the proxy: trailers both ways (HTTP/1.1
-//! chunked and HTTP/2) and `Expect: 100-continue`, checked on the bytes a
-//! client sees.
+//! chunked and HTTP/2), `Expect: 100-continue` and bodies that stall,
+//! checked on the bytes a client sees.
 
 use std::time::Duration;
 
@@ -286,4 +286,83 @@ async fn an_upstream_answering_413_before_the_body_is_passed_on() {
     assert!(resp.starts_with("HTTP/1.1 413"), "{resp}");
     assert!(resp.ends_with("too large"), "{resp}");
     got.await.unwrap();
+}
+
+async fn proxy_with_body_timeout(up: &Upstream) -> Weir {
+    Weir::start(
+        WEIR,
+        &format!(
+            "[server.timeouts]\nbody = \"1s\"\n[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"], retries = 0 }}\n",
+            up.addr
+        ),
+    )
+}
+
+/// A client that stops in the middle of a body (the slow-POST attack) gets
+/// 408 after `server.timeouts.body` and the connection closes; one that
+/// trickles its body with shorter pauses is served, however long it takes.
+#[tokio::test]
+async fn a_stalled_request_body_gets_408_and_a_trickling_one_is_served() {
+    let up = Upstream::start("up").await;
+    let w = proxy_with_body_timeout(&up).await;
+
+    let mut s = TcpStream::connect(w.addr).await.unwrap();
+    s.write_all(b"POST /stall HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789")
+        .await
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let head = read_head(&mut s).await;
+    let waited = t0.elapsed();
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    assert!(waited >= Duration::from_millis(900), "408 after {waited:?}");
+    let rest = read_rest(&mut s).await;
+    assert_eq!(
+        rest,
+        "408 Request Timeout: the request body stopped arriving\n"
+    );
+
+    // Ten pieces 400 ms apart: 4 s in all, each pause under the 1 s limit.
+    let mut s = TcpStream::connect(w.addr).await.unwrap();
+    s.write_all(
+        b"POST /trickle HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    for i in 0..10u8 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        s.write_all(&[b'0' + i]).await.unwrap();
+    }
+    let head = read_head(&mut s).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let seen = up.seen();
+    let trickled = seen.iter().find(|r| r.uri == "/trickle").expect("trickle");
+    assert_eq!(trickled.body_len, 10);
+}
+
+/// The same limit holds a stream of an HTTP/2 connection: 408 on it.
+#[tokio::test]
+async fn a_stalled_http2_request_body_gets_408() {
+    let up = Upstream::start("up").await;
+    let w = proxy_with_body_timeout(&up).await;
+    let mut tx = h2c(w.addr).await;
+    let req = http::Request::post(format!("http://{}/stall", w.addr))
+        .body(())
+        .unwrap();
+    let (resp, mut send) = tx.send_request(req, false).unwrap();
+    send.send_data(Bytes::from_static(b"half of it"), false)
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), resp)
+        .await
+        .expect("no answer to a stalled body")
+        .unwrap();
+    assert_eq!(resp.status(), 408);
+    let (body, _) = h2_read(resp.into_body()).await;
+    assert_eq!(
+        body,
+        b"408 Request Timeout: the request body stopped arriving\n"
+    );
 }
