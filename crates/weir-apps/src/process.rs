@@ -3,7 +3,8 @@
 //! and stderr written to weir's log line by line (tagged with the app and
 //! the instance), readiness by a GET of the `ready` path, and a stop that
 //! signals the whole group: SIGTERM, then SIGKILL after `stop_timeout`.
-//! Also the env file (refused when others may read it), free ports, and
+//! An instance also gets SIGTERM if weir dies without stopping it
+//! ([`die_with_weir`]). Also the env file (refused when others may read it), free ports, and
 //! the restart back-off. Never waits on a process synchronously.
 
 use std::path::{Path, PathBuf};
@@ -142,6 +143,7 @@ pub fn spawn(cfg: &AppConfig, n: usize, target: &Target) -> Result<Child, StartE
         // Its own group: a stop reaches every process the command starts.
         .process_group(0)
         .kill_on_drop(true);
+    die_with_weir(&mut cmd);
     // A config read from the working directory has an empty base.
     if !cfg.dir.as_os_str().is_empty() {
         cmd.current_dir(&cfg.dir);
@@ -177,6 +179,30 @@ pub fn spawn(cfg: &AppConfig, n: usize, target: &Target) -> Result<Child, StartE
         tokio::spawn(log_lines(err, format!("{tag} (stderr)")));
     }
     Ok(child)
+}
+
+/// Asks the kernel to send the instance SIGTERM when weir dies (SIGKILL,
+/// the OOM killer, a crash), which a stop by weir itself would have done:
+/// no app outlives the weir that ran it. The signal reaches the command's
+/// first process, which is the app itself unless the command is compound.
+/// The kernel sends it when the thread that forked exits: instances are
+/// started from their supervisor's own thread, which outlives them.
+#[allow(unsafe_code)]
+fn die_with_weir(cmd: &mut Command) {
+    let weir = nix::unistd::getpid();
+    // SAFETY: the hook runs in the forked child before exec; it makes only
+    // async-signal-safe system calls (prctl, getppid) and allocates
+    // nothing (its errors are bare errno values).
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)?;
+            // weir died before the request took effect: go no further.
+            if nix::unistd::getppid() != weir {
+                return Err(nix::errno::Errno::ESRCH.into());
+            }
+            Ok(())
+        });
+    }
 }
 
 async fn log_lines<R: tokio::io::AsyncRead + Unpin>(r: R, tag: String) {

@@ -4,7 +4,7 @@
 //! requests after scaling to zero, a killed instance restarted while GETs
 //! go on, a release that never gets ready rolled back and reported, a
 //! failing app's 503, and no process of an app's group left once weir
-//! stops or the app leaves the config.
+//! stops, is killed outright, or the app leaves the config.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -517,4 +517,33 @@ fn no_process_of_an_app_survives_weir_or_its_removal() {
         assert!(group(*g).is_empty(), "process group {g} outlived weir");
     }
     assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+/// weir killed outright (SIGKILL: it stops nothing itself): the kernel
+/// sends each instance SIGTERM and no app process outlives it.
+#[test]
+fn a_weir_killed_outright_takes_its_apps_with_it() {
+    let adm = free_ports(2);
+    let site = adm + 1;
+    let mut w = Weir::start(
+        WEIR,
+        &config(adm, site, &(backend_run("") + ", instances = 2")),
+        &[adm, site],
+    );
+    assert!(poll_until(Duration::from_secs(20), || pids(&apps(adm))
+        .len()
+        == 2));
+    let groups = pids(&apps(adm));
+    for g in &groups {
+        assert_eq!(group(*g), [*g], "the instance alone in its group");
+    }
+    w.signal("KILL");
+    assert!(w.wait_exit(Duration::from_secs(10)).is_some());
+    assert!(
+        poll_until(Duration::from_secs(10), || groups
+            .iter()
+            .all(|g| group(*g).is_empty())),
+        "app processes outlived a killed weir: {:?}",
+        groups.iter().map(|g| group(*g)).collect::<Vec<_>>()
+    );
 }
