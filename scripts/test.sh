@@ -6,7 +6,7 @@
 #    Apache for the PHP tests and scenario, h2load,
 #    pebble for ACME, redis-server for the cluster tests, chromium for the
 #    run report page,
-#    systemd's systemd-analyze, passwd's useradd and binutils' objcopy for
+#    systemd's systemd-analyze, passwd's useradd, binutils' objcopy and logrotate for
 #    the Debian package test) from Debian's packages when missing,
 #    pebble v2.10.1 (ACME Renewal Information) with `go install`,
 #    and cargo-deb with `cargo install`;
@@ -32,6 +32,7 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v useradd >/dev/null 2>&1 || need+=(passwd)
 command -v objcopy >/dev/null 2>&1 || need+=(binutils)
+command -v logrotate >/dev/null 2>&1 || need+=(logrotate)
 compgen -G "/usr/sbin/php-fpm*" >/dev/null || need+=(php-fpm)
 [ -x /usr/sbin/apache2 ] || need+=(apache2)
 if [ "${#need[@]}" -gt 0 ]; then

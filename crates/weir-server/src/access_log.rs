@@ -8,12 +8,16 @@
 //! line and lines go out in one write per batch (nginx's `buffer=` and
 //! `flush=` do the same in the worker itself). Never writes to the file
 //! from a worker thread.
+//!
+//! [`reopen`] (SIGUSR1, after log rotation) has every writer open its path
+//! again before its next batch, as nginx does on USR1.
 
 use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
@@ -22,6 +26,15 @@ use weir_config::{AccessLogConfig, AccessLogFormat};
 /// How long the writer gathers lines after the first one of a batch: at
 /// most this late in the file, and one wake-up and one write per batch.
 const GATHER: Duration = Duration::from_millis(20);
+
+/// Bumped by [`reopen`]; each writer compares it with the one it opened at.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Makes every access log file open its path again before it next writes
+/// (a rotated file is left to the rotation; the lines after go to the new one).
+pub fn reopen() {
+    GENERATION.fetch_add(1, Ordering::Relaxed);
+}
 
 /// What is logged about one request.
 pub struct Entry<'a> {
@@ -44,33 +57,30 @@ pub struct AccessLog {
 
 impl AccessLog {
     pub fn open(cfg: &AccessLogConfig) -> std::io::Result<AccessLog> {
-        let out: Box<dyn Write + Send> = match &cfg.path {
-            None => Box::new(std::io::stdout()),
-            Some(p) => Box::new(open_append(p)?),
-        };
+        let mut out = Out::open(cfg.path.clone())?;
         let (tx, rx) = mpsc::channel::<Vec<u8>>();
         std::thread::Builder::new()
             .name("weir-access-log".into())
             .spawn(move || {
-                let mut w = std::io::BufWriter::with_capacity(64 * 1024, out);
                 // Parked in `recv` only while the channel is empty, so a
                 // worker's send wakes this thread once per batch at most.
                 while let Ok(line) = rx.recv() {
-                    let _ = w.write_all(&line);
+                    out.reopen_if_asked();
+                    let _ = out.w.write_all(&line);
                     loop {
                         std::thread::sleep(GATHER);
                         let mut more = false;
                         while let Ok(line) = rx.try_recv() {
-                            let _ = w.write_all(&line);
+                            let _ = out.w.write_all(&line);
                             more = true;
                         }
                         if !more {
                             break;
                         }
                     }
-                    let _ = w.flush();
+                    let _ = out.w.flush();
                 }
-                let _ = w.flush();
+                let _ = out.w.flush();
             })?;
         Ok(AccessLog {
             format: cfg.format,
@@ -84,6 +94,50 @@ impl AccessLog {
             AccessLogFormat::Json => json(e),
         };
         let _ = self.tx.send(line);
+    }
+}
+
+/// A writer's destination: standard output, or a file it may open again.
+struct Out {
+    path: Option<PathBuf>,
+    generation: u64,
+    w: std::io::BufWriter<Box<dyn Write + Send>>,
+}
+
+impl Out {
+    fn open(path: Option<PathBuf>) -> std::io::Result<Out> {
+        let generation = GENERATION.load(Ordering::Relaxed);
+        let file: Box<dyn Write + Send> = match &path {
+            None => Box::new(std::io::stdout()),
+            Some(p) => Box::new(open_append(p)?),
+        };
+        Ok(Out {
+            path,
+            generation,
+            w: std::io::BufWriter::with_capacity(64 * 1024, file),
+        })
+    }
+
+    /// Opens the path again if [`reopen`] was called since it last did;
+    /// a file that cannot be opened leaves the old one in use (and says so).
+    fn reopen_if_asked(&mut self) {
+        let now = GENERATION.load(Ordering::Relaxed);
+        if now == self.generation {
+            return;
+        }
+        self.generation = now;
+        let Some(p) = &self.path else { return };
+        match open_append(p) {
+            Ok(f) => {
+                let _ = self.w.flush();
+                self.w = std::io::BufWriter::with_capacity(64 * 1024, Box::new(f));
+                tracing::info!("access log {} reopened", p.display());
+            }
+            Err(e) => tracing::warn!(
+                "access log {}: cannot reopen ({e}); writing on to the file already open",
+                p.display()
+            ),
+        }
     }
 }
 

@@ -100,6 +100,7 @@ pub fn run(
         let mut term = signal(SignalKind::terminate()).map_err(ServerError::Worker)?;
         let mut int = signal(SignalKind::interrupt()).map_err(ServerError::Worker)?;
         let mut hup = signal(SignalKind::hangup()).map_err(ServerError::Worker)?;
+        let mut usr1 = signal(SignalKind::user_defined1()).map_err(ServerError::Worker)?;
         let mut usr2 = signal(SignalKind::user_defined2()).map_err(ServerError::Worker)?;
         with(&server);
         // Ready: systemd, and the process this one replaces, are told.
@@ -113,6 +114,10 @@ pub fn run(
         loop {
             tokio::select! {
                 _ = exit.wait_for(|e| *e) => break,
+                _ = usr1.recv() => {
+                    tracing::info!("SIGUSR1: reopening the access logs");
+                    access_log::reopen();
+                }
                 _ = usr2.recv() => {
                     tracing::info!("SIGUSR2: upgrading to the binary at this one's path");
                     let s = server.clone();

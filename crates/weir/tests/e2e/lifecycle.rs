@@ -1,5 +1,6 @@
-//! The server's life as an operator sees it: graceful shutdown, access logs,
-//! custom error pages and headers, static files through curl.
+//! The server's life as an operator sees it: graceful shutdown, access logs
+//! (and their rotation), custom error pages and headers, static files
+//! through curl.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -239,6 +240,48 @@ access_log = {{ path = "access.json", format = "json" }}
     assert_eq!(line["method"], "GET");
     // The Host field without its port.
     assert_eq!(line["host"], "127.0.0.1");
+}
+
+/// Log rotation as logrotate does it: the file renamed, then SIGUSR1; the
+/// lines before stay in the renamed file, the ones after go to a new file
+/// at the configured path, and weir says so in its log.
+#[test]
+fn sigusr1_reopens_the_access_logs_after_rotation() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    std::fs::write(dir.path().join("www/index.html"), PAGE_164).unwrap();
+    let cfg = format!("[site.\"127.0.0.1:{port}\"]\nroot = \"www\"\naccess_log = \"access.log\"\n");
+    let w = Weir::start_in(WEIR, dir, &cfg, &[port]);
+    let read = |name: &str| std::fs::read_to_string(w.path().join(name)).unwrap_or_default();
+    let get = |path: &str| {
+        let url = format!("http://127.0.0.1:{port}{path}");
+        assert_eq!(
+            run_curl(&["-s", "-o", "/dev/null", "-w", "%{http_code}", &url]),
+            "200"
+        );
+    };
+    get("/?before");
+    assert!(poll_until(PATIENCE, || read("access.log").contains("/?before")));
+    std::fs::rename(w.path().join("access.log"), w.path().join("access.log.1")).unwrap();
+    w.signal("USR1");
+    assert!(
+        w.wait_log("SIGUSR1: reopening the access logs", PATIENCE),
+        "{}",
+        w.stderr()
+    );
+    get("/?after");
+    assert!(
+        poll_until(PATIENCE, || read("access.log").contains("/?after")),
+        "new file: {:?}; rotated: {:?}",
+        read("access.log"),
+        read("access.log.1")
+    );
+    assert!(!read("access.log").contains("/?before"));
+    assert!(!read("access.log.1").contains("/?after"));
+    assert!(w.stderr().contains("access.log reopened"), "{}", w.stderr());
+    // Still serving.
+    get("/?again");
 }
 
 #[test]

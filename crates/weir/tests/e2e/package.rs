@@ -13,7 +13,14 @@ use crate::WEIR;
 
 const CONFIG: &str = "/etc/weir/weir.toml";
 const UNIT: &str = "/lib/systemd/system/weir.service";
-const INSTALLED: [&str; 4] = ["/usr/bin/weir", CONFIG, UNIT, "/var/www/weir/index.html"];
+const LOGROTATE: &str = "/etc/logrotate.d/weir";
+const INSTALLED: [&str; 5] = [
+    "/usr/bin/weir",
+    CONFIG,
+    UNIT,
+    LOGROTATE,
+    "/var/www/weir/index.html",
+];
 
 fn run(program: &str, args: &[&str]) -> Output {
     Command::new(program)
@@ -65,6 +72,7 @@ fn deb_installs_a_valid_service_and_purges_clean() {
         "cargo install cargo-deb --locked",
     );
     require("dpkg", &["--version"], "apt-get install dpkg");
+    require("logrotate", &["--version"], "apt-get install logrotate");
     require("systemd-analyze", &["--version"], "apt-get install systemd");
     // cargo-deb packs target/release/weir as it is (--no-build).
     assert!(
@@ -132,6 +140,16 @@ fn deb_installs_a_valid_service_and_purges_clean() {
     let out = run("/usr/bin/weir", &["validate", "--config", CONFIG]);
     check(&out, "weir validate of the packaged config");
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+
+    // logrotate reads the packaged rule without an error (a dry run).
+    let out = run("logrotate", &["--debug", LOGROTATE]);
+    let said = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(
+        out.status.success() && !said.contains("error"),
+        "logrotate --debug {LOGROTATE}: {}\n{said}",
+        out.status
+    );
+    assert!(said.contains("/var/log/weir/*.log"), "{said}");
 
     // Works without systemd as PID 1. An unknown key is only a warning (exit
     // 0), so a line naming the unit fails the test too.
