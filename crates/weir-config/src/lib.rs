@@ -1489,6 +1489,53 @@ mod tests {
     }
 
     #[test]
+    fn proxy_takes_an_address_or_a_list_as_its_upstreams() {
+        let names = |src: &str| -> Vec<String> {
+            let c = load(src).unwrap();
+            let HandlerConfig::Proxy(p) = &c.sites[0].handler else {
+                panic!("proxy handler");
+            };
+            p.upstreams.iter().map(|u| u.name.clone()).collect()
+        };
+        let table = names("[site.\"a\"]\nproxy = { to = [\"127.0.0.1:9001\"] }\n");
+        assert_eq!(table, ["127.0.0.1:9001"]);
+        assert_eq!(names("[site.\"a\"]\nproxy = \"127.0.0.1:9001\"\n"), table);
+        assert_eq!(
+            names(
+                "[site.\"a\"]\nproxy = [\"127.0.0.1:9001\", { addr = \"127.0.0.1:9002\", weight = 2 }]\n"
+            ),
+            ["127.0.0.1:9001", "127.0.0.1:9002"]
+        );
+        // A route's too, with the same defaults as the table form.
+        let c = load(
+            "[site.\"a\"]\n[[site.\"a\".route]]\npath = \"/api/*\"\nproxy = \"127.0.0.1:9001\"\n",
+        )
+        .unwrap();
+        let HandlerConfig::Routes { routes, .. } = &c.sites[0].handler else {
+            panic!("routes");
+        };
+        let HandlerConfig::Proxy(p) = &routes[0].handler else {
+            panic!("route proxy");
+        };
+        assert_eq!(p.upstreams[0].name, "127.0.0.1:9001");
+        assert_eq!(p.retries, 2);
+        // Mistakes keep their position and say what is expected.
+        let text = load("[site.\"a\"]\nproxy = 9001\n")
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("weir.toml:2:9"), "{text}");
+        assert!(
+            text.contains("an upstream like \"127.0.0.1:9001\""),
+            "{text}"
+        );
+        let text = load("[site.\"a\"]\nproxy = { to = \"127.0.0.1:9\", retires = 1 }\n")
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("retires"), "{text}");
+        assert!(text.contains("retries"), "{text}");
+    }
+
+    #[test]
     fn php_is_one_line_with_caddys_defaults() {
         let c = load("[site.\"a\"]\nroot = \".\"\nphp = \"unix:/run/php/fpm.sock\"\n").unwrap();
         let HandlerConfig::FastCgi(f) = &c.sites[0].handler else {

@@ -268,8 +268,10 @@ pub struct RawSite {
     pub headers: Option<IndexMap<String, Spanned<String>>>,
     /// Access log; off by default. `"stdout"`, a file path, or `{ path, format }`.
     pub access_log: Option<Spanned<RawAccessLog>>,
-    /// Reverse proxy for the whole site: `proxy = { to = ["127.0.0.1:9001"] }`.
+    /// Reverse proxy for the whole site: `proxy = { to = ["127.0.0.1:9001"] }`,
+    /// or only the upstreams: `proxy = "127.0.0.1:9001"`, `proxy = ["a:1", "b:1"]`.
     /// Off by default; a site has either `proxy` or `root` (use `route` for both).
+    #[serde(default, deserialize_with = "proxy_shorthand")]
     pub proxy: Option<Spanned<RawProxy>>,
     /// Cache the proxy's responses (and every route's, unless a route says
     /// otherwise): `true` or `{ default_ttl = "2m", ... }`; default off.
@@ -351,6 +353,52 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Shorthand<T> {
         }
         d.deserialize_any(V(std::marker::PhantomData))
     }
+}
+
+/// `proxy = "ADDR"` or `proxy = ["ADDR", …]`: the upstreams alone, every
+/// other setting at its default (Caddy's `reverse_proxy ADDR`); a table is
+/// read as `RawProxy` itself, with its own errors.
+fn proxy_shorthand<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Spanned<RawProxy>>, D::Error> {
+    enum Given {
+        To(RawUpstreams),
+        Full(Box<RawProxy>),
+    }
+    impl<'de> Deserialize<'de> for Given {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = Given;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str(
+                        "an upstream like \"127.0.0.1:9001\", a list of them, or a table like { to = [...] }",
+                    )
+                }
+                fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Given, E> {
+                    Ok(Given::To(RawUpstreams::One(s.to_string())))
+                }
+                fn visit_seq<A: serde::de::SeqAccess<'de>>(self, a: A) -> Result<Given, A::Error> {
+                    Vec::<RawUpstream>::deserialize(serde::de::value::SeqAccessDeserializer::new(a))
+                        .map(|v| Given::To(RawUpstreams::Many(v)))
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<Given, A::Error> {
+                    RawProxy::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+                        .map(|p| Given::Full(Box::new(p)))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+    let Some(given) = Option::<Spanned<Given>>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let span = given.span();
+    let proxy = match given.into_inner() {
+        Given::To(to) => RawProxy::bare(Spanned::new(span.clone(), to)),
+        Given::Full(p) => *p,
+    };
+    Ok(Some(Spanned::new(span, proxy)))
 }
 
 /// `php = { ... }` / `fastcgi = { ... }`: FastCGI upstreams (PHP-FPM) and
@@ -485,6 +533,8 @@ pub struct RawRoute {
     /// (`"/v2/"`); default: no rewrite. Exclusive with `strip_prefix`.
     pub rewrite: Option<Spanned<String>>,
     /// Where matching requests go: `proxy`, `root`, `redirect` or `respond` (one of them).
+    /// `proxy` takes the same shorthands as a site's.
+    #[serde(default, deserialize_with = "proxy_shorthand")]
     pub proxy: Option<Spanned<RawProxy>>,
     /// Cache this route's responses: `true`, `false` or a table; default: the site's `cache`.
     pub cache: Option<Spanned<RawCacheSwitch>>,
