@@ -4,8 +4,9 @@
 //! the instance), readiness by a GET of the `ready` path, and a stop that
 //! signals the whole group: SIGTERM, then SIGKILL after `stop_timeout`.
 //! An instance also gets SIGTERM if weir dies without stopping it
-//! ([`die_with_weir`]). Also the env file (refused when others may read it), free ports, and
-//! the restart back-off. Never waits on a process synchronously.
+//! ([`die_with_weir`]). Also the env file (refused when others may read
+//! it), free ports, and the restart back-off. Never waits on a process
+//! synchronously.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -25,6 +25,7 @@ use weir_config::traffic::{self, HeaderOps, RequestView};
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 use weir_http::response::error;
+use weir_traffic::clock::now_ms;
 use weir_traffic::limit::{Decision, Held, Limiter, Quota};
 use weir_traffic::password::{Check, Users};
 
@@ -61,8 +62,6 @@ pub(super) static NOTHING_OWED: Owed = Owed {
     counted: Vec::new(),
     quota: None,
 };
-
-use weir_traffic::clock::now_ms;
 
 impl Filters {
     /// `None` for an empty config: nothing to run.
