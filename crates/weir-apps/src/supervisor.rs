@@ -272,8 +272,7 @@ impl App {
     /// ready, ask for one and wait for it up to `start_timeout`, one of at
     /// most `queue` waiting requests.
     pub async fn ready_for_request(&self) -> Result<(), Unready> {
-        self.last_request
-            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.note_request();
         if *self.ready.borrow() > 0 {
             return Ok(());
         }
@@ -286,6 +285,11 @@ impl App {
             Ok(Ok(_)) => Ok(()),
             _ => Err(Unready::NotReady(self.phase())),
         }
+    }
+
+    fn note_request(&self) {
+        self.last_request
+            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
     }
 
     /// A rolling restart; `Err` says why the new instances were stopped
@@ -473,6 +477,12 @@ impl Supervisor {
                 match started {
                     Ok(r) => {
                         tracing::info!("app {}: instance #{} ready", cfg.name, r.slot);
+                        // The idle clock starts when the requests that woke
+                        // it can go on, not when they came: a start slower
+                        // than `idle` must not stop it before they reach it.
+                        if let Some(app) = self.app.upgrade() {
+                            app.note_request();
+                        }
                         self.running.push(r);
                         self.publish();
                         self.retry_at = None;
@@ -941,6 +951,30 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_start_slower_than_idle_keeps_the_instance_for_the_requests_that_woke_it() {
+        let d = tempfile::tempdir().unwrap();
+        let idle = Duration::from_secs(1);
+        let mut slow = (*cfg(d.path(), 1, Some(idle))).clone();
+        slow.run = format!("sleep 1.5; exec {}", slow.run);
+        let app = App::start(Arc::new(slow), &ProxyConfig::defaults(), 1).unwrap();
+        assert!(app.ready_for_request().await.is_ok());
+        let ready_at = Instant::now();
+        let deadline = ready_at + Duration::from_secs(10);
+        while app.phase() != Phase::Idle {
+            assert!(Instant::now() < deadline, "never scaled to zero");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The idle clock runs from when the request could go on: the
+        // instance lives about `idle` after it, not one tick.
+        let lived = ready_at.elapsed();
+        assert!(
+            lived >= idle * 7 / 10,
+            "stopped {lived:?} after the request it started for could go on"
+        );
+        app.stop().await;
+    }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_idle_app_stops_and_the_next_request_starts_one() {
         let d = tempfile::tempdir().unwrap();
         let app = App::start(
