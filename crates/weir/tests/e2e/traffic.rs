@@ -80,16 +80,18 @@ fn site_dir() -> tempfile::TempDir {
 }
 
 #[tokio::test]
-async fn ten_per_second_burst_five_nodelay_gives_six_and_fourteen_refusals_per_client() {
+async fn ten_per_minute_burst_five_nodelay_gives_six_and_fourteen_refusals_per_client() {
     let d = site_dir();
     let w = Weir::start(
         WEIR,
         &format!(
             "[site.\"127.0.0.1:{{PORT}}\"]\nlisten = [\"0.0.0.0:{{PORT}}\"]\nroot = \"{}\"\n\
-             limit = [{{ rate = \"10r/s\", burst = 5, nodelay = true }}]\n",
+             limit = [{{ rate = \"10r/m\", burst = 5, nodelay = true }}]\n",
             d.path().display()
         ),
     );
+    // Per minute, not per second: the twenty may reach the limiter over a
+    // few seconds on a loaded machine and still find no refill.
     for from in [Ipv4Addr::new(127, 0, 0, 2), Ipv4Addr::new(127, 0, 0, 3)] {
         let answers = simultaneous(&w, from, 20, "/a.txt").await;
         let ok = answers.iter().filter(|r| status(r) == 200).count();
@@ -97,7 +99,8 @@ async fn ten_per_second_burst_five_nodelay_gives_six_and_fourteen_refusals_per_c
         assert_eq!((ok, refused.len()), (6, 14), "from {from}: {answers:?}");
         for r in refused {
             let after: u64 = field(r, "retry-after").unwrap().parse().unwrap();
-            assert!((1..=2).contains(&after), "{r}");
+            // One more fits 6 s after the bucket was full (10 a minute).
+            assert!((6..=7).contains(&after), "{r}");
         }
     }
 }
