@@ -353,4 +353,3 @@ mod tests {
         assert!(cc("no-cache").forbids_stale());
     }
 }
-

@@ -433,9 +433,7 @@ pub fn freshen(stored: &mut HeaderMap, not_modified: &HeaderMap, policy: &CacheP
         })
     };
     for name in not_modified.keys() {
-        if NOT_FRESHENED.contains(name)
-            || *name == policy.tags_header
-            || listed_in_connection(name)
+        if NOT_FRESHENED.contains(name) || *name == policy.tags_header || listed_in_connection(name)
         {
             continue;
         }
@@ -709,7 +707,10 @@ mod tests {
     #[test]
     fn s4_2_4_by_default_stale_is_served_only_when_the_origin_allows_it() {
         let p = CachePolicy::default();
-        assert_eq!((p.grace, p.stale_if_error), (Duration::ZERO, Duration::ZERO));
+        assert_eq!(
+            (p.grace, p.stale_if_error),
+            (Duration::ZERO, Duration::ZERO)
+        );
         let f = fresh(&[("cache-control", "max-age=60")], T0, T0);
         assert_eq!(f.reuse(T0 + 59, None), Reuse::Fresh);
         assert_eq!(f.reuse(T0 + 60, None), Reuse::Validate);
@@ -717,7 +718,10 @@ mod tests {
         assert!(!f.serves_on_error(T0 + 61, None));
         // The origin allows it: stale-while-revalidate, stale-if-error.
         let f = fresh(
-            &[("cache-control", "max-age=60, stale-while-revalidate=5, stale-if-error=30")],
+            &[(
+                "cache-control",
+                "max-age=60, stale-while-revalidate=5, stale-if-error=30",
+            )],
             T0,
             T0,
         );
@@ -803,15 +807,27 @@ mod tests {
             assert_eq!(age(&[bad]), 0, "{bad:?}");
         }
         let f = fresh(
-            &[("age", "-7200"), ("date", &http_date(T0 - 30)), ("cache-control", "max-age=3600")],
+            &[
+                ("age", "-7200"),
+                ("date", &http_date(T0 - 30)),
+                ("cache-control", "max-age=3600"),
+            ],
             T0,
             T0,
         );
         assert_eq!(f.initial_age, 30);
         // An old age makes a response stale on arrival.
-        let f = fresh(&[("age", "7200, 0"), ("cache-control", "max-age=3600")], T0, T0);
+        let f = fresh(
+            &[("age", "7200, 0"), ("cache-control", "max-age=3600")],
+            T0,
+            T0,
+        );
         assert_eq!(f.reuse(T0, None), Reuse::Validate);
-        let f = fresh(&[("age", "2147483648"), ("cache-control", "max-age=3600")], T0, T0);
+        let f = fresh(
+            &[("age", "2147483648"), ("cache-control", "max-age=3600")],
+            T0,
+            T0,
+        );
         assert!(f.ttl(T0) < 0);
     }
 
@@ -854,10 +870,19 @@ mod tests {
             "Thursday, 18-Aug-50 02:01:18 GMT",
             "Thu Aug 18 02:01:18 2050",
         ] {
-            assert_eq!(life(&[("date", &date), ("expires", good)]), in_2050 - T0, "{good}");
+            assert_eq!(
+                life(&[("date", &date), ("expires", good)]),
+                in_2050 - T0,
+                "{good}"
+            );
         }
         // Far in the future, past 32 bits.
-        assert!(life(&[("date", &date), ("expires", "Sun, 21 Nov 2286 04:46:39 GMT")]) > 1 << 32);
+        assert!(
+            life(&[
+                ("date", &date),
+                ("expires", "Sun, 21 Nov 2286 04:46:39 GMT")
+            ]) > 1 << 32
+        );
     }
 
     #[test]
@@ -870,23 +895,46 @@ mod tests {
         // The origin's clock a day fast or a day slow: the lifetime is
         // Expires − Date either way, not Expires − the cache's clock.
         for skew in [T0 + 86_400, T0 - 86_400] {
-            let h = [("date", http_date(skew)), ("expires", http_date(skew + 600))];
+            let h = [
+                ("date", http_date(skew)),
+                ("expires", http_date(skew + 600)),
+            ];
             let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
             assert_eq!(life(&h, T0), 600);
         }
         // Expires before Date: expired; an invalid Date is the arrival time.
         assert_eq!(
-            life(&[("date", &http_date(T0 + 400)), ("expires", &http_date(T0 + 300))], T0),
+            life(
+                &[
+                    ("date", &http_date(T0 + 400)),
+                    ("expires", &http_date(T0 + 300))
+                ],
+                T0
+            ),
             0
         );
-        assert_eq!(life(&[("date", "foo"), ("expires", &http_date(T0 + 10))], T0), 10);
+        assert_eq!(
+            life(&[("date", "foo"), ("expires", &http_date(T0 + 10))], T0),
+            10
+        );
         // The age then decides (§4.2.3): a Date in the past ages the response,
         // one in the future does not make it younger.
-        let f = fresh(&[("date", &http_date(T0 - 100)), ("expires", &http_date(T0 - 40))], T0, T0);
+        let f = fresh(
+            &[
+                ("date", &http_date(T0 - 100)),
+                ("expires", &http_date(T0 - 40)),
+            ],
+            T0,
+            T0,
+        );
         assert_eq!((f.lifetime, f.initial_age), (60, 100));
         assert_eq!(f.reuse(T0, None), Reuse::Validate);
         let f = fresh(
-            &[("date", &http_date(T0 + 10)), ("expires", &http_date(T0 + 20)), ("age", "15")],
+            &[
+                ("date", &http_date(T0 + 10)),
+                ("expires", &http_date(T0 + 20)),
+                ("age", "15"),
+            ],
             T0,
             T0,
         );
@@ -896,7 +944,10 @@ mod tests {
     #[test]
     fn s3_statuses_stored_with_explicit_freshness_or_heuristically_cacheable() {
         for s in [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501] {
-            assert!(heuristically_cacheable(StatusCode::from_u16(s).unwrap()), "{s}");
+            assert!(
+                heuristically_cacheable(StatusCode::from_u16(s).unwrap()),
+                "{s}"
+            );
             assert_eq!(check(&[], s, &[]), Ok(()), "{s}");
         }
         // RFC 9110 §15.1 lists 206 too; weir stores no partial response.
@@ -904,16 +955,32 @@ mod tests {
         assert_eq!(check(&[], 206, &[]), Err(Uncacheable::Status));
         // Not heuristically cacheable: only with explicit freshness.
         for s in [302, 303, 307, 400, 500, 502, 503, 504, 299, 499, 599] {
-            assert!(!heuristically_cacheable(StatusCode::from_u16(s).unwrap()), "{s}");
+            assert!(
+                !heuristically_cacheable(StatusCode::from_u16(s).unwrap()),
+                "{s}"
+            );
             assert_eq!(check(&[], s, &[]), Err(Uncacheable::NoFreshness), "{s}");
-            assert_eq!(check(&[], s, &[("cache-control", "max-age=60")]), Ok(()), "{s}");
+            assert_eq!(
+                check(&[], s, &[("cache-control", "max-age=60")]),
+                Ok(()),
+                "{s}"
+            );
         }
         // §4.2.2: heuristic freshness only for the heuristically cacheable.
-        let h = hm(&[("date", &http_date(T0)), ("last-modified", &http_date(T0 - 1000))]);
+        let h = hm(&[
+            ("date", &http_date(T0)),
+            ("last-modified", &http_date(T0 - 1000)),
+        ]);
         let cc = CacheControl::parse(&h);
         let p = CachePolicy::default();
-        assert_eq!(freshness_lifetime(StatusCode::NOT_FOUND, &h, &cc, T0, &p), 100);
-        assert_eq!(freshness_lifetime(StatusCode::from_u16(599).unwrap(), &h, &cc, T0, &p), 0);
+        assert_eq!(
+            freshness_lifetime(StatusCode::NOT_FOUND, &h, &cc, T0, &p),
+            100
+        );
+        assert_eq!(
+            freshness_lifetime(StatusCode::from_u16(599).unwrap(), &h, &cc, T0, &p),
+            0
+        );
     }
 
     #[test]
@@ -927,11 +994,18 @@ mod tests {
             assert_eq!(check(&[], s, &cc), Err(Uncacheable::Status), "{s}");
         }
         assert_eq!(
-            check(&[], 599, &[("cache-control", "max-age=3600, must-understand")]),
+            check(
+                &[],
+                599,
+                &[("cache-control", "max-age=3600, must-understand")]
+            ),
             Err(Uncacheable::Status)
         );
         // Without must-understand, an unknown status with freshness is stored.
-        assert_eq!(check(&[], 599, &[("cache-control", "max-age=3600")]), Ok(()));
+        assert_eq!(
+            check(&[], 599, &[("cache-control", "max-age=3600")]),
+            Ok(())
+        );
         assert!(!understands(StatusCode::from_u16(599).unwrap()));
         assert!(understands(StatusCode::GONE));
     }
@@ -1003,7 +1077,14 @@ mod tests {
         assert_eq!(stored["content-encoding"], "gzip");
         // Never stored: Age, cookies, tags, hop-by-hop fields, and the
         // fields the new private="…" names.
-        for gone in ["age", "set-cookie", "surrogate-key", "connection", "x-hop", "x-private"] {
+        for gone in [
+            "age",
+            "set-cookie",
+            "surrogate-key",
+            "connection",
+            "x-hop",
+            "x-private",
+        ] {
             assert!(!stored.contains_key(gone), "{gone}");
         }
     }

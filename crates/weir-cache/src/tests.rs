@@ -560,7 +560,11 @@ async fn s4_2_4_by_default_a_stale_copy_the_origin_did_not_allow_is_never_served
     assert_eq!(o.inner.seen(), 2);
     let (s, _, _) = get(&c, "/a", &[]).await;
     assert_eq!(s, 500);
-    assert_eq!(o.inner.seen(), 3, "a stale copy without grace is validated each time");
+    assert_eq!(
+        o.inner.seen(),
+        3,
+        "a stale copy without grace is validated each time"
+    );
 
     // Allowed by the origin: stale-if-error.
     let o = first_then(validator("max-age=10, stale-if-error=60"), 500, false);
@@ -569,7 +573,11 @@ async fn s4_2_4_by_default_a_stale_copy_the_origin_did_not_allow_is_never_served
     advance(11);
     let (s, h, b) = get(&c, "/b", &[]).await;
     assert_eq!((s, &b[..]), (200, &b"good"[..]));
-    assert!(status(&h).ends_with("detail=stale-if-error"), "{}", status(&h));
+    assert!(
+        status(&h).ends_with("detail=stale-if-error"),
+        "{}",
+        status(&h)
+    );
 
     // No upstream reached at all: disconnected, so the stale copy answers...
     let o = first_then(validator("max-age=10"), 502, true);
@@ -627,13 +635,20 @@ async fn s4_2_4_grace_serves_stale_only_when_configured() {
     advance(11);
     let (_, h, b) = get(&c, "/g", &[]).await;
     assert_eq!(&b[..], b"v1");
-    assert_eq!(status(&h), "weir; hit; ttl=-1; detail=stale-while-revalidate");
+    assert_eq!(
+        status(&h),
+        "weir; hit; ttl=-1; detail=stale-while-revalidate"
+    );
 }
 
 #[tokio::test]
 async fn s4_3_4_a_304_updates_the_stored_fields_and_later_hits_carry_them() {
     let o = Fake::new(|p, n| {
-        if n > 1 && p.headers.get("if-none-match").is_some_and(|v| v == "\"e1\"") {
+        if n > 1
+            && p.headers
+                .get("if-none-match")
+                .is_some_and(|v| v == "\"e1\"")
+        {
             return (
                 304,
                 vec![

@@ -266,27 +266,132 @@ fn cc_only(v: &'static str) -> Vec<(&'static str, String)> {
 }
 
 fn aged(age: &'static str) -> Vec<(&'static str, String)> {
-    vec![("cache-control", "max-age=3600".into()), ("age", age.into())]
+    vec![
+        ("cache-control", "max-age=3600".into()),
+        ("age", age.into()),
+    ]
 }
 
 static CASES: &[Case] = &[
-    Case { name: "age-plain-old", status: 200, headers: || aged("7200"), cached: false, rfc: "§5.1" },
-    Case { name: "age-list-old-first", status: 200, headers: || aged("7200, 0"), cached: false, rfc: "§5.1 first member" },
-    Case { name: "age-list-zero-first", status: 200, headers: || aged("0, 7200"), cached: true, rfc: "§5.1 first member" },
-    Case { name: "age-parameter", status: 200, headers: || aged("7200;foo=bar"), cached: false, rfc: "§5.1" },
-    Case { name: "age-past-2-31", status: 200, headers: || aged("99999999999999999999"), cached: false, rfc: "§1.2.2" },
-    Case { name: "age-negative", status: 200, headers: || aged("-7200"), cached: true, rfc: "§5.1 ignored" },
-    Case { name: "age-float", status: 200, headers: || aged("7200.0"), cached: true, rfc: "§5.1 ignored" },
-    Case { name: "cc-quoted", status: 200, headers: || cc_only("max-age=\"3600\""), cached: true, rfc: "§5.2" },
-    Case { name: "cc-in-quotes", status: 200, headers: || cc_only("ext=\"max-age=3600\", max-age=0"), cached: false, rfc: "§5.2, RFC 9110 §5.6.4" },
-    Case { name: "cc-duplicate-fresh-first", status: 200, headers: || cc_only("max-age=3600, max-age=0"), cached: true, rfc: "§4.2.1 first" },
-    Case { name: "cc-duplicate-stale-first", status: 200, headers: || cc_only("max-age=0, max-age=3600"), cached: false, rfc: "§4.2.1 first" },
-    Case { name: "cc-trailing-alpha", status: 200, headers: || cc_only("max-age=3600a"), cached: false, rfc: "§4.2.1 invalid" },
-    Case { name: "cc-fraction", status: 200, headers: || cc_only("max-age=1.5"), cached: false, rfc: "§4.2.1 invalid" },
-    Case { name: "cc-space-before-equals", status: 200, headers: || cc_only("max-age =3600"), cached: false, rfc: "RFC 9110 §5.6.2" },
-    Case { name: "expires-invalid", status: 200, headers: || vec![("expires", "0".into())], cached: false, rfc: "§5.3" },
-    Case { name: "expires-utc", status: 200, headers: || vec![("expires", "Thu, 18 Aug 2050 02:01:18 UTC".into())], cached: false, rfc: "§4.2" },
-    Case { name: "expires-any-case", status: 200, headers: || vec![("expires", "THU, 18 AUG 2050 02:01:18 gmt".into())], cached: true, rfc: "§4.2" },
+    Case {
+        name: "age-plain-old",
+        status: 200,
+        headers: || aged("7200"),
+        cached: false,
+        rfc: "§5.1",
+    },
+    Case {
+        name: "age-list-old-first",
+        status: 200,
+        headers: || aged("7200, 0"),
+        cached: false,
+        rfc: "§5.1 first member",
+    },
+    Case {
+        name: "age-list-zero-first",
+        status: 200,
+        headers: || aged("0, 7200"),
+        cached: true,
+        rfc: "§5.1 first member",
+    },
+    Case {
+        name: "age-parameter",
+        status: 200,
+        headers: || aged("7200;foo=bar"),
+        cached: false,
+        rfc: "§5.1",
+    },
+    Case {
+        name: "age-past-2-31",
+        status: 200,
+        headers: || aged("99999999999999999999"),
+        cached: false,
+        rfc: "§1.2.2",
+    },
+    Case {
+        name: "age-negative",
+        status: 200,
+        headers: || aged("-7200"),
+        cached: true,
+        rfc: "§5.1 ignored",
+    },
+    Case {
+        name: "age-float",
+        status: 200,
+        headers: || aged("7200.0"),
+        cached: true,
+        rfc: "§5.1 ignored",
+    },
+    Case {
+        name: "cc-quoted",
+        status: 200,
+        headers: || cc_only("max-age=\"3600\""),
+        cached: true,
+        rfc: "§5.2",
+    },
+    Case {
+        name: "cc-in-quotes",
+        status: 200,
+        headers: || cc_only("ext=\"max-age=3600\", max-age=0"),
+        cached: false,
+        rfc: "§5.2, RFC 9110 §5.6.4",
+    },
+    Case {
+        name: "cc-duplicate-fresh-first",
+        status: 200,
+        headers: || cc_only("max-age=3600, max-age=0"),
+        cached: true,
+        rfc: "§4.2.1 first",
+    },
+    Case {
+        name: "cc-duplicate-stale-first",
+        status: 200,
+        headers: || cc_only("max-age=0, max-age=3600"),
+        cached: false,
+        rfc: "§4.2.1 first",
+    },
+    Case {
+        name: "cc-trailing-alpha",
+        status: 200,
+        headers: || cc_only("max-age=3600a"),
+        cached: false,
+        rfc: "§4.2.1 invalid",
+    },
+    Case {
+        name: "cc-fraction",
+        status: 200,
+        headers: || cc_only("max-age=1.5"),
+        cached: false,
+        rfc: "§4.2.1 invalid",
+    },
+    Case {
+        name: "cc-space-before-equals",
+        status: 200,
+        headers: || cc_only("max-age =3600"),
+        cached: false,
+        rfc: "RFC 9110 §5.6.2",
+    },
+    Case {
+        name: "expires-invalid",
+        status: 200,
+        headers: || vec![("expires", "0".into())],
+        cached: false,
+        rfc: "§5.3",
+    },
+    Case {
+        name: "expires-utc",
+        status: 200,
+        headers: || vec![("expires", "Thu, 18 Aug 2050 02:01:18 UTC".into())],
+        cached: false,
+        rfc: "§4.2",
+    },
+    Case {
+        name: "expires-any-case",
+        status: 200,
+        headers: || vec![("expires", "THU, 18 AUG 2050 02:01:18 gmt".into())],
+        cached: true,
+        rfc: "§4.2",
+    },
     Case {
         name: "expires-twice",
         status: 200,
@@ -297,20 +402,48 @@ static CASES: &[Case] = &[
     Case {
         name: "expires-date-far-future",
         status: 200,
-        headers: || vec![("date", date_in(86_400)), ("expires", date_in(86_400 + 3600))],
+        headers: || {
+            vec![
+                ("date", date_in(86_400)),
+                ("expires", date_in(86_400 + 3600)),
+            ]
+        },
         cached: true,
         rfc: "§4.2.1 Expires − Date",
     },
     Case {
         name: "expires-date-far-past",
         status: 200,
-        headers: || vec![("date", date_in(-86_400)), ("expires", date_in(-86_400 + 3600))],
+        headers: || {
+            vec![
+                ("date", date_in(-86_400)),
+                ("expires", date_in(-86_400 + 3600)),
+            ]
+        },
         cached: false,
         rfc: "§4.2.3 apparent age",
     },
-    Case { name: "status-599-fresh", status: 599, headers: || cc_only("max-age=3600"), cached: true, rfc: "§3" },
-    Case { name: "status-500-fresh", status: 500, headers: || cc_only("max-age=3600"), cached: true, rfc: "§3" },
-    Case { name: "status-302-no-freshness", status: 302, headers: Vec::new, cached: false, rfc: "§3, §4.2.2" },
+    Case {
+        name: "status-599-fresh",
+        status: 599,
+        headers: || cc_only("max-age=3600"),
+        cached: true,
+        rfc: "§3",
+    },
+    Case {
+        name: "status-500-fresh",
+        status: 500,
+        headers: || cc_only("max-age=3600"),
+        cached: true,
+        rfc: "§3",
+    },
+    Case {
+        name: "status-302-no-freshness",
+        status: 302,
+        headers: Vec::new,
+        cached: false,
+        rfc: "§3, §4.2.2",
+    },
     Case {
         name: "status-404-heuristic",
         status: 404,
@@ -799,10 +932,7 @@ async fn rfc9111_4_2_4_by_default_stale_is_served_only_when_the_origin_allows_it
 #[tokio::test]
 async fn grace_and_stale_if_error_set_explicitly_serve_stale_as_varnish_does() {
     let o = Origin::start().await;
-    let w = Weir::start(
-        WEIR,
-        &site(&o, ", grace = \"10s\", stale_if_error = \"1h\""),
-    );
+    let w = Weir::start(WEIR, &site(&o, ", grace = \"10s\""));
     let url = w.url("/plain1/b");
     get(&url, &[]).await;
     let (_, _, b) = poll_until(
@@ -812,6 +942,8 @@ async fn grace_and_stale_if_error_set_explicitly_serve_stale_as_varnish_does() {
     )
     .await;
     assert_eq!(&b[..], b"/plain1/b #1");
+    drop(w);
+    let w = Weir::start(WEIR, &site(&o, ", stale_if_error = \"1h\""));
     let url = w.url("/fail/plain/b");
     get(&url, &[]).await;
     let (s, h, b) = poll_until(
@@ -837,7 +969,12 @@ async fn rfc9111_4_2_4_must_revalidate_proxy_revalidate_s_maxage_no_cache_forbid
         WEIR,
         &site(&o, ", grace = \"10s\", stale_if_error = \"1h\""),
     );
-    for cc in ["must-revalidate", "proxy-revalidate", "s-maxage", "no-cache"] {
+    for cc in [
+        "must-revalidate",
+        "proxy-revalidate",
+        "s-maxage",
+        "no-cache",
+    ] {
         let path = format!("/fail/{cc}/c");
         let url = w.url(&path);
         let (s, _, _) = get(&url, &[]).await;
@@ -871,11 +1008,7 @@ async fn rfc9111_4_2_4_an_unreachable_upstream_gets_the_stale_copy_unless_forbid
     // ...but must-revalidate forbids it: an error, never the stale copy.
     let url = w.url("/fail/must-revalidate/u");
     let (s, h, _) = poll_until(&url, |s, _, _| s >= 500, fresh_hit(&url)).await;
-    assert!(
-        [502, 503, 504].contains(&s),
-        "{s} {}",
-        cache_status(&h)
-    );
+    assert!([502, 503, 504].contains(&s), "{s} {}", cache_status(&h));
 }
 
 #[tokio::test]
