@@ -102,7 +102,7 @@ fn stored_headers(resp: &HeaderMap, cc: &CacheControl, policy: &CachePolicy) -> 
     h
 }
 
-fn tags(resp: &HeaderMap, policy: &CachePolicy) -> Box<[Box<str>]> {
+pub(crate) fn tags(resp: &HeaderMap, policy: &CachePolicy) -> Box<[Box<str>]> {
     resp.get_all(&policy.tags_header)
         .iter()
         .filter_map(|v| v.to_str().ok())

@@ -8,10 +8,11 @@
 //! 2. The key ([`key`]): scheme, host, path and query as the policy
 //!    shapes them; then the variant the request selects (`Vary`).
 //! 3. A stored response ([`store`]) is reused as the rules say
-//!    ([`rules`]): fresh → served; stale within its grace → served while
-//!    one background request refreshes it; otherwise validated upstream
-//!    (a 304 freshens it; a failing upstream gets the stale copy within
-//!    `stale-if-error`).
+//!    ([`rules`]): fresh → served; stale within `stale-while-revalidate`
+//!    → served while one background request refreshes it; otherwise
+//!    validated upstream (a 304 freshens it; a failing upstream gets the
+//!    stale copy within `stale-if-error`, an unreachable one whenever no
+//!    directive forbids it: RFC 9111 §4.2.4).
 //! 4. A miss joins the fetch already in flight for its key (request
 //!    coalescing: it reads the body as it streams in) or starts it; a URL
 //!    whose last answer was uncacheable goes straight upstream instead
@@ -300,9 +301,9 @@ impl Cache {
             // §4.3.3, §4.3.4: the stored response is still good: freshen it.
             if status == StatusCode::NOT_MODIFIED {
                 let mut headers = old.headers.clone();
-                rules::freshen(&mut headers, resp.headers());
+                rules::freshen(&mut headers, resp.headers(), policy);
                 let cc = CacheControl::parse(&headers);
-                let fresh = Freshness::new(
+                let mut fresh = Freshness::new(
                     old.status,
                     &headers,
                     &cc,
@@ -310,7 +311,13 @@ impl Cache {
                     response_time,
                     policy,
                 );
-                let new = Arc::new(old.with(headers, fresh, old.share_body()));
+                // The age counts from this validation, as the 304 gives it.
+                fresh.initial_age = rules::initial_age(resp.headers(), request_time, response_time);
+                let mut new = old.with(headers, fresh, old.share_body());
+                if resp.headers().contains_key(&policy.tags_header) {
+                    new.tags = fetch::tags(resp.headers(), policy);
+                }
+                let new = Arc::new(new);
                 store.replace(primary, old, new.clone());
                 land(Landing::Stored(new.clone()));
                 store.count(conn.worker, counter::REVALIDATED, 1);
@@ -322,17 +329,24 @@ impl Cache {
                 )
                 .unwrap_or_else(gone);
             }
-            // RFC 5861: the origin fails; the stale copy stands in.
-            if rules::is_origin_error(status) && old.fresh.serves_on_error(response_time, req_cc) {
+            // The origin fails and allowed a stale copy to stand in
+            // (RFC 5861 `stale-if-error`, or the policy's), or no upstream
+            // could be reached at all (§4.2.4: disconnected).
+            let why = if !rules::is_origin_error(status) {
+                None
+            } else if old.fresh.serves_on_error(response_time, req_cc) {
+                Some("stale-if-error")
+            } else if resp.extensions().get::<weir_proxy::Unreachable>().is_some()
+                && old.fresh.serves_disconnected()
+            {
+                Some("unreachable")
+            } else {
+                None
+            };
+            if let Some(why) = why {
                 land(Landing::Stored(old.clone()));
                 store.count(conn.worker, counter::STALE_ERROR, 1);
-                let st = forward(
-                    "stale",
-                    Some(status.as_u16()),
-                    false,
-                    false,
-                    Some("stale-if-error"),
-                );
+                let st = forward("stale", Some(status.as_u16()), false, false, Some(why));
                 if let Some(r) = from_object(parts, old, response_time, st) {
                     return r;
                 }
@@ -372,11 +386,12 @@ impl Cache {
         let fwd = if stale.is_some() { "stale" } else { "miss" };
         match verdict {
             Err(why) => {
-                if let Some(old) = &stale {
-                    store.remove(primary, old);
-                }
-                // A failing origin is not an uncacheable URL.
+                // A failing origin is not an uncacheable URL, and leaves
+                // the stored response to validate again later.
                 if !rules::is_origin_error(status) {
+                    if let Some(old) = &stale {
+                        store.remove(primary, old);
+                    }
                     store.mark_uncacheable(primary, why);
                 }
                 land(Landing::Pass);

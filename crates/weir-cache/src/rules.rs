@@ -69,6 +69,16 @@ pub fn heuristically_cacheable(s: StatusCode) -> bool {
     )
 }
 
+/// §3 and §5.2.2.3: the final statuses whose caching rules weir follows:
+/// those RFC 9110 §15 defines, but for 206 (weir stores no partial
+/// responses) and 304 (it updates a stored response instead).
+pub fn understands(s: StatusCode) -> bool {
+    matches!(
+        s.as_u16(),
+        200..=205 | 300..=303 | 305 | 307 | 308 | 400..=417 | 421 | 422 | 426 | 500..=505
+    )
+}
+
 /// §3: whether a shared cache may store the response.
 pub fn storable(x: &Exchange<'_>, policy: &CachePolicy) -> Result<(), Uncacheable> {
     // §3 ¶1: a method whose responses are cacheable and that weir stores
@@ -84,10 +94,16 @@ pub fn storable(x: &Exchange<'_>, policy: &CachePolicy) -> Result<(), Uncacheabl
     {
         return Err(Uncacheable::Status);
     }
+    // §5.2.2.3: `must-understand` stores only a status the cache
+    // understands, and then overrides `no-store`.
+    let understood = x.cc.must_understand && understands(x.status);
+    if x.cc.must_understand && !understood {
+        return Err(Uncacheable::Status);
+    }
     if x.req_cc.is_some_and(|c| c.no_store) {
         return Err(Uncacheable::RequestNoStore);
     }
-    if x.cc.no_store {
+    if x.cc.no_store && !understood {
         return Err(Uncacheable::NoStore);
     }
     // §5.2.2.7: unqualified `private` is for private caches only.
@@ -122,8 +138,40 @@ pub fn storable(x: &Exchange<'_>, policy: &CachePolicy) -> Result<(), Uncacheabl
 }
 
 fn date(h: &HeaderMap, name: HeaderName) -> Option<u64> {
-    let v = h.get(name)?.to_str().ok()?;
-    httpdate::parse_http_date(v)
+    http_date(h.get(name)?.to_str().ok()?)
+}
+
+/// An HTTP-date (RFC 9110 §5.6.7) in seconds since the epoch, matched
+/// case-insensitively as RFC 9111 §4.2 asks of a cache; any zone but `GMT`
+/// is invalid.
+pub fn http_date(v: &str) -> Option<u64> {
+    // httpdate reads the canonical case only: "Thu", "Aug", "GMT".
+    let mut canon = [0u8; 40];
+    let b = v.as_bytes();
+    if b.len() > canon.len() {
+        return None;
+    }
+    let mut word_start = true;
+    for (i, &c) in b.iter().enumerate() {
+        canon[i] = if c.is_ascii_alphabetic() {
+            let first = word_start;
+            word_start = false;
+            if first {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            }
+        } else {
+            word_start = true;
+            c
+        };
+    }
+    let canon = &mut canon[..b.len()];
+    if let Some(zone) = canon.windows(4).position(|w| w == b" Gmt") {
+        canon[zone + 2..zone + 4].copy_from_slice(b"MT");
+    }
+    let s = std::str::from_utf8(canon).ok()?;
+    httpdate::parse_http_date(s)
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| d.as_secs())
@@ -150,10 +198,20 @@ pub fn freshness_lifetime(
     if let Some(m) = cc.max_age {
         return m;
     }
+    // RFC 9110 §6.6.1: a missing or invalid Date is the arrival time.
     let date_value = date(resp, header::DATE).unwrap_or(response_time);
-    if resp.contains_key(header::EXPIRES) {
-        // §5.3: an invalid date (such as "0") means already expired.
-        return date(resp, header::EXPIRES).map_or(0, |e| e.saturating_sub(date_value));
+    let mut expires = resp.get_all(header::EXPIRES).iter();
+    if let Some(first) = expires.next() {
+        // §5.3: an invalid date (such as "0") means already expired; so do
+        // two Expires lines (§4.2.1: the first, or stale).
+        if expires.next().is_some() {
+            return 0;
+        }
+        return first
+            .to_str()
+            .ok()
+            .and_then(http_date)
+            .map_or(0, |e| e.saturating_sub(date_value));
     }
     if !(heuristically_cacheable(status) || cc.public) {
         return 0;
@@ -172,16 +230,27 @@ pub fn freshness_lifetime(
 /// (`corrected_initial_age`), from its `Age` and `Date` and the request's
 /// round trip.
 pub fn initial_age(resp: &HeaderMap, request_time: u64, response_time: u64) -> u64 {
-    let age_value = resp
-        .get(header::AGE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .unwrap_or(0);
+    let age_value = age_value(resp);
     let date_value = date(resp, header::DATE).unwrap_or(response_time);
     let apparent_age = response_time.saturating_sub(date_value);
     let response_delay = response_time.saturating_sub(request_time);
     let corrected_age_value = age_value.saturating_add(response_delay);
     apparent_age.max(corrected_age_value)
+}
+
+/// §5.1: the `Age` a response arrived with. Of a list (one line or
+/// several), the first member counts; values past 2^31 read as 2^31. A
+/// member with a parameter (`7200;a=b`) still says the response is at least
+/// that old, so its number counts. Anything else that is not a
+/// non-negative integer (`-5`, `7200.0`, `abc`) is ignored, as §5.1 says:
+/// the age then comes from `Date` and the round trip alone (§4.2.3).
+pub fn age_value(resp: &HeaderMap) -> u64 {
+    let Some(s) = resp.get(header::AGE).and_then(|v| v.to_str().ok()) else {
+        return 0;
+    };
+    let first = s.split(',').next().unwrap_or("");
+    let number = first.split(';').next().unwrap_or("").trim();
+    crate::control::delta_seconds(number).unwrap_or(0)
 }
 
 /// What a stored response may be used for now.
@@ -203,11 +272,13 @@ pub struct Freshness {
     pub lifetime: u64,
     pub initial_age: u64,
     pub response_time: u64,
-    /// Grace: from `stale-while-revalidate`, else the policy's.
+    /// From `stale-while-revalidate`, else the policy's `grace` (0 unless
+    /// configured).
     pub swr: u64,
-    /// From `stale-if-error`, else the policy's.
+    /// From `stale-if-error`, else the policy's (0 unless configured).
     pub sie: u64,
-    /// `must-revalidate`, `proxy-revalidate` or `s-maxage` (§4.2.4).
+    /// `no-cache`, `must-revalidate`, `proxy-revalidate` or `s-maxage`:
+    /// never served stale, whatever happens upstream (§4.2.4).
     pub forbids_stale: bool,
     /// Unqualified `no-cache` (§5.2.2.4): validated before every reuse.
     pub no_cache: bool,
@@ -292,7 +363,14 @@ impl Freshness {
             return false;
         }
         let window = req.and_then(|r| r.stale_if_error).unwrap_or(self.sie);
-        self.staleness(now) <= window
+        window > 0 && self.staleness(now) <= window
+    }
+
+    /// §4.2.4: whether the stale response may answer while the cache is
+    /// disconnected (no upstream could be reached at all): unless a
+    /// directive forbids serving it stale.
+    pub fn serves_disconnected(&self) -> bool {
+        !self.forbids_stale
     }
 
     /// When the stored response has no further use (stale past its grace
@@ -321,20 +399,52 @@ pub fn invalidates(method: &Method, status: StatusCode) -> bool {
     !method.is_safe() && (status.is_success() || status.is_redirection())
 }
 
-/// §3.2 and §4.3.4: a 304's fields replace the stored ones, except the
-/// framing the stored body keeps.
-pub fn freshen(stored: &mut HeaderMap, not_modified: &HeaderMap) {
+/// Fields a 304 never writes into a stored response (§3.2): the framing
+/// and coding the stored body keeps, `Age` (computed when served),
+/// hop-by-hop fields (§3.1), and `Set-Cookie` (a cookie is never shared).
+static NOT_FRESHENED: [HeaderName; 12] = [
+    header::CONTENT_LENGTH,
+    header::TRANSFER_ENCODING,
+    header::CONTENT_ENCODING,
+    header::CONTENT_RANGE,
+    header::AGE,
+    header::SET_COOKIE,
+    header::CONNECTION,
+    header::TE,
+    header::TRAILER,
+    header::UPGRADE,
+    header::PROXY_AUTHENTICATE,
+    HeaderName::from_static("keep-alive"),
+];
+
+/// §3.2 and §4.3.4: a 304's fields replace the stored ones (Cache-Control,
+/// Expires, ETag, Content-Type, Content-Location, X-*, any other), except
+/// [`NOT_FRESHENED`], the fields its `Connection` names, the policy's tags
+/// field (kept apart), and the fields its `no-cache="…"`/`private="…"`
+/// name, which leave the stored response.
+pub fn freshen(stored: &mut HeaderMap, not_modified: &HeaderMap, policy: &CachePolicy) {
+    let cc = CacheControl::parse(not_modified);
+    let listed_in_connection = |name: &HeaderName| {
+        not_modified.get_all(header::CONNECTION).iter().any(|v| {
+            v.to_str().is_ok_and(|s| {
+                s.split(',')
+                    .any(|f| f.trim().eq_ignore_ascii_case(name.as_str()))
+            })
+        })
+    };
     for name in not_modified.keys() {
-        if name == header::CONTENT_LENGTH
-            || name == header::TRANSFER_ENCODING
-            || name == header::CONTENT_ENCODING
-            || name == header::CONTENT_RANGE
+        if NOT_FRESHENED.contains(name) || *name == policy.tags_header || listed_in_connection(name)
         {
             continue;
         }
         stored.remove(name);
         for v in not_modified.get_all(name) {
             stored.append(name.clone(), v.clone());
+        }
+    }
+    for f in &cc.strip_fields {
+        if let Ok(n) = HeaderName::from_bytes(f.as_bytes()) {
+            stored.remove(n);
         }
     }
 }
@@ -387,6 +497,10 @@ mod tests {
     }
 
     fn fresh(resp: &[(&str, &str)], req_at: u64, resp_at: u64) -> Freshness {
+        fresh_with(resp, req_at, resp_at, &CachePolicy::default())
+    }
+
+    fn fresh_with(resp: &[(&str, &str)], req_at: u64, resp_at: u64, p: &CachePolicy) -> Freshness {
         let h = hm(resp);
         Freshness::new(
             StatusCode::OK,
@@ -394,8 +508,18 @@ mod tests {
             &CacheControl::parse(&h),
             req_at,
             resp_at,
-            &CachePolicy::default(),
+            p,
         )
+    }
+
+    /// Varnish's defaults, set explicitly: 10 s of grace, an hour of
+    /// stale-if-error.
+    fn varnish_like() -> CachePolicy {
+        CachePolicy {
+            grace: Duration::from_secs(10),
+            stale_if_error: Duration::from_secs(3600),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -571,25 +695,64 @@ mod tests {
     }
 
     #[test]
-    fn s4_2_fresh_until_the_lifetime_then_grace_then_validation() {
-        let f = fresh(&[("cache-control", "max-age=60")], T0, T0);
+    fn s4_2_fresh_until_the_lifetime_then_grace_when_configured_then_validation() {
+        let f = fresh_with(&[("cache-control", "max-age=60")], T0, T0, &varnish_like());
         assert_eq!(f.reuse(T0 + 59, None), Reuse::Fresh);
-        // The policy's default grace is 10 s.
         assert_eq!(f.reuse(T0 + 60, None), Reuse::StaleWhileRevalidate);
         assert_eq!(f.reuse(T0 + 69, None), Reuse::StaleWhileRevalidate);
         assert_eq!(f.reuse(T0 + 70, None), Reuse::Validate);
+        assert!(f.serves_on_error(T0 + 3660, None));
     }
 
     #[test]
-    fn s4_2_4_must_revalidate_forbids_stale_serving() {
+    fn s4_2_4_by_default_stale_is_served_only_when_the_origin_allows_it() {
+        let p = CachePolicy::default();
+        assert_eq!(
+            (p.grace, p.stale_if_error),
+            (Duration::ZERO, Duration::ZERO)
+        );
+        let f = fresh(&[("cache-control", "max-age=60")], T0, T0);
+        assert_eq!(f.reuse(T0 + 59, None), Reuse::Fresh);
+        assert_eq!(f.reuse(T0 + 60, None), Reuse::Validate);
+        assert!(!f.serves_on_error(T0 + 60, None));
+        assert!(!f.serves_on_error(T0 + 61, None));
+        // The origin allows it: stale-while-revalidate, stale-if-error.
+        let f = fresh(
+            &[(
+                "cache-control",
+                "max-age=60, stale-while-revalidate=5, stale-if-error=30",
+            )],
+            T0,
+            T0,
+        );
+        assert_eq!(f.reuse(T0 + 64, None), Reuse::StaleWhileRevalidate);
+        assert_eq!(f.reuse(T0 + 65, None), Reuse::Validate);
+        assert!(f.serves_on_error(T0 + 90, None));
+        assert!(!f.serves_on_error(T0 + 91, None));
+        // The client allows it (max-stale, when its directives are honoured).
+        let f = fresh(&[("cache-control", "max-age=60")], T0, T0);
+        let req = CacheControl::parse(&hm(&[("cache-control", "max-stale=10")]));
+        assert_eq!(f.reuse(T0 + 70, Some(&req)), Reuse::Fresh);
+        assert_eq!(f.reuse(T0 + 71, Some(&req)), Reuse::Validate);
+        // No upstream can be reached at all.
+        assert!(f.serves_disconnected());
+    }
+
+    #[test]
+    fn s4_2_4_no_cache_must_revalidate_proxy_revalidate_s_maxage_forbid_stale() {
         for cc in [
-            "max-age=60, must-revalidate",
-            "max-age=60, proxy-revalidate",
-            "s-maxage=60",
+            "max-age=60, must-revalidate, stale-while-revalidate=60, stale-if-error=60",
+            "max-age=60, proxy-revalidate, stale-if-error=60",
+            "s-maxage=60, stale-while-revalidate=60",
+            "max-age=60, no-cache, stale-if-error=60",
         ] {
-            let f = fresh(&[("cache-control", cc)], T0, T0);
+            // Not even with grace and stale-if-error configured.
+            let f = fresh_with(&[("cache-control", cc)], T0, T0, &varnish_like());
             assert_eq!(f.reuse(T0 + 61, None), Reuse::Validate, "{cc}");
             assert!(!f.serves_on_error(T0 + 61, None), "{cc}");
+            assert!(!f.serves_disconnected(), "{cc}");
+            let any = CacheControl::parse(&hm(&[("cache-control", "max-stale")]));
+            assert_eq!(f.reuse(T0 + 61, Some(&any)), Reuse::Validate, "{cc}");
         }
     }
 
@@ -619,6 +782,235 @@ mod tests {
     }
 
     #[test]
+    fn s5_1_age_takes_the_first_member_and_ignores_what_is_no_integer() {
+        let age = |vals: &[&str]| {
+            let mut h = HeaderMap::new();
+            for v in vals {
+                h.append(header::AGE, v.parse().unwrap());
+            }
+            age_value(&h)
+        };
+        assert_eq!(age(&["7200"]), 7200);
+        // A list, on one line or several: the first member.
+        assert_eq!(age(&["7200, 0"]), 7200);
+        assert_eq!(age(&["0, 7200"]), 0);
+        assert_eq!(age(&["7200", "0"]), 7200);
+        assert_eq!(age(&["0", "7200"]), 0);
+        // A parameter: the response is at least that old.
+        assert_eq!(age(&["7200;foo=bar"]), 7200);
+        // Past 2^31: 2^31, never an overflow read as 0.
+        assert_eq!(age(&["2147483649"]), 2_147_483_648);
+        assert_eq!(age(&["99999999999999999999"]), 2_147_483_648);
+        // Not a non-negative integer: ignored (§5.1), so only Date and the
+        // round trip count.
+        for bad in ["-7200", "7200.0", "abc", ""] {
+            assert_eq!(age(&[bad]), 0, "{bad:?}");
+        }
+        let f = fresh(
+            &[
+                ("age", "-7200"),
+                ("date", &http_date(T0 - 30)),
+                ("cache-control", "max-age=3600"),
+            ],
+            T0,
+            T0,
+        );
+        assert_eq!(f.initial_age, 30);
+        // An old age makes a response stale on arrival.
+        let f = fresh(
+            &[("age", "7200, 0"), ("cache-control", "max-age=3600")],
+            T0,
+            T0,
+        );
+        assert_eq!(f.reuse(T0, None), Reuse::Validate);
+        let f = fresh(
+            &[("age", "2147483648"), ("cache-control", "max-age=3600")],
+            T0,
+            T0,
+        );
+        assert!(f.ttl(T0) < 0);
+    }
+
+    #[test]
+    fn s5_3_expires_invalid_or_doubled_is_already_expired() {
+        let p = CachePolicy::default();
+        let life = |h: &[(&str, &str)]| {
+            let h = hm(h);
+            freshness_lifetime(StatusCode::OK, &h, &CacheControl::parse(&h), T0, &p)
+        };
+        let date = http_date(T0);
+        for bad in [
+            "0",
+            "-1",
+            "Thu, 18 Aug 2050 02:01:18 UTC",
+            "Thu, 18 Aug 2050 02:01:18 AEST",
+            "Thu, 18 Aug 50 02:01:18 GMT",
+            "Thu 18 Aug 2050 02:01:18 GMT",
+            "Thu, 18  Aug  2050 02:01:18 GMT",
+            "Thu, 18-Aug-2050 02:01:18 GMT",
+            "Thu, 18 Aug 2050 02.01.18 GMT",
+            "Thu, 18 Aug 2050 2:01:18 GMT",
+        ] {
+            assert_eq!(life(&[("date", &date), ("expires", bad)]), 0, "{bad}");
+        }
+        let two = hm(&[
+            ("date", &date),
+            ("expires", "Thu, 18 Aug 2050 02:01:18 GMT"),
+            ("expires", "Thu, 18 Aug 2050 02:01:19 GMT"),
+        ]);
+        assert_eq!(
+            freshness_lifetime(StatusCode::OK, &two, &CacheControl::default(), T0, &p),
+            0
+        );
+        // The three formats, and any case (RFC 9111 §4.2).
+        let in_2050 = 2_544_400_878;
+        for good in [
+            "Thu, 18 Aug 2050 02:01:18 GMT",
+            "THU, 18 AUG 2050 02:01:18 gMT",
+            "Thursday, 18-Aug-50 02:01:18 GMT",
+            "Thu Aug 18 02:01:18 2050",
+        ] {
+            assert_eq!(
+                life(&[("date", &date), ("expires", good)]),
+                in_2050 - T0,
+                "{good}"
+            );
+        }
+        // Far in the future, past 32 bits.
+        assert!(
+            life(&[
+                ("date", &date),
+                ("expires", "Sun, 21 Nov 2286 04:46:39 GMT")
+            ]) > 1 << 32
+        );
+    }
+
+    #[test]
+    fn s4_2_1_expires_counts_from_date_whatever_the_clocks_say() {
+        let p = CachePolicy::default();
+        let life = |h: &[(&str, &str)], arrived: u64| {
+            let h = hm(h);
+            freshness_lifetime(StatusCode::OK, &h, &CacheControl::parse(&h), arrived, &p)
+        };
+        // The origin's clock a day fast or a day slow: the lifetime is
+        // Expires − Date either way, not Expires − the cache's clock.
+        for skew in [T0 + 86_400, T0 - 86_400] {
+            let h = [
+                ("date", http_date(skew)),
+                ("expires", http_date(skew + 600)),
+            ];
+            let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            assert_eq!(life(&h, T0), 600);
+        }
+        // Expires before Date: expired; an invalid Date is the arrival time.
+        assert_eq!(
+            life(
+                &[
+                    ("date", &http_date(T0 + 400)),
+                    ("expires", &http_date(T0 + 300))
+                ],
+                T0
+            ),
+            0
+        );
+        assert_eq!(
+            life(&[("date", "foo"), ("expires", &http_date(T0 + 10))], T0),
+            10
+        );
+        // The age then decides (§4.2.3): a Date in the past ages the response,
+        // one in the future does not make it younger.
+        let f = fresh(
+            &[
+                ("date", &http_date(T0 - 100)),
+                ("expires", &http_date(T0 - 40)),
+            ],
+            T0,
+            T0,
+        );
+        assert_eq!((f.lifetime, f.initial_age), (60, 100));
+        assert_eq!(f.reuse(T0, None), Reuse::Validate);
+        let f = fresh(
+            &[
+                ("date", &http_date(T0 + 10)),
+                ("expires", &http_date(T0 + 20)),
+                ("age", "15"),
+            ],
+            T0,
+            T0,
+        );
+        assert_eq!(f.reuse(T0, None), Reuse::Validate);
+    }
+
+    #[test]
+    fn s3_statuses_stored_with_explicit_freshness_or_heuristically_cacheable() {
+        for s in [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501] {
+            assert!(
+                heuristically_cacheable(StatusCode::from_u16(s).unwrap()),
+                "{s}"
+            );
+            assert_eq!(check(&[], s, &[]), Ok(()), "{s}");
+        }
+        // RFC 9110 §15.1 lists 206 too; weir stores no partial response.
+        assert!(heuristically_cacheable(StatusCode::PARTIAL_CONTENT));
+        assert_eq!(check(&[], 206, &[]), Err(Uncacheable::Status));
+        // Not heuristically cacheable: only with explicit freshness.
+        for s in [302, 303, 307, 400, 500, 502, 503, 504, 299, 499, 599] {
+            assert!(
+                !heuristically_cacheable(StatusCode::from_u16(s).unwrap()),
+                "{s}"
+            );
+            assert_eq!(check(&[], s, &[]), Err(Uncacheable::NoFreshness), "{s}");
+            assert_eq!(
+                check(&[], s, &[("cache-control", "max-age=60")]),
+                Ok(()),
+                "{s}"
+            );
+        }
+        // §4.2.2: heuristic freshness only for the heuristically cacheable.
+        let h = hm(&[
+            ("date", &http_date(T0)),
+            ("last-modified", &http_date(T0 - 1000)),
+        ]);
+        let cc = CacheControl::parse(&h);
+        let p = CachePolicy::default();
+        assert_eq!(
+            freshness_lifetime(StatusCode::NOT_FOUND, &h, &cc, T0, &p),
+            100
+        );
+        assert_eq!(
+            freshness_lifetime(StatusCode::from_u16(599).unwrap(), &h, &cc, T0, &p),
+            0
+        );
+    }
+
+    #[test]
+    fn s5_2_2_3_must_understand_stores_only_understood_statuses() {
+        let cc = [("cache-control", "max-age=3600, no-store, must-understand")];
+        // Understood: must-understand overrides no-store.
+        assert_eq!(check(&[], 200, &cc), Ok(()));
+        assert_eq!(check(&[], 404, &cc), Ok(()));
+        // Unknown (599, 299) or not stored by weir (206): never stored.
+        for s in [599, 299, 206] {
+            assert_eq!(check(&[], s, &cc), Err(Uncacheable::Status), "{s}");
+        }
+        assert_eq!(
+            check(
+                &[],
+                599,
+                &[("cache-control", "max-age=3600, must-understand")]
+            ),
+            Err(Uncacheable::Status)
+        );
+        // Without must-understand, an unknown status with freshness is stored.
+        assert_eq!(
+            check(&[], 599, &[("cache-control", "max-age=3600")]),
+            Ok(())
+        );
+        assert!(!understands(StatusCode::from_u16(599).unwrap()));
+        assert!(understands(StatusCode::GONE));
+    }
+
+    #[test]
     fn rfc5861_stale_while_revalidate_and_stale_if_error() {
         let f = fresh(
             &[(
@@ -641,21 +1033,60 @@ mod tests {
     fn s4_3_4_a_304_replaces_fields_but_not_framing() {
         let mut stored = hm(&[
             ("content-length", "5"),
+            ("content-encoding", "gzip"),
             ("etag", "\"a\""),
             ("cache-control", "max-age=1"),
+            ("content-type", "text/plain"),
+            ("expires", "0"),
             ("x-keep", "1"),
+            ("x-gen", "1"),
+            ("x-private", "secret"),
         ]);
         freshen(
             &mut stored,
             &hm(&[
                 ("content-length", "0"),
-                ("cache-control", "max-age=60"),
-                ("etag", "\"a\""),
+                ("content-encoding", "br"),
+                ("cache-control", "max-age=60, private=\"x-private\""),
+                ("etag", "\"b\""),
+                ("content-type", "text/html"),
+                ("content-location", "/other"),
+                ("expires", "Thu, 18 Aug 2050 02:01:18 GMT"),
+                ("x-gen", "2"),
+                ("x-new", "a"),
+                ("x-new", "b"),
+                ("age", "5"),
+                ("set-cookie", "sid=1"),
+                ("surrogate-key", "t1"),
+                ("connection", "x-hop"),
+                ("x-hop", "1"),
             ]),
+            &CachePolicy::default(),
         );
-        assert_eq!(stored["content-length"], "5");
-        assert_eq!(stored["cache-control"], "max-age=60");
+        // Replaced or added: every field but the excepted ones (§3.2).
+        assert_eq!(stored["cache-control"], "max-age=60, private=\"x-private\"");
+        assert_eq!(stored["etag"], "\"b\"");
+        assert_eq!(stored["content-type"], "text/html");
+        assert_eq!(stored["content-location"], "/other");
+        assert_eq!(stored["expires"], "Thu, 18 Aug 2050 02:01:18 GMT");
+        assert_eq!(stored["x-gen"], "2");
+        assert_eq!(stored.get_all("x-new").iter().count(), 2);
         assert_eq!(stored["x-keep"], "1");
+        // Kept: the stored body's framing and coding.
+        assert_eq!(stored["content-length"], "5");
+        assert_eq!(stored["content-encoding"], "gzip");
+        // Never stored: Age, cookies, tags, hop-by-hop fields, and the
+        // fields the new private="…" names.
+        for gone in [
+            "age",
+            "set-cookie",
+            "surrogate-key",
+            "connection",
+            "x-hop",
+            "x-private",
+        ] {
+            assert!(!stored.contains_key(gone), "{gone}");
+        }
     }
 
     #[test]

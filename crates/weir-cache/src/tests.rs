@@ -464,7 +464,7 @@ pub(crate) async fn until(mut f: impl FnMut() -> bool) {
 }
 
 #[tokio::test]
-async fn stale_if_error_stands_in_for_a_failing_origin() {
+async fn stale_if_error_stands_in_for_a_failing_origin_when_configured() {
     let o = Fake::new(|_, n| {
         if n == 1 {
             ok("max-age=10", "good")
@@ -472,7 +472,13 @@ async fn stale_if_error_stands_in_for_a_failing_origin() {
             (502, vec![], "bad gateway".into())
         }
     });
-    let c = cache(o.clone());
+    let c = cache_with(
+        o.clone(),
+        CachePolicy {
+            stale_if_error: Duration::from_secs(3600),
+            ..Default::default()
+        },
+    );
     get(&c, "/e", &[]).await;
     advance(100);
     let (s, h, b) = get(&c, "/e", &[]).await;
@@ -485,6 +491,214 @@ async fn stale_if_error_stands_in_for_a_failing_origin() {
     advance(3600);
     let (s, _, _) = get(&c, "/e", &[]).await;
     assert_eq!(s, 502);
+}
+
+/// An origin whose first answer is `first` and every later one `then`;
+/// `unreachable`: the later ones are weir's own "no upstream reached".
+fn first_then(first: Answer, then: u16, unreachable: bool) -> Arc<UnreachableFake> {
+    Arc::new(UnreachableFake {
+        inner: Fake::new(move |_, n| {
+            if n == 1 {
+                first.clone()
+            } else {
+                (then, vec![], format!("error {then}"))
+            }
+        }),
+        unreachable,
+    })
+}
+
+/// A [`Fake`] whose error answers carry [`weir_proxy::Unreachable`] when
+/// asked to, as the proxy's do when no upstream could be reached.
+struct UnreachableFake {
+    inner: Arc<Fake>,
+    unreachable: bool,
+}
+
+impl Origin for UnreachableFake {
+    fn fetch<'a>(
+        &'a self,
+        parts: &'a mut Parts,
+        body: Body,
+        conn: &'a ConnInfo,
+        path: Option<&'a str>,
+    ) -> Fetching<'a> {
+        Box::pin(async move {
+            let mut r = self.inner.fetch(parts, body, conn, path).await;
+            if self.unreachable && r.status().is_server_error() {
+                r.extensions_mut().insert(weir_proxy::Unreachable);
+            }
+            r
+        })
+    }
+}
+
+fn cache_of(origin: Arc<UnreachableFake>, policy: CachePolicy) -> Cache {
+    Cache::new(Store::new(&Default::default(), 1), Arc::new(policy), origin)
+}
+
+#[tokio::test]
+async fn s4_2_4_by_default_a_stale_copy_the_origin_did_not_allow_is_never_served() {
+    let validator = |cc: &str| {
+        (
+            200,
+            vec![
+                ("cache-control", cc.to_string()),
+                ("etag", "\"v\"".to_string()),
+            ],
+            "good".to_string(),
+        )
+    };
+    // Stale, and the origin answers 500: the 500 goes through, and the
+    // stored copy stays for the next validation.
+    let o = first_then(validator("max-age=10"), 500, false);
+    let c = cache_of(o.clone(), CachePolicy::default());
+    get(&c, "/a", &[]).await;
+    advance(11);
+    let (s, h, _) = get(&c, "/a", &[]).await;
+    assert_eq!(s, 500, "{}", status(&h));
+    assert_eq!(o.inner.seen(), 2);
+    let (s, _, _) = get(&c, "/a", &[]).await;
+    assert_eq!(s, 500);
+    assert_eq!(
+        o.inner.seen(),
+        3,
+        "a stale copy without grace is validated each time"
+    );
+
+    // Allowed by the origin: stale-if-error.
+    let o = first_then(validator("max-age=10, stale-if-error=60"), 500, false);
+    let c = cache_of(o.clone(), CachePolicy::default());
+    get(&c, "/b", &[]).await;
+    advance(11);
+    let (s, h, b) = get(&c, "/b", &[]).await;
+    assert_eq!((s, &b[..]), (200, &b"good"[..]));
+    assert!(
+        status(&h).ends_with("detail=stale-if-error"),
+        "{}",
+        status(&h)
+    );
+
+    // No upstream reached at all: disconnected, so the stale copy answers...
+    let o = first_then(validator("max-age=10"), 502, true);
+    let c = cache_of(o.clone(), CachePolicy::default());
+    get(&c, "/c", &[]).await;
+    advance(11);
+    let (s, h, b) = get(&c, "/c", &[]).await;
+    assert_eq!((s, &b[..]), (200, &b"good"[..]));
+    assert_eq!(
+        status(&h),
+        "weir; fwd=stale; fwd-status=502; detail=unreachable"
+    );
+    // ...unless a directive forbids it, even with grace configured.
+    for cc in [
+        "max-age=10, must-revalidate",
+        "max-age=10, proxy-revalidate",
+        "s-maxage=10",
+        "max-age=10, no-cache",
+    ] {
+        let o = first_then(validator(cc), 503, true);
+        let policy = CachePolicy {
+            grace: Duration::from_secs(10),
+            stale_if_error: Duration::from_secs(3600),
+            ..Default::default()
+        };
+        let c = cache_of(o.clone(), policy);
+        get(&c, "/d", &[]).await;
+        advance(11);
+        let (s, h, _) = get(&c, "/d", &[]).await;
+        assert_eq!(s, 503, "{cc}: {}", status(&h));
+        assert_eq!(o.inner.seen(), 2, "{cc}");
+    }
+}
+
+#[tokio::test]
+async fn s4_2_4_grace_serves_stale_only_when_configured() {
+    let answer = |_: &Parts, n: usize| ok("max-age=10", &format!("v{n}"));
+    let o = Fake::slow(Duration::from_millis(20), answer);
+    let c = cache(o.clone());
+    get(&c, "/g", &[]).await;
+    advance(11);
+    let (_, h, b) = get(&c, "/g", &[]).await;
+    assert_eq!(&b[..], b"v2", "{}", status(&h));
+    assert!(!status(&h).contains("hit"), "{}", status(&h));
+
+    let o = Fake::slow(Duration::from_millis(20), answer);
+    let c = cache_with(
+        o.clone(),
+        CachePolicy {
+            grace: Duration::from_secs(10),
+            ..Default::default()
+        },
+    );
+    get(&c, "/g", &[]).await;
+    advance(11);
+    let (_, h, b) = get(&c, "/g", &[]).await;
+    assert_eq!(&b[..], b"v1");
+    assert_eq!(
+        status(&h),
+        "weir; hit; ttl=-1; detail=stale-while-revalidate"
+    );
+}
+
+#[tokio::test]
+async fn s4_3_4_a_304_updates_the_stored_fields_and_later_hits_carry_them() {
+    let o = Fake::new(|p, n| {
+        if n > 1
+            && p.headers
+                .get("if-none-match")
+                .is_some_and(|v| v == "\"e1\"")
+        {
+            return (
+                304,
+                vec![
+                    ("cache-control", "max-age=100".into()),
+                    ("etag", "\"e1\"".into()),
+                    ("content-type", "text/html".into()),
+                    ("content-location", "/elsewhere".into()),
+                    ("expires", "Thu, 18 Aug 2050 02:01:18 GMT".into()),
+                    ("x-version", "2".into()),
+                    ("surrogate-key", "new-tag".into()),
+                    ("age", "3".into()),
+                ],
+                String::new(),
+            );
+        }
+        (
+            200,
+            vec![
+                ("cache-control", "max-age=10".into()),
+                ("etag", "\"e1\"".into()),
+                ("content-type", "text/plain".into()),
+                ("x-version", "1".into()),
+                ("surrogate-key", "old-tag".into()),
+            ],
+            "payload".into(),
+        )
+    });
+    let c = cache(o.clone());
+    get(&c, "/u", &[]).await;
+    advance(11);
+    let (s, h, b) = get(&c, "/u", &[]).await;
+    assert_eq!((s, &b[..]), (200, &b"payload"[..]));
+    assert_eq!(status(&h), "weir; fwd=stale; fwd-status=304; stored");
+    for _ in 0..2 {
+        let (_, h, b) = get(&c, "/u", &[]).await;
+        assert!(status(&h).starts_with("weir; hit"), "{}", status(&h));
+        assert_eq!(&b[..], b"payload");
+        assert_eq!(h["cache-control"], "max-age=100");
+        assert_eq!(h["content-type"], "text/html");
+        assert_eq!(h["content-location"], "/elsewhere");
+        assert_eq!(h["expires"], "Thu, 18 Aug 2050 02:01:18 GMT");
+        assert_eq!(h["x-version"], "2");
+        assert_eq!(h["content-length"], "7");
+        // Age from the 304's own, the tags kept apart and updated.
+        assert_eq!(h["age"], "3");
+        assert!(!h.contains_key("surrogate-key"));
+    }
+    assert_eq!(o.seen(), 2);
+    assert_eq!(c.store().purge_tag("old-tag"), 0);
+    assert_eq!(c.store().purge_tag("new-tag"), 1);
 }
 
 #[tokio::test]

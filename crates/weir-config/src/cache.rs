@@ -70,9 +70,11 @@ pub struct CachePolicy {
     pub default_ttl: Option<Duration>,
     /// How long a stale response is served while one background request
     /// refreshes it, when the response has no `stale-while-revalidate`.
+    /// Zero by default: serving stale copies the origin did not allow
+    /// departs from RFC 9111 §4.2.4 (as Varnish's grace does).
     pub grace: Duration,
     /// How long a stale response is served when the upstream fails, when
-    /// the response has no `stale-if-error`.
+    /// the response has no `stale-if-error`. Zero by default, as `grace`.
     pub stale_if_error: Duration,
     /// Whether the client's `Cache-Control` (`no-cache`, `max-age`,
     /// `no-store`…) is obeyed; by default ignored, as Varnish does.
@@ -96,8 +98,8 @@ impl Default for CachePolicy {
     fn default() -> Self {
         CachePolicy {
             default_ttl: None,
-            grace: Duration::from_secs(10),
-            stale_if_error: Duration::from_secs(3600),
+            grace: Duration::ZERO,
+            stale_if_error: Duration::ZERO,
             honour_request: false,
             set_cookie: SetCookie::Pass,
             query: QueryKey::Keep,

@@ -1693,6 +1693,9 @@ mod tests {
         assert_eq!(c.cache.disk.as_ref().unwrap().size, 1 << 30);
         let site = c.sites[0].cache.clone().unwrap();
         assert_eq!(site.default_ttl, Some(Duration::from_secs(120)));
+        // RFC 9111 §4.2.4: no stale answers the upstream did not allow.
+        assert_eq!(site.grace, Duration::ZERO);
+        assert_eq!(site.stale_if_error, Duration::ZERO);
         assert_eq!(site.query, cache::QueryKey::Sort);
         assert_eq!(site.key_headers, [HeaderName::from_static("x-lang")]);
         let HandlerConfig::Routes { routes, .. } = &c.sites[0].handler else {

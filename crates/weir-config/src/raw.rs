@@ -122,10 +122,11 @@ pub struct RawCache {
     /// since `Last-Modified`).
     pub default_ttl: Option<Spanned<Value>>,
     /// Stale responses are served for this long while one background request
-    /// refreshes them, unless the response says `stale-while-revalidate`; default 10s.
+    /// refreshes them, unless the response says `stale-while-revalidate`;
+    /// default 0s (off: RFC 9111 §4.2.4 serves stale only when allowed).
     pub grace: Option<Spanned<Value>>,
     /// Stale responses are served for this long when the upstream fails or is
-    /// down, unless the response says `stale-if-error`; default 1h.
+    /// down, unless the response says `stale-if-error`; default 0s (off).
     pub stale_if_error: Option<Spanned<Value>>,
     /// The client's `Cache-Control`: `"ignore"` (default, as Varnish) or `"honour"`.
     pub request_cache_control: Option<Spanned<String>>,

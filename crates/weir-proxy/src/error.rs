@@ -47,7 +47,26 @@ pub enum ProxyError {
     NotSwitched(StatusCode),
 }
 
+/// A response extension on the answers weir makes when no upstream could
+/// be reached at all (none available, the name unresolved, the connection
+/// refused or timed out): a cache is then "disconnected" and may answer
+/// with a stale copy (RFC 9111 §4.2.4), which an upstream's own 5xx never
+/// allows by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unreachable;
+
 impl ProxyError {
+    /// Whether nothing answered at all (see [`Unreachable`]).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            ProxyError::NoneAvailable
+                | ProxyError::Resolve(_)
+                | ProxyError::Connect(_)
+                | ProxyError::ConnectTimeout(_)
+        )
+    }
+
     /// hyper's client saw the connection close before a response came.
     pub fn is_closed_early(&self) -> bool {
         matches!(self, ProxyError::Upstream(e) if e.is_incomplete_message() || e.is_closed())
@@ -296,5 +315,23 @@ mod tests {
             ProxyError::Connect(std::io::Error::other("refused")).status(),
             StatusCode::BAD_GATEWAY
         );
+    }
+
+    #[test]
+    fn only_a_failure_that_reached_no_upstream_is_unreachable() {
+        for e in [
+            ProxyError::NoneAvailable,
+            ProxyError::Connect(std::io::Error::other("refused")),
+            ProxyError::ConnectTimeout(Duration::from_secs(1)),
+        ] {
+            assert!(e.is_unreachable(), "{e}");
+        }
+        for e in [
+            ProxyError::QueueFull,
+            ProxyError::ResponseTimeout(Duration::from_secs(1)),
+            ProxyError::NotSwitched(StatusCode::OK),
+        ] {
+            assert!(!e.is_unreachable(), "{e}");
+        }
     }
 }

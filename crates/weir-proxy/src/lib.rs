@@ -50,7 +50,7 @@ use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 use weir_http::worker::{PerWorker, Worker};
 
-pub use error::{Blame, Failed, ProxyError, Retry, timed_out, too_large};
+pub use error::{Blame, Failed, ProxyError, Retry, Unreachable, timed_out, too_large};
 
 /// What one worker keeps for one proxy: its idle upstream connections, its
 /// balancer and its DNS answers. Only that worker's requests take these
@@ -1113,6 +1113,9 @@ pub fn error_response(e: &ProxyError) -> Response<Body> {
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(text.len()));
     if matches!(e, ProxyError::Smuggling(_) | ProxyError::ClientBody(_)) {
         h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    if e.is_unreachable() {
+        r.extensions_mut().insert(error::Unreachable);
     }
     r
 }

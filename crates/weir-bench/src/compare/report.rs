@@ -552,7 +552,7 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
          to `log stdout` redirected to a file, Caddy `log {{ output file … format json }}`; Varnish (shared-memory \
          log, `varnishncsa` not run) is not in it. Each repeat checks that the log was written, then deletes it.\n\
          - Caches (`cache`, `chain`): 256 MiB of memory and 2 minutes for a response that gives no freshness on \
-         every cache: weir `[cache] memory = \"256MiB\"` and `cache = {{ default_ttl = \"2m\" }}`; Varnish `-s \
+         every cache: weir `[cache] memory = \"256MiB\"` and `cache = {{ default_ttl = \"2m\", grace = \"10s\" }}`; Varnish `-s \
          malloc,256m` with only a backend in its VCL (its built-in VCL: `-b`), its working directory on a RAM-backed \
          file system (its manual's advice); nginx `proxy_cache_path … keys_zone=weir_bench:10m max_size=256m \
          use_temp_path=off` on the same RAM-backed folder, `proxy_cache_valid 200 2m`, `proxy_cache_lock on`, \

@@ -132,7 +132,7 @@ impl Scenario {
                 "Caching reverse proxies in front of `weir-bench backend`, which answers the 164-byte body after 5 ms \
                  and says nothing of freshness, 100 keep-alive connections over HTTP (seed 002's `varnish_cache`). \
                  Each server keeps responses 2 minutes (Varnish's default TTL) in 256 MiB of memory: weir \
-                 `cache = { default_ttl = \"2m\" }`, Varnish's built-in VCL with `-s malloc,256m`, nginx `proxy_cache` \
+                 `cache = { default_ttl = \"2m\", grace = \"10s\" }`, Varnish's built-in VCL with `-s malloc,256m`, nginx `proxy_cache` \
                  with `proxy_cache_valid 200 2m` and `proxy_cache_lock`. Every measured request is a hit: before \
                  measuring, a first GET fills the cache and a second must come from it (the backend counts no request \
                  for it); the backend's count over the whole load (warm-up and measured) is in the table below and a \
@@ -143,7 +143,7 @@ impl Scenario {
                 "HTTPS, 100 keep-alive connections: HAProxy terminating TLS and sending each request over the PROXY \
                  protocol v2 to a caching Varnish (`-a …,PROXY`, built-in VCL, `-s malloc,256m`) in front of \
                  `weir-bench backend` (5 ms per answer), as seed 002's `haproxy_proxy-varnish_cache`, against weir \
-                 terminating TLS and caching alone (`cache = { default_ttl = \"2m\" }`). The chain's CPU and memory \
+                 terminating TLS and caching alone (`cache = { default_ttl = \"2m\", grace = \"10s\" }`). The chain's CPU and memory \
                  are both processes'. Every measured request is a hit, checked as in `cache` (target: weir ≥ 2 × the chain)."
             }
             Scenario::Php => {

@@ -18,10 +18,12 @@
 //!
 //! As caches ([`Role::Cache`]) each keeps 256 MiB of responses in memory and
 //! keeps a response the backend gives no freshness for 2 minutes, Varnish's
-//! default TTL: weir `cache = { default_ttl = "2m" }` with `[cache] memory`,
+//! default TTL, then answers stale while one request refreshes it:
+//! weir `cache = { default_ttl = "2m", grace = "10s" }` (Varnish's default
+//! grace; weir's own default is none, RFC 9111 §4.2.4) with `[cache] memory`,
 //! Varnish `-s malloc,256m` with its built-in VCL only, nginx `proxy_cache`
 //! with `proxy_cache_valid 200 2m`, `proxy_cache_lock` and stale answers
-//! while one request refreshes (as Varnish's grace and weir's do), its cache
+//! while one request refreshes (`proxy_cache_use_stale updating`), its cache
 //! files opened through `open_file_cache`. Varnish has no TLS: its users put
 //! a TLS terminator in front, and [`ServerKind::HaproxyVarnish`] is that
 //! chain, HAProxy speaking the PROXY protocol v2 to Varnish. State that
@@ -874,13 +876,14 @@ fn weir_config(s: &ServerSetup) -> String {
                 "proxy = {{ to = [\"{up}\"], forwarded = false, via = false, max_idle = {UPSTREAM_IDLE} }}"
             ),
         ),
-        // The backend gives no freshness: 2 minutes, Varnish's default TTL.
+        // The backend gives no freshness: 2 minutes, Varnish's default TTL,
+        // and Varnish's default grace, which weir serves only when told.
         Role::Cache(up) => site(
             &mut o,
             "localhost",
             format!(
                 "proxy = {{ to = [\"{up}\"], forwarded = false, via = false, max_idle = {UPSTREAM_IDLE} }}\n\
-                 cache = {{ default_ttl = \"2m\" }}"
+                 cache = {{ default_ttl = \"2m\", grace = \"10s\" }}"
             ),
         ),
         Role::Sites(sites) => {
@@ -1604,7 +1607,7 @@ mod tests {
             &[
                 "[cache]",
                 "memory = \"256MiB\"",
-                "cache = { default_ttl = \"2m\" }",
+                "cache = { default_ttl = \"2m\", grace = \"10s\" }",
             ],
         );
         assert!(weir.contains("max_idle = 1024"), "{weir}");

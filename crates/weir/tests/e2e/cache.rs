@@ -3,7 +3,10 @@
 //! hits that never reach the origin, one origin request for many
 //! concurrent misses with every client getting the whole body as it
 //! streams, variants kept apart, private answers never shared, purges,
-//! grace and stale-if-error, a disk store that survives a restart, and a
+//! stale answers only where RFC 9111 §4.2.4 allows them (or `grace` and
+//! `stale_if_error` are set), a 304 that updates what later hits carry,
+//! the header syntax of `Age`, `Cache-Control` and `Expires`, which
+//! statuses are stored, a disk store that survives a restart, and a
 //! memory bound that holds.
 
 use std::collections::HashMap;
@@ -33,7 +36,14 @@ type Body = BoxBody<Bytes, Infallible>;
 /// - `/error`: fresh for 1 s, `stale-if-error=600`;
 /// - `/echo-xfh`: the X-Forwarded-Host it received;
 /// - `/size/N/…`: N bytes, cacheable;
-/// - `/tagged/T/…`: tagged T with `Surrogate-Key`.
+/// - `/tagged/T/…`: tagged T with `Surrogate-Key`;
+/// - `/plain1/…`: fresh for 1 s, no validator, nothing about staleness;
+/// - `/fail/CC/…`: first `200` with `ETag` and the `Cache-Control` CC names
+///   (`plain`, `must-revalidate`, `proxy-revalidate`, `s-maxage`,
+///   `no-cache`: [`fail_cc`]), then `500` to everything;
+/// - `/update/…`: fresh for 1 s with `ETag`; its validation gets a 304 with
+///   new fields;
+/// - `/case/NAME`: one of [`CASES`].
 struct Origin {
     addr: std::net::SocketAddr,
     counts: Arc<Mutex<HashMap<String, usize>>>,
@@ -173,12 +183,289 @@ async fn answer(
             .header("cache-control", "max-age=60")
             .header("surrogate-key", format!("all {tag}"));
         full(format!("{path} #{n}"))
+    } else if path.starts_with("/plain1/") {
+        r = r.header("cache-control", "max-age=1");
+        full(format!("{path} #{n}"))
+    } else if let Some(rest) = path.strip_prefix("/fail/") {
+        if n > 1 {
+            r = r.status(500);
+            full(format!("failed #{n}"))
+        } else {
+            let cc = fail_cc(rest.split('/').next().unwrap());
+            r = r.header("cache-control", cc).header("etag", "\"f1\"");
+            full(format!("good #{n}"))
+        }
+    } else if path.starts_with("/update/") {
+        if n > 1 && h("if-none-match") == "\"u1\"" {
+            r = r
+                .status(304)
+                .header("cache-control", "max-age=3600")
+                .header("etag", "\"u1\"")
+                .header("content-type", "text/html; charset=utf-8")
+                .header("content-location", "/updated-here")
+                .header("expires", "Thu, 18 Aug 2050 02:01:18 GMT")
+                .header("x-version", "2");
+            full(Bytes::new())
+        } else {
+            r = r
+                .header("cache-control", "max-age=1")
+                .header("etag", "\"u1\"")
+                .header("content-type", "text/plain")
+                .header("x-version", "1");
+            full(format!("update #{n}"))
+        }
+    } else if let Some(name) = path.strip_prefix("/case/") {
+        let case = CASES.iter().find(|c| c.name == name).expect("a known case");
+        r = r.status(case.status);
+        for (k, v) in (case.headers)() {
+            r = r.header(k, v);
+        }
+        full(format!("{name} #{n}"))
     } else {
         r = r.status(404);
         full("not found")
     };
     r.body(body).unwrap()
 }
+
+/// The `Cache-Control` of `/fail/NAME/…`'s first answer.
+fn fail_cc(name: &str) -> &'static str {
+    match name {
+        "plain" => "max-age=1",
+        "must-revalidate" => "max-age=1, must-revalidate",
+        "proxy-revalidate" => "max-age=1, proxy-revalidate",
+        "s-maxage" => "s-maxage=1",
+        "no-cache" => "max-age=60, no-cache",
+        o => panic!("unknown /fail/ case {o}"),
+    }
+}
+
+/// An HTTP-date `secs` from now (negative: in the past).
+fn date_in(secs: i64) -> String {
+    let now = std::time::SystemTime::now();
+    let t = if secs >= 0 {
+        now + Duration::from_secs(secs as u64)
+    } else {
+        now - Duration::from_secs(secs.unsigned_abs())
+    };
+    httpdate::fmt_http_date(t)
+}
+
+/// One answer of `/case/NAME` and whether a second request for it must be
+/// a hit (`cached`) or must reach the origin again.
+struct Case {
+    name: &'static str,
+    status: u16,
+    headers: fn() -> Vec<(&'static str, String)>,
+    cached: bool,
+    rfc: &'static str,
+}
+
+fn cc_only(v: &'static str) -> Vec<(&'static str, String)> {
+    vec![("cache-control", v.to_string())]
+}
+
+fn aged(age: &'static str) -> Vec<(&'static str, String)> {
+    vec![
+        ("cache-control", "max-age=3600".into()),
+        ("age", age.into()),
+    ]
+}
+
+static CASES: &[Case] = &[
+    Case {
+        name: "age-plain-old",
+        status: 200,
+        headers: || aged("7200"),
+        cached: false,
+        rfc: "§5.1",
+    },
+    Case {
+        name: "age-list-old-first",
+        status: 200,
+        headers: || aged("7200, 0"),
+        cached: false,
+        rfc: "§5.1 first member",
+    },
+    Case {
+        name: "age-list-zero-first",
+        status: 200,
+        headers: || aged("0, 7200"),
+        cached: true,
+        rfc: "§5.1 first member",
+    },
+    Case {
+        name: "age-parameter",
+        status: 200,
+        headers: || aged("7200;foo=bar"),
+        cached: false,
+        rfc: "§5.1",
+    },
+    Case {
+        name: "age-past-2-31",
+        status: 200,
+        headers: || aged("99999999999999999999"),
+        cached: false,
+        rfc: "§1.2.2",
+    },
+    Case {
+        name: "age-negative",
+        status: 200,
+        headers: || aged("-7200"),
+        cached: true,
+        rfc: "§5.1 ignored",
+    },
+    Case {
+        name: "age-float",
+        status: 200,
+        headers: || aged("7200.0"),
+        cached: true,
+        rfc: "§5.1 ignored",
+    },
+    Case {
+        name: "cc-quoted",
+        status: 200,
+        headers: || cc_only("max-age=\"3600\""),
+        cached: true,
+        rfc: "§5.2",
+    },
+    Case {
+        name: "cc-in-quotes",
+        status: 200,
+        headers: || cc_only("ext=\"max-age=3600\", max-age=0"),
+        cached: false,
+        rfc: "§5.2, RFC 9110 §5.6.4",
+    },
+    Case {
+        name: "cc-duplicate-fresh-first",
+        status: 200,
+        headers: || cc_only("max-age=3600, max-age=0"),
+        cached: true,
+        rfc: "§4.2.1 first",
+    },
+    Case {
+        name: "cc-duplicate-stale-first",
+        status: 200,
+        headers: || cc_only("max-age=0, max-age=3600"),
+        cached: false,
+        rfc: "§4.2.1 first",
+    },
+    Case {
+        name: "cc-trailing-alpha",
+        status: 200,
+        headers: || cc_only("max-age=3600a"),
+        cached: false,
+        rfc: "§4.2.1 invalid",
+    },
+    Case {
+        name: "cc-fraction",
+        status: 200,
+        headers: || cc_only("max-age=1.5"),
+        cached: false,
+        rfc: "§4.2.1 invalid",
+    },
+    Case {
+        name: "cc-space-before-equals",
+        status: 200,
+        headers: || cc_only("max-age =3600"),
+        cached: false,
+        rfc: "RFC 9110 §5.6.2",
+    },
+    Case {
+        name: "expires-invalid",
+        status: 200,
+        headers: || vec![("expires", "0".into())],
+        cached: false,
+        rfc: "§5.3",
+    },
+    Case {
+        name: "expires-utc",
+        status: 200,
+        headers: || vec![("expires", "Thu, 18 Aug 2050 02:01:18 UTC".into())],
+        cached: false,
+        rfc: "§4.2",
+    },
+    Case {
+        name: "expires-any-case",
+        status: 200,
+        headers: || vec![("expires", "THU, 18 AUG 2050 02:01:18 gmt".into())],
+        cached: true,
+        rfc: "§4.2",
+    },
+    Case {
+        name: "expires-twice",
+        status: 200,
+        headers: || vec![("expires", date_in(3600)), ("expires", date_in(7200))],
+        cached: false,
+        rfc: "§4.2.1",
+    },
+    Case {
+        name: "expires-date-far-future",
+        status: 200,
+        headers: || {
+            vec![
+                ("date", date_in(86_400)),
+                ("expires", date_in(86_400 + 3600)),
+            ]
+        },
+        cached: true,
+        rfc: "§4.2.1 Expires − Date",
+    },
+    Case {
+        name: "expires-date-far-past",
+        status: 200,
+        headers: || {
+            vec![
+                ("date", date_in(-86_400)),
+                ("expires", date_in(-86_400 + 3600)),
+            ]
+        },
+        cached: false,
+        rfc: "§4.2.3 apparent age",
+    },
+    Case {
+        name: "status-599-fresh",
+        status: 599,
+        headers: || cc_only("max-age=3600"),
+        cached: true,
+        rfc: "§3",
+    },
+    Case {
+        name: "status-500-fresh",
+        status: 500,
+        headers: || cc_only("max-age=3600"),
+        cached: true,
+        rfc: "§3",
+    },
+    Case {
+        name: "status-302-no-freshness",
+        status: 302,
+        headers: Vec::new,
+        cached: false,
+        rfc: "§3, §4.2.2",
+    },
+    Case {
+        name: "status-404-heuristic",
+        status: 404,
+        headers: || vec![("last-modified", date_in(-100 * 86_400))],
+        cached: true,
+        rfc: "§4.2.2, RFC 9110 §15.1",
+    },
+    Case {
+        name: "status-599-must-understand",
+        status: 599,
+        headers: || cc_only("max-age=3600, no-store, must-understand"),
+        cached: false,
+        rfc: "§5.2.2.3",
+    },
+    Case {
+        name: "status-200-must-understand",
+        status: 200,
+        headers: || cc_only("max-age=3600, no-store, must-understand"),
+        cached: true,
+        rfc: "§5.2.2.3",
+    },
+];
 
 /// A cached proxy site in front of `origin`; `cache`: more settings of its
 /// cache table.
@@ -576,5 +863,226 @@ async fn a_reload_keeps_the_cached_responses() {
     assert_eq!(&b[..], b"/max60/r #1");
     assert!(cache_status(&h).starts_with("weir; hit"), "{h:?}");
     assert_eq!(o.count("/max60/r"), 1);
+    o.stop();
+}
+
+/// Polls `url` until `done` says its answer is the one awaited; every
+/// answer before it must pass `meanwhile`. Returns the awaited answer.
+async fn poll_until(
+    url: &str,
+    done: impl Fn(u16, &http::HeaderMap, &Bytes) -> bool,
+    meanwhile: impl Fn(u16, &http::HeaderMap, &Bytes),
+) -> (u16, http::HeaderMap, Bytes) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (s, h, b) = get(url, &[]).await;
+        if done(s, &h, &b) {
+            return (s, h, b);
+        }
+        meanwhile(s, &h, &b);
+        assert!(Instant::now() < deadline, "{url}: still {s} {h:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A fresh hit: what may come before a stored response is stale.
+fn fresh_hit(url: &str) -> impl Fn(u16, &http::HeaderMap, &Bytes) + '_ {
+    move |s, h, _| {
+        let cs = cache_status(h);
+        assert_eq!(s, 200, "{url}: {h:?}");
+        assert!(
+            !cs.contains("stale"),
+            "{url}: a stale answer the origin did not allow: {cs}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn rfc9111_4_2_4_by_default_stale_is_served_only_when_the_origin_allows_it() {
+    let o = Origin::start().await;
+    let w = Weir::start(WEIR, &site(&o, ""));
+    // No stale-while-revalidate: once stale, the next answer is the
+    // origin's, never the stale copy (the old 10 s grace served it).
+    let url = w.url("/plain1/a");
+    get(&url, &[]).await;
+    let (_, h, b) = poll_until(&url, |_, _, b| !b.ends_with(b"#1"), fresh_hit(&url)).await;
+    assert_eq!(&b[..], b"/plain1/a #2", "{h:?}");
+    assert_eq!(o.count("/plain1/a"), 2);
+    // No stale-if-error: the origin's 500 reaches the client (the old
+    // hour of stale-if-error hid it), and the stored copy is asked for
+    // again, never served stale.
+    let url = w.url("/fail/plain/a");
+    get(&url, &[]).await;
+    poll_until(&url, |s, _, _| s == 500, fresh_hit(&url)).await;
+    let before = o.count("/fail/plain/a");
+    let (s, h, _) = get(&url, &[]).await;
+    assert_eq!(s, 500, "{h:?}");
+    assert_eq!(o.count("/fail/plain/a"), before + 1);
+    // The origin allows it (stale-while-revalidate): still answered stale.
+    get(&w.url("/grace"), &[]).await;
+    poll_until(
+        &w.url("/grace"),
+        |_, h, _| cache_status(h).contains("stale-while-revalidate"),
+        |_, _, _| {},
+    )
+    .await;
+    o.stop();
+}
+
+#[tokio::test]
+async fn grace_and_stale_if_error_set_explicitly_serve_stale_as_varnish_does() {
+    let o = Origin::start().await;
+    let w = Weir::start(WEIR, &site(&o, ", grace = \"10s\""));
+    let url = w.url("/plain1/b");
+    get(&url, &[]).await;
+    let (_, _, b) = poll_until(
+        &url,
+        |_, h, _| cache_status(h).contains("stale-while-revalidate"),
+        |_, _, _| {},
+    )
+    .await;
+    assert_eq!(&b[..], b"/plain1/b #1");
+    drop(w);
+    let w = Weir::start(WEIR, &site(&o, ", stale_if_error = \"1h\""));
+    let url = w.url("/fail/plain/b");
+    get(&url, &[]).await;
+    let (s, h, b) = poll_until(
+        &url,
+        |_, h, _| cache_status(h).contains("stale-if-error"),
+        |s, h, _| assert_eq!(s, 200, "{h:?}"),
+    )
+    .await;
+    assert_eq!((s, &b[..]), (200, &b"good #1"[..]), "{h:?}");
+    assert!(
+        cache_status(&h).contains("fwd-status=500"),
+        "{}",
+        cache_status(&h)
+    );
+    o.stop();
+}
+
+#[tokio::test]
+async fn rfc9111_4_2_4_must_revalidate_proxy_revalidate_s_maxage_no_cache_forbid_stale() {
+    let o = Origin::start().await;
+    // Even with grace and stale-if-error set.
+    let w = Weir::start(
+        WEIR,
+        &site(&o, ", grace = \"10s\", stale_if_error = \"1h\""),
+    );
+    for cc in [
+        "must-revalidate",
+        "proxy-revalidate",
+        "s-maxage",
+        "no-cache",
+    ] {
+        let path = format!("/fail/{cc}/c");
+        let url = w.url(&path);
+        let (s, _, _) = get(&url, &[]).await;
+        assert_eq!(s, 200);
+        poll_until(&url, |s, _, _| s == 500, fresh_hit(&url)).await;
+        if cc == "no-cache" {
+            assert_eq!(o.count(&path), 2, "no-cache is validated every time");
+        }
+    }
+    o.stop();
+}
+
+#[tokio::test]
+async fn rfc9111_4_2_4_an_unreachable_upstream_gets_the_stale_copy_unless_forbidden() {
+    let o = Origin::start().await;
+    let w = Weir::start(WEIR, &site(&o, ""));
+    for p in ["/fail/plain/u", "/fail/must-revalidate/u"] {
+        let (s, _, _) = get(&w.url(p), &[]).await;
+        assert_eq!(s, 200);
+    }
+    o.stop();
+    // Disconnected (RFC 9111 §4.2.4): the stale copy answers...
+    let url = w.url("/fail/plain/u");
+    let (s, h, b) = poll_until(
+        &url,
+        |_, h, _| cache_status(h).contains("detail=unreachable"),
+        fresh_hit(&url),
+    )
+    .await;
+    assert_eq!((s, &b[..]), (200, &b"good #1"[..]), "{h:?}");
+    // ...but must-revalidate forbids it: an error, never the stale copy.
+    let url = w.url("/fail/must-revalidate/u");
+    let (s, h, _) = poll_until(&url, |s, _, _| s >= 500, fresh_hit(&url)).await;
+    assert!([502, 503, 504].contains(&s), "{s} {}", cache_status(&h));
+}
+
+#[tokio::test]
+async fn rfc9111_4_3_4_a_304_updates_the_stored_fields_and_later_hits_carry_them() {
+    let o = Origin::start().await;
+    let w = Weir::start(WEIR, &site(&o, ""));
+    let url = w.url("/update/a");
+    let (_, h, _) = get(&url, &[]).await;
+    assert_eq!(h["x-version"], "1");
+    // Once stale, the validation's 304 updates the stored response.
+    let (_, h, b) = poll_until(
+        &url,
+        |_, h, _| h["x-version"] == "2",
+        |_, h, _| assert_eq!(h["content-type"], "text/plain"),
+    )
+    .await;
+    assert_eq!(&b[..], b"update #1");
+    assert!(
+        cache_status(&h).contains("fwd-status=304"),
+        "{}",
+        cache_status(&h)
+    );
+    for _ in 0..2 {
+        let (s, h, b) = get(&url, &[]).await;
+        assert_eq!((s, &b[..]), (200, &b"update #1"[..]));
+        assert!(cache_status(&h).starts_with("weir; hit"), "{h:?}");
+        assert_eq!(h["cache-control"], "max-age=3600");
+        assert_eq!(h["content-type"], "text/html; charset=utf-8");
+        assert_eq!(h["content-location"], "/updated-here");
+        assert_eq!(h["expires"], "Thu, 18 Aug 2050 02:01:18 GMT");
+        assert_eq!(h["etag"], "\"u1\"");
+        assert_eq!(h["x-version"], "2");
+        assert_eq!(h["content-length"], "9");
+    }
+    assert_eq!(o.count("/update/a"), 2);
+    o.stop();
+}
+
+#[tokio::test]
+async fn rfc9111_age_cache_control_expires_and_status_decide_what_is_reused() {
+    let o = Origin::start().await;
+    let port = free_port();
+    let w = Weir::start_args(
+        WEIR,
+        &[
+            "reverse-proxy",
+            "--cache",
+            "--from",
+            &format!("127.0.0.1:{port}"),
+            "--to",
+            &o.addr.to_string(),
+        ],
+        port,
+    );
+    let mut wrong = Vec::new();
+    for case in CASES {
+        let path = format!("/case/{}", case.name);
+        let (s, _, _) = get(&w.url(&path), &[]).await;
+        assert_eq!(s, case.status, "{}", case.name);
+        let (s, h, _) = get(&w.url(&path), &[]).await;
+        assert_eq!(s, case.status, "{}", case.name);
+        let hit = cache_status(&h).starts_with("weir; hit");
+        let asked = o.count(&path);
+        if hit != case.cached || asked != if case.cached { 1 } else { 2 } {
+            wrong.push(format!(
+                "{} ({}): cached {} expected, got {} with {asked} origin requests ({})",
+                case.name,
+                case.rfc,
+                case.cached,
+                hit,
+                cache_status(&h)
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
     o.stop();
 }
