@@ -1593,7 +1593,10 @@ mod tests {
             ))
             .unwrap_err()
             .to_string();
-            assert!(text.contains("max_ejected") && text.contains("50%"), "{text}");
+            assert!(
+                text.contains("max_ejected") && text.contains("50%"),
+                "{text}"
+            );
         }
     }
 

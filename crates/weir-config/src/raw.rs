@@ -724,7 +724,8 @@ pub struct RawProxy {
     pub retry_body_size: Option<Spanned<Value>>,
     /// Active health checks; default off.
     pub health: Option<RawHealth>,
-    /// Passive health checks: `{ failures = 5, window = "10s", cooldown = "30s" }` (the defaults).
+    /// Passive health checks: `{ failures = 5, window = "10s", cooldown = "30s", max_ejected = "50%" }`
+    /// (the defaults; docs/config.md, "Passive health").
     pub passive: Option<RawPassive>,
     /// Send X-Forwarded-For, -Proto and -Host; default true.
     pub x_forwarded: Option<bool>,

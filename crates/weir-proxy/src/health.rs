@@ -57,7 +57,10 @@ enum Ejection {
     In,
     /// Out until `until`; `trial`: a trial request is in flight (claimed at
     /// `until - cooldown`; if it never reports, another is due at `until`).
-    Out { until: Instant, trial: bool },
+    Out {
+        until: Instant,
+        trial: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -511,7 +514,10 @@ mod tests {
         let cfg = passive(1);
         assert_eq!(s.passive_failure(t0, &cfg, YES), Some(Passive::Ejected));
         assert!(s.is_ejected());
-        assert_eq!(s.standing_with(|| t0 + Duration::from_secs(29)), Standing::Out);
+        assert_eq!(
+            s.standing_with(|| t0 + Duration::from_secs(29)),
+            Standing::Out
+        );
         let due = t0 + Duration::from_secs(31);
         assert_eq!(s.standing_with(|| due), Standing::TrialDue);
         assert!(s.claim_trial(due, cfg.cooldown));

@@ -1029,6 +1029,8 @@ impl Proxy {
         }
         let _deciding = self.ejecting.lock().unwrap_or_else(PoisonError::into_inner);
         let usable = |u: &Upstream| u.in_rotation() && u.health.active_up();
+        // How many usable upstreams there were when the budget said no.
+        let usable_n = std::cell::Cell::new(0);
         let may_eject = || {
             if !usable(up) {
                 return true;
@@ -1039,6 +1041,7 @@ impl Proxy {
                 n += 1;
                 out += u.health.is_ejected() as usize;
             }
+            usable_n.set(n);
             out < health::max_ejected(n, cfg.max_ejected)
         };
         let name = &up.cfg.name;
@@ -1051,6 +1054,11 @@ impl Proxy {
             Some(health::Passive::TrialFailed) => tracing::warn!(
                 "proxy: upstream {name} failed its trial request ({e}); ejected for another {:?}",
                 cfg.cooldown
+            ),
+            Some(health::Passive::Held) if usable_n.get() <= 1 => tracing::warn!(
+                "proxy: upstream {name} failed {} requests in a row (last: {e}) but stays in rotation: \
+                 it is the last usable upstream",
+                cfg.failures
             ),
             Some(health::Passive::Held) => tracing::warn!(
                 "proxy: upstream {name} failed {} requests in a row (last: {e}) but stays in rotation: \

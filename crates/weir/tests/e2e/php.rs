@@ -569,15 +569,35 @@ async fn php_fpm_failures_are_502s_naming_the_socket_and_the_os_error() {
     let misspelt_s = misspelt.display().to_string();
     let refused_s = format!("127.0.0.1:{refused}");
     for (host, path, named, os) in [
-        ("php.test", "/hello.php", &sock_s, "No such file or directory"),
-        ("misspelt.test", "/info.php", &misspelt_s, "No such file or directory"),
-        ("refused.test", "/index.php", &refused_s, "Connection refused"),
+        (
+            "php.test",
+            "/hello.php",
+            &sock_s,
+            "No such file or directory",
+        ),
+        (
+            "misspelt.test",
+            "/info.php",
+            &misspelt_s,
+            "No such file or directory",
+        ),
+        (
+            "refused.test",
+            "/index.php",
+            &refused_s,
+            "Connection refused",
+        ),
     ] {
         // Ten times: as many failures as it takes, still a 502 each time.
         for _ in 0..10 {
             assert_eq!(get(host, path).await.status(), 502, "{host}");
         }
-        logged(&[&format!("FastCGI GET {path}: cannot connect"), named, os, "502"]);
+        logged(&[
+            &format!("FastCGI GET {path}: cannot connect"),
+            named,
+            os,
+            "502",
+        ]);
     }
     assert!(!w.log().contains("no upstream is available"), "{}", w.log());
 
@@ -602,7 +622,10 @@ async fn php_fpm_failures_are_502s_naming_the_socket_and_the_os_error() {
     })
     .await;
     assert!(busy, "no 503 with the one connection busy:\n{}", w.log());
-    logged(&["FastCGI GET /hello.php: the upstream's queue is full", "503"]);
+    logged(&[
+        "FastCGI GET /hello.php: the upstream's queue is full",
+        "503",
+    ]);
 }
 
 /// Issue 55: with PHP-FPM's default pool of 5 children cut to 4 and weir's
