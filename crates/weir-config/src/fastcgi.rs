@@ -35,12 +35,16 @@ pub struct FastCgiConfig {
     pub env: Vec<(String, String)>,
     /// Each write of the request to the application must finish within this.
     pub send_timeout: Duration,
+    /// Connections stay open between requests (`FCGI_KEEP_CONN`).
+    pub keep_conn: bool,
     /// The files of the same root that are not scripts, served by weir.
     pub files: files::Options,
 }
 
-/// PHP-FPM's own default `pm.max_children`: one more connection than
-/// children would wait for a child that a kept-alive connection holds.
+/// PHP-FPM's own default `pm.max_children`. Without `keep_conn` a
+/// connection more than the pool has children waits only for a running
+/// request to end; with it, for a child an idle connection holds, so
+/// `keep_conn` is off by default (as nginx's `fastcgi_keep_conn`).
 const MAX_CONNS: i64 = 5;
 
 /// `php` (Caddy's defaults) or `fastcgi` at `key`; `files`: the static
@@ -170,6 +174,7 @@ pub(crate) fn fastcgi(
         front_controller,
         env,
         send_timeout,
+        keep_conn: r.keep_conn.as_ref().is_some_and(|k| *k.get_ref()),
         files,
     })
 }

@@ -307,6 +307,42 @@ impl ServerConfig {
 }
 
 impl Config {
+    /// What may be a mistake but need not be, one line each (`weir
+    /// validate` prints them; they never stop a start): a FastCGI Unix
+    /// socket that does not exist (PHP-FPM may start after weir).
+    pub fn warnings(&self) -> Vec<String> {
+        fn walk(site: &str, h: &HandlerConfig, out: &mut Vec<String>) {
+            match h {
+                HandlerConfig::FastCgi(f) => {
+                    for u in &f.upstream.upstreams {
+                        if let proxy::UpstreamTarget::Unix(p) = &u.target
+                            && !p.exists()
+                        {
+                            out.push(format!(
+                                "site \"{site}\": FastCGI socket {} does not exist (yet: is PHP-FPM running, and is the path right?)",
+                                p.display()
+                            ));
+                        }
+                    }
+                }
+                HandlerConfig::Routes { routes, fallback } => {
+                    for r in routes {
+                        walk(site, &r.handler, out);
+                    }
+                    if let Some(f) = fallback {
+                        walk(site, f, out);
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        for s in &self.sites {
+            walk(&s.name, &s.handler, &mut out);
+        }
+        out
+    }
+
     /// What `weir run` serves with no config file: a welcome page on
     /// http://127.0.0.1:8080.
     pub fn builtin_welcome() -> Config {
@@ -1533,6 +1569,58 @@ mod tests {
             .to_string();
         assert!(text.contains("retires"), "{text}");
         assert!(text.contains("retries"), "{text}");
+    }
+
+    #[test]
+    fn passive_max_ejected_is_a_percentage_defaulting_to_half() {
+        let passive = |src: &str| {
+            let c = load(src)?;
+            let HandlerConfig::Proxy(p) = &c.sites[0].handler else {
+                panic!("proxy handler");
+            };
+            Ok::<_, ConfigErrors>(p.passive.clone())
+        };
+        let d = passive("[site.\"a\"]\nproxy = \"127.0.0.1:9001\"\n").unwrap();
+        assert_eq!((d.failures, d.max_ejected), (5, 50));
+        let p = passive(
+            "[site.\"a\"]\nproxy = { to = \"127.0.0.1:9\", passive = { max_ejected = \"25%\" } }\n",
+        )
+        .unwrap();
+        assert_eq!(p.max_ejected, 25);
+        for bad in ["\"150%\"", "\"half\"", "\"50\""] {
+            let text = passive(&format!(
+                "[site.\"a\"]\nproxy = {{ to = \"127.0.0.1:9\", passive = {{ max_ejected = {bad} }} }}\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(
+                text.contains("max_ejected") && text.contains("50%"),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_missing_fastcgi_socket_is_a_warning_not_an_error() {
+        let dir = std::env::temp_dir().join(format!("weir-warn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let there = dir.join("fpm.sock");
+        std::fs::write(&there, "").unwrap();
+        let missing = dir.join("fmp.sock");
+        let c = load(&format!(
+            "[site.\"a\"]\nroot = \".\"\nphp = \"unix:{}\"\n\
+             [site.\"b\"]\nroot = \".\"\n[[site.\"b\".route]]\npath = \"/x/*\"\nphp = \"unix:{}\"\n",
+            there.display(),
+            missing.display()
+        ))
+        .unwrap();
+        let w = c.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("site \"b\"") && w[0].contains(&missing.display().to_string()),
+            "{w:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

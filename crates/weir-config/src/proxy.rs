@@ -69,6 +69,7 @@ impl ProxyConfig {
                 failures: 5,
                 window: Duration::from_secs(10),
                 cooldown: Duration::from_secs(30),
+                max_ejected: 50,
             },
             x_forwarded: true,
             forwarded: true,
@@ -178,12 +179,19 @@ pub struct HealthConfig {
     pub fall: u32,
 }
 
+/// Passive health: what requests' failures do to an upstream's place in
+/// rotation (docs/config.md, "Passive health").
 #[derive(Debug, Clone, PartialEq)]
 pub struct PassiveConfig {
-    /// 0: off.
+    /// Failures in a row (no success between them) within `window` that
+    /// eject an upstream; 0: off.
     pub failures: u32,
     pub window: Duration,
+    /// How long an ejected upstream stays out before one trial request.
     pub cooldown: Duration,
+    /// The share of a proxy's usable upstreams that may be ejected at once,
+    /// in percent (at least one of two or more; never the last one; 0: none).
+    pub max_ejected: u8,
 }
 
 /// PROXY protocol accepted on a listener.
@@ -533,6 +541,18 @@ pub(crate) fn proxy_config(c: &mut Collector<'_>, key: &str, p: &Spanned<RawProx
             &p.cooldown,
             &mut out.passive.cooldown,
         );
+        if let Some(v) = &p.max_ejected {
+            match parse_percent(v.get_ref()) {
+                Some(n) => out.passive.max_ejected = n,
+                None => c.at(
+                    v.span(),
+                    format!(
+                        "{key}.passive.max_ejected: `{}` is not a share; write a percentage such as \"50%\"",
+                        v.get_ref()
+                    ),
+                ),
+            }
+        }
     }
     if let Some(t) = &raw.trusted_proxies {
         match crate::units::parse_cidrs(t.get_ref()) {
@@ -592,6 +612,12 @@ pub fn accept_proxy_protocol(
     on.then_some(AcceptProxyProtocol {
         trusted_sources: sources,
     })
+}
+
+/// `"50%"`: 0 to 100.
+fn parse_percent(s: &str) -> Option<u8> {
+    let n: u8 = s.trim().strip_suffix('%')?.trim().parse().ok()?;
+    (n <= 100).then_some(n)
 }
 
 #[cfg(test)]

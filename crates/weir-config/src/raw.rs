@@ -419,9 +419,13 @@ pub struct RawFastCgi {
     pub front_controller: Option<Spanned<String>>,
     /// Extra variables passed to every script: `{ APP_ENV = "prod" }`.
     pub env: Option<IndexMap<String, Spanned<String>>>,
-    /// Most connections open to each upstream, idle ones included: at most
-    /// PHP-FPM's `pm.max_children`; default 5 (PHP-FPM's own default).
+    /// Most connections open to each upstream (with `keep_conn`, idle ones
+    /// included: then at most PHP-FPM's `pm.max_children`); default 5.
     pub max_conns: Option<Spanned<i64>>,
+    /// Keep connections open between requests (`FCGI_KEEP_CONN`, nginx's
+    /// `fastcgi_keep_conn`); default false. A kept connection holds a PHP-FPM
+    /// child while idle, so `max_conns` must then not exceed `pm.max_children`.
+    pub keep_conn: Option<Spanned<bool>>,
     /// Requests that may wait for a connection; default 1024. Over: 503.
     pub queue: Option<Spanned<i64>>,
     /// Longest wait for a connection; default 5s. Over: 503.
@@ -721,7 +725,8 @@ pub struct RawProxy {
     pub retry_body_size: Option<Spanned<Value>>,
     /// Active health checks; default off.
     pub health: Option<RawHealth>,
-    /// Passive health checks: `{ failures = 5, window = "10s", cooldown = "30s" }` (the defaults).
+    /// Passive health checks: `{ failures = 5, window = "10s", cooldown = "30s", max_ejected = "50%" }`
+    /// (the defaults; docs/config.md, "Passive health").
     pub passive: Option<RawPassive>,
     /// Send X-Forwarded-For, -Proto and -Host; default true.
     pub x_forwarded: Option<bool>,
@@ -800,13 +805,17 @@ pub struct RawHealth {
 /// `passive = { ... }` in a proxy.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct RawPassive {
-    /// Failures (connect errors, resets, timeouts, 5xx are not counted) within
-    /// `window` that mark an upstream down; default 5; 0 turns passive checks off.
+    /// Failures in a row (connect errors, resets, timeouts; 5xx are not
+    /// counted) within `window` that eject an upstream; default 5; 0 turns
+    /// passive checks off.
     pub failures: Option<Spanned<i64>>,
     /// Default 10s.
     pub window: Option<Spanned<Value>>,
-    /// How long an upstream stays down; default 30s.
+    /// How long an upstream stays out before one trial request; default 30s.
     pub cooldown: Option<Spanned<Value>>,
+    /// The share of the usable upstreams ejected at once, `"50%"` (the
+    /// default); at least one of two or more, never the last one.
+    pub max_ejected: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

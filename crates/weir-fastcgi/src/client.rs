@@ -1,16 +1,18 @@
 //! FastCGI over a connection: the connections to each upstream (PHP-FPM),
-//! one request at a time on each, kept open between requests
-//! (`FCGI_KEEP_CONN`), and one request's exchange: the CGI variables and
-//! the body streamed out as records, the response head read and its body
-//! streamed back, the application's stderr written to the log.
+//! one request at a time on each, closed after each request unless
+//! `keep_conn` keeps them open (`FCGI_KEEP_CONN`), and one request's
+//! exchange: the CGI variables and the body streamed out as records, the
+//! response head read and its body streamed back, the application's stderr
+//! written to the log.
 //!
-//! A PHP-FPM child serves one connection for as long as it stays open, so
-//! every connection, idle ones included, holds one of the upstream's
-//! `max_conns` slots: weir never opens more connections than the pool has
-//! children, and a request waits (bounded by `queue` and `queue_timeout`)
-//! for an idle connection or a free slot. Idle connections are shared by
-//! every worker for the same reason. Never buffers more than one record
-//! of either body.
+//! Every connection holds one of the upstream's `max_conns` slots, and a
+//! request waits (bounded by `queue` and `queue_timeout`) for an idle
+//! connection or a free slot. A PHP-FPM child serves one connection for as
+//! long as it stays open: with `keep_conn`, an idle connection holds a
+//! child, so a connection past `pm.max_children` would wait in PHP-FPM's
+//! backlog for a child no request frees; without it (the default) the
+//! child is free again when its request ends. Idle connections are shared
+//! by every worker. Never buffers more than one record of either body.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -141,6 +143,15 @@ struct Conn {
 pub struct Pool {
     pub proxy: Arc<Proxy>,
     ups: Vec<Shared>,
+    /// Connections stay open between requests (`FCGI_KEEP_CONN`).
+    keep_conn: bool,
+}
+
+/// A failed request: why, and the upstream it failed on, if any was tried.
+#[derive(Debug)]
+pub struct Failure {
+    pub error: FcgiError,
+    pub upstream: Option<usize>,
 }
 
 /// One request as the application is to see it.
@@ -154,11 +165,15 @@ pub struct Request<'a> {
 }
 
 impl Pool {
-    pub fn new(proxy: Arc<Proxy>) -> Pool {
+    pub fn new(proxy: Arc<Proxy>, keep_conn: bool) -> Pool {
         let ups = (0..proxy.upstreams().len())
             .map(|_| Shared::default())
             .collect();
-        Pool { proxy, ups }
+        Pool {
+            proxy,
+            ups,
+            keep_conn,
+        }
     }
 
     /// Idle connections to upstream `idx`.
@@ -175,14 +190,28 @@ impl Pool {
         self: &Arc<Self>,
         req: Request<'_>,
         mut body: Body,
-    ) -> Result<Response<Body>, FcgiError> {
+    ) -> Result<Response<Body>, Failure> {
         let key = self.proxy.client_key(req.client.0.ip());
         let mut tried: Vec<usize> = Vec::new();
         let mut attempt = 0u32;
         let bodiless = http_body::Body::is_end_stream(&body);
+        // The connect failure that sent this request on to another
+        // upstream: when none is left, the client and the log get it (a
+        // 502 naming the socket and the OS error), as the proxy does.
+        let mut last: Option<(usize, ProxyError)> = None;
+        let fail = |error: FcgiError, idx: usize| Failure {
+            error,
+            upstream: Some(idx),
+        };
         loop {
             let Some(idx) = self.proxy.choose(req.worker, key, &tried) else {
-                return Err(ProxyError::NoneAvailable.into());
+                return Err(match last {
+                    Some((i, e)) => fail(e.into(), i),
+                    None => Failure {
+                        error: ProxyError::NoneAvailable.into(),
+                        upstream: None,
+                    },
+                });
             };
             self.proxy.count_attempt(req.worker, idx, attempt > 0);
             let lease = self.proxy.lease(idx, None);
@@ -198,17 +227,25 @@ impl Pool {
                         self.proxy.upstream_failed(req.worker, idx, &e);
                         tried.push(idx);
                         if attempt < self.proxy.cfg.retries {
+                            tracing::info!(
+                                "FastCGI: {}: {e}; trying another upstream",
+                                self.proxy.upstreams()[idx].cfg.name
+                            );
                             attempt += 1;
+                            last = Some((idx, e));
                             continue;
                         }
                     }
-                    return Err(e.into());
+                    return Err(fail(e.into(), idx));
                 }
             };
             let reused = conn.reused;
             let body = std::mem::take(&mut body);
             match self.exchange(conn, &req, body, lease).await {
-                Ok(r) => return Ok(r),
+                Ok(r) => {
+                    self.proxy.upstream_succeeded(idx);
+                    return Ok(r);
+                }
                 Err((e, untouched)) => {
                     if reused && untouched && bodiless && attempt < self.proxy.cfg.retries + 1 {
                         // A kept-alive connection the application had closed.
@@ -220,7 +257,7 @@ impl Pool {
                     {
                         self.proxy.upstream_failed(req.worker, idx, pe);
                     }
-                    return Err(e);
+                    return Err(fail(e, idx));
                 }
             }
         }
@@ -313,8 +350,12 @@ impl Pool {
     }
 
     /// A connection whose response has ended cleanly: to the oldest
-    /// waiter, else idle.
+    /// waiter, else idle; closed when connections are not kept (its slot
+    /// then goes to the oldest waiter).
     fn checkin(&self, mut c: Conn) {
+        if !self.keep_conn {
+            return;
+        }
         c.since = Instant::now();
         let mut q = lock(&self.ups[c.idx]);
         let mut h = Handoff::Conn(c);
@@ -340,7 +381,7 @@ impl Pool {
     ) -> Result<Response<Body>, (FcgiError, bool)> {
         let send_timeout = req.send_timeout;
         let mut out = BytesMut::with_capacity(1024);
-        proto::begin_request(&mut out, ID, true);
+        proto::begin_request(&mut out, ID, self.keep_conn);
         proto::params(
             &mut out,
             ID,

@@ -95,9 +95,10 @@ impl FastCgi {
     /// `proxy`: the upstreams of `cfg.upstream` (balancer, health, slots).
     pub fn new(cfg: Arc<FastCgiConfig>, proxy: Arc<weir_proxy::Proxy>, workers: usize) -> FastCgi {
         let canonical_root = std::fs::canonicalize(&cfg.root).unwrap_or_else(|_| cfg.root.clone());
+        let keep_conn = cfg.keep_conn;
         FastCgi {
             cfg,
-            pool: Arc::new(client::Pool::new(proxy)),
+            pool: Arc::new(client::Pool::new(proxy, keep_conn)),
             canonical_root,
             resolved: PerWorker::new(workers, Default::default),
         }
@@ -165,9 +166,12 @@ impl FastCgi {
                 }
                 r
             }
-            Err(e) => {
+            Err(client::Failure { error: e, upstream }) => {
                 let status = e.status();
+                let ups = self.pool.proxy.upstreams();
+                let name = upstream.map_or("-", |i| ups[i].cfg.name.as_str());
                 tracing::warn!(
+                    upstream = name,
                     status = status.as_u16(),
                     "FastCGI {} {}: {e}",
                     parts.method,

@@ -181,6 +181,7 @@ mod tests {
             front_controller: Some("/index.php".into()),
             env: Vec::new(),
             send_timeout: std::time::Duration::from_secs(1),
+            keep_conn: false,
             files,
         };
         (d, cfg)

@@ -1,12 +1,18 @@
 //! Upstream health: the active-check state machine (rise/fall thresholds),
-//! passive failure tracking (N failures within a window mark an upstream down
-//! for a cool-down), and the lock-free view the request path reads.
+//! passive ejection (failures in a row within a window take an upstream out
+//! for a cooldown, then one trial request decides whether it is back: a
+//! half-open circuit breaker), the ejection budget of a proxy, and the
+//! lock-free view the request path reads.
 //!
 //! [`Health`] is a plain state machine with time passed in; tests drive it
 //! with a simulated clock. [`Shared`] publishes its verdict in atomics so the
 //! request path never takes a lock; the lock is taken only by the checker
-//! task and when a request fails. The active checker task itself lives in
-//! `proxy::mod` (it needs the connection code); it never touches a request.
+//! task, when a request fails, when a trial is due, and on the first success
+//! after a failure. Passive health must never leave a proxy without an
+//! upstream to try: [`max_ejected`] bounds how many may be out at once, and
+//! the picker (`Proxy::pick`) tries ejected upstreams rather than none. The
+//! active checker task lives in `lib.rs` (it needs the connection code); it
+//! never touches a request.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -15,11 +21,46 @@ use std::time::{Duration, Instant};
 
 use weir_config::proxy::PassiveConfig;
 
-/// What changed after an event.
+/// What the active checks changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transition {
     WentDown,
     CameUp,
+}
+
+/// What a request's outcome changed in passive health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Passive {
+    /// Taken out of rotation for a cooldown.
+    Ejected,
+    /// Enough failures to eject, but the proxy's ejection budget is spent:
+    /// stays in rotation (reported once per run of failures).
+    Held,
+    /// The trial request after a cooldown failed: out for another cooldown.
+    TrialFailed,
+    /// A request succeeded while out (the trial): back in rotation.
+    Readmitted,
+}
+
+/// Where passive health has an upstream, as the picker sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    In,
+    /// Ejected, cooldown running (or a trial in flight).
+    Out,
+    /// Ejected, cooldown over: the next request to claim it is the trial.
+    TrialDue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ejection {
+    In,
+    /// Out until `until`; `trial`: a trial request is in flight (claimed at
+    /// `until - cooldown`; if it never reports, another is due at `until`).
+    Out {
+        until: Instant,
+        trial: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -28,10 +69,11 @@ pub struct Health {
     up: bool,
     ok_streak: u32,
     fail_streak: u32,
-    /// Recent passive failures, oldest first, within the window.
+    /// Passive failures in a row, oldest first, within the window.
     failures: VecDeque<Instant>,
-    /// Passive cool-down end.
-    down_until: Option<Instant>,
+    ejection: Ejection,
+    /// [`Passive::Held`] already reported for this run of failures.
+    held: bool,
 }
 
 impl Default for Health {
@@ -41,7 +83,8 @@ impl Default for Health {
             ok_streak: 0,
             fail_streak: 0,
             failures: VecDeque::new(),
-            down_until: None,
+            ejection: Ejection::In,
+            held: false,
         }
     }
 }
@@ -68,12 +111,29 @@ impl Health {
     }
 
     /// A request to this upstream failed (connect error, reset, timeout).
-    pub fn passive_failure(&mut self, now: Instant, cfg: &PassiveConfig) -> Option<Transition> {
+    /// `may_eject` asks the proxy whether its budget allows one more
+    /// ejection; it is called only when this failure would eject.
+    pub fn passive_failure(
+        &mut self,
+        now: Instant,
+        cfg: &PassiveConfig,
+        may_eject: impl FnOnce() -> bool,
+    ) -> Option<Passive> {
         if cfg.failures == 0 {
             return None;
         }
-        if self.down_until.is_some_and(|t| now < t) {
-            return None;
+        match self.ejection {
+            Ejection::Out { trial: true, .. } => {
+                self.ejection = Ejection::Out {
+                    until: now + cfg.cooldown,
+                    trial: false,
+                };
+                return Some(Passive::TrialFailed);
+            }
+            // A request sent while out (no other upstream was left to try):
+            // the cooldown runs on unchanged.
+            Ejection::Out { trial: false, .. } => return None,
+            Ejection::In => {}
         }
         while self
             .failures
@@ -83,25 +143,85 @@ impl Health {
             self.failures.pop_front();
         }
         self.failures.push_back(now);
-        if self.failures.len() as u32 >= cfg.failures {
-            self.failures.clear();
-            self.down_until = Some(now + cfg.cooldown);
-            return Some(Transition::WentDown);
+        if (self.failures.len() as u32) < cfg.failures {
+            self.held = false;
+            return None;
         }
-        None
+        if may_eject() {
+            self.failures.clear();
+            self.held = false;
+            self.ejection = Ejection::Out {
+                until: now + cfg.cooldown,
+                trial: false,
+            };
+            return Some(Passive::Ejected);
+        }
+        // Kept at the threshold: the next failure asks again.
+        self.failures.pop_front();
+        (!std::mem::replace(&mut self.held, true)).then_some(Passive::Held)
     }
 
+    /// A request to this upstream succeeded: the run of failures ends, and
+    /// an ejected upstream is back.
+    pub fn passive_success(&mut self) -> Option<Passive> {
+        self.failures.clear();
+        self.held = false;
+        match std::mem::replace(&mut self.ejection, Ejection::In) {
+            Ejection::Out { .. } => Some(Passive::Readmitted),
+            Ejection::In => None,
+        }
+    }
+
+    /// Claims the trial request of an ejected upstream whose cooldown is
+    /// over: true for exactly one caller per cooldown.
+    pub fn claim_trial(&mut self, now: Instant, cooldown: Duration) -> bool {
+        match self.ejection {
+            Ejection::Out { until, .. } if now >= until => {
+                self.ejection = Ejection::Out {
+                    until: now + cooldown,
+                    trial: true,
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn standing(&self, now: Instant) -> Standing {
+        match self.ejection {
+            Ejection::In => Standing::In,
+            Ejection::Out { until, .. } if now >= until => Standing::TrialDue,
+            Ejection::Out { .. } => Standing::Out,
+        }
+    }
+
+    /// Up for the active checks and in rotation for passive health.
     pub fn is_up(&self, now: Instant) -> bool {
-        self.up && self.down_until.is_none_or(|t| now >= t)
+        self.up && self.standing(now) == Standing::In
     }
 
-    pub fn down_until(&self) -> Option<Instant> {
-        self.down_until
+    /// When the current cooldown ends, if ejected.
+    fn out_until(&self) -> Option<Instant> {
+        match self.ejection {
+            Ejection::Out { until, .. } => Some(until),
+            Ejection::In => None,
+        }
     }
 
     pub fn active_up(&self) -> bool {
         self.up
     }
+}
+
+/// How many of a proxy's `usable` upstreams (in rotation, not down for the
+/// active checks) passive health may hold out at once: `percent` of them,
+/// rounded down, but at least one when there are two or more (as Envoy's
+/// `max_ejection_percent`), and never the last one; none when `percent` is 0.
+pub fn max_ejected(usable: usize, percent: u8) -> usize {
+    if percent == 0 || usable < 2 {
+        return 0;
+    }
+    (usable * percent as usize / 100).clamp(1, usable - 1)
 }
 
 /// The process-wide view of one upstream's health.
@@ -110,8 +230,11 @@ pub struct Shared {
     state: Mutex<Health>,
     /// Mirror of `Health::up`.
     active_down: AtomicBool,
-    /// Passive cool-down end, as nanoseconds since [`epoch`]; 0 = none.
-    down_until: AtomicU64,
+    /// Mirror of the ejection: 0 in rotation, else when the cooldown ends,
+    /// as nanoseconds since [`epoch`] (plus one).
+    out_until: AtomicU64,
+    /// Failures are counted: the next success takes the lock to end the run.
+    failing: AtomicBool,
 }
 
 fn epoch() -> Instant {
@@ -124,23 +247,41 @@ fn to_nanos(t: Instant) -> u64 {
 }
 
 impl Shared {
-    /// Lock-free: whether requests may go to this upstream at `now`.
-    pub fn is_up(&self, now: Instant) -> bool {
-        self.is_up_with(|| now)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// [`Shared::is_up`], reading the clock only for an upstream in a
-    /// passive cool-down.
-    pub fn is_up_with(&self, now: impl FnOnce() -> Instant) -> bool {
-        if self.active_down.load(Ordering::Relaxed) {
-            return false;
+    /// Publishes `h`'s passive state to the atomics.
+    fn mirror(&self, h: &Health) {
+        self.out_until
+            .store(h.out_until().map_or(0, to_nanos), Ordering::Relaxed);
+        self.failing
+            .store(!h.failures.is_empty(), Ordering::Relaxed);
+    }
+
+    /// Lock-free: whether requests may go to this upstream at `now` (up for
+    /// the active checks, in rotation for passive health).
+    pub fn is_up(&self, now: Instant) -> bool {
+        self.active_up() && self.standing_with(|| now) == Standing::In
+    }
+
+    /// Lock-free: passive health's verdict, reading the clock only for an
+    /// ejected upstream.
+    pub fn standing_with(&self, now: impl FnOnce() -> Instant) -> Standing {
+        match self.out_until.load(Ordering::Relaxed) {
+            0 => Standing::In,
+            until if to_nanos(now()) >= until => Standing::TrialDue,
+            _ => Standing::Out,
         }
-        let until = self.down_until.load(Ordering::Relaxed);
-        until == 0 || to_nanos(now()) >= until
+    }
+
+    /// Whether passive health holds this upstream out (cooldown or trial).
+    pub fn is_ejected(&self) -> bool {
+        self.out_until.load(Ordering::Relaxed) != 0
     }
 
     pub fn active_result(&self, ok: bool, rise: u32, fall: u32) -> Option<Transition> {
-        let mut h = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = self.lock();
         let t = h.active_result(ok, rise, fall);
         self.active_down.store(!h.active_up(), Ordering::Relaxed);
         t
@@ -154,19 +295,42 @@ impl Shared {
     /// Up again with no history: a new process now listens where the
     /// failing one did (an app's instance that just passed readiness).
     pub fn reset(&self) {
-        let mut h = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = self.lock();
         *h = Health::default();
         self.active_down.store(false, Ordering::Relaxed);
-        self.down_until.store(0, Ordering::Relaxed);
+        self.mirror(&h);
     }
 
-    pub fn passive_failure(&self, now: Instant, cfg: &PassiveConfig) -> Option<Transition> {
-        let mut h = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let t = h.passive_failure(now, cfg);
-        if let Some(until) = h.down_until() {
-            self.down_until.store(to_nanos(until), Ordering::Relaxed);
-        }
+    pub fn passive_failure(
+        &self,
+        now: Instant,
+        cfg: &PassiveConfig,
+        may_eject: impl FnOnce() -> bool,
+    ) -> Option<Passive> {
+        let mut h = self.lock();
+        let t = h.passive_failure(now, cfg, may_eject);
+        self.mirror(&h);
         t
+    }
+
+    /// A request succeeded; lock-free unless failures were being counted
+    /// or the upstream was out.
+    pub fn passive_success(&self) -> Option<Passive> {
+        if !self.failing.load(Ordering::Relaxed) && !self.is_ejected() {
+            return None;
+        }
+        let mut h = self.lock();
+        let t = h.passive_success();
+        self.mirror(&h);
+        t
+    }
+
+    /// See [`Health::claim_trial`].
+    pub fn claim_trial(&self, now: Instant, cooldown: Duration) -> bool {
+        let mut h = self.lock();
+        let won = h.claim_trial(now, cooldown);
+        self.mirror(&h);
+        won
     }
 }
 
@@ -205,8 +369,11 @@ mod tests {
             failures: n,
             window: Duration::from_secs(10),
             cooldown: Duration::from_secs(30),
+            max_ejected: 50,
         }
     }
+
+    const YES: fn() -> bool = || true;
 
     #[test]
     fn fall_then_rise_thresholds() {
@@ -226,24 +393,92 @@ mod tests {
     }
 
     #[test]
-    fn passive_failures_within_window_mark_down_for_cooldown() {
+    fn failures_in_a_row_within_the_window_eject_for_the_cooldown() {
         let cfg = passive(3);
         let mut h = Health::default();
         let t0 = Instant::now();
         let s = Duration::from_secs;
-        assert_eq!(h.passive_failure(t0, &cfg), None);
-        assert_eq!(h.passive_failure(t0 + s(5), &cfg), None);
+        assert_eq!(h.passive_failure(t0, &cfg, YES), None);
+        assert_eq!(h.passive_failure(t0 + s(5), &cfg, YES), None);
         // The first failure leaves the 10s window before the third arrives.
-        assert_eq!(h.passive_failure(t0 + s(12), &cfg), None);
+        assert_eq!(h.passive_failure(t0 + s(12), &cfg, YES), None);
         assert_eq!(
-            h.passive_failure(t0 + s(13), &cfg),
-            Some(Transition::WentDown)
+            h.passive_failure(t0 + s(13), &cfg, YES),
+            Some(Passive::Ejected)
         );
-        assert!(!h.is_up(t0 + s(14)));
-        // Failures during the cool-down don't extend it.
-        assert_eq!(h.passive_failure(t0 + s(20), &cfg), None);
-        assert!(!h.is_up(t0 + s(42)));
-        assert!(h.is_up(t0 + s(43)));
+        assert_eq!(h.standing(t0 + s(14)), Standing::Out);
+        // Failures of requests sent while out don't extend the cooldown.
+        assert_eq!(h.passive_failure(t0 + s(20), &cfg, YES), None);
+        assert_eq!(h.standing(t0 + s(42)), Standing::Out);
+        assert_eq!(h.standing(t0 + s(43)), Standing::TrialDue);
+    }
+
+    #[test]
+    fn a_success_ends_a_run_of_failures() {
+        let cfg = passive(3);
+        let mut h = Health::default();
+        let t0 = Instant::now();
+        for _ in 0..10 {
+            assert_eq!(h.passive_failure(t0, &cfg, YES), None);
+            assert_eq!(h.passive_failure(t0, &cfg, YES), None);
+            assert_eq!(h.passive_success(), None);
+        }
+        assert!(h.is_up(t0));
+    }
+
+    #[test]
+    fn after_the_cooldown_one_trial_decides() {
+        let cfg = passive(1);
+        let mut h = Health::default();
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        assert_eq!(h.passive_failure(t0, &cfg, YES), Some(Passive::Ejected));
+        assert!(!h.claim_trial(t0 + s(29), cfg.cooldown));
+        // One trial per cooldown: the second caller is refused.
+        assert!(h.claim_trial(t0 + s(30), cfg.cooldown));
+        assert!(!h.claim_trial(t0 + s(30), cfg.cooldown));
+        assert_eq!(h.standing(t0 + s(31)), Standing::Out);
+        // The trial fails: out for another whole cooldown from then.
+        assert_eq!(
+            h.passive_failure(t0 + s(31), &cfg, YES),
+            Some(Passive::TrialFailed)
+        );
+        assert_eq!(h.standing(t0 + s(60)), Standing::Out);
+        assert_eq!(h.standing(t0 + s(61)), Standing::TrialDue);
+        assert!(h.claim_trial(t0 + s(61), cfg.cooldown));
+        // This one succeeds: back, with no failures counted.
+        assert_eq!(h.passive_success(), Some(Passive::Readmitted));
+        assert!(h.is_up(t0 + s(61)));
+        assert_eq!(h.passive_success(), None);
+    }
+
+    #[test]
+    fn a_trial_that_never_reports_is_followed_by_another() {
+        let cfg = passive(1);
+        let mut h = Health::default();
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        h.passive_failure(t0, &cfg, YES);
+        assert!(h.claim_trial(t0 + s(30), cfg.cooldown));
+        // The trial request was cancelled: nothing reported.
+        assert!(!h.claim_trial(t0 + s(59), cfg.cooldown));
+        assert!(h.claim_trial(t0 + s(60), cfg.cooldown));
+    }
+
+    #[test]
+    fn a_spent_budget_keeps_the_upstream_in_and_says_so_once() {
+        let cfg = passive(2);
+        let mut h = Health::default();
+        let t0 = Instant::now();
+        let no = || false;
+        assert_eq!(h.passive_failure(t0, &cfg, no), None);
+        assert_eq!(h.passive_failure(t0, &cfg, no), Some(Passive::Held));
+        for _ in 0..20 {
+            assert_eq!(h.passive_failure(t0, &cfg, no), None);
+        }
+        assert!(h.is_up(t0));
+        // The budget frees up: the next failure ejects.
+        assert_eq!(h.passive_failure(t0, &cfg, YES), Some(Passive::Ejected));
     }
 
     #[test]
@@ -251,9 +486,20 @@ mod tests {
         let mut h = Health::default();
         let t0 = Instant::now();
         for _ in 0..100 {
-            assert_eq!(h.passive_failure(t0, &passive(0)), None);
+            assert_eq!(h.passive_failure(t0, &passive(0), YES), None);
         }
         assert!(h.is_up(t0));
+    }
+
+    #[test]
+    fn the_budget_never_ejects_the_last_upstream() {
+        // One upstream: never. Two: one. Then the share, rounded down.
+        let got: Vec<usize> = (0..=6).map(|n| max_ejected(n, 50)).collect();
+        assert_eq!(got, [0, 0, 1, 1, 2, 2, 3]);
+        assert_eq!(max_ejected(10, 10), 1);
+        assert_eq!(max_ejected(3, 10), 1);
+        assert_eq!(max_ejected(4, 100), 3);
+        assert_eq!(max_ejected(4, 0), 0);
     }
 
     #[test]
@@ -266,9 +512,19 @@ mod tests {
         s.active_result(true, 1, 1);
         assert!(s.is_up(t0));
         let cfg = passive(1);
-        assert_eq!(s.passive_failure(t0, &cfg), Some(Transition::WentDown));
-        assert!(!s.is_up(t0 + Duration::from_secs(29)));
-        assert!(s.is_up(t0 + Duration::from_secs(31)));
+        assert_eq!(s.passive_failure(t0, &cfg, YES), Some(Passive::Ejected));
+        assert!(s.is_ejected());
+        assert_eq!(
+            s.standing_with(|| t0 + Duration::from_secs(29)),
+            Standing::Out
+        );
+        let due = t0 + Duration::from_secs(31);
+        assert_eq!(s.standing_with(|| due), Standing::TrialDue);
+        assert!(s.claim_trial(due, cfg.cooldown));
+        assert_eq!(s.standing_with(|| due), Standing::Out);
+        assert_eq!(s.passive_success(), Some(Passive::Readmitted));
+        assert!(s.is_up(due));
+        assert!(!s.is_ejected());
     }
 
     #[test]

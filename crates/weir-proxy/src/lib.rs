@@ -127,6 +127,9 @@ pub struct Proxy {
     /// (`h1_client`) for everything; `false` (`server.http1 = "hyper"`):
     /// through hyper's for everything.
     own_h1: bool,
+    /// Held while deciding an ejection, so two failing upstreams cannot
+    /// both take the budget's last place.
+    ejecting: Mutex<()>,
 }
 
 /// A request body that can be sent again when it was small enough to keep.
@@ -311,6 +314,7 @@ impl Proxy {
             cfg,
             ups,
             own_h1,
+            ejecting: Mutex::new(()),
         });
         if p.cfg.health.is_some() {
             spawn_health_checks(Arc::downgrade(&p));
@@ -474,6 +478,7 @@ impl Proxy {
             };
             match sent {
                 Ok((rp, from)) => {
+                    self.passive_success(up);
                     let done = Done {
                         local: self.local(conn.worker).clone(),
                         idx,
@@ -573,7 +578,12 @@ impl Proxy {
         self.ups.iter().position(|u| u.sticky == v)
     }
 
-    /// Chooses an upstream among the healthy ones not yet tried.
+    /// Chooses an upstream among the healthy ones not yet tried. Passive
+    /// health never leaves nothing to try: a proxy's only upstream is always
+    /// tried, an ejected upstream whose cooldown is over takes this request
+    /// as its trial, and when every usable upstream is ejected they are
+    /// tried rather than none (the active checks' verdict stands: upstreams
+    /// they find down are not tried).
     fn pick(
         &self,
         worker: Worker,
@@ -581,31 +591,57 @@ impl Proxy {
         sticky: Option<usize>,
         tried: &[usize],
     ) -> Option<usize> {
-        // Read once, and only if an upstream is in a passive cool-down.
+        // Read once, and only if an upstream is ejected.
         let now = std::cell::LazyCell::new(weir_http::clock::now);
-        let is_up = |u: &Upstream| u.in_rotation() && u.health.is_up_with(|| *now);
-        if let Some(i) = sticky
-            && !tried.contains(&i)
-            && is_up(&self.ups[i])
-        {
-            return Some(i);
-        }
+        let usable = |i: usize| {
+            let u = &self.ups[i];
+            !tried.contains(&i) && u.in_rotation() && u.health.active_up()
+        };
         if self.ups.len() == 1 {
             // Every algorithm picks the only upstream when it may be used:
             // no candidate list and no balancer state to touch.
-            return (!tried.contains(&0) && is_up(&self.ups[0])).then_some(0);
+            return usable(0).then_some(0);
         }
-        let cands: Vec<Candidate> = self
-            .ups
-            .iter()
-            .enumerate()
-            .map(|(i, u)| Candidate {
-                eligible: !tried.contains(&i) && is_up(u),
+        if let Some(i) = sticky
+            && usable(i)
+            && self.ups[i].health.standing_with(|| *now) == health::Standing::In
+        {
+            return Some(i);
+        }
+        // Some usable upstream is in rotation, tried or not: the ejected
+        // ones stay out.
+        let mut any_in = false;
+        let mut cands: Vec<Candidate> = Vec::with_capacity(self.ups.len());
+        for (i, u) in self.ups.iter().enumerate() {
+            let mut eligible = usable(i);
+            if !eligible {
+                any_in |= u.in_rotation()
+                    && u.health.active_up()
+                    && u.health.standing_with(|| *now) == health::Standing::In;
+            } else {
+                match u.health.standing_with(|| *now) {
+                    health::Standing::In => any_in = true,
+                    health::Standing::TrialDue
+                        if u.health.claim_trial(*now, self.cfg.passive.cooldown) =>
+                    {
+                        return Some(i);
+                    }
+                    _ => eligible = false,
+                }
+            }
+            cands.push(Candidate {
+                eligible,
                 weight: u.weight.load(Ordering::Relaxed),
                 active: u.active.load(Ordering::Relaxed),
                 full: u.limit.as_ref().is_some_and(|s| s.available_permits() == 0),
-            })
-            .collect();
+            });
+        }
+        if !any_in {
+            // Every usable upstream is ejected: try them rather than none.
+            for (i, c) in cands.iter_mut().enumerate() {
+                c.eligible = usable(i);
+            }
+        }
         self.local(worker)
             .balancer
             .lock()
@@ -984,15 +1020,63 @@ impl Proxy {
         }
     }
 
+    /// A failure that is `up`'s fault (see docs/config.md, "Passive
+    /// health"): towards its ejection, within the proxy's budget.
     fn passive_failure(&self, up: &Upstream, e: &ProxyError) {
-        if let Some(health::Transition::WentDown) =
-            up.health.passive_failure(Instant::now(), &self.cfg.passive)
-        {
-            tracing::warn!(
-                "proxy: upstream {} marked down for {:?} after {} failures (last: {e})",
-                up.cfg.name,
-                self.cfg.passive.cooldown,
-                self.cfg.passive.failures
+        let cfg = &self.cfg.passive;
+        if cfg.failures == 0 {
+            return;
+        }
+        let _deciding = self.ejecting.lock().unwrap_or_else(PoisonError::into_inner);
+        let usable = |u: &Upstream| u.in_rotation() && u.health.active_up();
+        // How many usable upstreams there were when the budget said no.
+        let usable_n = std::cell::Cell::new(0);
+        let may_eject = || {
+            if !usable(up) {
+                return true;
+            }
+            let mut n = 0;
+            let mut out = 0;
+            for u in self.ups.iter().filter(|u| usable(u)) {
+                n += 1;
+                out += u.health.is_ejected() as usize;
+            }
+            usable_n.set(n);
+            out < health::max_ejected(n, cfg.max_ejected)
+        };
+        let name = &up.cfg.name;
+        match up.health.passive_failure(Instant::now(), cfg, may_eject) {
+            Some(health::Passive::Ejected) => tracing::warn!(
+                "proxy: upstream {name} ejected for {:?} after {} failures in a row (last: {e})",
+                cfg.cooldown,
+                cfg.failures
+            ),
+            Some(health::Passive::TrialFailed) => tracing::warn!(
+                "proxy: upstream {name} failed its trial request ({e}); ejected for another {:?}",
+                cfg.cooldown
+            ),
+            Some(health::Passive::Held) if usable_n.get() <= 1 => tracing::warn!(
+                "proxy: upstream {name} failed {} requests in a row (last: {e}) but stays in rotation: \
+                 it is the last usable upstream",
+                cfg.failures
+            ),
+            Some(health::Passive::Held) => tracing::warn!(
+                "proxy: upstream {name} failed {} requests in a row (last: {e}) but stays in rotation: \
+                 passive.max_ejected ({}%) allows no more ejections now",
+                cfg.failures,
+                cfg.max_ejected
+            ),
+            _ => {}
+        }
+    }
+
+    /// A request `up` answered: ends its run of failures, and brings it back
+    /// when it was ejected (its trial succeeded).
+    fn passive_success(&self, up: &Upstream) {
+        if let Some(health::Passive::Readmitted) = up.health.passive_success() {
+            tracing::info!(
+                "proxy: upstream {} answered its trial request; back in rotation",
+                up.cfg.name
             );
         }
     }

@@ -146,6 +146,11 @@ impl Proxy {
         self.passive_failure(up, e);
     }
 
+    /// Upstream `idx` answered: see passive health (`Proxy::passive_success`).
+    pub fn upstream_succeeded(&self, idx: usize) {
+        self.passive_success(&self.ups[idx]);
+    }
+
     /// Counts the stream in flight on `idx` until the lease drops.
     pub fn lease(&self, idx: usize, permit: Option<OwnedSemaphorePermit>) -> Lease {
         Lease {
@@ -247,7 +252,11 @@ impl Proxy {
             };
             let lease = self.lease(idx, permit);
             match self.connect_stream(worker, idx, client).await {
-                Ok(s) => return Ok((s, lease)),
+                Ok(s) => {
+                    // For a byte stream, a connection is all an upstream can answer.
+                    self.passive_success(up);
+                    return Ok((s, lease));
+                }
                 Err(e) => {
                     self.upstream_failed(worker, idx, &e);
                     tracing::info!("stream to {}: {e}", up.cfg.name);

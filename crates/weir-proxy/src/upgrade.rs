@@ -203,6 +203,9 @@ async fn tunnel(
             Ok(r) => r,
             Err(_) => Err(ProxyError::ResponseTimeout(timeout)),
         };
+        if exchange.is_ok() {
+            p.passive_success(&up);
+        }
         let (mut rp, upstream) = match exchange {
             Ok(Exchanged::Switched(rp, side)) => (rp, side),
             Ok(Exchanged::Answered(rp, from)) => {

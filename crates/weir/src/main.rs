@@ -241,6 +241,9 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Validate { config } => match config::load_file_with(&config, &weir_tls::CertFiles)
         {
             Ok(cfg) => {
+                for w in cfg.warnings() {
+                    eprintln!("{}: warning: {w}", config.display());
+                }
                 println!(
                     "{}: ok ({} sites, {} listeners)",
                     config.display(),

@@ -563,7 +563,7 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
          - PHP (`php`): each server in front of its own php-fpm master (counted as part of it) with the same pool: \
          `pm = static`, `pm.max_children = {php}`, a Unix socket with `listen.backlog = 65535`, `clear_env = yes`, \
          php.ini (opcache on) as installed. A kept FastCGI connection holds a child, so at most {php} are kept, \
-         by the servers that can make a request wait for one: weir `php = {{ to = \"unix:…\", max_conns = {php} }}`; \
+         by the servers that can make a request wait for one: weir `php = {{ to = \"unix:…\", max_conns = {php}, keep_conn = true }}`; \
          Apache's event MPM, `proxy_fcgi` with `SetHandler \"proxy:unix:…|fcgi://localhost\"` and `ProxySet \
          enablereuse=on max=…` (per process, {php} ÷ workers). nginx opens a connection per request (`upstream php \
          {{ server unix:…; }}`, no `fastcgi_keep_conn`: it cannot make a request wait, and its connections beyond \

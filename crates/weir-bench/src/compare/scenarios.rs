@@ -151,7 +151,7 @@ impl Scenario {
                  through PHP-FPM: each server in front of its own php-fpm master started for its run, all with the \
                  same generated pool (`pm = static`, 4 children, a Unix socket, opcache as the distribution ships it); \
                  the pool's CPU and memory are counted as the server's. A kept FastCGI connection holds a child: weir \
-                 `php = { to = \"unix:…\", max_conns = 4 }` and Apache's event MPM with `proxy_fcgi`, `enablereuse=on` \
+                 `php = { to = \"unix:…\", max_conns = 4, keep_conn = true }` and Apache's event MPM with `proxy_fcgi`, `enablereuse=on` \
                  and `max` (4 ÷ processes each) keep at most one per child and make a request wait for a free one; \
                  nginx, which cannot make a request wait, connects per request (`fastcgi_pass` to an `upstream`, no \
                  `fastcgi_keep_conn`: kept connections beyond the children wait for one until they time out) \

@@ -37,7 +37,7 @@
 //! Unix socket in the temporary folder. A kept FastCGI connection holds a
 //! php-fpm child for as long as it is open, so a server keeps at most one
 //! per child in all, and only if it can make a request wait for a free one:
-//! weir (`max_conns`) and Apache (`max`, per process) keep them; nginx,
+//! weir (`max_conns`, `keep_conn`) and Apache (`max`, per process) keep them; nginx,
 //! which opens a new connection whenever none is idle and cannot queue,
 //! connects per request (see [`nginx_config`]).
 //! As TLS passthroughs ([`Role::Passthrough`]) weir and HAProxy read the
@@ -895,7 +895,7 @@ fn weir_config(s: &ServerSetup) -> String {
             &mut o,
             "bench",
             format!(
-                "root = \"{}\"\nphp = {{ to = \"unix:{}\", max_conns = {PHP_CHILDREN} }}",
+                "root = \"{}\"\nphp = {{ to = \"unix:{}\", max_conns = {PHP_CHILDREN}, keep_conn = true }}",
                 root.display(),
                 php_fpm_socket(s).display()
             ),
@@ -1809,7 +1809,7 @@ mod tests {
             &[
                 "[site.\"bench\"]",
                 "root = \"/run/php-root\"",
-                "php = { to = \"unix:/dev/shm/wb/php-fpm-28080.sock\", max_conns = 4 }",
+                "php = { to = \"unix:/dev/shm/wb/php-fpm-28080.sock\", max_conns = 4, keep_conn = true }",
             ],
         );
         let nginx = nginx_config(&php(2));

@@ -97,6 +97,34 @@ fn validate_accepts_a_good_config() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
 }
 
+/// PHP-FPM may start after weir: a socket that is not there yet is worth
+/// a warning (a misspelt path looks the same), never an error.
+#[test]
+fn validate_warns_about_a_missing_fastcgi_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    let cfg = dir.path().join("weir.toml");
+    let sock = dir.path().join("php-fmp.sock");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[site.\"localhost:18999\"]\nroot = \"www\"\nphp = \"unix:{}\"\n",
+            sock.display()
+        ),
+    )
+    .unwrap();
+    let out = weir(&["validate", "--config", cfg.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok"));
+    assert!(
+        stderr.contains("warning:")
+            && stderr.contains(&sock.display().to_string())
+            && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn bad_config_never_starts_a_server() {
     let port = free_port();

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use weir_test_support::poll::{PATIENCE, poll_until_async};
 use weir_test_support::ports::free_port;
 use weir_test_support::proxy::{Weir, client};
 
@@ -402,7 +403,7 @@ async fn php_upload_timeout_and_connections_within_the_pool() {
         &format!(
             "[server.limits]\nbody = \"200MiB\"\n[server.timeouts]\nbody = \"2s\"\n\
              [site.\"php.test\"]\nlisten = \"127.0.0.1:{{PORT}}\"\nroot = \"{}\"\n\
-             php = {{ to = \"{relay}\", max_conns = 4, read_timeout = \"1s\" }}\n",
+             php = {{ to = \"{relay}\", max_conns = 4, keep_conn = true, read_timeout = \"1s\" }}\n",
             root.path().display()
         ),
     );
@@ -410,7 +411,7 @@ async fn php_upload_timeout_and_connections_within_the_pool() {
     let base = format!("http://{}", w.addr);
 
     // 10,000 requests, 32 at a time: every one answered, over no more
-    // connections than php-fpm has children.
+    // connections (kept open: `keep_conn`) than php-fpm has children.
     let done = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..32 {
@@ -517,4 +518,158 @@ async fn php_upload_timeout_and_connections_within_the_pool() {
     assert!(answer.ends_with("408 Request Timeout\n"), "{answer}");
     let r = c.get(format!("{base}/hello.php")).send().await.unwrap();
     assert_eq!(r.text().await.unwrap(), "hello");
+}
+
+/// Issue 55: php-fpm stopped, its socket path misspelt, or its port
+/// refusing: a 502 whose log line names the socket or address and the OS
+/// error (as the proxy's), not a 503 "no upstream is available"; php-fpm
+/// back on the same socket is used at once (a handler's only upstream is
+/// never ejected); 503 only when a configured queue is full.
+#[tokio::test]
+async fn php_fpm_failures_are_502s_naming_the_socket_and_the_os_error() {
+    let root = app();
+    let sockets = tempfile::tempdir().unwrap();
+    let sock = sockets.path().join("php-fpm.sock");
+    let misspelt = sockets.path().join("php-fmp.sock");
+    let refused = free_port();
+    let w = Weir::start_logged(
+        WEIR,
+        &format!(
+            "[site.\"php.test\"]\nlisten = \"127.0.0.1:{{PORT}}\"\nroot = \"{r}\"\n\
+             php = \"unix:{}\"\n\
+             [site.\"misspelt.test\"]\nlisten = \"127.0.0.1:{{PORT}}\"\nroot = \"{r}\"\n\
+             php = \"unix:{}\"\n\
+             [site.\"refused.test\"]\nlisten = \"127.0.0.1:{{PORT}}\"\nroot = \"{r}\"\n\
+             php = \"127.0.0.1:{refused}\"\n\
+             [site.\"busy.test\"]\nlisten = \"127.0.0.1:{{PORT}}\"\nroot = \"{r}\"\n\
+             php = {{ to = \"unix:{}\", max_conns = 1, queue = 0 }}\n",
+            sock.display(),
+            misspelt.display(),
+            sock.display(),
+            r = root.path().display(),
+        ),
+    );
+    let c = client();
+    let get = async |host: &str, path: &str| {
+        c.get(format!("http://{}{path}", w.addr))
+            .header("host", host)
+            .send()
+            .await
+            .unwrap()
+    };
+    // Some line of the log holds every one of `parts`.
+    let logged = |parts: &[&str]| {
+        let log = w.log();
+        assert!(
+            log.lines().any(|l| parts.iter().all(|p| l.contains(p))),
+            "no line with all of {parts:?}:\n{log}"
+        );
+    };
+    let sock_s = sock.display().to_string();
+    let misspelt_s = misspelt.display().to_string();
+    let refused_s = format!("127.0.0.1:{refused}");
+    for (host, path, named, os) in [
+        (
+            "php.test",
+            "/hello.php",
+            &sock_s,
+            "No such file or directory",
+        ),
+        (
+            "misspelt.test",
+            "/info.php",
+            &misspelt_s,
+            "No such file or directory",
+        ),
+        (
+            "refused.test",
+            "/index.php",
+            &refused_s,
+            "Connection refused",
+        ),
+    ] {
+        // Ten times: as many failures as it takes, still a 502 each time.
+        for _ in 0..10 {
+            assert_eq!(get(host, path).await.status(), 502, "{host}");
+        }
+        logged(&[
+            &format!("FastCGI GET {path}: cannot connect"),
+            named,
+            os,
+            "502",
+        ]);
+    }
+    assert!(!w.log().contains("no upstream is available"), "{}", w.log());
+
+    // php-fpm starts on the socket: answered at once.
+    let _fpm = PhpFpm::start(&sock_s, 1);
+    let r = get("php.test", "/hello.php").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "hello");
+
+    // One connection, no queue: while a slow script holds it, a 503. (A
+    // slow request that lost the slot to a quick one is sent again.)
+    let slow_url = format!("http://{}/slow.php", w.addr);
+    let mut slow: Option<tokio::task::JoinHandle<()>> = None;
+    let busy = poll_until_async(PATIENCE, async || {
+        if slow.as_ref().is_none_or(|t| t.is_finished()) {
+            let req = c.get(&slow_url).header("host", "busy.test").send();
+            slow = Some(tokio::spawn(async move {
+                let _ = req.await;
+            }));
+        }
+        get("busy.test", "/hello.php").await.status() == 503
+    })
+    .await;
+    assert!(busy, "no 503 with the one connection busy:\n{}", w.log());
+    logged(&[
+        "FastCGI GET /hello.php: the upstream's queue is full",
+        "503",
+    ]);
+}
+
+/// Issue 55: with PHP-FPM's default pool of 5 children cut to 4 and weir's
+/// default `max_conns = 5`, a fifth kept-alive connection waited in
+/// php-fpm's backlog for a child another idle connection held (a request
+/// stalled ~5 s). The defaults must not stall: 40 clients, none waits 2 s.
+#[tokio::test]
+async fn a_pool_smaller_than_max_conns_stalls_no_request() {
+    let root = app();
+    let sockets = tempfile::tempdir().unwrap();
+    let sock = sockets.path().join("php-fpm.sock");
+    let _fpm = PhpFpm::start(&sock.display().to_string(), 4);
+    let w = Weir::start_logged(
+        WEIR,
+        &format!(
+            "[site.\"php.test\"]\nlisten = \"127.0.0.1:{{PORT}}\"\nroot = \"{}\"\n\
+             php = \"unix:{}\"\n",
+            root.path().display(),
+            sock.display()
+        ),
+    );
+    let c = client();
+    let url = format!("http://{}/hello.php", w.addr);
+    let mut tasks = Vec::new();
+    for _ in 0..40 {
+        let (c, url) = (c.clone(), url.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut slowest = Duration::ZERO;
+            for _ in 0..25 {
+                let t = Instant::now();
+                let r = c.get(&url).send().await.unwrap();
+                assert_eq!(r.status(), 200);
+                assert_eq!(r.text().await.unwrap(), "hello");
+                slowest = slowest.max(t.elapsed());
+            }
+            slowest
+        }));
+    }
+    let mut slowest = Duration::ZERO;
+    for t in tasks {
+        slowest = slowest.max(t.await.unwrap());
+    }
+    assert!(
+        slowest < Duration::from_secs(2),
+        "a request took {slowest:?} with a pool of 4 children and max_conns 5"
+    );
 }

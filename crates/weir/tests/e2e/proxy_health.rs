@@ -1,11 +1,13 @@
 //! Health checks, retries and failover through the real binary.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use weir_test_support::poll::{PATIENCE, poll_until_async};
 use weir_test_support::ports::free_port;
-use weir_test_support::proxy::{Upstream, Weir, client};
+use weir_test_support::proxy::{
+    Upstream, Weir, client, scripted_upstream, serve_hyper, spawn_server,
+};
 
 use crate::WEIR;
 
@@ -55,8 +57,8 @@ async fn active_http_check_takes_a_sick_upstream_out_and_503_when_all_are_down()
 
 /// Upstreams that refuse connections, with the default retries: after the
 /// last one failed the client gets 502 (an upstream failed), not 503 (none
-/// was available), and the log names that upstream and why; an upstream
-/// the passive check has taken out is then a 503, with no attempt.
+/// was available), and the log names that upstream and why; a proxy's only
+/// upstream is tried again however often it failed.
 #[tokio::test]
 async fn refused_connections_end_in_a_502_that_names_the_last_upstream_and_its_cause() {
     let (dead_a, dead_b) = (free_port(), free_port());
@@ -144,14 +146,171 @@ async fn refused_connections_end_in_a_502_that_names_the_last_upstream_and_its_c
         &format!("proxy: 127.0.0.1:{dead_b}: cannot connect"),
         &format!("retrying on {}", live.addr),
     ]);
-    // That failure took one.test's only upstream out: no attempt now.
+    // passive.failures = 1, but one.test's only upstream is never taken
+    // out: tried again, and again a 502 naming it.
     let r = c
         .get(w.url("/later"))
         .header("host", "one.test")
         .send()
         .await
         .unwrap();
-    no_upstream_available(r).await;
+    assert_eq!(r.status(), 502);
+    logged(&[
+        "proxy GET /later: cannot connect",
+        &format!("127.0.0.1:{dead_a}"),
+    ]);
+}
+
+/// Issue 55: five dropped connections within 10 s used to take a proxy's
+/// only upstream out for 30 s (503 for every request). Passive health never
+/// takes the last usable upstream out of rotation.
+#[tokio::test]
+async fn an_only_upstream_that_drops_twenty_requests_in_a_row_still_gets_the_next() {
+    let origin = scripted_upstream().await;
+    let w = Weir::start_logged(
+        WEIR,
+        &format!(
+            "[site.\"127.0.0.1:{{PORT}}\"]\nproxy = \"{}\"\n",
+            origin.addr
+        ),
+    );
+    let c = client();
+    for i in 0..20 {
+        // `/nothing`: the origin closes the connection without answering.
+        let r = c.get(w.url("/nothing")).send().await.unwrap();
+        assert_eq!(r.status(), 502, "request {i}");
+    }
+    for method in [reqwest::Method::GET, reqwest::Method::PUT] {
+        let r = c
+            .request(method.clone(), w.url("/reason"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{method} after 20 failures:\n{}", w.log());
+        assert_eq!(r.text().await.unwrap(), "ok");
+    }
+    let log = w.log();
+    assert!(!log.contains("ejected"), "{log}");
+    assert!(
+        log.contains("stays in rotation: it is the last usable upstream"),
+        "{log}"
+    );
+}
+
+/// An upstream that accepts connections and drops them while `broken`,
+/// and answers with its name otherwise; counts the connections it drops.
+async fn breakable(
+    name: &'static str,
+) -> (std::net::SocketAddr, Arc<AtomicBool>, Arc<AtomicUsize>) {
+    let broken = Arc::new(AtomicBool::new(true));
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let (b, d) = (broken.clone(), dropped.clone());
+    let (addr, _) = spawn_server(move |s| {
+        let (b, d) = (b.clone(), d.clone());
+        async move {
+            if b.load(Ordering::SeqCst) {
+                d.fetch_add(1, Ordering::SeqCst);
+                drop(s);
+            } else {
+                serve_hyper(s, false, name, Arc::default()).await;
+            }
+        }
+    })
+    .await;
+    (addr, broken, dropped)
+}
+
+/// Two upstreams, one failing: it is ejected (the other takes every
+/// request), and after the cooldown one trial request brings it back.
+#[tokio::test]
+async fn a_failing_upstream_is_ejected_and_one_good_trial_brings_it_back() {
+    let good = Upstream::start("good").await;
+    let (flaky, broken, dropped) = breakable("flaky").await;
+    let w = Weir::start_logged(
+        WEIR,
+        &format!(
+            "[site.\"127.0.0.1:{{PORT}}\"]\n\
+             proxy = {{ to = [\"{}\", \"{flaky}\"], passive = {{ failures = 2, cooldown = \"3s\" }} }}\n",
+            good.addr
+        ),
+    );
+    let c = client();
+    let get = async || {
+        let r = c.get(w.url("/")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        r.text().await.unwrap()
+    };
+    // Every request is answered (a failed one goes on to `good`) while
+    // `flaky` fails twice in a row and is ejected.
+    let ejected = format!("upstream {flaky} ejected for 3s after 2 failures in a row");
+    let mut n = 0;
+    while !w.log().contains(&ejected) {
+        assert_eq!(get().await, "good");
+        n += 1;
+        assert!(
+            n < 20,
+            "{flaky} not ejected after {n} requests:\n{}",
+            w.log()
+        );
+    }
+    // Out: nothing goes to it during the cooldown.
+    let before = dropped.load(Ordering::SeqCst);
+    for _ in 0..10 {
+        assert_eq!(get().await, "good");
+    }
+    assert_eq!(dropped.load(Ordering::SeqCst), before);
+    // Mended: after the cooldown, one trial request finds it answering,
+    // and it is back in rotation.
+    broken.store(false, Ordering::SeqCst);
+    assert!(
+        poll_until_async(PATIENCE, async || get().await == "flaky").await,
+        "no trial request reached {flaky}:\n{}",
+        w.log()
+    );
+    let back = format!("upstream {flaky} answered its trial request; back in rotation");
+    assert!(w.log().contains(&back), "{}", w.log());
+    let mut flaky_share = 0;
+    for _ in 0..10 {
+        flaky_share += (get().await == "flaky") as usize;
+    }
+    assert!(
+        flaky_share >= 4,
+        "{flaky_share} of 10 to {flaky} after its return"
+    );
+}
+
+/// Both upstreams failing: passive.max_ejected (50 % by default, at least
+/// one, never the last) ejects only one of the two; the other stays in
+/// rotation and is still tried.
+#[tokio::test]
+async fn passive_health_never_ejects_every_upstream() {
+    let (a, _, a_dropped) = breakable("a").await;
+    let (b, _, b_dropped) = breakable("b").await;
+    let w = Weir::start_logged(
+        WEIR,
+        &format!(
+            "[site.\"127.0.0.1:{{PORT}}\"]\n\
+             proxy = {{ to = [\"{a}\", \"{b}\"], passive = {{ failures = 2, cooldown = \"1h\" }} }}\n"
+        ),
+    );
+    let c = client();
+    for _ in 0..10 {
+        let r = c.get(w.url("/")).send().await.unwrap();
+        assert_eq!(r.status(), 502);
+    }
+    let log = w.log();
+    assert_eq!(log.matches("ejected for 3600s").count(), 1, "{log}");
+    assert!(
+        log.contains("stays in rotation: passive.max_ejected (50%)"),
+        "{log}"
+    );
+    // The one left in rotation took the later requests; the ejected one
+    // only the two that ejected it.
+    let (na, nb) = (
+        a_dropped.load(Ordering::SeqCst),
+        b_dropped.load(Ordering::SeqCst),
+    );
+    assert!(na.min(nb) == 2 && na.max(nb) == 10, "a {na}, b {nb}");
 }
 
 #[tokio::test]
