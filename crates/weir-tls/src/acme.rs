@@ -651,9 +651,8 @@ mod tests {
         edit: impl FnOnce(&mut CertificateParams),
     ) -> (String, String) {
         let key = KeyPair::generate().unwrap();
-        let mut p =
-            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-                .unwrap();
+        let mut p = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
         edit(&mut p);
         (p.signed_by(&key, ca).unwrap().pem(), key.serialize_pem())
     }
