@@ -504,6 +504,19 @@ impl Collector for Weir {
                 Ok(())
             },
         )?;
+        family(
+            &mut enc,
+            "weir_app_refused",
+            "1 while the release the config asks for was refused (rolled back) and an older one runs.",
+            MetricType::Gauge,
+            |m| {
+                for a in &apps {
+                    let refused = a.status().refused.is_some();
+                    gauge(m, &vec![("app", a.name.as_str())], i64::from(refused))?;
+                }
+                Ok(())
+            },
+        )?;
         if let Some(c) = s.cluster() {
             let st = c.status();
             family(

@@ -110,6 +110,12 @@ fn app_json(a: &weir_apps::App) -> serde_json::Value {
     json!({
         "name": a.name,
         "run": st.run,
+        "release": st.release,
+        "refused": st.refused.as_ref().map(|r| json!({
+            "run": r.run,
+            "release": r.release,
+            "error": r.error,
+        })),
         "phase": st.phase.to_string(),
         "error": st.error,
         "instances": a.instances,
@@ -224,18 +230,39 @@ fn cluster(ctx: &Ctx) -> Resp {
     }
 }
 
-/// `GET /config`: the text the running config was read from.
+/// `GET /config`: the text the running config was read from. An app whose
+/// release in it was refused (rolled back) runs another one: the text then
+/// starts with a comment per such app, and `Weir-App-Refused` names them,
+/// so the text is never read as what runs.
 fn config(ctx: &Ctx) -> Resp {
     let cfg = ctx.server.config();
     match &cfg.text {
         Some(t) => {
+            let refused: Vec<(String, weir_apps::supervisor::Status)> = ctx
+                .server
+                .sites()
+                .iter()
+                .filter_map(|s| s.app())
+                .map(|a| (a.name.clone(), a.status()))
+                .filter(|(_, st)| st.refused.is_some())
+                .collect();
+            let mut text = String::new();
+            for (name, st) in &refused {
+                text.push_str(&refused_comment(name, st));
+            }
+            text.push_str(t);
             let mut r = reply(
                 StatusCode::OK,
                 "application/toml; charset=utf-8",
-                Bytes::copy_from_slice(t.as_bytes()),
+                Bytes::from(text),
             );
             if let Ok(v) = HeaderValue::from_str(&cfg.source) {
                 r.headers_mut().insert("weir-config-source", v);
+            }
+            for (name, _) in &refused {
+                if let Ok(v) = HeaderValue::from_str(name) {
+                    r.headers_mut().append("weir-app-refused", v);
+                }
             }
             r
         }
@@ -244,6 +271,24 @@ fn config(ctx: &Ctx) -> Resp {
             format!("weir runs {}: there is no config text", cfg.source),
         ),
     }
+}
+
+/// The TOML comment `GET /config` starts with for an app whose release in
+/// the text was refused: which release runs instead, and why.
+fn refused_comment(app: &str, st: &weir_apps::supervisor::Status) -> String {
+    let Some(r) = &st.refused else {
+        return String::new();
+    };
+    let one_line = |s: &str| s.replace(['\n', '\r'], " ");
+    format!(
+        "# weir: app {app:?}: the release below (run = {:?}, release {}) was refused and rolled back: {}\n\
+         # weir: app {app:?} runs release {} (run = {:?}) until a reload succeeds\n",
+        one_line(&r.run),
+        r.release.as_deref().unwrap_or("?"),
+        one_line(&r.error),
+        st.release.as_deref().unwrap_or("?"),
+        one_line(&st.run),
+    )
 }
 
 async fn body(req: Request<hyper::body::Incoming>) -> Result<(Option<String>, Bytes), Resp> {

@@ -13,4 +13,4 @@
 pub mod process;
 pub mod supervisor;
 
-pub use supervisor::{App, Phase};
+pub use supervisor::{App, Phase, Refused};

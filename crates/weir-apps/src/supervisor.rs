@@ -85,6 +85,28 @@ pub struct Status {
     /// Process ids of the instances, by slot.
     pub pids: Vec<(usize, u32)>,
     pub run: String,
+    /// The release running (or starting): [`release_id`] of its digest.
+    pub release: Option<String>,
+    /// The release a reload asked for and a rolling restart refused.
+    pub refused: Option<Refused>,
+}
+
+/// A release a reload asked for that never got ready: the old one runs
+/// (and restarts, asked for or after a crash, start the old one) until a
+/// reload succeeds, so the config's text no longer says what runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    /// Its `run` command.
+    pub run: String,
+    /// [`release_id`] of its digest.
+    pub release: Option<String>,
+    /// Why it was stopped.
+    pub error: String,
+}
+
+/// A release's digest as the admin API shows it.
+pub fn release_id(digest: u64) -> String {
+    format!("{digest:016x}")
 }
 
 #[derive(Debug)]
@@ -92,6 +114,8 @@ struct Shown {
     phase: Phase,
     error: Option<String>,
     pids: Vec<(usize, u32)>,
+    release: Option<u64>,
+    refused: Option<Refused>,
 }
 
 /// A running app.
@@ -210,6 +234,8 @@ impl App {
                 phase,
                 error: None,
                 pids: Vec::new(),
+                release: None,
+                refused: None,
             }),
             cmds,
             starts: AtomicU64::new(0),
@@ -244,6 +270,8 @@ impl App {
             error: s.error.clone(),
             pids: s.pids.clone(),
             run: self.cfg().run.clone(),
+            release: s.release.map(release_id),
+            refused: s.refused.clone(),
         }
     }
 
@@ -418,6 +446,8 @@ impl Supervisor {
 
     async fn run(mut self, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
         self.release = digest(&self.cfg).await;
+        let release = self.release;
+        self.show(|s| s.release = release);
         let mut tick = tokio::time::interval(Duration::from_millis(200));
         loop {
             if self.app.strong_count() == 0 {
@@ -612,6 +642,8 @@ impl Supervisor {
         let new = to.unwrap_or_else(|| self.cfg.clone());
         let digest = digest(&new).await;
         if reload && digest == self.release {
+            // The config asks for what runs again: nothing is refused now.
+            self.forget_refused(&new.name);
             return Ok(());
         }
         if self.running.is_empty() {
@@ -620,6 +652,7 @@ impl Supervisor {
                 // A fix for a crash loop is tried at once.
                 self.retry_at = None;
                 self.backoff = Backoff::default();
+                self.forget_refused(&new.name);
             }
             self.adopt(new, digest);
             return Ok(());
@@ -654,15 +687,42 @@ impl Supervisor {
                         }
                     }
                     let shown = why.clone();
-                    self.show(|s| s.error = Some(shown));
+                    // Only a reload brings a release that differs.
+                    let refused = reload.then(|| Refused {
+                        run: new.run.clone(),
+                        release: digest.map(release_id),
+                        error: why.clone(),
+                    });
+                    self.show(|s| {
+                        s.error = Some(shown);
+                        if refused.is_some() {
+                            s.refused = refused;
+                        }
+                    });
                     return Err(why);
                 }
             }
         }
         tracing::info!("app {}: restarted", new.name);
+        if reload {
+            self.forget_refused(&new.name);
+        }
         self.adopt(new, digest);
         self.show(|s| s.error = None);
         Ok(())
+    }
+
+    /// A reload succeeded: the release it asked for runs (or runs from the
+    /// next start), so no release is refused any more.
+    fn forget_refused(&self, name: &str) {
+        let mut was = None;
+        self.show(|s| was = s.refused.take());
+        if let Some(r) = was {
+            tracing::info!(
+                "app {name}: the config no longer asks for the refused release (run = {:?})",
+                r.run
+            );
+        }
     }
 
     fn used(&self) -> Vec<usize> {
@@ -686,6 +746,7 @@ impl Supervisor {
         }
         self.cfg = cfg;
         self.release = digest;
+        self.show(|s| s.release = digest);
     }
 }
 
@@ -883,10 +944,24 @@ mod tests {
         assert!(e.contains("not ready within"), "{e}");
         assert_eq!(app.status().pids, pids, "the old instances go on");
         assert_eq!(app.cfg().run, good.run);
-        assert!(app.status().error.unwrap().contains("old one serves"));
-        // The same settings again: nothing to do.
+        let st = app.status();
+        assert!(st.error.unwrap().contains("old one serves"));
+        let refused = st.refused.expect("the refused release is shown");
+        assert_eq!(refused.run, "sleep 30");
+        assert!(refused.error.contains("not ready within"), "{refused:?}");
+        let running = st.release.expect("the running release is shown");
+        assert_ne!(refused.release.as_deref(), Some(running.as_str()));
+        // A restart asked for starts the running release, and the refused
+        // one is still shown.
+        app.restart().await.unwrap();
+        let st = app.status();
+        assert_eq!(st.release.as_deref(), Some(running.as_str()));
+        assert_eq!(st.refused.as_ref(), Some(&refused));
+        // The same settings again: nothing to do but forget the refusal.
+        let pids = st.pids;
         app.send_restart(Some(good.clone())).await.unwrap();
         assert_eq!(app.status().pids, pids);
+        assert_eq!(app.status().refused, None);
         app.stop().await;
     }
 

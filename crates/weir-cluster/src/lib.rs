@@ -61,6 +61,12 @@ pub struct Cluster {
     /// The last purge taken from the stream (`None` before the first
     /// connection).
     last_purge: Mutex<Option<(u64, u64)>>,
+    /// Redis's `epoch` marker when last seen (`None` before the first
+    /// connection): a different one means Redis lost what it held.
+    epoch: Mutex<Option<String>>,
+    /// The storage directories opened here: what is written back to a
+    /// Redis that lost it.
+    roots: Mutex<Vec<std::path::PathBuf>>,
     pub counts: Counts,
 }
 
@@ -164,6 +170,8 @@ impl Cluster {
             acked: Notify::new(),
             next_id: AtomicU64::new(1),
             last_purge: Mutex::new(None),
+            epoch: Mutex::new(None),
+            roots: Mutex::new(Vec::new()),
             counts: Counts::default(),
         });
         if c.cfg.share.limits {
@@ -342,6 +350,18 @@ impl Cluster {
         if self.cmds.send(session::Cmd::Leave(tx)).is_ok() {
             let _ = rx.recv_timeout(Duration::from_secs(1));
         }
+    }
+
+    /// A storage directory opened here: remembered (to write back to a
+    /// Redis that lost it), and what it holds that Redis lacks is written
+    /// there now.
+    fn opened(&self, root: &std::path::Path) {
+        let mut roots = lock(&self.roots);
+        if !roots.iter().any(|r| r == root) {
+            roots.push(root.to_path_buf());
+        }
+        drop(roots);
+        let _ = self.cmds.send(session::Cmd::Restore(root.to_path_buf()));
     }
 
     fn key(&self, what: &str) -> String {

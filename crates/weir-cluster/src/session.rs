@@ -15,9 +15,22 @@
 //! stream when it is back, so none is lost to a subscription that was not
 //! there yet.
 //!
+//! Redis may come back empty (restarted with nothing saved, or flushed):
+//! `weir:epoch`, a marker set by the first instance to find it
+//! missing, tells. An instance that finds the marker gone or changed writes
+//! back what it holds that Redis lacks (its storage files: certificates,
+//! keys, the local CA), so an instance started later takes them from Redis
+//! instead of making its own. Heartbeats and limit counts come back by
+//! themselves; purges made before are not needed (Redis held no cache).
+//!
+//! An instance that stops cleanly publishes that it leaves
+//! (`weir:leave`): the others drop it at once instead of after
+//! [`GONE_AFTER`] of silence.
+//!
 //! Keys and channels (prefix `weir` by default): `weir:members` (a hash of
 //! heartbeats), `weir:storage` (a hash of encrypted files), `weir:lock:NAME`,
-//! `weir:purges` (a stream), and the channels `weir:limits`, `weir:purge`, `weir:ack`, `weir:challenge`.
+//! `weir:purges` (a stream), `weir:epoch`, and the channels `weir:limits`,
+//! `weir:purge`, `weir:ack`, `weir:challenge`, `weir:leave`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -58,6 +71,9 @@ pub(crate) enum Cmd {
         tokio::sync::oneshot::Sender<()>,
     ),
     Leave(std::sync::mpsc::Sender<()>),
+    /// A storage directory opened here: what it holds and Redis lacks is
+    /// written to Redis.
+    Restore(std::path::PathBuf),
 }
 
 #[derive(Serialize, Deserialize)]
@@ -193,7 +209,7 @@ fn away(c: &Cluster, cmd: Cmd, queue: &mut Vec<Cmd>) {
         }
         // Nobody else holds it through us: the key expires in Redis.
         Cmd::Unlock(_) => {}
-        Cmd::Purge(..) | Cmd::Push(..) => enqueue(c, cmd, queue),
+        Cmd::Purge(..) | Cmd::Push(..) | Cmd::Restore(..) => enqueue(c, cmd, queue),
     }
 }
 
@@ -230,7 +246,7 @@ async fn connect(
         .await
         .map_err(|_| "no answer within 2s".to_string())?
         .map_err(|e| e.to_string())?;
-    for ch in ["limits", "purge", "ack", "challenge"] {
+    for ch in ["limits", "purge", "ack", "challenge", "leave"] {
         tokio::time::timeout(ANSWER_WITHIN, ps.subscribe(c.key(ch)))
             .await
             .map_err(|_| "no answer to SUBSCRIBE".to_string())?
@@ -342,8 +358,78 @@ impl Session<'_> {
         self.publish("limits", &frame).await
     }
 
+    /// Whether Redis still holds what it held when this instance last
+    /// looked (its `epoch` marker is the same); if not, writes back what
+    /// this instance holds. The first connection only learns the marker
+    /// (setting it when Redis has none): what this instance holds then is
+    /// written back when its storage is opened ([`Cmd::Restore`]).
+    async fn check_epoch(&mut self) -> Result<(), String> {
+        let key = self.c.key("epoch");
+        let mut now: Option<String> = self.query(redis::cmd("GET").arg(&key)).await?;
+        if now.is_none() {
+            // Unique to this instance and moment: no two markers alike.
+            let mine = format!("{}:{}:{}", self.c.cfg.name, std::process::id(), unix_ms());
+            let _: Option<String> = self
+                .query(redis::cmd("SET").arg(&key).arg(&mine).arg("NX"))
+                .await?;
+            now = self.query(redis::cmd("GET").arg(&key)).await?;
+        }
+        let known = crate::lock(&self.c.epoch).clone();
+        if now == known {
+            return Ok(());
+        }
+        if known.is_some() {
+            tracing::warn!(
+                "cluster: Redis no longer holds what it held (restarted with nothing saved, or flushed); \
+                 writing back what this instance holds"
+            );
+            let roots = crate::lock(&self.c.roots).clone();
+            for root in roots {
+                self.restore(&root).await?;
+            }
+        }
+        *crate::lock(&self.c.epoch) = now;
+        Ok(())
+    }
+
+    /// Writes the files of the storage directory `root` that Redis lacks
+    /// (`HSETNX`: a file another instance wrote back or stored first is
+    /// left alone).
+    async fn restore(&mut self, root: &std::path::Path) -> Result<(), String> {
+        let r = root.to_path_buf();
+        let files = tokio::task::spawn_blocking(move || held_files(&r))
+            .await
+            .unwrap_or_default();
+        let key = self.c.key("storage");
+        let mut written = 0;
+        for chunk in files.chunks(500) {
+            let mut pipe = redis::pipe();
+            for (rel, data) in chunk {
+                match self.c.seal.seal(rel, data) {
+                    Ok(sealed) => {
+                        pipe.cmd("HSETNX").arg(&key).arg(rel).arg(sealed);
+                    }
+                    Err(e) => tracing::error!("cluster: {rel} not stored in Redis: {e}"),
+                }
+            }
+            let set: Vec<i64> = pipe
+                .query_async(&mut self.conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            written += set.iter().filter(|n| **n == 1).count();
+        }
+        if written > 0 {
+            tracing::info!(
+                "cluster: {written} files of {} that Redis lacked written back (certificates, keys, the local CA)",
+                root.display()
+            );
+        }
+        Ok(())
+    }
+
     /// Says this instance is here, and reads who else is.
     async fn heartbeat(&mut self) -> Result<(), String> {
+        self.check_epoch().await?;
         let members = self.c.key("members");
         let me = serde_json::json!({ "seen": unix_ms(), "pid": std::process::id() }).to_string();
         self.query::<i64>(
@@ -380,8 +466,6 @@ impl Session<'_> {
                 .await?;
         }
         let x = weir_traffic::shared::get();
-        let ms = unix_ms();
-        let mut shown = Vec::new();
         for (name, (at, _)) in &self.heard {
             let ago = at.elapsed();
             if ago >= GONE_AFTER {
@@ -395,11 +479,26 @@ impl Session<'_> {
                     x.forget(name);
                 }
             }
-            shown.push((name.clone(), ms.saturating_sub(ago.as_millis() as u64)));
         }
+        self.show_members();
+        Ok(())
+    }
+
+    /// The others as the admin API shows them, with when each was heard of.
+    fn show_members(&self) {
+        let ms = unix_ms();
+        let mut shown: Vec<(String, u64)> = self
+            .heard
+            .iter()
+            .map(|(name, (at, _))| {
+                (
+                    name.clone(),
+                    ms.saturating_sub(at.elapsed().as_millis() as u64),
+                )
+            })
+            .collect();
         shown.sort();
         self.c.set_members(shown);
-        Ok(())
     }
 
     async fn message(&mut self, m: redis::Msg) -> Result<(), String> {
@@ -442,6 +541,15 @@ impl Session<'_> {
             {
                 tracing::debug!("cluster: ACME challenge from {}: {:?}", m.from, m.challenge);
                 weir_tls::acme::answer_remote(&m.challenge);
+            }
+        } else if ch.ends_with(":leave") {
+            let from = String::from_utf8_lossy(body);
+            if from != *me && self.heard.remove(&*from).is_some() {
+                tracing::info!("cluster: instance {from} left");
+                if let Some(x) = weir_traffic::shared::get() {
+                    x.forget(&from);
+                }
+                self.show_members();
             }
         } else if ch.ends_with(":ack")
             && let Ok(a) = serde_json::from_slice::<AckMsg>(body)
@@ -622,15 +730,59 @@ impl Session<'_> {
                 r?;
             }
             Cmd::Leave(done) => {
+                // Out of the hash first: an instance that reads it after
+                // the message does not count this one in again.
                 let members = self.c.key("members");
                 let _ = self
                     .query::<i64>(redis::cmd("HDEL").arg(members).arg(&self.c.cfg.name))
                     .await;
+                let name = self.c.cfg.name.clone();
+                let _ = self.publish("leave", name.as_bytes()).await;
                 let _ = done.send(());
+            }
+            Cmd::Restore(root) => {
+                if let Err(e) = self.restore(&root).await {
+                    enqueue(self.c, Cmd::Restore(root), queue);
+                    return Err(e);
+                }
             }
         }
         Ok(())
     }
+}
+
+/// The files of the storage directory `root` worth sharing, by their path
+/// in it: everything but the lock files and temporary files.
+fn held_files(root: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    fn walk(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<(String, Vec<u8>)>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let path = e.path();
+            let Ok(rel) = path.strip_prefix(root) else {
+                continue;
+            };
+            let Some(rel) = rel.to_str().map(str::to_string) else {
+                continue;
+            };
+            if rel == "locks" || e.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            match e.file_type() {
+                Ok(t) if t.is_dir() => walk(root, &path, out),
+                Ok(t) if t.is_file() => {
+                    if let Ok(data) = std::fs::read(&path) {
+                        out.push((rel, data));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out
 }
 
 /// Takes `key` in Redis (waiting while another holds it) and keeps it

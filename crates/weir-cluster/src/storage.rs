@@ -85,6 +85,10 @@ impl Shared for SharedStorage {
         let _ = self.c.cmds.send(Cmd::Push(rel.to_string(), data.to_vec()));
     }
 
+    fn opened(&self, storage: &Storage) {
+        self.c.opened(storage.root());
+    }
+
     fn announce(&self, c: Challenge) -> tokio::sync::oneshot::Receiver<()> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let _ = self.c.cmds.send(Cmd::Challenge(c, tx));

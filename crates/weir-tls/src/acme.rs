@@ -33,7 +33,7 @@ use weir_config::{AcmeConfig, ChallengeKind, KeyType};
 
 #[derive(Debug, thiserror::Error)]
 pub enum AcmeError {
-    #[error("ACME: {0}")]
+    #[error("ACME: {}", describe(.0))]
     Acme(#[from] instant_acme::Error),
     #[error(transparent)]
     Storage(#[from] StorageError),
@@ -480,6 +480,76 @@ impl AcmeClient {
     }
 }
 
+/// `e` with the cause a user can act on. A failed connection shows as
+/// hyper-util's `client error (Connect)`; the reason (the CA's certificate
+/// refused, the connection refused) is deeper in the source chain, where an
+/// `io::Error` wraps the rustls error (and its `source()` skips it, so the
+/// wrapped error is taken with `get_ref`).
+pub fn describe(e: &instant_acme::Error) -> String {
+    use std::error::Error as _;
+    // `Other` is `#[error(transparent)]`: its `source()` would skip the
+    // hyper-util error itself.
+    let top: &(dyn std::error::Error + 'static) = match e {
+        instant_acme::Error::Other(inner) => inner.as_ref(),
+        instant_acme::Error::Hyper(inner) => inner,
+        other => other,
+    };
+    let connect = top
+        .downcast_ref::<hyper_util::client::legacy::Error>()
+        .is_some_and(|h| h.is_connect());
+    let mut innermost = top;
+    let mut cur = Some(top);
+    while let Some(err) = cur {
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return match refused_certificate(tls) {
+                Some(reason) => format!(
+                    "cannot connect to the ACME server: its certificate was refused: {reason} ({tls})"
+                ),
+                None => format!("cannot connect to the ACME server: TLS: {tls}"),
+            };
+        }
+        innermost = err;
+        cur = match err.downcast_ref::<std::io::Error>() {
+            Some(io) => match io.get_ref() {
+                Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+                None => io.source(),
+            },
+            None => err.source(),
+        };
+    }
+    match (connect, std::ptr::addr_eq(innermost, top)) {
+        (true, _) => format!("cannot connect to the ACME server: {innermost}"),
+        (false, true) => top.to_string(),
+        (false, false) => format!("{top}: {innermost}"),
+    }
+}
+
+/// Why the ACME server's certificate was refused, in the words an operator
+/// checks `ca_root` with; `None` when `e` is not about its certificate.
+fn refused_certificate(e: &rustls::Error) -> Option<&'static str> {
+    use rustls::CertificateError as C;
+    let rustls::Error::InvalidCertificate(c) = e else {
+        return None;
+    };
+    Some(match c {
+        C::UnknownIssuer => {
+            "unknown issuer: not signed by the CA in `ca_root` (or, without `ca_root`, by a root the system trusts)"
+        }
+        C::NotValidForName | C::NotValidForNameContext { .. } => {
+            "name mismatch: not valid for the host in the directory URL"
+        }
+        C::Expired | C::ExpiredContext { .. } => "expired",
+        C::NotValidYet | C::NotValidYetContext { .. } => "not valid yet",
+        C::Revoked => "revoked",
+        // A CA of the same name but another key, e.g. one made again.
+        C::BadSignature => {
+            "bad signature: its issuer has the name of the CA in `ca_root` but another key"
+        }
+        C::BadEncoding => "malformed certificate",
+        _ => "invalid certificate",
+    })
+}
+
 /// The ARI identifier (authority key identifier and serial) of `cert`'s leaf.
 fn cert_id(cert: &CertifiedKey) -> Option<CertificateIdentifier<'static>> {
     let leaf = cert.cert.first()?;
@@ -552,4 +622,159 @@ pub fn alpn_challenge_cert(name: &str, digest: &[u8]) -> Result<CertifiedKey, Ac
     let cert = p.self_signed(&key)?;
     super::internal_ca::certified_key(vec![cert.der().clone()], key.serialize_der())
         .map_err(|e| AcmeError::Stored(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    //! The reason a connection to the ACME server failed, against a plain
+    //! rustls server presenting the certificate of each case.
+
+    use std::path::Path;
+
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+    use weir_test_support::ports::free_port;
+
+    use super::*;
+
+    fn ca(cn: &str) -> CertifiedIssuer<'static, KeyPair> {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        CertifiedIssuer::self_signed(p, KeyPair::generate().unwrap()).unwrap()
+    }
+
+    /// A leaf for `names` signed by `ca`: (cert PEM, key PEM).
+    fn leaf(
+        ca: &CertifiedIssuer<'static, KeyPair>,
+        names: &[&str],
+        edit: impl FnOnce(&mut CertificateParams),
+    ) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
+        edit(&mut p);
+        (p.signed_by(&key, ca).unwrap().pem(), key.serialize_pem())
+    }
+
+    /// A TLS server on a free port presenting `cert`; its directory URL.
+    async fn tls_server(cert: &str, key: &str) -> String {
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let port = free_port();
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let _ = acceptor.accept(tcp).await;
+            }
+        });
+        format!("https://127.0.0.1:{port}/dir")
+    }
+
+    /// The error of creating an account at `url` trusting only `ca_root`.
+    async fn account_error(url: &str, ca_root: &str, dir: &Path) -> String {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let path = dir.join("ca_root.pem");
+        std::fs::write(&path, ca_root).unwrap();
+        let new = NewAccount {
+            contact: &[],
+            terms_of_service_agreed: true,
+            only_return_existing: false,
+        };
+        let err = Account::builder_with_root(&path)
+            .unwrap()
+            .create(&new, url.to_string(), None)
+            .await
+            .err()
+            .expect("the connection must fail");
+        AcmeError::from(err).to_string()
+    }
+
+    #[tokio::test]
+    async fn a_ca_root_that_did_not_sign_the_servers_certificate_is_named_unknown_issuer() {
+        let dir = tempfile::tempdir().unwrap();
+        let (signer, other) = (ca("ACME server CA"), ca("another CA"));
+        let (cert, key) = leaf(&signer, &["127.0.0.1"], |_| {});
+        let url = tls_server(&cert, &key).await;
+        let msg = account_error(&url, &other.pem(), dir.path()).await;
+        assert!(
+            msg.starts_with("ACME: cannot connect to the ACME server: its certificate was refused: unknown issuer"),
+            "{msg}"
+        );
+        assert!(!msg.contains("client error (Connect)"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn a_ca_root_of_the_same_name_with_another_key_is_named_bad_signature() {
+        let dir = tempfile::tempdir().unwrap();
+        // As pebble's root, made again at each start under one name.
+        let (signer, remade) = (ca("Pebble Root CA"), ca("Pebble Root CA"));
+        let (cert, key) = leaf(&signer, &["127.0.0.1"], |_| {});
+        let url = tls_server(&cert, &key).await;
+        let msg = account_error(&url, &remade.pem(), dir.path()).await;
+        assert!(msg.contains("refused: bad signature"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn a_self_signed_certificate_as_ca_root_is_named_unknown_issuer() {
+        let dir = tempfile::tempdir().unwrap();
+        let signer = ca("ACME server CA");
+        let (cert, key) = leaf(&signer, &["127.0.0.1"], |_| {});
+        let url = tls_server(&cert, &key).await;
+        let key = KeyPair::generate().unwrap();
+        let mut p = CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, "a self-signed leaf");
+        let self_signed = p.self_signed(&key).unwrap();
+        let msg = account_error(&url, &self_signed.pem(), dir.path()).await;
+        assert!(msg.contains("refused: unknown issuer"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn a_certificate_for_another_name_is_named_name_mismatch() {
+        let dir = tempfile::tempdir().unwrap();
+        let signer = ca("ACME server CA");
+        let (cert, key) = leaf(&signer, &["acme.example"], |_| {});
+        let url = tls_server(&cert, &key).await;
+        let msg = account_error(&url, &signer.pem(), dir.path()).await;
+        assert!(msg.contains("refused: name mismatch"), "{msg}");
+        assert!(msg.contains("acme.example"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn an_expired_certificate_is_named_expired() {
+        let dir = tempfile::tempdir().unwrap();
+        let signer = ca("ACME server CA");
+        let (cert, key) = leaf(&signer, &["127.0.0.1"], |p| {
+            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        });
+        let url = tls_server(&cert, &key).await;
+        let msg = account_error(&url, &signer.pem(), dir.path()).await;
+        assert!(msg.contains("refused: expired"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        // Reserved and never listened on.
+        let url = format!("https://127.0.0.1:{}/dir", free_port());
+        let msg = account_error(&url, &ca("a CA").pem(), dir.path()).await;
+        assert!(
+            msg.starts_with("ACME: cannot connect to the ACME server: Connection refused"),
+            "{msg}"
+        );
+    }
 }

@@ -69,6 +69,10 @@ pub trait Shared: Send + Sync + std::fmt::Debug {
     fn pull(&self, into: &Storage);
     /// Hands a file written here to the others; queued, returns at once.
     fn push(&self, rel: &str, data: &[u8]);
+    /// `storage` was opened here: what it holds and the others lack is
+    /// handed to them (and again whenever the cluster lost it); queued,
+    /// returns at once.
+    fn opened(&self, storage: &Storage);
     /// Tells the others to answer (or stop answering) an ACME challenge;
     /// the receiver resolves once it is sent (or cannot be).
     fn announce(&self, c: Challenge) -> tokio::sync::oneshot::Receiver<()>;
@@ -115,10 +119,14 @@ impl Storage {
     /// Opens (creating with mode 0700 if needed) the directory at `root`.
     pub fn open(root: &Path) -> Result<Storage, StorageError> {
         mkdir(root)?;
-        Ok(Storage {
+        let s = Storage {
             root: root.to_path_buf(),
             shared: SHARED.get().cloned(),
-        })
+        };
+        if let Some(sh) = &s.shared {
+            sh.opened(&s);
+        }
+        Ok(s)
     }
 
     pub fn root(&self) -> &Path {

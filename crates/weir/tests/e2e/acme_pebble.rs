@@ -6,7 +6,8 @@
 //! order), renewal of short-lived certificates, and on-demand TLS refused
 //! for a name the `ask` endpoint rejects, two weir processes sharing one
 //! storage directory (one order, one certificate), and a renewal driven by
-//! the CA's ACME Renewal Information window.
+//! the CA's ACME Renewal Information window, and a wrong `ca_root` logged
+//! with its reason.
 //!
 //! pebble is installed with apt-get when missing; Debian's pebble 2.4 has no
 //! ARI, so the ARI test uses pebble v2.10.1 built with `go install` (done
@@ -387,6 +388,40 @@ async fn tls_alpn01_issue_without_a_plain_listener() {
     )
     .await;
     assert_eq!(r.status, 200);
+}
+
+/// `ca_root` naming a CA that did not sign pebble's HTTPS certificate: the
+/// log says the certificate was refused and why, not `client error (Connect)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_ca_root_is_logged_as_an_unknown_issuer() {
+    install_crypto();
+    let dir = tempfile::tempdir().unwrap();
+    let (https_port, http_port) = (free_port(), free_port());
+    let pebble = Pebble::start(dir.path(), http_port, https_port, 3600);
+    let wrong = dir.path().join("wrong-ca.pem");
+    std::fs::write(&wrong, TestCa::named("not pebble's CA").pem()).unwrap();
+    let storage = dir.path().join("storage");
+    let www = www(dir.path());
+    let name = "weir-wrong-root.example.com";
+    let cfg = acme_config(
+        &pebble, &storage, &www, name, https_port, http_port, "http-01",
+    )
+    .replace(
+        &format!("ca_root = \"{}\"", pebble.ca_root.display()),
+        &format!("ca_root = \"{}\"", wrong.display()),
+    );
+    let weir = Weir::start(WEIR, dir.path(), &cfg, https_port);
+    let said = "cannot connect to the ACME server: its certificate was refused: unknown issuer";
+    assert!(
+        weir.wait_log(said, Duration::from_secs(20)),
+        "{}",
+        weir.logs()
+    );
+    assert!(
+        !weir.logs().contains("client error (Connect)"),
+        "{}",
+        weir.logs()
+    );
 }
 
 /// A tiny `ask` endpoint: 200 for names starting with "yes", 403 otherwise.

@@ -2,7 +2,8 @@
 //! app: rolling restarts under open-loop load with no failed request and
 //! no request after an instance's SIGTERM, one start for a hundred first
 //! requests after scaling to zero, a killed instance restarted while GETs
-//! go on, a release that never gets ready rolled back and reported, a
+//! go on, a release that never gets ready rolled back and reported (in
+//! `/apps`, `/config` and the metrics, until a reload succeeds), a
 //! failing app's 503, and no process of an app's group left once weir
 //! stops, is killed outright, or the app leaves the config.
 
@@ -442,6 +443,71 @@ fn a_release_that_never_gets_ready_is_rolled_back_and_a_failing_app_says_why() {
     }
     assert!(w.stderr().contains("restart rolled back"));
 
+    // Which release runs and which was refused, in /apps, /config and the
+    // metrics, also after an instance of the running release restarts.
+    let shows_refusal = |app: &serde_json::Value| {
+        app["refused"]["run"] == "sleep 60"
+            && app["refused"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("not ready within 2s"))
+            && app["release"].is_string()
+            && app["release"] != app["refused"]["release"]
+    };
+    let app = apps(adm);
+    assert!(shows_refusal(&app), "{app}");
+    let running = app["release"].clone();
+    let config_says_refused = || {
+        let req =
+            format!("GET /config HTTP/1.1\r\nHost: 127.0.0.1:{adm}\r\nConnection: close\r\n\r\n");
+        let resp = String::from_utf8_lossy(&weir_test_support::process::raw(
+            adm,
+            req.as_bytes(),
+            Duration::from_secs(10),
+        ))
+        .into_owned();
+        let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let comment = format!(
+            "# weir: app \"127.0.0.1:{site}\": the release below (run = \"sleep 60\", release {}) was refused and rolled back: the new release was stopped, the old one serves: not ready within 2s",
+            app["refused"]["release"].as_str().unwrap()
+        );
+        let runs = format!(
+            "# weir: app \"127.0.0.1:{site}\" runs release {} (run = ",
+            running.as_str().unwrap()
+        );
+        let header = resp
+            .to_ascii_lowercase()
+            .contains(&format!("weir-app-refused: 127.0.0.1:{site}\r\n"));
+        assert!(body.starts_with(&comment), "{resp}");
+        assert!(body.contains(&runs), "{resp}");
+        assert!(header, "{resp}");
+    };
+    config_says_refused();
+    let (_, metrics) = admin(adm, "GET", "/metrics", "");
+    assert!(
+        metrics.contains(&format!("weir_app_refused{{app=\"127.0.0.1:{site}\"}} 1")),
+        "{metrics}"
+    );
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-9", &old[0].to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(
+        poll_until(Duration::from_secs(15), || {
+            let a = apps(adm);
+            a["ready"] == 2 && a["restarts"] == 1
+        }),
+        "{}",
+        apps(adm)
+    );
+    let app = apps(adm);
+    assert!(shows_refusal(&app), "{app}");
+    assert_eq!(app["release"], running, "the old release restarted");
+    assert!(app["run"].as_str().unwrap().contains("backend"), "{app}");
+    config_says_refused();
+
     // A good release by reload: every process replaced, the error gone.
     std::fs::write(
         &cfg_path,
@@ -453,11 +519,17 @@ fn a_release_that_never_gets_ready_is_rolled_back_and_a_failing_app_says_why() {
     assert!(
         poll_until(Duration::from_secs(20), || {
             let a = apps(adm);
-            a["ready"] == 2 && pids(&a).iter().all(|p| !old.contains(p)) && a["error"].is_null()
+            a["ready"] == 2
+                && pids(&a).iter().all(|p| !old.contains(p))
+                && a["error"].is_null()
+                && a["refused"].is_null()
+                && a["release"] != running
         }),
         "{}",
         apps(adm)
     );
+    let (_, text) = admin(adm, "GET", "/config", "");
+    assert!(!text.contains("# weir: app"), "{text}");
     // And a reload that changes nothing leaves it alone.
     let now = pids(&apps(adm));
     let (status, _) = admin(adm, "POST", "/reload", "");

@@ -6,7 +6,10 @@
 //!   the admin API says who acknowledged it;
 //! - Redis killed under load: no request fails, the limits count locally
 //!   (the log and the metrics say so), a purge waits and is replayed, and
-//!   once Redis is back the instances rejoin and count together again.
+//!   once Redis is back the instances rejoin and count together again;
+//! - Redis restarted with nothing saved: the instance that ran writes its
+//!   local CA back, and an instance started after uses that CA;
+//! - an instance that stops cleanly is dropped by the others at once.
 //!
 //! The certificate half (one order for three instances) is in
 //! `acme_pebble.rs`, beside pebble.
@@ -677,4 +680,113 @@ fn redis_over_tls_with_a_password_is_shared_and_a_wrong_password_is_said() {
     assert!(err.contains("pass") || err.contains("auth"), "{body}");
     assert_eq!(get(c.http, "/", "GET").0, 200);
     assert_eq!(metric(c.admin, "weir_cluster_up"), Some(0.0));
+}
+
+/// An instance serving `www` over HTTPS for `localhost` with a certificate
+/// from the local CA, its storage directory its own.
+struct TlsInstance {
+    w: Weir,
+    https: u16,
+    storage: tempfile::TempDir,
+}
+
+fn tls_instance(redis: u16, name: &str, www: &std::path::Path) -> TlsInstance {
+    let (https, adm) = (free_port(), free_port());
+    let storage = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        "[server]\nworkers = 1\n[admin]\nlisten = \"127.0.0.1:{adm}\"\n{}\n\
+         [tls]\nstorage = \"{}\"\nhttp3 = false\n\
+         [site.\"https://localhost:{https}\"]\nroot = \"{}\"\n",
+        cluster_section(redis, name),
+        storage.path().display(),
+        www.display()
+    );
+    TlsInstance {
+        w: Weir::start(WEIR, &cfg, &[https, adm]),
+        https,
+        storage,
+    }
+}
+
+#[test]
+fn redis_restarted_empty_gets_the_local_ca_back_and_a_new_instance_uses_it() {
+    let mut redis = Redis::start();
+    let www = tempfile::tempdir().unwrap();
+    std::fs::write(www.path().join("index.html"), "hello\n").unwrap();
+    let a = tls_instance(redis.port, "r1", www.path());
+    let ca_file = |i: &TlsInstance, f: &str| {
+        std::fs::read(i.storage.path().join("local-ca").join(f)).unwrap()
+    };
+    let (root, inter) = (ca_file(&a, "root.pem"), ca_file(&a, "intermediate.pem"));
+
+    // Nothing saved: Redis comes back empty.
+    redis.kill();
+    assert!(
+        a.w.wait_log("is out of reach", Duration::from_secs(5)),
+        "{}",
+        a.w.stderr()
+    );
+    redis.restart();
+    assert!(
+        a.w.wait_log("that Redis lacked written back", Duration::from_secs(10)),
+        "{}",
+        a.w.stderr()
+    );
+
+    let b = tls_instance(redis.port, "r2", www.path());
+    assert_eq!(ca_file(&b, "root.pem"), root, "{}", b.w.stderr());
+    assert_eq!(ca_file(&b, "intermediate.pem"), inter);
+    assert!(
+        b.w.stderr()
+            .contains("cluster: local-ca/root.pem brought in from Redis"),
+        "{}",
+        b.w.stderr()
+    );
+    // Its certificate chains to the root the first instance made.
+    let root_file = a.storage.path().join("local-ca/root.pem");
+    let out = Command::new("curl")
+        .args(["-sS", "--cacert"])
+        .arg(&root_file)
+        .arg(format!("https://localhost:{}/", b.https))
+        .output()
+        .expect("curl");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn an_instance_that_stops_cleanly_is_dropped_by_the_others_at_once() {
+    let redis = Redis::start();
+    let www = tempfile::tempdir().unwrap();
+    std::fs::write(www.path().join("index.html"), "hello\n").unwrap();
+    let site = format!("root = \"{}\"", www.path().display());
+    let a = instance(&cluster_section(redis.port, "s1"), &site);
+    let mut b = instance(&cluster_section(redis.port, "s2"), &site);
+    for i in [&a, &b] {
+        assert!(
+            poll_until(Duration::from_secs(10), || metric(
+                i.admin,
+                "weir_cluster_instances"
+            ) == Some(2.0)),
+            "{}",
+            i.w.stderr()
+        );
+    }
+    b.w.terminate();
+    assert!(b.w.wait_exit(Duration::from_secs(10)).is_some());
+    // The leave message is sent before it exits; silence would take 5 s
+    // from its last heartbeat.
+    assert!(
+        a.w.wait_log("cluster: instance s2 left", Duration::from_secs(2)),
+        "{}",
+        a.w.stderr()
+    );
+    assert_eq!(metric(a.admin, "weir_cluster_instances"), Some(1.0));
+    let (_, body) = admin(a.admin, "GET", "/cluster", "");
+    assert!(!body.contains("\"s2\""), "{body}");
+    assert!(!a.w.stderr().contains("silent for"), "{}", a.w.stderr());
 }
