@@ -107,6 +107,8 @@ fn start() -> Pair {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("www")).unwrap();
     std::fs::write(dir.path().join("www/index.html"), "the same page\n").unwrap();
+    // More than the initial flow-control windows: its answer stays open.
+    std::fs::write(dir.path().join("www/big.bin"), vec![b'x'; 256 << 10]).unwrap();
     let (cert, key, ca) = make_cert(dir.path(), "a", &["a.test"]);
     let cfg = format!(
         "[tls]\nhttp3 = false\n\n\
@@ -367,12 +369,25 @@ async fn stream_errors_come_even_after_the_answer() {
         .await;
     assert_eq!(c.reset().await, Some(PROTOCOL_ERROR), "second HEADERS");
 
-    // A WINDOW_UPDATE that takes the stream's window past 2^31-1.
+    // WINDOW_UPDATEs that take the window of a stream whose answer is
+    // still being sent past 2^31-1. (Once an answer has ended, h2 ignores
+    // a stream's WINDOW_UPDATE: `Prioritize::recv_stream_window_update`.)
     let mut c = Raw::open(port).await;
-    c.send(&open_post(port, None)).await;
-    c.answered().await;
-    c.send(&frame(WINDOW_UPDATE, 0, 1, &0x7fff_ffffu32.to_be_bytes()))
+    let mut block = vec![0x82, 0x04, 8];
+    block.extend_from_slice(b"/big.bin");
+    block.push(0x86);
+    block.extend(literal(":authority", &format!("127.0.0.1:{port}")));
+    c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &block))
         .await;
+    loop {
+        let (kind, flags, stream, _) = c.next().await.expect("an answer");
+        if kind == HEADERS && stream == 1 {
+            assert_eq!(flags & END_STREAM, 0, "the file's answer has a body");
+            break;
+        }
+    }
+    let update = frame(WINDOW_UPDATE, 0, 1, &0x7fff_ffffu32.to_be_bytes());
+    c.send(&[update.clone(), update].concat()).await;
     assert_eq!(c.reset().await, Some(FLOW_CONTROL_ERROR), "WINDOW_UPDATE");
 
     // A well-formed body after the answer ends the stream cleanly.
