@@ -478,8 +478,7 @@ fn closed_loop_client(port: u16, stopping: &AtomicBool, done: &AtomicBool, t: &T
     const GET: &[u8] = b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n";
     let err = |what: String| t.errors.lock().unwrap().push(what);
     while !done.load(Ordering::Relaxed) {
-        let stop_before = stopping.load(Ordering::SeqCst);
-        if stop_before {
+        if stopping.load(Ordering::SeqCst) {
             return;
         }
         let mut s = match TcpStream::connect(addr(port)) {
@@ -606,7 +605,7 @@ fn two_upgrades_and_a_sigterm_under_keep_alive_load_lose_no_request() {
             tally.errors.lock().unwrap()
         );
     };
-    answered(2000);
+    answered(500);
 
     // Every client is on the old process when an upgrade begins: each is
     // told to close once it has drained.
@@ -619,7 +618,10 @@ fn two_upgrades_and_a_sigterm_under_keep_alive_load_lose_no_request() {
     let closes = tally.closes.load(Ordering::Relaxed);
     w.signal("USR2");
     assert!(
-        w.wait_log("serves now; this one stops accepting", PATIENCE),
+        w.wait_log(
+            "serves now; this one stops accepting",
+            Duration::from_secs(30)
+        ),
         "{}",
         w.stderr()
     );
@@ -635,7 +637,7 @@ fn two_upgrades_and_a_sigterm_under_keep_alive_load_lose_no_request() {
         .expect("the first process did not exit");
     assert!(status.success(), "{status}");
     told_to_close(closes);
-    answered(2000);
+    answered(500);
 
     // 2. `weir upgrade`: the second process starts the third and drains.
     let closes = tally.closes.load(Ordering::Relaxed);
@@ -660,7 +662,7 @@ fn two_upgrades_and_a_sigterm_under_keep_alive_load_lose_no_request() {
         "the second process did not exit"
     );
     told_to_close(closes);
-    answered(2000);
+    answered(500);
 
     // 3. SIGTERM: each client ends at its `Connection: close` answer.
     stopping.store(true, Ordering::SeqCst);
