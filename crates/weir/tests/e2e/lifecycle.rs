@@ -611,7 +611,12 @@ fn two_upgrades_and_a_sigterm_under_keep_alive_load_lose_no_request() {
     // told to close once it has drained.
     let told_to_close = |before: u64| {
         let closes = tally.closes.load(Ordering::Relaxed);
-        assert!(closes >= before + CLIENTS as u64, "{before} then {closes}");
+        let errors = tally.errors.lock().unwrap();
+        assert!(
+            closes >= before + CLIENTS as u64,
+            "{before} then {closes} answers with Connection: close; {} errors: {errors:?}",
+            errors.len()
+        );
     };
 
     // 1. SIGUSR2: the original process starts the second and drains.
