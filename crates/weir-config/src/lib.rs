@@ -623,7 +623,13 @@ pub fn load_str_with(
         };
         let handler =
             routes::site_handler(&mut c, &name, raw_site, own, site_cache.as_ref(), &files)
-                .unwrap_or(HandlerConfig::Welcome);
+                .unwrap_or_else(|| {
+                    if passthrough.is_some() {
+                        misdirected()
+                    } else {
+                        HandlerConfig::Welcome
+                    }
+                });
         let filters = traffic::filters(
             &mut c,
             &format!("site \"{name}\""),
@@ -661,6 +667,12 @@ pub fn load_str_with(
                 name_port.unwrap_or(default_port),
             )],
         };
+        if raw_site.default == Some(true) && raw_site.passthrough.is_some() {
+            c.at(
+                name_span.clone(),
+                format!("site \"{name}\": a `passthrough` site never answers HTTP, so it cannot be the `default`"),
+            );
+        }
         for a in &addrs {
             binds.push((
                 *a,
@@ -781,7 +793,8 @@ pub fn load_str_with(
             tcp.push(l);
         }
     }
-    let mut listeners = group_listeners(&mut c, &binds);
+    let passes = |i: usize| sites.get(i).is_some_and(|s| s.passthrough.is_some());
+    let mut listeners = group_listeners(&mut c, &binds, passes);
     for l in &mut listeners {
         l.proxy_protocol = l.sites.iter().find_map(|i| accept_pp.get(i).cloned());
     }
@@ -790,7 +803,7 @@ pub fn load_str_with(
         sites.push(SiteConfig {
             name: t.stream.name.clone(),
             host: HostPattern::Any,
-            handler: HandlerConfig::Welcome,
+            handler: misdirected(),
             tls: None,
             error_pages: HashMap::new(),
             headers: Vec::new(),
@@ -1460,7 +1473,26 @@ fn parse_headers(c: &mut Collector<'_>, site: &str, s: &RawSite) -> Vec<(HeaderN
 
 type Bind = (SocketAddr, bool, usize, bool, std::ops::Range<usize>);
 
-fn group_listeners(c: &mut Collector<'_>, binds: &[Bind]) -> Vec<ListenerConfig> {
+/// What a site that relays TLS or TCP answers if HTTP ever reaches it: 421
+/// (RFC 9110 §15.5.20), never the welcome page, which is for a weir with
+/// no config at all.
+fn misdirected() -> HandlerConfig {
+    HandlerConfig::Respond(traffic::Respond {
+        status: 421,
+        body: bytes::Bytes::from_static(b"Misdirected Request\n"),
+        content_type: Some(HeaderValue::from_static("text/plain; charset=utf-8")),
+    })
+}
+
+/// The listening addresses of `binds`, each with its sites in file order.
+/// The default site of an address is the one that says `default = true`,
+/// else its first site that answers HTTP (`passes(i)`: site `i` passes
+/// TLS through and never does).
+fn group_listeners(
+    c: &mut Collector<'_>,
+    binds: &[Bind],
+    passes: impl Fn(usize) -> bool,
+) -> Vec<ListenerConfig> {
     let mut out: Vec<ListenerConfig> = Vec::new();
     let mut explicit_default: HashMap<SocketAddr, usize> = HashMap::new();
     for (addr, tls, idx, is_default, span) in binds {
@@ -1490,6 +1522,9 @@ fn group_listeners(c: &mut Collector<'_>, binds: &[Bind]) -> Vec<ListenerConfig>
                     continue;
                 }
                 l.sites.push(*idx);
+                if !explicit_default.contains_key(addr) && passes(l.default_site) && !passes(*idx) {
+                    l.default_site = *idx;
+                }
             }
             None => out.push(ListenerConfig {
                 addr: *addr,
@@ -1691,6 +1726,33 @@ mod tests {
             let e = load(src).unwrap_err().to_string();
             assert!(e.contains(want), "{src}: {e}");
         }
+    }
+
+    /// Issue 55 §3: a passthrough site first on its address used to be the
+    /// address's default, so HTTPS with an unknown SNI got its built-in
+    /// welcome page. The default is the first site that answers HTTP.
+    #[test]
+    fn a_passthrough_site_is_never_the_default() {
+        let c = load(
+            "[site.\"back.test\"]\nlisten = \"127.0.0.1:8443\"\npassthrough = \"10.0.0.5:443\"\n\
+             [site.\"weir.test\"]\nlisten = \"127.0.0.1:8443\"\nroot = \".\"\ntls = { issuer = \"internal\" }\n",
+        )
+        .unwrap();
+        assert_eq!(c.listeners[0].sites, [0, 1]);
+        assert_eq!(c.listeners[0].default_site, 1);
+        // What the passthrough site would answer if HTTP ever reached it.
+        assert!(
+            matches!(&c.sites[0].handler, HandlerConfig::Respond(r) if r.status == 421),
+            "{:?}",
+            c.sites[0].handler
+        );
+        let e = load(
+            "[site.\"back.test\"]\nlisten = \"127.0.0.1:8443\"\npassthrough = \"10.0.0.5:443\"\ndefault = true\n\
+             [site.\"weir.test\"]\nlisten = \"127.0.0.1:8443\"\nroot = \".\"\ntls = { issuer = \"internal\" }\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("cannot be the `default`"), "{e}");
     }
 
     #[test]

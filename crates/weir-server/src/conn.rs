@@ -385,7 +385,8 @@ fn service(
         state.request_started();
         let in_flight = InFlight(state.clone());
         let regions = regions.clone();
-        let req = weir_upgrade(req);
+        let version = req.version();
+        let req = weir_upgrade(req).map(|b| ReadOn::new(b, version));
         async move {
             // The sites as they are now; a reload during the request does
             // not change them under it.
@@ -400,6 +401,94 @@ fn service(
             Ok::<_, Infallible>(resp)
         }
     })
+}
+
+/// How much of an HTTP/2 request body [`ReadOn`] reads after its handler
+/// let go of it, and for how long at most.
+const READ_ON_BYTES: usize = 64 * 1024;
+const READ_ON_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A request body that, once its handler drops it before its end, is read
+/// on to that end in a task of its own (at most [`READ_ON_BYTES`], for at
+/// most [`READ_ON_TIME`]), its data dropped.
+///
+/// h2 holds a request to HTTP/2's framing (RFC 9113 §8.1.1: a
+/// `content-length` the DATA frames contradict, a second HEADERS frame
+/// without END_STREAM; §6.9.1: a WINDOW_UPDATE past 2^31-1) only while
+/// someone holds its stream. A handler that answers without reading the
+/// body (a 405, a redirect, a static file) lets go of it, h2 resets the
+/// stream with NO_ERROR once the answer is out, and then ignores every
+/// frame that follows, violations included. Read on, the stream stays
+/// open until the client ends it, and h2's own checks answer a violation
+/// with the stream error the RFC asks for. Past the budget it is dropped
+/// and h2 resets it as before: a large upload nobody reads is not taken
+/// whole. Only HTTP/2 bodies: hyper's HTTP/1 server discards an unread
+/// body by itself.
+struct ReadOn {
+    inner: Option<Incoming>,
+    read_on: bool,
+}
+
+impl ReadOn {
+    fn new(body: Incoming, version: http::Version) -> Self {
+        ReadOn {
+            inner: Some(body),
+            read_on: version == http::Version::HTTP_2,
+        }
+    }
+}
+
+impl Drop for ReadOn {
+    fn drop(&mut self) {
+        if let Some(body) = self.inner.take()
+            && self.read_on
+            && !http_body::Body::is_end_stream(&body)
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(read_on(body));
+        }
+    }
+}
+
+/// Reads `body` to its end within [`ReadOn`]'s budget, dropping its data.
+async fn read_on(mut body: Incoming) {
+    use http_body_util::BodyExt;
+    let read = async {
+        let mut left = READ_ON_BYTES;
+        while let Some(Ok(frame)) = body.frame().await {
+            let n = frame.data_ref().map_or(0, bytes::Bytes::len);
+            if n > left {
+                break;
+            }
+            left -= n;
+        }
+    };
+    let _ = tokio::time::timeout(READ_ON_TIME, read).await;
+}
+
+impl http_body::Body for ReadOn {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        match &mut self.get_mut().inner {
+            Some(b) => Pin::new(b).poll_frame(cx),
+            None => std::task::Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner
+            .as_ref()
+            .map_or_else(|| http_body::SizeHint::with_exact(0), |b| b.size_hint())
+    }
 }
 
 /// hyper's connection hand-over (HTTP/2 extended CONNECT, or any upgrade

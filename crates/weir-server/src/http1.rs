@@ -48,6 +48,7 @@ use std::mem::MaybeUninit;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker, ready};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http::header::{self, HeaderName, HeaderValue};
@@ -88,6 +89,9 @@ const DISCARD_MAX: usize = 64 * 1024;
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// The length of the preface's first line, `PRI * HTTP/2.0\r\n`.
+const H2_PREFACE_LINE: usize = 16;
 
 thread_local! {
     static READ_BUF: RefCell<Box<[u8]>> = RefCell::new(vec![0; READ_BUF_LEN].into_boxed_slice());
@@ -207,6 +211,10 @@ where
                 // parse either, and it closes without an answer.
                 Parsed::H2 if first => return Outcome::H2(pending.freeze()),
                 Parsed::H2 => return Outcome::Closed,
+                Parsed::BadPreface => {
+                    tracing::debug!("connection from {}: invalid HTTP/2 preface", sh.info.peer);
+                    return Outcome::Closed;
+                }
                 Parsed::Refused(status) => {
                     refuse(io, status, &mut pending, sh.info).await;
                     return Outcome::Closed;
@@ -254,11 +262,12 @@ where
             });
             match read.await {
                 Some(r) => r,
-                None => {
-                    // Shutting down: an idle connection closes at once.
-                    let _ = io.shutdown().await;
-                    return Outcome::Closed;
-                }
+                // Draining: boxed, as this path is rare and its timer
+                // would otherwise sit in every connection's future.
+                None => match Box::pin(last_call(io, &mut pending)).await {
+                    Some(r) => r,
+                    None => return Outcome::Closed,
+                },
             }
         } else {
             poll_fn(|cx| poll_read_into(io, cx, &mut pending)).await
@@ -272,6 +281,65 @@ where
             }
         }
     }
+}
+
+/// How long an idle keep-alive connection is kept open once the drain has
+/// begun, for a request its client may be sending at that very moment.
+const LAST_CALL: Duration = Duration::from_secs(1);
+
+/// How long a connection closed under a client that meant to go on reads
+/// and drops what still arrives (nginx's `lingering_close`).
+const LINGER: Duration = Duration::from_secs(2);
+
+/// The drain has begun while the connection is idle in keep-alive. A
+/// closed-loop client sends its next request the moment an answer
+/// arrives: closing now would cross that request in the network and reset
+/// it. So the connection waits [`LAST_CALL`] for it (the request that
+/// comes is served with `Connection: close`); only a connection that stayed
+/// quiet that long is closed, and closed gently. `Some`: what the read
+/// got; `None`: the connection is closed.
+async fn last_call<IO>(io: &mut IO, pending: &mut BytesMut) -> Option<io::Result<usize>>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let read = poll_fn(|cx| poll_read_into(io, cx, pending));
+    match tokio::time::timeout(LAST_CALL, read).await {
+        Ok(r) => Some(r),
+        Err(_) => {
+            close_gently(io).await;
+            None
+        }
+    }
+}
+
+/// Closes a connection whose client may still be sending (RFC 9112
+/// §9.6): the FIN goes first, then whatever arrives is read and dropped
+/// until the client closes too, for at most [`LINGER`]. Closing a socket
+/// with unread bytes makes the kernel send a reset, which can destroy the
+/// last answer before the client has read it, and turns a request that
+/// crossed the FIN into a reset instead of a clean close.
+async fn close_gently<IO>(io: &mut IO)
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    if io.shutdown().await.is_err() {
+        return;
+    }
+    let drop_all = poll_fn(|cx| {
+        READ_BUF.with_borrow_mut(|buf| {
+            let mut budget = DISCARD_MAX;
+            loop {
+                let mut rb = ReadBuf::new(buf);
+                match ready!(Pin::new(&mut *io).poll_read(cx, &mut rb)) {
+                    Ok(()) if !rb.filled().is_empty() && rb.filled().len() < budget => {
+                        budget -= rb.filled().len();
+                    }
+                    _ => return Poll::Ready(()),
+                }
+            }
+        })
+    });
+    let _ = tokio::time::timeout(LINGER, drop_all).await;
 }
 
 /// Answers a request the connection cannot go on after, and closes.
@@ -364,7 +432,7 @@ where
         regions.push(r);
     }
     let status = resp.status();
-    let mut close = !head.keep_alive || signal.is_signaled();
+    let mut close = !head.keep_alive;
     if let Some(p) = switch {
         if status == StatusCode::SWITCHING_PROTOCOLS || (kind.connect && status.is_success()) {
             let r = write_response(io, resp, kind, false, None, pending).await;
@@ -387,6 +455,12 @@ where
     {
         close = true;
     }
+    // Draining: this is the connection's last answer, unless the client
+    // has already sent more (pipelined, or the next head begun), which is
+    // answered too.
+    if signal.is_signaled() && pending.is_empty() {
+        close = true;
+    }
     let r = write_response(io, resp, kind, close, inbound.as_mut(), pending).await;
     let r = match (r, inbound) {
         (Ok(true), Some(mut inb)) if inb.end != Some(BodyEnd::Done) => {
@@ -399,6 +473,12 @@ where
         }
         (r, _) => r,
     };
+    // A client that meant to go on may be sending its next request now.
+    if head.keep_alive && matches!(r, Ok(false)) {
+        // Boxed: its timer would otherwise sit in every connection's future.
+        Box::pin(close_gently(io)).await;
+        return Next::Close;
+    }
     match after_write(io, r, sh.info).await {
         Some(_) => Next::Close,
         None => Next::KeepAlive,
@@ -665,6 +745,8 @@ pub enum Parsed {
     Smuggling(Violation),
     /// The HTTP/2 connection preface.
     H2,
+    /// The preface's first line followed by anything but its rest.
+    BadPreface,
 }
 
 /// Parses the head at the start of `pending` and, if it is a request,
@@ -675,6 +757,13 @@ pub fn parse(pending: &mut BytesMut, limits: HeadLimits) -> Parsed {
     }
     if pending.len() < H2_PREFACE.len() && H2_PREFACE.starts_with(pending) {
         return Parsed::NeedMore;
+    }
+    // The preface's first line, then anything but the rest of it: no
+    // HTTP/1.1 request (httparse would take it for one of version 2.0 and
+    // have it answered 400), but a broken HTTP/2 preface, which closes the
+    // connection (RFC 9113 §3.4).
+    if pending.starts_with(&H2_PREFACE[..H2_PREFACE_LINE]) {
+        return Parsed::BadPreface;
     }
     let buf = std::mem::take(pending).freeze();
     let (parsed, used) = if limits.max_headers <= MAX_HEADERS {
@@ -1368,7 +1457,11 @@ pub fn check_parse(input: &[u8], max_head: usize) {
             assert!(tes.iter().all(|v| v.as_bytes().trim_ascii() == b"chunked"));
             assert!(smuggling::check_line_endings(&input[..used]).is_ok());
         }
-        Parsed::NeedMore | Parsed::Refused(_) | Parsed::Smuggling(_) | Parsed::H2 => {
+        Parsed::NeedMore
+        | Parsed::Refused(_)
+        | Parsed::Smuggling(_)
+        | Parsed::H2
+        | Parsed::BadPreface => {
             assert_eq!(&b[..], input)
         }
     }

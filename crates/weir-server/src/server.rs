@@ -346,9 +346,8 @@ impl Server {
 
         for l in &cfg.listeners {
             tracing::info!(
-                "listening on {}://{} ({} workers, {:?} runtime, {:?} accept)",
-                if l.tls { "https" } else { "http" },
-                l.addr,
+                "listening on {} ({} workers, {:?} runtime, {:?} accept)",
+                describe(&cfg, l),
                 fixed.workers,
                 fixed.runtime,
                 fixed.accept
@@ -619,10 +618,7 @@ impl Server {
                         let _ =
                             self.workers[i % self.workers.len()].send(Command::Add(s, ep.clone()));
                     }
-                    tracing::info!(
-                        "listening on {}://{addr}",
-                        if b.l.tls { "https" } else { "http" }
-                    );
+                    tracing::info!("listening on {}", describe(&cfg, &b.l));
                     report.listeners_added.push(addr);
                     Addr {
                         tls: b.l.tls,
@@ -800,6 +796,39 @@ impl Server {
                 }
             });
         }
+    }
+}
+
+/// What a listening address serves, for the log: `http://ADDR`,
+/// `https://ADDR`, `tcp://ADDR` for a `[tcp]` relay, and the names a TLS
+/// address passes through untouched.
+fn describe(cfg: &Config, l: &ListenerConfig) -> String {
+    let addr = l.addr;
+    if l.layer4 {
+        return format!("tcp://{addr}");
+    }
+    if !l.tls {
+        return format!("http://{addr}");
+    }
+    let passed: Vec<&str> = l
+        .sites
+        .iter()
+        .filter_map(|&i| cfg.sites.get(i))
+        .filter(|s| s.passthrough.is_some())
+        .map(|s| s.name.as_str())
+        .collect();
+    if passed.is_empty() {
+        format!("https://{addr}")
+    } else if passed.len() == l.sites.len() {
+        format!(
+            "tcp://{addr} (tls passthrough by SNI: {})",
+            passed.join(", ")
+        )
+    } else {
+        format!(
+            "https://{addr} (tls passthrough by SNI: {})",
+            passed.join(", ")
+        )
     }
 }
 

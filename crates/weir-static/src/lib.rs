@@ -697,8 +697,13 @@ fn http_date(t: std::time::SystemTime) -> HeaderValue {
     HeaderValue::from_str(&httpdate::fmt_http_date(t)).expect("HTTP dates are ASCII")
 }
 
-/// 301 to the same URI with a `/` appended to the path, query kept.
-fn redirect_to_slash(req: &http::request::Parts) -> Response<Body> {
+/// A directory asked without its slash: 308 to the same URI with a `/`
+/// appended to the path, query kept. The one rule for every directory
+/// (static, or run by its `index.php`): 308 keeps the method and body
+/// (RFC 9110 §15.4.9), so a form posted to `/app` reaches `/app/`'s script
+/// as a POST instead of a bodiless GET, which a 301 makes of it in every
+/// browser; for GET and HEAD the two are the same to every client.
+pub fn redirect_to_slash(req: &http::request::Parts) -> Response<Body> {
     let p = req.uri.path();
     // Never produce `//host/...` (a protocol-relative URL, i.e. an open
     // redirect): collapse leading slashes and backslashes to one `/`.
@@ -714,7 +719,7 @@ fn redirect_to_slash(req: &http::request::Parts) -> Response<Body> {
         loc.push_str(q);
     }
     let mut r = Response::new(Body::empty());
-    *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
+    *r.status_mut() = StatusCode::PERMANENT_REDIRECT;
     match HeaderValue::from_str(&loc) {
         Ok(v) => {
             r.headers_mut().insert(header::LOCATION, v);

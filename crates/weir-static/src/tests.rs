@@ -476,7 +476,7 @@ async fn directory_without_slash_redirects_keeping_query() {
     write(d.path(), "sub/index.html", b"x");
     let sf = server(d.path());
     let r = get(&sf, "/sub?a=1&b=2").await;
-    assert_eq!(r.status, StatusCode::MOVED_PERMANENTLY);
+    assert_eq!(r.status, StatusCode::PERMANENT_REDIRECT);
     assert_eq!(r.h(header::LOCATION), "/sub/?a=1&b=2");
     // Never a protocol-relative (open) redirect.
     let r = get(&sf, "//sub").await;
@@ -1036,7 +1036,7 @@ async fn empty_rel_path_redirects_prefix_to_slash_once() {
         .into_parts()
         .0;
     let r = sf.serve(&p, "").await;
-    assert_eq!(r.status(), StatusCode::MOVED_PERMANENTLY);
+    assert_eq!(r.status(), StatusCode::PERMANENT_REDIRECT);
     assert_eq!(r.headers()[header::LOCATION], "/docs/?x=1");
     let p = Request::builder()
         .uri("/docs/")

@@ -21,6 +21,7 @@ fn request(p: Parsed) -> (Request<Incoming>, Head) {
         Parsed::Refused(s) => panic!("Refused({s})"),
         Parsed::Smuggling(v) => panic!("Smuggling({v})"),
         Parsed::H2 => panic!("H2"),
+        Parsed::BadPreface => panic!("BadPreface"),
     }
 }
 
@@ -298,6 +299,20 @@ fn the_http2_preface_is_recognised_whole_and_in_pieces() {
     assert!(matches!(parse(&mut b, LIMITS), Parsed::H2));
     let mut b = bytes("PRI * HTTP/2.0\r\n");
     assert!(matches!(parse(&mut b, LIMITS), Parsed::NeedMore));
+    // Its first line, then something else: a broken preface, not an
+    // HTTP/1.1 request of version 2.0 to answer 400.
+    for bad in [
+        "PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n",
+        "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\r",
+        "PRI * HTTP/2.0\r\nHost: a\r\n\r\n",
+    ] {
+        let mut b = bytes(bad);
+        assert!(
+            matches!(parse(&mut b, LIMITS), Parsed::BadPreface),
+            "{bad:?}"
+        );
+        assert_eq!(&b[..], bad.as_bytes());
+    }
 }
 
 fn head(
@@ -586,4 +601,137 @@ fn heads_share_a_block_and_an_incomplete_one_is_copied_out() {
     })
     .join()
     .unwrap();
+}
+
+/// One connection served by [`serve`] over an in-memory stream, with the
+/// built-in welcome site: the client's end, the drain, and the server's
+/// task.
+fn drain_conn() -> (
+    tokio::io::DuplexStream,
+    crate::drain::Drain,
+    tokio::task::JoinHandle<()>,
+) {
+    let cfg = weir_config::Config::builtin_welcome();
+    let sites = crate::pipeline::build_sites(
+        &cfg,
+        &[],
+        &crate::pipeline::Registry::new(1),
+        &weir_cache::Store::new(&Default::default(), 1),
+    )
+    .unwrap();
+    let listener = Current::from_pointee(Listener::new(&sites, &[0], 0, &cfg.server));
+    let (client, mut server) = tokio::io::duplex(64 * 1024);
+    let drain = crate::drain::Drain::new();
+    let signal = drain.signal();
+    let task = tokio::spawn(async move {
+        let info = ConnInfo {
+            peer: ([127, 0, 0, 1], 40000).into(),
+            local: ([127, 0, 0, 1], 8080).into(),
+            tls: false,
+            worker: Default::default(),
+        };
+        let state = Arc::new(ConnState::default());
+        let sh = Shared {
+            listener: &listener,
+            info: &info,
+            state: &state,
+            regions: None,
+            limits: LIMITS,
+        };
+        serve(&mut server, sh, &signal).await;
+    });
+    (client, drain, task)
+}
+
+/// Reads one whole response (its head and `content-length` bytes of
+/// body) and returns its head; panics if the stream ends before. `got`
+/// keeps what was read past it (the next pipelined response).
+async fn read_response(c: &mut tokio::io::DuplexStream, got: &mut Vec<u8>) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if got.len() >= end + 4 + len {
+                got.drain(..end + 4 + len);
+                return head;
+            }
+        }
+        let n = c.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed before a whole response: {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+const GET: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+
+/// Issue 55 §5: a closed-loop client sends its next request the moment an
+/// answer arrives. When the drain begins with the connection idle, that
+/// request may already be on its way: it is answered, with `Connection:
+/// close`, and only then is the connection closed (it used to be closed at
+/// once, resetting the request).
+#[tokio::test(start_paused = true)]
+async fn a_request_arriving_as_the_drain_begins_is_answered_with_close() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut c, drain, task) = drain_conn();
+    let mut got = Vec::new();
+    c.write_all(GET).await.unwrap();
+    let head = read_response(&mut c, &mut got).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(!head.contains("connection: close"), "{head}");
+    let drained = tokio::spawn(drain.drain());
+    // Every task runs until it waits (the clock is paused): the server has
+    // seen the drain begin with its connection idle.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    c.write_all(GET).await.unwrap();
+    let head = read_response(&mut c, &mut got).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    assert_eq!(c.read(&mut [0u8; 16]).await.unwrap(), 0, "closed after it");
+    drop(c);
+    task.await.unwrap();
+    drained.await.unwrap();
+}
+
+/// A connection that stays idle through the last call is closed (no bytes,
+/// a clean end of stream), and the drain ends with it.
+#[tokio::test(start_paused = true)]
+async fn an_idle_connection_is_closed_after_the_last_call() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut c, drain, task) = drain_conn();
+    let mut got = Vec::new();
+    c.write_all(GET).await.unwrap();
+    read_response(&mut c, &mut got).await;
+    let start = tokio::time::Instant::now();
+    let drained = tokio::spawn(drain.drain());
+    assert_eq!(c.read(&mut [0u8; 16]).await.unwrap(), 0);
+    assert_eq!(start.elapsed(), LAST_CALL);
+    drop(c);
+    task.await.unwrap();
+    drained.await.unwrap();
+}
+
+/// Pipelined requests the drain finds already read are all answered; the
+/// last one says `Connection: close`.
+#[tokio::test(start_paused = true)]
+async fn pipelined_requests_read_before_the_drain_are_all_answered() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut c, drain, task) = drain_conn();
+    let mut got = Vec::new();
+    let drained = tokio::spawn(drain.drain());
+    // A new connection is not idle: the drain lets its requests come.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    c.write_all(&[GET, GET].concat()).await.unwrap();
+    let first = read_response(&mut c, &mut got).await;
+    let second = read_response(&mut c, &mut got).await;
+    assert!(!first.contains("connection: close"), "{first}");
+    assert!(second.contains("connection: close"), "{second}");
+    assert_eq!(c.read(&mut [0u8; 16]).await.unwrap(), 0);
+    drop(c);
+    task.await.unwrap();
+    drained.await.unwrap();
 }

@@ -468,19 +468,9 @@ async fn fastcgi(
             let raw = raw.to_string();
             files.serve(parts, &raw).await
         }
-        Resolved::AddSlash => {
-            let q = parts
-                .uri
-                .query()
-                .map(|q| format!("?{q}"))
-                .unwrap_or_default();
-            let mut r = Response::new(Body::empty());
-            *r.status_mut() = StatusCode::PERMANENT_REDIRECT;
-            if let Ok(v) = HeaderValue::from_str(&format!("{}/{q}", parts.uri.path())) {
-                r.headers_mut().insert(header::LOCATION, v);
-            }
-            r
-        }
+        // The static files' rule, so a directory gets the same answer
+        // whether a script or a file serves it.
+        Resolved::AddSlash => weir_static::redirect_to_slash(parts),
         Resolved::NotFound => error(StatusCode::NOT_FOUND),
         Resolved::BadPath => error(StatusCode::BAD_REQUEST),
     }

@@ -388,6 +388,9 @@ impl Listener {
         }
         // Route: the site by Host, then the route by path and conditions.
         let site = route::site(self, &parts);
+        if site.relay.is_some() {
+            return self.misdirected(parts, conn, started);
+        }
         let client = site.client(conn, &parts.headers);
         let target = route::target(
             &site.handler,
@@ -491,6 +494,54 @@ impl Listener {
             resp.status(),
             took,
             bytes_in,
+            bytes_out,
+        );
+        if let Some(log) = &site.access_log {
+            log::record(log, conn, &parts, &resp, took, bytes_out);
+        }
+        weir_http::header_maps::give(parts.headers);
+        resp
+    }
+}
+
+impl Listener {
+    /// The answer to a request whose Host names a site that passes TLS
+    /// through: it came over weir's own TLS under another name, and that
+    /// site never answers HTTP. 421 (RFC 9110 §15.5.20) tells a client that
+    /// reused a connection for a second name to open one of its own.
+    /// Counted and logged under the address's default site, if it has one
+    /// that answers HTTP; never under the passthrough site.
+    #[cold]
+    fn misdirected(
+        &self,
+        parts: http::request::Parts,
+        conn: &ConnInfo,
+        started: Instant,
+    ) -> Response<Body> {
+        let mut resp = Response::new(Body::from("Misdirected Request\n"));
+        *resp.status_mut() = http::StatusCode::MISDIRECTED_REQUEST;
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        let site = &self.default;
+        if site.relay.is_some() {
+            return resp;
+        }
+        response::finish(
+            &site.cfg,
+            self.alt_svc.as_ref(),
+            &mut resp,
+            parts.method == http::Method::HEAD,
+        );
+        let took = started.elapsed();
+        let bytes_out = content_length(resp.headers());
+        site.counts.record(
+            conn.worker,
+            &parts.method,
+            resp.status(),
+            took,
+            content_length(&parts.headers),
             bytes_out,
         );
         if let Some(log) = &site.access_log {

@@ -107,6 +107,8 @@ fn start() -> Pair {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("www")).unwrap();
     std::fs::write(dir.path().join("www/index.html"), "the same page\n").unwrap();
+    // More than the initial flow-control windows: its answer stays open.
+    std::fs::write(dir.path().join("www/big.bin"), vec![b'x'; 256 << 10]).unwrap();
     let (cert, key, ca) = make_cert(dir.path(), "a", &["a.test"]);
     let cfg = format!(
         "[tls]\nhttp3 = false\n\n\
@@ -244,4 +246,179 @@ async fn a_truncated_preface_gets_only_the_servers_preface() {
     let tls = exchange(tls, &[]).await;
     assert_eq!(plain, Vec::<String>::new(), "h2c");
     assert_eq!(tls, vec![server_preface], "h2 over TLS");
+}
+
+const RST_STREAM: u8 = 0x3;
+const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const NO_ERROR: u32 = 0x0;
+const PROTOCOL_ERROR: u32 = 0x1;
+const FLOW_CONTROL_ERROR: u32 = 0x3;
+
+/// An HPACK literal field without indexing, new name (RFC 7541 §6.2.2).
+fn literal(name: &str, value: &str) -> Vec<u8> {
+    let mut b = vec![0x00, name.len() as u8];
+    b.extend_from_slice(name.as_bytes());
+    b.push(value.len() as u8);
+    b.extend_from_slice(value.as_bytes());
+    b
+}
+
+/// A POST of `/` on stream 1 as one HEADERS frame without END_STREAM: its
+/// body is still to come.
+fn open_post(port: u16, content_length: Option<&str>) -> Vec<u8> {
+    let mut block = vec![0x83, 0x84, 0x86];
+    block.extend(literal(":authority", &format!("127.0.0.1:{port}")));
+    if let Some(n) = content_length {
+        block.extend(literal("content-length", n));
+    }
+    frame(HEADERS, END_HEADERS, 1, &block)
+}
+
+/// A raw h2c connection, read frame by frame.
+struct Raw {
+    s: tokio::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Raw {
+    async fn open(port: u16) -> Raw {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        s.write_all(&[MAGIC, &frame(SETTINGS, 0, 0, &[])].concat())
+            .await
+            .unwrap();
+        Raw { s, buf: Vec::new() }
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        self.s.write_all(bytes).await.unwrap();
+    }
+
+    /// The next frame (type, flags, stream, payload); `None` once the
+    /// server closes or says nothing for 3 s.
+    async fn next(&mut self) -> Option<(u8, u8, u32, Vec<u8>)> {
+        loop {
+            if self.buf.len() >= 9 {
+                let len = (usize::from(self.buf[0]) << 16)
+                    | (usize::from(self.buf[1]) << 8)
+                    | usize::from(self.buf[2]);
+                if self.buf.len() >= 9 + len {
+                    let f: Vec<u8> = self.buf.drain(..9 + len).collect();
+                    let stream = u32::from_be_bytes(f[5..9].try_into().unwrap()) & 0x7fff_ffff;
+                    return Some((f[3], f[4], stream, f[9..].to_vec()));
+                }
+            }
+            let mut chunk = [0u8; 16384];
+            match tokio::time::timeout(Duration::from_secs(3), self.s.read(&mut chunk)).await {
+                Ok(Ok(n)) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
+                _ => return None,
+            }
+        }
+    }
+
+    /// Reads until stream 1's answer has ended (END_STREAM on a frame of
+    /// it); panics on a reset of stream 1 before.
+    async fn answered(&mut self) {
+        while let Some((kind, flags, stream, payload)) = self.next().await {
+            assert!(
+                !(kind == RST_STREAM && stream == 1),
+                "stream 1 reset before its answer: {payload:02x?}"
+            );
+            if stream == 1 && (kind == HEADERS || kind == DATA) && flags & END_STREAM != 0 {
+                return;
+            }
+        }
+        panic!("no answer on stream 1");
+    }
+
+    /// The error code of the first RST_STREAM on stream 1, if one comes.
+    async fn reset(&mut self) -> Option<u32> {
+        while let Some((kind, _, stream, payload)) = self.next().await {
+            if kind == RST_STREAM && stream == 1 {
+                return Some(u32::from_be_bytes(payload[..4].try_into().unwrap()));
+            }
+        }
+        None
+    }
+}
+
+/// Issue 55 §6, RFC 9113 §8.1.1 and §6.9.1: a request whose handler has
+/// already answered is still held to HTTP/2's framing. h2 checks it only
+/// while the request's stream is read, and a handler that answers without
+/// reading the body used to let go of it: the stream was reset with
+/// NO_ERROR and what followed was ignored. weir now reads such a body on
+/// (`server::conn::ReadOn`), so h2's own checks answer each violation.
+#[tokio::test]
+async fn stream_errors_come_even_after_the_answer() {
+    let p = start();
+    let port = p.plain;
+    // DATA longer than the content-length.
+    let mut c = Raw::open(port).await;
+    c.send(&open_post(port, Some("1"))).await;
+    c.answered().await;
+    c.send(&frame(DATA, END_STREAM, 1, b"test")).await;
+    assert_eq!(c.reset().await, Some(PROTOCOL_ERROR), "content-length");
+
+    // A second HEADERS frame without END_STREAM.
+    let mut c = Raw::open(port).await;
+    c.send(&open_post(port, None)).await;
+    c.answered().await;
+    c.send(&frame(HEADERS, END_HEADERS, 1, &literal("x-more", "1")))
+        .await;
+    assert_eq!(c.reset().await, Some(PROTOCOL_ERROR), "second HEADERS");
+
+    // WINDOW_UPDATEs that take the window of a stream whose answer is
+    // still being sent past 2^31-1. (Once an answer has ended, h2 ignores
+    // a stream's WINDOW_UPDATE: `Prioritize::recv_stream_window_update`.)
+    let mut c = Raw::open(port).await;
+    let mut block = vec![0x82, 0x04, 8];
+    block.extend_from_slice(b"/big.bin");
+    block.push(0x86);
+    block.extend(literal(":authority", &format!("127.0.0.1:{port}")));
+    c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &block))
+        .await;
+    loop {
+        let (kind, flags, stream, _) = c.next().await.expect("an answer");
+        if kind == HEADERS && stream == 1 {
+            assert_eq!(flags & END_STREAM, 0, "the file's answer has a body");
+            break;
+        }
+    }
+    let update = frame(WINDOW_UPDATE, 0, 1, &0x7fff_ffffu32.to_be_bytes());
+    c.send(&[update.clone(), update].concat()).await;
+    assert_eq!(c.reset().await, Some(FLOW_CONTROL_ERROR), "WINDOW_UPDATE");
+
+    // A well-formed body after the answer ends the stream cleanly.
+    let mut c = Raw::open(port).await;
+    c.send(&open_post(port, Some("4"))).await;
+    c.answered().await;
+    c.send(&frame(DATA, END_STREAM, 1, b"test")).await;
+    let rst = c.reset().await;
+    assert!(rst.is_none() || rst == Some(NO_ERROR), "{rst:?}");
+}
+
+/// Issue 55 §6, RFC 9113 §3.4: on a cleartext port a connection that opens
+/// with the first line of the HTTP/2 preface and goes on with anything but
+/// the rest of it is closed, with no HTTP/1.1 answer (it used to get a 400).
+#[tokio::test]
+async fn an_invalid_preface_on_a_cleartext_port_is_closed() {
+    let p = start();
+    for bad in [
+        &b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n"[..],
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\r",
+    ] {
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", p.plain))
+            .await
+            .unwrap();
+        let got = exchange(&mut tcp, bad).await;
+        assert_eq!(got, Vec::<String>::new(), "{bad:?}");
+        let mut rest = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(5), tcp.read_to_end(&mut rest))
+            .await
+            .expect("closed")
+            .unwrap_or(0);
+        assert_eq!(n, 0, "{:?}", String::from_utf8_lossy(&rest));
+    }
 }

@@ -212,6 +212,14 @@ async fn tls_passes_through_by_sni_beside_weirs_own_site() {
             key.display()
         ),
     );
+    // Issue 55 §6: the log says which names the address passes through.
+    let says =
+        format!("listening on https://127.0.0.1:{port} (tls passthrough by SNI: a.test, b.test) (");
+    assert!(
+        poll_until(Duration::from_secs(10), || w.log().contains(&says)),
+        "{}",
+        w.log()
+    );
     // Each name reaches its own backend's certificate, untouched.
     assert!(openssl_subject(port, "a.test").await.contains("backend a"));
     assert!(openssl_subject(port, "b.test").await.contains("backend b"));
@@ -338,6 +346,14 @@ async fn tcp_listeners_balance_survive_a_dead_upstream_and_send_proxy_v2() {
              [site.\"wait\"]\nlisten = \"127.0.0.1:{{PORT}}\"\nrespond = 204\n"
         ),
     );
+    // Issue 55 §6: a relay is logged as what it is, not as HTTP.
+    let relay = format!("listening on tcp://127.0.0.1:{echo_port} (");
+    assert!(
+        poll_until(Duration::from_secs(10), || w.log().contains(&relay)),
+        "{}",
+        w.log()
+    );
+    assert!(!w.log().contains(&format!("http://127.0.0.1:{echo_port}")));
     // Round robin over both.
     let mut tags = std::collections::BTreeSet::new();
     for i in 0..6 {
@@ -396,4 +412,97 @@ async fn tcp_listeners_balance_survive_a_dead_upstream_and_send_proxy_v2() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(w.log().contains("max_conns_per_client"), "{}", w.log());
+}
+
+/// One HTTP/1.1 request over weir's own TLS with `sni` (none when `None`)
+/// and `host` in the request: the whole answer.
+async fn https_get(port: u16, sni: Option<&str>, host: &str) -> String {
+    weir_test_support::tls::install_crypto();
+    let mut cfg = rustls::ClientConfig::builder()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCert))
+        .with_no_client_auth();
+    cfg.enable_sni = sni.is_some();
+    let name = ServerName::try_from(sni.unwrap_or("unnamed.test").to_string()).unwrap();
+    let s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut t = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, s)
+        .await
+        .unwrap();
+    t.write_all(format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), t.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Issue 55 §3: with weir's own HTTPS site first on the address and a
+/// passthrough site beside it, an unknown SNI or none got the built-in
+/// welcome page, counted under the passthrough site. A passthrough site
+/// never answers HTTP: the default is weir's own site, and a request whose
+/// Host names the passthrough site over weir's TLS gets 421.
+#[tokio::test]
+async fn a_passthrough_site_never_answers_http() {
+    let ca = TestCa::named("backends");
+    let (back, _) = tls_backend(&ca, "back.test", "backend").await;
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, _) = make_cert(dir.path(), "own", &["weir.test"]);
+    let port = free_port();
+    let admin = free_port();
+    let root = dir.path().join("www");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("index.html"), "weir's own").unwrap();
+    let _w = Weir::start_logged(
+        WEIR,
+        &format!(
+            "[admin]\nlisten = \"127.0.0.1:{admin}\"\n\
+             [site.\"weir.test\"]\nlisten = \"127.0.0.1:{port}\"\nroot = \"{}\"\n\
+             tls = {{ cert = \"{}\", key = \"{}\" }}\n\
+             [site.\"back.test\"]\nlisten = \"127.0.0.1:{port}\"\npassthrough = \"{back}\"\n\
+             # keeps the admin port from being the one waited for\n\
+             [site.\"wait\"]\nlisten = \"127.0.0.1:{{PORT}}\"\nrespond = 204\n",
+            root.display(),
+            cert.display(),
+            key.display()
+        ),
+    );
+    let own = |r: &str| r.starts_with("HTTP/1.1 200") && r.ends_with("weir's own");
+    // The passthrough name still reaches its backend.
+    let s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    assert_eq!(tls_through(s, "back.test").await.1, "backend");
+    // An unknown SNI, and none at all, get weir's own site.
+    let r = https_get(port, Some("other.test"), "other.test").await;
+    assert!(own(&r), "{r}");
+    let r = https_get(port, None, &format!("127.0.0.1:{port}")).await;
+    assert!(own(&r), "{r}");
+    let r = https_get(port, Some("weir.test"), "weir.test").await;
+    assert!(own(&r), "{r}");
+    // The passthrough name in Host over weir's own TLS: misdirected.
+    for sni in [Some("weir.test"), None] {
+        let r = https_get(port, sni, "back.test").await;
+        assert!(r.starts_with("HTTP/1.1 421 Misdirected Request"), "{r}");
+        assert!(!r.contains("welcome") && !r.contains("backend"), "{r}");
+    }
+
+    // Every HTTP request is counted under weir's own site, none under the
+    // passthrough site.
+    let m = client()
+        .get(format!("http://127.0.0.1:{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let requests = |site: &str, status: &str| -> u64 {
+        m.lines()
+            .filter(|l| l.starts_with("weir_requests_total{"))
+            .filter(|l| l.contains(&format!("site=\"{site}\"")) && l.contains(status))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    assert_eq!(requests("back.test", ""), 0, "{m}");
+    assert_eq!(requests("weir.test", "status=\"2xx\""), 3, "{m}");
+    assert_eq!(requests("weir.test", "status=\"4xx\""), 2, "{m}");
 }

@@ -5,6 +5,8 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use weir_test_support::poll::{PATIENCE, poll_until};
@@ -121,7 +123,7 @@ fn read_hello(s: &mut TcpStream) {
 }
 
 #[test]
-fn sigterm_closes_idle_keep_alive_connections_at_once() {
+fn sigterm_closes_idle_keep_alive_connections_after_a_last_call() {
     let (mut w, port) = hello_site("[server]\ngrace_period = \"30s\"\n");
     // Keep-alive connections that have each waited idle more than once
     // (the first wait and the later ones take different paths), and one
@@ -143,7 +145,8 @@ fn sigterm_closes_idle_keep_alive_connections_at_once() {
     std::thread::sleep(Duration::from_millis(200));
     let t = Instant::now();
     w.terminate();
-    // Each idle connection is closed with no bytes, well before the grace
+    // Each idle connection is closed with no bytes after its last call
+    // (1 s for a request already on its way), well before the grace
     // period, and the server exits.
     for mut s in conns {
         let mut buf = [0u8; 64];
@@ -395,7 +398,7 @@ fn curl_sees_conditionals_ranges_compression_and_listings() {
         "/dev/null",
         &format!("{base}/docs?x=1"),
     ]);
-    assert!(redirect.starts_with("HTTP/1.1 301"), "{redirect}");
+    assert!(redirect.starts_with("HTTP/1.1 308"), "{redirect}");
     assert!(redirect.contains("location: /docs/?x=1"), "{redirect}");
     let listing = run_curl(&["-s", &format!("{base}/docs/")]);
     assert!(listing.contains("a.txt"), "{listing}");
@@ -454,4 +457,238 @@ fn second_instance_on_a_taken_port_refuses_to_start() {
         Duration::from_secs(3),
     );
     assert_eq!(status_of(&resp), 200);
+}
+
+/// What the closed-loop clients of
+/// [`two_upgrades_and_a_sigterm_under_keep_alive_load_lose_no_request`] saw.
+#[derive(Default)]
+struct Tally {
+    responses: std::sync::atomic::AtomicU64,
+    /// Answers that said `Connection: close`, each followed by a clean close.
+    closes: std::sync::atomic::AtomicU64,
+    errors: std::sync::Mutex<Vec<String>>,
+}
+
+/// One client sending `GET /a.txt` back to back on a keep-alive connection,
+/// reconnecting when an answer says `Connection: close`, until `stopping`
+/// (then it ends at the next such answer) or `done`. A reset, an end of
+/// stream before a whole answer, or bytes after a `Connection: close`
+/// answer are errors; so is a refused connection before `stopping`.
+fn closed_loop_client(port: u16, stopping: &AtomicBool, done: &AtomicBool, t: &Tally) {
+    const GET: &[u8] = b"GET /a.txt HTTP/1.1\r\nHost: x\r\n\r\n";
+    let err = |what: String| t.errors.lock().unwrap().push(what);
+    while !done.load(Ordering::Relaxed) {
+        if stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut s = match TcpStream::connect(addr(port)) {
+            Ok(s) => s,
+            Err(e) => {
+                if !stopping.load(Ordering::SeqCst) {
+                    err(format!("connect: {e}"));
+                }
+                return;
+            }
+        };
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut fresh = true;
+        while !done.load(Ordering::Relaxed) {
+            let answer = s
+                .write_all(GET)
+                .and_then(|()| read_keep_alive_hello(&mut s));
+            match answer {
+                Ok(false) => {}
+                Ok(true) => {
+                    t.responses.fetch_add(1, Ordering::Relaxed);
+                    match s.read(&mut [0u8; 64]) {
+                        Ok(0) => {}
+                        Ok(n) => err(format!("{n} bytes after Connection: close")),
+                        Err(e) => err(format!("after Connection: close: {e}")),
+                    }
+                    t.closes.fetch_add(1, Ordering::Relaxed);
+                    break;
+                }
+                // Connected as the last process closed its listening
+                // socket: the kernel had queued it, no process served it.
+                Err(_) if fresh && stopping.load(Ordering::SeqCst) => return,
+                Err(e) => {
+                    err(format!("request on a kept-alive connection: {e}"));
+                    break;
+                }
+            }
+            t.responses.fetch_add(1, Ordering::Relaxed);
+            fresh = false;
+        }
+    }
+}
+
+/// Reads one whole `200 hello` answer; true if it says `Connection: close`.
+fn read_keep_alive_hello(s: &mut TcpStream) -> std::io::Result<bool> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"hello") {
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("closed after {} bytes of an answer", got.len()),
+            ));
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got).to_lowercase();
+    if !text.starts_with("http/1.1 200 ok\r\n") {
+        return Err(std::io::Error::other(format!("answer {text:?}")));
+    }
+    Ok(text.contains("\r\nconnection: close\r\n"))
+}
+
+/// Whether process `pid` has ended (gone, or a zombie nobody reaped yet).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// Issue 55 §5: closed-loop keep-alive HTTP/1.1 clients across a binary
+/// upgrade by SIGUSR2, one by `weir upgrade` and a final SIGTERM see every
+/// request answered: each draining process answers with `Connection:
+/// close` and closes cleanly after it, never under a request (two upgrades
+/// used to reset about one request per connection each).
+#[test]
+fn two_upgrades_and_a_sigterm_under_keep_alive_load_lose_no_request() {
+    const CLIENTS: usize = 16;
+    let adm = free_port();
+    let (mut w, port) = hello_site(&format!(
+        "[server]\ngrace_period = \"20s\"\n[admin]\nlisten = \"127.0.0.1:{adm}\"\n"
+    ));
+    // The processes the upgrades start are not this test's children: they
+    // are stopped whatever happens.
+    struct Kill(std::sync::Mutex<Vec<u32>>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            for pid in self.0.lock().unwrap().iter() {
+                let _ = Command::new("kill").arg(pid.to_string()).status();
+            }
+        }
+    }
+    let started = Kill(Default::default());
+    let tally = Arc::new(Tally::default());
+    let stopping = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    // Ends the clients if an assertion fails first.
+    struct Done(Arc<AtomicBool>);
+    impl Drop for Done {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let _done = Done(done.clone());
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (t, stopping, done) = (tally.clone(), stopping.clone(), done.clone());
+            std::thread::spawn(move || closed_loop_client(port, &stopping, &done, &t))
+        })
+        .collect();
+    let answered = |more: u64| {
+        let from = tally.responses.load(Ordering::Relaxed);
+        assert!(
+            poll_until(PATIENCE, || {
+                tally.responses.load(Ordering::Relaxed) >= from + more
+            }),
+            "the load stalled: {:?}",
+            tally.errors.lock().unwrap()
+        );
+    };
+    answered(500);
+
+    // Every client is on the old process when an upgrade begins: each is
+    // told to close once it has drained.
+    let told_to_close = |before: u64| {
+        let closes = tally.closes.load(Ordering::Relaxed);
+        let errors = tally.errors.lock().unwrap();
+        assert!(
+            closes >= before + CLIENTS as u64,
+            "{before} then {closes} answers with Connection: close; {} errors: {errors:?}",
+            errors.len()
+        );
+    };
+
+    // 1. SIGUSR2: the original process starts the second and drains.
+    let closes = tally.closes.load(Ordering::Relaxed);
+    w.signal("USR2");
+    assert!(
+        w.wait_log(
+            "serves now; this one stops accepting",
+            Duration::from_secs(30)
+        ),
+        "{}",
+        w.stderr()
+    );
+    let log = w.stderr();
+    let second: u32 = log
+        .lines()
+        .find_map(|l| l.split("upgrade: process ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no process id in {log}"));
+    started.0.lock().unwrap().push(second);
+    let status = w
+        .wait_exit(Duration::from_secs(30))
+        .expect("the first process did not exit");
+    assert!(status.success(), "{status}");
+    told_to_close(closes);
+    answered(500);
+
+    // 2. `weir upgrade`: the second process starts the third and drains.
+    let closes = tally.closes.load(Ordering::Relaxed);
+    let out = Command::new(WEIR)
+        .args(["upgrade", "--admin", &format!("127.0.0.1:{adm}")])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let third: u32 = stdout
+        .split_whitespace()
+        .nth(2)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no process id in {stdout:?}"));
+    started.0.lock().unwrap().push(third);
+    assert!(
+        poll_until(Duration::from_secs(30), || ended(second)),
+        "the second process did not exit"
+    );
+    told_to_close(closes);
+    answered(500);
+
+    // 3. SIGTERM: each client ends at its `Connection: close` answer.
+    stopping.store(true, Ordering::SeqCst);
+    let ok = Command::new("kill")
+        .args(["-TERM", &third.to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert!(
+        poll_until(Duration::from_secs(30), || ended(third)),
+        "the third process did not exit"
+    );
+    let errors = tally.errors.lock().unwrap();
+    assert!(
+        errors.is_empty(),
+        "{} errors in {} requests: {errors:?}\n{}",
+        errors.len(),
+        tally.responses.load(Ordering::Relaxed),
+        w.stderr()
+    );
 }

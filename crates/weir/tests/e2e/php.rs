@@ -311,7 +311,22 @@ async fn php_front_controller_variables_static_files_and_the_upload_attack() {
     let (st, h, body) = get(weir_base.clone(), "/style.css").await;
     assert_eq!((st, body.as_str()), (200, "body{color:red}"));
     assert_eq!(h["content-type"], "text/css; charset=utf-8");
-    // A directory with an index script: its canonical path, then the script.
+    // A directory with an index script: its canonical path (the same 308
+    // as a static directory gets, which keeps a POST a POST), then the
+    // script.
+    let manual = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    for method in [reqwest::Method::GET, reqwest::Method::POST] {
+        let r = manual
+            .request(method.clone(), format!("{weir_base}/admin?x=1"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 308, "{method}");
+        assert_eq!(r.headers()["location"], "/admin/?x=1", "{method}");
+    }
     let r = c
         .get(format!("{weir_base}/admin?x=1"))
         .send()
