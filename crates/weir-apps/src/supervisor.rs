@@ -1049,7 +1049,7 @@ mod tests {
         app.stop().await;
     }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_idle_app_stops_and_the_next_request_starts_one() {
         let d = tempfile::tempdir().unwrap();
         let app = App::start(
