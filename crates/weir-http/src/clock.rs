@@ -2,12 +2,11 @@
 //! coarse clocks, the time of its last tick, read from the vDSO without
 //! reading the TSC.
 //!
-//! Why: a proxied request read the precise clock 7.4 times (callgrind: the
-//! pool's idle stamps, the balancer's health check, the `Date` field, the
-//! connection's activity stamps and the response's deadline), and a
-//! precise read costs 32 ns on this machine against 7 ns for a coarse one
-//! (`clock_gettime` in a loop, TSC clock source). What these reads decide
-//! is measured in seconds (idle upstream connections, a passive cool-down,
+//! Why: a proxied request reads the clock several times (the pool's idle
+//! stamps, the balancer's health check, the `Date` field, the connection's
+//! activity stamps and the response's deadline), and a precise read costs
+//! several times a coarse one. What these reads decide is measured in
+//! seconds (idle upstream connections, a passive cool-down,
 //! the second of `Date`, idle and slow connections, a response timeout),
 //! so a clock that lags by up to one tick (4 ms at `HZ=250`) and never
 //! runs ahead of real time does for them.

@@ -5,9 +5,8 @@
 //!
 //! Why by hand: `http`'s `HeaderMap` has no pool of its own, and a proxied
 //! request builds two maps (the client's request, the upstream's response).
-//! Creating and dropping them was about 1,100 of the 22,400 user-space
-//! instructions of a proxied request (callgrind, BENCHMARKS.md §6 "Reused
-//! header maps"). A map comes back through [`give`] where its message ends
+//! Creating and dropping them is a visible share of a proxied request's
+//! work. A map comes back through [`give`] where its message ends
 //! (`pipeline::Listener::handle` for requests, `http1` once a response
 //! head is written); a map that never comes back is simply dropped, as
 //! before. The stock is per thread (no lock) and bounded in count and in

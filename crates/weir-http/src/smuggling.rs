@@ -193,10 +193,8 @@ impl Framing {
         }
         // One pass over the bytes (this runs on every HTTP/1 request): the
         // scan jumps from one CR or LF to the next with `memchr2`, so the
-        // bytes between them cost a vector compare, not a branch each (the
-        // byte-by-byte loop was about 700 instructions for a 41-byte head,
-        // callgrind, BENCHMARKS.md §6 "The guard's scan"). Line endings are
-        // checked as they come, each field line as its CRLF arrives. A bare
+        // bytes between them cost a vector compare, not a branch each.
+        // Line endings are checked as they come, each field line as its CRLF arrives. A bare
         // line ending wins over a field's fault, as if the whole head had
         // been checked for line endings first.
         let mut fields = HeadFields::default();
@@ -542,7 +540,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for Guard<T> {
                 this.ready -= n;
                 if this.buf.is_empty() {
                     // Give the memory back: an idle keep-alive connection
-                    // must not keep 8 KiB here (see BENCHMARKS.md, idle).
+                    // must not keep 8 KiB here.
                     this.buf = BytesMut::new();
                 }
                 return Poll::Ready(Ok(()));

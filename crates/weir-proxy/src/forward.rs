@@ -31,9 +31,8 @@ static HOP_BY_HOP: [HeaderName; 7] = [
 /// Which of the fields that change a message's framing or hop a map holds,
 /// found in one walk over its names. Most requests and responses hold none
 /// of them, and a hashed lookup (`get_all`, `contains_key`) costs about 110
-/// instructions, mostly hashing the name: six of them per proxied request
-/// were 3.4 % of its instructions (callgrind, BENCHMARKS.md §6 "The guard's
-/// scan"). Comparing standard names is comparing small integers.
+/// instructions, mostly hashing the name, and a proxied request needs six.
+/// Comparing standard names is comparing small integers.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Present(u8);
 
@@ -76,8 +75,8 @@ impl Present {
     /// to be a token), before a `HeaderName` is made of it. Also notes
     /// whether it is hop-by-hop, so a response without any (nearly all)
     /// skips [`strip_hop_by_hop`]'s walk: comparing each name with the
-    /// eight hop-by-hop ones was about 700 instructions a proxied response
-    /// (callgrind, BENCHMARKS.md §6); a switch on the length is a few.
+    /// eight hop-by-hop ones costs hundreds of instructions a response; a
+    /// switch on the length is a few.
     pub fn add_raw(&mut self, name: &[u8]) {
         let is = |s: &[u8]| name.eq_ignore_ascii_case(s);
         self.0 |= match name.len() {
@@ -465,8 +464,7 @@ pub(crate) type ValueBuf = smallvec::SmallVec<[u8; 96]>;
 
 /// The X-Forwarded-For weir sends: usually the peer's address alone, kept
 /// on the stack. It was a `HeaderValue`, allocated, copied and freed on
-/// every request (about 600 instructions with the formatting, callgrind,
-/// BENCHMARKS.md §6 "The guard's scan").
+/// every request.
 enum Xff {
     Peer(IpText),
     /// A trusted proxy's chain with the peer appended.
@@ -484,8 +482,7 @@ impl Xff {
 
 /// An address as text, inline: the longest IPv6 form is 45 bytes. IPv4 by
 /// hand, a table lookup per octet: `Display` goes through the formatting
-/// machinery, which made the forwarding fields cost about 1,000
-/// instructions a request (callgrind, BENCHMARKS.md §6).
+/// machinery, which costs far more than the lookup for every request.
 pub(crate) struct IpText {
     buf: [u8; 46],
     len: u8,

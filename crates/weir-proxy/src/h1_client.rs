@@ -124,9 +124,8 @@ pub struct Conn {
 /// A response timeout that lives as long as the upstream connection.
 ///
 /// Why not `tokio::time::timeout`: that makes a timer per request, and
-/// registering it in the runtime's timer wheel and taking it out again was
-/// about 760 instructions of the 23,700 a proxied request costs (callgrind,
-/// BENCHMARKS.md §6). This one is armed once; a later request only moves its
+/// registering it in the runtime's timer wheel and taking it out again is
+/// paid by every request. This one is armed once; a later request only moves its
 /// deadline in a field, and the timer, when it fires before that deadline,
 /// is re-armed to it: one wheel operation per timeout period, not per
 /// request (the same scheme as `server::io::TimedIo`).
@@ -135,7 +134,7 @@ pub struct Conn {
 /// with a request's: a request only puts its waker in the relay and takes
 /// it out again. Polling the timer with each request's waker, and then
 /// with a no-op one so an idle connection keeps no task alive, was two
-/// timer polls per request (about 235 instructions, callgrind).
+/// timer polls per request.
 ///
 /// All of it sits behind one pointer: the request future that holds it is
 /// boxed per request, and every byte it grows by counts against glibc's
@@ -844,8 +843,8 @@ thread_local! {
 /// `Present::add_raw`, a switch on the length, for every head).
 ///
 /// Why by hand: `HeaderName::from_bytes` lowercases a name into a scratch
-/// buffer and matches it against http's standard names, about 156
-/// instructions a field (callgrind, BENCHMARKS.md §6); an upstream spells the same few names the
+/// buffer and matches it against http's standard names for every field;
+/// an upstream spells the same few names the
 /// same way in every response, and comparing their bytes is a few dozen.
 /// At most [`NAMES_KEPT`] per worker, replaced in turn, so an upstream
 /// that sends ever new names costs a miss each, never memory.

@@ -376,8 +376,7 @@ impl Proxy {
         // The three awaits before the exchange (the body, a queue slot, a
         // connection) usually finish at once. Each is boxed on its slow path
         // only: kept in this future, their states made every request's
-        // future 3.4 KiB, allocated and copied per request (BENCHMARKS.md
-        // §6 "Smaller request futures").
+        // future several KiB, allocated and copied per request.
         let mut body = if http_body::Body::is_end_stream(&body) {
             Replay::Empty
         } else {

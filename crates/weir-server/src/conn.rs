@@ -309,7 +309,7 @@ async fn serve(
     // opens TCP and sends nothing must not hold the slot.
     // Boxed, as are the hyper connections below: a task's memory is its
     // largest state, and an idle keep-alive connection should pay only for
-    // the state it is in (BENCHMARKS.md, idle).
+    // the state it is in.
     let handshake = Box::pin(acceptor.accept(tio::SliceWrites(stream), &turns));
     let handshake = tokio::time::timeout(ctx.timeouts.header, handshake);
     // The connection's future is built in a block that ends before it runs,
@@ -611,9 +611,8 @@ fn serve_http1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 mod tests {
     use super::*;
 
-    /// An idle keep-alive connection's memory is mostly its boxed future
-    /// (BENCHMARKS.md §6, "Each connection's future, stored once"): it must hold
-    /// the stream and weir's loop once, plus the few small values the
+    /// An idle keep-alive connection's memory is mostly its boxed future:
+    /// it must hold the stream and weir's loop once, plus the few small values the
     /// connection keeps, not a second copy of the stream beside them.
     #[tokio::test]
     async fn a_connection_future_holds_its_stream_once() {

@@ -1039,10 +1039,9 @@ where
                 let n = (data.len() as u64).min(left) as usize;
                 match &mut *head {
                     // A small body goes out copied behind its head, in one
-                    // `send`: the system call's layers above TCP took 2.0 %
-                    // of the proxy's samples for a `writev` and 0.8-1.0 %
-                    // for a `send` (164-byte response, perf, BENCHMARKS.md
-                    // §6); a copy of a few hundred bytes costs far less.
+                    // `send`: the kernel's layers above TCP cost about twice
+                    // as much for a `writev` as for a `send`; a copy of a few
+                    // hundred bytes costs far less.
                     h if !h.is_empty() && h.len() + n <= HEAD_BUF_KEPT => {
                         h.extend_from_slice(&data[..n]);
                         write_all(io, &mut [IoSlice::new(h)]).await?;

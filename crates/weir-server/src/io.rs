@@ -24,8 +24,7 @@ use tokio::time::{Instant, Sleep};
 
 /// Writes `bufs` to a socket: a single slice (nearly always: a whole small
 /// response, or one sealed TLS record) with a plain `send`, several with
-/// `writev`. The kernel's vectored path costs more for one slice
-/// (BENCHMARKS.md §6: 2.0 % of weir's samples against 0.8–1.0 %).
+/// `writev`. The kernel's vectored path costs more for one slice.
 pub fn poll_write_slices<W: AsyncWrite + ?Sized>(
     w: Pin<&mut W>,
     cx: &mut Context<'_>,

@@ -1,8 +1,7 @@
 //! Running a validated config: sockets, worker runtimes, signals and
 //! graceful shutdown.
 //!
-//! Two runtime shapes (`server.runtime`), measured against each other in
-//! BENCHMARKS.md:
+//! Two runtime shapes (`server.runtime`):
 //! - `per-core` (default): one OS thread per worker, each running a
 //!   current-thread tokio runtime with its own SO_REUSEPORT socket per
 //!   address. The kernel spreads connections; a connection never changes
