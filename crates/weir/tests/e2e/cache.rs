@@ -762,19 +762,7 @@ async fn memory_stays_within_its_bound_while_ten_times_it_flows_through() {
 #[tokio::test]
 async fn reverse_proxy_cache_flag_needs_no_config() {
     let o = Origin::start().await;
-    let port = free_port();
-    let w = Weir::start_args(
-        WEIR,
-        &[
-            "reverse-proxy",
-            "--cache",
-            "--from",
-            &format!("127.0.0.1:{port}"),
-            "--to",
-            &o.addr.to_string(),
-        ],
-        port,
-    );
+    let w = reverse_proxy_cache(&o);
     get(&w.url("/max60/cli"), &[]).await;
     let (_, h, b) = get(&w.url("/max60/cli"), &[]).await;
     assert_eq!(&b[..], b"/max60/cli #1");
@@ -1050,19 +1038,7 @@ async fn rfc9111_4_3_4_a_304_updates_the_stored_fields_and_later_hits_carry_them
 #[tokio::test]
 async fn rfc9111_age_cache_control_expires_and_status_decide_what_is_reused() {
     let o = Origin::start().await;
-    let port = free_port();
-    let w = Weir::start_args(
-        WEIR,
-        &[
-            "reverse-proxy",
-            "--cache",
-            "--from",
-            &format!("127.0.0.1:{port}"),
-            "--to",
-            &o.addr.to_string(),
-        ],
-        port,
-    );
+    let w = reverse_proxy_cache(&o);
     let mut wrong = Vec::new();
     for case in CASES {
         let path = format!("/case/{}", case.name);
@@ -1085,4 +1061,22 @@ async fn rfc9111_age_cache_control_expires_and_status_decide_what_is_reused() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
     o.stop();
+}
+
+/// `weir reverse-proxy --cache` in front of `o`, with no config file: the
+/// cache as a new user first meets it.
+fn reverse_proxy_cache(o: &Origin) -> Weir {
+    let port = free_port();
+    Weir::start_args(
+        WEIR,
+        &[
+            "reverse-proxy",
+            "--cache",
+            "--from",
+            &format!("127.0.0.1:{port}"),
+            "--to",
+            &o.addr.to_string(),
+        ],
+        port,
+    )
 }
