@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use serde_spanned::Spanned;
 
+use crate::HandlerConfig;
 use crate::error::Collector;
-use crate::raw::{RawApp, Shorthand};
+use crate::raw::{RawApp, RawSite, Shorthand};
 use crate::units;
 
 /// A validated `app`.
@@ -46,7 +47,35 @@ pub struct AppConfig {
     pub watch: Vec<PathBuf>,
 }
 
-pub(crate) fn app(
+/// A site's `app`, which is then the site's handler and excludes the
+/// others (`root`, `proxy`, `php`, `fastcgi`); without `app`, `own` stands.
+pub(crate) fn site_app(
+    c: &mut Collector<'_>,
+    base: &std::path::Path,
+    name: &str,
+    s: &RawSite,
+    own: Option<HandlerConfig>,
+) -> Option<HandlerConfig> {
+    let Some(a) = &s.app else {
+        return own;
+    };
+    for (k, set) in [
+        ("root", s.root.is_some()),
+        ("proxy", s.proxy.is_some()),
+        ("php", s.php.is_some()),
+        ("fastcgi", s.fastcgi.is_some()),
+    ] {
+        if set {
+            c.at(
+                a.span(),
+                format!("site \"{name}\": `app` is the site's handler; remove `{k}` (use a route for some paths)"),
+            );
+        }
+    }
+    app(c, name, a, base).map(|cfg| HandlerConfig::App(std::sync::Arc::new(cfg)))
+}
+
+fn app(
     c: &mut Collector<'_>,
     site: &str,
     raw: &Spanned<Shorthand<RawApp>>,

@@ -11,7 +11,7 @@ use ipnet::IpNet;
 use serde_spanned::Spanned;
 
 use crate::error::Collector;
-use crate::raw::{RawCache, RawCacheGlobal, RawCacheSwitch};
+use crate::raw::{RawCache, RawCacheGlobal, RawCacheSwitch, RawSite};
 use crate::units::{parse_duration, parse_size};
 
 /// `[cache]`: the storage every cached site and route shares.
@@ -162,6 +162,31 @@ pub(crate) fn policy(
         return None;
     };
     Some(Arc::new(table(c, key, r)))
+}
+
+/// A site's `cache`, which keeps the responses of its proxy or its routes'.
+pub(crate) fn site_policy(
+    c: &mut Collector<'_>,
+    name: &str,
+    s: &RawSite,
+) -> Option<Arc<CachePolicy>> {
+    let policy = policy(
+        c,
+        &format!("site \"{name}\": cache"),
+        s.cache.as_ref(),
+        None,
+    );
+    if let (Some(_), Some(span)) = (&policy, s.cache.as_ref().map(|c| c.span()))
+        && !crate::proxy::has_proxy(s)
+    {
+        c.at(
+            span,
+            format!(
+                "site \"{name}\": `cache` keeps responses of a proxy; add `proxy = {{ to = [...] }}` or a route"
+            ),
+        );
+    }
+    policy
 }
 
 fn table(c: &mut Collector<'_>, key: &str, r: &RawCache) -> CachePolicy {

@@ -15,6 +15,7 @@ pub mod error;
 pub mod fastcgi;
 pub mod files;
 mod introspect;
+mod parse;
 pub mod proxy;
 pub mod raw;
 pub mod routes;
@@ -33,7 +34,7 @@ use http::{HeaderName, HeaderValue};
 use serde_spanned::Spanned;
 
 pub use error::{CertCheck, ConfigErrors, Diagnostic};
-use error::{CertProblem, Collector, FilesReadable, suggest};
+use error::{CertProblem, Collector, FilesReadable};
 use raw::*;
 
 use crate::files::{CacheOptions, CompressOptions, Encoding};
@@ -417,46 +418,16 @@ pub fn load_str_with(
     certs: &dyn CertCheck,
 ) -> Result<Config, ConfigErrors> {
     let mut c = Collector::new(file, src, certs);
-
-    // Syntax and types first: serde stops at the first type error, so unknown
-    // keys are collected on the way (serde_ignored) to report them all.
-    let mut unknown: Vec<Vec<String>> = Vec::new();
-    let parsed = toml::Deserializer::parse(src)
-        .and_then(|de| serde_ignored::deserialize(de, |path| unknown.push(path_segments(&path))));
-    let raw: RawConfig = match parsed {
-        Ok(r) => r,
-        Err(e) => {
-            let span = e.span().unwrap_or(0..0);
-            c.at(span, e.message().trim().to_string());
-            report_unknown(&mut c, src, &unknown);
-            return c.into_result(Config::builtin_welcome());
-        }
+    let Some(raw) = parse::raw(&mut c, src) else {
+        return c.into_result(Config::builtin_welcome());
     };
-    report_unknown(&mut c, src, &unknown);
 
     let server = validate_server(&mut c, &raw.server);
     let tls_global = tls::validate_global(&mut c, base, &raw.tls);
     let admin = admin::validate(&mut c, &raw.admin);
     let cache_storage = cache::storage(&mut c, base, &raw.cache);
     let cluster = cluster::validate(&mut c, base, &raw.cluster);
-    let mut sites: Vec<SiteConfig> = Vec::new();
-    // (addr, tls, site index, explicit default, span of the site name)
-    let mut binds: Vec<(SocketAddr, bool, usize, bool, std::ops::Range<usize>)> = Vec::new();
-    let bind_ip = raw
-        .server
-        .bind
-        .as_ref()
-        .and_then(|b| match b.get_ref().parse::<IpAddr>() {
-            Ok(ip) => Some(ip),
-            Err(_) => {
-                c.at(
-                    b.span(),
-                    format!("server.bind: `{}` is not an IP address", b.get_ref()),
-                );
-                None
-            }
-        })
-        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let bind_ip = bind_ip(&mut c, &raw.server);
 
     if raw.site.is_empty() && raw.tcp.is_empty() {
         c.at(
@@ -465,364 +436,23 @@ pub fn load_str_with(
         );
     }
 
+    let ctx = SiteContext {
+        base,
+        bind_ip,
+        tls: &tls_global,
+    };
+    let mut sites = Sites::default();
     let doc = toml::de::DeTable::parse(src).ok();
-    // PROXY protocol per site index, applied to the site's listeners below.
-    let mut accept_pp: HashMap<usize, proxy::AcceptProxyProtocol> = HashMap::new();
     for (name, site) in &raw.site {
         let name_span = doc
             .as_ref()
-            .and_then(|d| key_span(d.get_ref(), &["site".to_string(), name.clone()]))
+            .and_then(|d| parse::key_span(d.get_ref(), &["site".to_string(), name.clone()]))
             .unwrap_or_else(|| site.span());
-        let name = name.clone();
-        let raw_site = site.get_ref();
-        let (host, name_port, name_ip) = match parse_site_name(&name) {
-            Ok(v) => v,
-            Err(msg) => {
-                c.at(name_span.clone(), format!("site \"{name}\": {msg}"));
-                continue;
-            }
-        };
-        let passthrough = raw_site
-            .passthrough
-            .as_ref()
-            .and_then(|p| stream::passthrough(&mut c, &name, p))
-            .map(Arc::new);
-        if let Some(p) = &raw_site.passthrough {
-            let own = [
-                ("tls", raw_site.tls.is_some()),
-                ("root", raw_site.root.is_some()),
-                ("proxy", raw_site.proxy.is_some()),
-                ("route", raw_site.route.is_some()),
-                ("php", raw_site.php.is_some()),
-                ("fastcgi", raw_site.fastcgi.is_some()),
-                ("redirect", raw_site.redirect.is_some()),
-                ("respond", raw_site.respond.is_some()),
-                ("http_redirect", raw_site.http_redirect.is_some()),
-            ];
-            for (k, _) in own.iter().filter(|(_, set)| *set) {
-                c.at(
-                    p.span(),
-                    format!(
-                        "site \"{name}\": `passthrough` hands its TLS to the upstream; remove `{k}`"
-                    ),
-                );
-            }
-            if matches!(host, HostPattern::Any) {
-                c.at(
-                    name_span.clone(),
-                    format!("site \"{name}\": `passthrough` routes by the TLS server name; name the site by a host"),
-                );
-            }
-        }
-        let tls = if raw_site.passthrough.is_some() {
-            None
-        } else {
-            tls::site_tls(
-                &mut c,
-                base,
-                &name,
-                raw_site,
-                (&host, name_port, name_ip),
-                &tls_global,
-            )
-        };
-        let has_tls = tls.is_some() || raw_site.tls.is_some() || passthrough.is_some();
-
-        if let (Some(r), true) = (
-            &raw_site.root,
-            raw_site.redirect.is_some() || raw_site.respond.is_some(),
-        ) {
-            c.at(
-                r.span(),
-                format!("site \"{name}\": `root` excludes `redirect` and `respond` (use a route for some paths)"),
-            );
-        }
-        let own = match &raw_site.root {
-            Some(root) => Some({
-                let path = base.join(root.get_ref());
-                match std::fs::metadata(&path) {
-                    Ok(m) if m.is_dir() => {}
-                    Ok(_) => c.at(
-                        root.span(),
-                        format!(
-                            "site \"{name}\": root {} is not a directory",
-                            path.display()
-                        ),
-                    ),
-                    Err(e) => c.at(
-                        root.span(),
-                        format!("site \"{name}\": root {}: {e}", path.display()),
-                    ),
-                }
-                HandlerConfig::Static(static_options(&mut c, &name, raw_site, path))
-            }),
-            None if raw_site.redirect.is_some() || raw_site.respond.is_some() => {
-                own_answer(&mut c, &name, raw_site)
-            }
-            None if proxy::has_proxy(raw_site) || passthrough.is_some() => None,
-            None if raw_site.app.is_some() => None,
-            None if raw_site.php.is_some() || raw_site.fastcgi.is_some() => None,
-            None => {
-                c.at(
-                    site.span(),
-                    format!(
-                        "site \"{name}\" has nothing to serve: add `root = \"/path/to/files\"`"
-                    ),
-                );
-                Some(HandlerConfig::Welcome)
-            }
-        };
-        let site_cache = cache::policy(
-            &mut c,
-            &format!("site \"{name}\": cache"),
-            raw_site.cache.as_ref(),
-            None,
-        );
-        if let (Some(_), Some(span)) = (&site_cache, raw_site.cache.as_ref().map(|c| c.span()))
-            && !proxy::has_proxy(raw_site)
-        {
-            c.at(
-                span,
-                format!(
-                    "site \"{name}\": `cache` keeps responses of a proxy; add `proxy = {{ to = [...] }}` or a route"
-                ),
-            );
-        }
-        let files = |c: &mut Collector<'_>, root: &Spanned<String>| {
-            let path = base.join(root.get_ref());
-            if !path.is_dir() {
-                c.at(
-                    root.span(),
-                    format!(
-                        "site \"{name}\": root {} is not a directory",
-                        path.display()
-                    ),
-                );
-            }
-            HandlerConfig::Static(static_options(c, &name, raw_site, path))
-        };
-        let own = site_fastcgi(&mut c, &name, raw_site, own, &files);
-        let own = match &raw_site.app {
-            Some(a) => {
-                for (k, set) in [
-                    ("root", raw_site.root.is_some()),
-                    ("proxy", raw_site.proxy.is_some()),
-                    ("php", raw_site.php.is_some()),
-                    ("fastcgi", raw_site.fastcgi.is_some()),
-                ] {
-                    if set {
-                        c.at(
-                            a.span(),
-                            format!("site \"{name}\": `app` is the site's handler; remove `{k}` (use a route for some paths)"),
-                        );
-                    }
-                }
-                app::app(&mut c, &name, a, base).map(|cfg| HandlerConfig::App(Arc::new(cfg)))
-            }
-            None => own,
-        };
-        let handler =
-            routes::site_handler(&mut c, &name, raw_site, own, site_cache.as_ref(), &files)
-                .unwrap_or_else(|| {
-                    if passthrough.is_some() {
-                        misdirected()
-                    } else {
-                        HandlerConfig::Welcome
-                    }
-                });
-        let filters = traffic::filters(
-            &mut c,
-            &format!("site \"{name}\""),
-            traffic::RawFilterKeys {
-                allow: &raw_site.allow,
-                deny: &raw_site.deny,
-                basic_auth: &raw_site.basic_auth,
-                forward_auth: &raw_site.forward_auth,
-                limit: &raw_site.limit,
-                request_headers: &raw_site.request_headers,
-                response_headers: &raw_site.response_headers,
-                max_body: &raw_site.max_body,
-            },
-        );
-
-        let idx = sites.len();
-        if let Some(pp) = proxy::accept_proxy_protocol(&mut c, &name, raw_site) {
-            accept_pp.insert(idx, pp);
-        }
-        let default_port = if has_tls { 443 } else { 80 };
-        let explicit_listen = raw_site.listen.is_some();
-        let addrs: Vec<SocketAddr> = match &raw_site.listen {
-            Some(l) => {
-                let mut out = Vec::new();
-                for a in l.get_ref().to_vec() {
-                    match parse_listen(&a, bind_ip) {
-                        Ok(addr) => out.push(addr),
-                        Err(msg) => c.at(l.span(), format!("site \"{name}\": listen: {msg}")),
-                    }
-                }
-                out
-            }
-            None => vec![SocketAddr::new(
-                name_ip.unwrap_or(bind_ip),
-                name_port.unwrap_or(default_port),
-            )],
-        };
-        if raw_site.default == Some(true) && raw_site.passthrough.is_some() {
-            c.at(
-                name_span.clone(),
-                format!("site \"{name}\": a `passthrough` site never answers HTTP, so it cannot be the `default`"),
-            );
-        }
-        for a in &addrs {
-            binds.push((
-                *a,
-                has_tls,
-                idx,
-                raw_site.default == Some(true),
-                name_span.clone(),
-            ));
-        }
-
-        // Plain-HTTP listener that redirects to this TLS site.
-        let redirect_from: Option<SocketAddr> = match (&raw_site.http_redirect, has_tls) {
-            (Some(r), false) => {
-                if matches!(
-                    r.get_ref(),
-                    BoolOrString::String(_) | BoolOrString::Bool(true)
-                ) {
-                    c.at(
-                        r.span(),
-                        format!("site \"{name}\": http_redirect needs `tls` on the site"),
-                    );
-                }
-                None
-            }
-            (Some(r), true) => match r.get_ref() {
-                BoolOrString::Bool(false) => None,
-                BoolOrString::Bool(true) => addrs.first().map(|a| SocketAddr::new(a.ip(), 80)),
-                BoolOrString::String(s) => match parse_listen(s, bind_ip) {
-                    Ok(a) => Some(a),
-                    Err(msg) => {
-                        c.at(r.span(), format!("site \"{name}\": http_redirect: {msg}"));
-                        None
-                    }
-                },
-            },
-            (None, true) if !explicit_listen && name_port.is_none() => {
-                addrs.first().map(|a| SocketAddr::new(a.ip(), 80))
-            }
-            _ => None,
-        };
-
-        let error_pages = load_error_pages(&mut c, base, &name, raw_site);
-        let headers = parse_headers(&mut c, &name, raw_site);
-        let access_log = raw_site.access_log.as_ref().and_then(|a| {
-            let (path, format) = match a.get_ref() {
-                RawAccessLog::Path(p) => (p.clone(), None),
-                RawAccessLog::Full { path, format } => (path.clone(), format.clone()),
-            };
-            let format = match format.as_deref() {
-                None | Some("combined") => AccessLogFormat::Combined,
-                Some("json") => AccessLogFormat::Json,
-                Some(other) => {
-                    c.at(
-                        a.span(),
-                        format!(
-                            "site \"{name}\": access_log format `{other}` is unknown; use \"combined\" or \"json\""
-                        ),
-                    );
-                    return None;
-                }
-            };
-            let path = match path.as_str() {
-                "stdout" | "-" => None,
-                p => Some(base.join(p)),
-            };
-            Some(AccessLogConfig { path, format })
-        });
-
-        sites.push(SiteConfig {
-            name: name.clone(),
-            host: host.clone(),
-            handler,
-            tls,
-            error_pages,
-            headers,
-            access_log,
-            cache: site_cache,
-            filters: Arc::new(filters),
-            passthrough,
-        });
-
-        if let (Some(from), Some(to)) = (redirect_from, addrs.first()) {
-            let ridx = sites.len();
-            sites.push(SiteConfig {
-                name: format!("{name} (HTTP redirect)"),
-                host,
-                handler: HandlerConfig::RedirectHttps { port: to.port() },
-                tls: None,
-                error_pages: HashMap::new(),
-                headers: Vec::new(),
-                access_log: None,
-                cache: None,
-                filters: Default::default(),
-                passthrough: None,
-            });
-            binds.push((from, false, ridx, false, name_span.clone()));
-        }
+        load_site(&mut c, &ctx, &mut sites, name, site, name_span);
     }
+    let tcp = stream::tcp_listeners(&mut c, &raw.tcp, bind_ip, &sites.binds);
+    let (sites, listeners) = sites.into_listeners(&mut c, tcp);
 
-    let mut tcp = Vec::new();
-    for (name, t) in &raw.tcp {
-        if let Some(l) = stream::tcp_listener(&mut c, name, t, bind_ip) {
-            for a in &l.addrs {
-                if binds.iter().any(|b| b.0.port() == a.port())
-                    || tcp.iter().any(|o: &stream::TcpListenerConfig| {
-                        o.addrs.iter().any(|b| b.port() == a.port())
-                    })
-                {
-                    c.at(
-                        t.span(),
-                        format!(
-                            "tcp \"{name}\": port {} is already used by a site or another [tcp]",
-                            a.port()
-                        ),
-                    );
-                }
-            }
-            tcp.push(l);
-        }
-    }
-    let passes = |i: usize| sites.get(i).is_some_and(|s| s.passthrough.is_some());
-    let mut listeners = group_listeners(&mut c, &binds, passes);
-    for l in &mut listeners {
-        l.proxy_protocol = l.sites.iter().find_map(|i| accept_pp.get(i).cloned());
-    }
-    for t in tcp {
-        let idx = sites.len();
-        sites.push(SiteConfig {
-            name: t.stream.name.clone(),
-            host: HostPattern::Any,
-            handler: misdirected(),
-            tls: None,
-            error_pages: HashMap::new(),
-            headers: Vec::new(),
-            access_log: None,
-            cache: None,
-            filters: Default::default(),
-            passthrough: Some(t.stream.clone()),
-        });
-        for addr in t.addrs {
-            listeners.push(ListenerConfig {
-                addr,
-                tls: false,
-                sites: vec![idx],
-                default_site: idx,
-                proxy_protocol: None,
-                layer4: true,
-            });
-        }
-    }
     c.into_result(Config {
         source: file.to_string(),
         server,
@@ -836,139 +466,370 @@ pub fn load_str_with(
     })
 }
 
-fn path_segments(path: &serde_ignored::Path<'_>) -> Vec<String> {
-    use serde_ignored::Path as P;
-    match path {
-        P::Root => Vec::new(),
-        P::Seq { parent, index } => {
-            let mut v = path_segments(parent);
-            v.push(index.to_string());
-            v
-        }
-        P::Map { parent, key } => {
-            let mut v = path_segments(parent);
-            // `Spanned<T>` deserializes through a private wrapper table.
-            if !key.starts_with("$__serde_spanned") {
-                v.push(key.clone());
+/// `server.bind`: the address of sites without an explicit `listen`.
+fn bind_ip(c: &mut Collector<'_>, s: &RawServer) -> IpAddr {
+    s.bind
+        .as_ref()
+        .and_then(|b| match b.get_ref().parse::<IpAddr>() {
+            Ok(ip) => Some(ip),
+            Err(_) => {
+                c.at(
+                    b.span(),
+                    format!("server.bind: `{}` is not an IP address", b.get_ref()),
+                );
+                None
             }
-            v
+        })
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+}
+
+/// What every site's validation reads besides its own table.
+struct SiteContext<'a> {
+    /// The config file's directory, which relative paths start from.
+    base: &'a Path,
+    bind_ip: IpAddr,
+    tls: &'a TlsGlobal,
+}
+
+/// The sites validated so far and the addresses they listen on.
+#[derive(Default)]
+struct Sites {
+    sites: Vec<SiteConfig>,
+    binds: Vec<Bind>,
+    /// PROXY protocol per site index, applied to the site's listeners.
+    accept_pp: HashMap<usize, proxy::AcceptProxyProtocol>,
+}
+
+impl Sites {
+    /// The sites with those of `[tcp]` added, and the listeners of them all.
+    fn into_listeners(
+        mut self,
+        c: &mut Collector<'_>,
+        tcp: Vec<stream::TcpListenerConfig>,
+    ) -> (Vec<SiteConfig>, Vec<ListenerConfig>) {
+        let sites = &self.sites;
+        let passes = |i: usize| sites.get(i).is_some_and(|s| s.passthrough.is_some());
+        let mut listeners = group_listeners(c, &self.binds, passes);
+        for l in &mut listeners {
+            l.proxy_protocol = l.sites.iter().find_map(|i| self.accept_pp.get(i).cloned());
         }
-        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
-            path_segments(parent)
+        for t in tcp {
+            let idx = self.sites.len();
+            self.sites.push(SiteConfig {
+                passthrough: Some(t.stream.clone()),
+                ..bare_site(t.stream.name.clone(), HostPattern::Any, misdirected())
+            });
+            for addr in t.addrs {
+                listeners.push(ListenerConfig {
+                    addr,
+                    tls: false,
+                    sites: vec![idx],
+                    default_site: idx,
+                    proxy_protocol: None,
+                    layer4: true,
+                });
+            }
+        }
+        (self.sites, listeners)
+    }
+}
+
+/// A site with only a handler: no TLS, filters, headers nor logs.
+fn bare_site(name: String, host: HostPattern, handler: HandlerConfig) -> SiteConfig {
+    SiteConfig {
+        name,
+        host,
+        handler,
+        tls: None,
+        error_pages: HashMap::new(),
+        headers: Vec::new(),
+        access_log: None,
+        cache: None,
+        filters: Default::default(),
+        passthrough: None,
+    }
+}
+
+/// `[site."name"]`: the site (and its HTTP redirect site) added to `out`,
+/// with the addresses it listens on.
+fn load_site(
+    c: &mut Collector<'_>,
+    ctx: &SiteContext<'_>,
+    out: &mut Sites,
+    name: &str,
+    site: &Spanned<RawSite>,
+    name_span: std::ops::Range<usize>,
+) {
+    let raw_site = site.get_ref();
+    let (host, name_port, name_ip) = match parse_site_name(name) {
+        Ok(v) => v,
+        Err(msg) => {
+            c.at(name_span, format!("site \"{name}\": {msg}"));
+            return;
+        }
+    };
+    let passthrough = stream::site_passthrough(c, name, raw_site, &host, &name_span);
+    let tls = if raw_site.passthrough.is_some() {
+        None
+    } else {
+        tls::site_tls(
+            c,
+            ctx.base,
+            name,
+            raw_site,
+            (&host, name_port, name_ip),
+            ctx.tls,
+        )
+    };
+    let has_tls = tls.is_some() || raw_site.tls.is_some() || passthrough.is_some();
+
+    let own = own_handler(c, ctx.base, name, site, passthrough.is_some());
+    let site_cache = cache::site_policy(c, name, raw_site);
+    let files = |c: &mut Collector<'_>, root: &Spanned<String>| {
+        site_files(c, ctx.base, name, raw_site, root)
+    };
+    let own = site_fastcgi(c, name, raw_site, own, &files);
+    let own = app::site_app(c, ctx.base, name, raw_site, own);
+    let handler = routes::site_handler(c, name, raw_site, own, site_cache.as_ref(), &files)
+        .unwrap_or_else(|| {
+            if passthrough.is_some() {
+                misdirected()
+            } else {
+                HandlerConfig::Welcome
+            }
+        });
+    let filters = traffic::filters(c, &format!("site \"{name}\""), raw_site.filter_keys());
+
+    let idx = out.sites.len();
+    if let Some(pp) = proxy::accept_proxy_protocol(c, name, raw_site) {
+        out.accept_pp.insert(idx, pp);
+    }
+    let addrs = site_addrs(
+        c,
+        ctx.bind_ip,
+        name,
+        raw_site,
+        (name_port, name_ip),
+        has_tls,
+    );
+    if raw_site.default == Some(true) && raw_site.passthrough.is_some() {
+        c.at(
+            name_span.clone(),
+            format!("site \"{name}\": a `passthrough` site never answers HTTP, so it cannot be the `default`"),
+        );
+    }
+    for a in &addrs {
+        out.binds.push((
+            *a,
+            has_tls,
+            idx,
+            raw_site.default == Some(true),
+            name_span.clone(),
+        ));
+    }
+    let redirect_from =
+        http_redirect_from(c, ctx.bind_ip, name, raw_site, has_tls, &addrs, name_port);
+
+    out.sites.push(SiteConfig {
+        name: name.to_string(),
+        host: host.clone(),
+        handler,
+        tls,
+        error_pages: load_error_pages(c, ctx.base, name, raw_site),
+        headers: parse_headers(c, name, raw_site),
+        access_log: access_log(c, ctx.base, name, raw_site),
+        cache: site_cache,
+        filters: Arc::new(filters),
+        passthrough,
+    });
+
+    if let (Some(from), Some(to)) = (redirect_from, addrs.first()) {
+        let ridx = out.sites.len();
+        out.sites.push(bare_site(
+            format!("{name} (HTTP redirect)"),
+            host,
+            HandlerConfig::RedirectHttps { port: to.port() },
+        ));
+        out.binds.push((from, false, ridx, false, name_span));
+    }
+}
+
+/// The handler of a site's own keys: its files (`root`), or `redirect` or
+/// `respond`; `None` when another key (`proxy`, `app`, `php`...) has it.
+fn own_handler(
+    c: &mut Collector<'_>,
+    base: &Path,
+    name: &str,
+    site: &Spanned<RawSite>,
+    passthrough: bool,
+) -> Option<HandlerConfig> {
+    let raw_site = site.get_ref();
+    if let (Some(r), true) = (
+        &raw_site.root,
+        raw_site.redirect.is_some() || raw_site.respond.is_some(),
+    ) {
+        c.at(
+            r.span(),
+            format!("site \"{name}\": `root` excludes `redirect` and `respond` (use a route for some paths)"),
+        );
+    }
+    match &raw_site.root {
+        Some(root) => Some({
+            let path = base.join(root.get_ref());
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => c.at(
+                    root.span(),
+                    format!(
+                        "site \"{name}\": root {} is not a directory",
+                        path.display()
+                    ),
+                ),
+                Err(e) => c.at(
+                    root.span(),
+                    format!("site \"{name}\": root {}: {e}", path.display()),
+                ),
+            }
+            HandlerConfig::Static(static_options(c, name, raw_site, path))
+        }),
+        None if raw_site.redirect.is_some() || raw_site.respond.is_some() => {
+            own_answer(c, name, raw_site)
+        }
+        None if proxy::has_proxy(raw_site) || passthrough => None,
+        None if raw_site.app.is_some() => None,
+        None if raw_site.php.is_some() || raw_site.fastcgi.is_some() => None,
+        None => {
+            c.at(
+                site.span(),
+                format!("site \"{name}\" has nothing to serve: add `root = \"/path/to/files\"`"),
+            );
+            Some(HandlerConfig::Welcome)
         }
     }
 }
 
-/// The keys accepted at a path in the file, for suggestions.
-fn known_keys(path: &[String]) -> &'static [&'static str] {
-    use introspect::fields;
-    let p: Vec<&str> = path.iter().map(String::as_str).collect();
-    match p.as_slice() {
-        [] => fields::<RawConfig>(),
-        ["server"] => fields::<RawServer>(),
-        ["server", "timeouts"] => fields::<RawTimeouts>(),
-        ["server", "limits"] => fields::<RawLimits>(),
-        ["site", _] => fields::<RawSite>(),
-        ["site", _, "tls"] => fields::<RawTls>(),
-        ["tls"] => fields::<RawTlsGlobal>(),
-        ["admin"] => fields::<raw::RawAdmin>(),
-        ["cluster"] => fields::<raw::RawCluster>(),
-        ["tls", "acme"] => fields::<RawAcme>(),
-        ["tls", "internal"] => fields::<RawInternal>(),
-        ["tls", "on_demand"] => fields::<RawOnDemand>(),
-        ["site", _, "compress"] => fields::<RawCompress>(),
-        ["site", _, "file_cache"] => fields::<RawFileCache>(),
-        ["site", _, "proxy"] | ["site", _, "route", _, "proxy"] => fields::<RawProxy>(),
-        ["site", _, "proxy", "health"] | ["site", _, "route", _, "proxy", "health"] => {
-            fields::<RawHealth>()
-        }
-        ["site", _, "proxy", "passive"] | ["site", _, "route", _, "proxy", "passive"] => {
-            fields::<RawPassive>()
-        }
-        ["site", _, "route", _] => fields::<RawRoute>(),
-        ["site", _, "basic_auth"] | ["site", _, "route", _, "basic_auth"] => {
-            fields::<raw::RawBasicAuth>()
-        }
-        ["site", _, "forward_auth"] | ["site", _, "route", _, "forward_auth"] => {
-            fields::<raw::RawForwardAuth>()
-        }
-        ["site", _, "limit", _] | ["site", _, "route", _, "limit", _] => fields::<raw::RawLimit>(),
-        ["site", _, "request_headers" | "response_headers"]
-        | [
-            "site",
-            _,
-            "route",
-            _,
-            "request_headers" | "response_headers",
-        ] => fields::<raw::RawHeaderOps>(),
-        ["site", _, "route", _, "match"] => fields::<raw::RawMatch>(),
-        ["site", _, "php" | "fastcgi"] | ["site", _, "route", _, "php" | "fastcgi"] => {
-            fields::<raw::RawFastCgi>()
-        }
-        ["site", _, "passthrough"] | ["tcp", _] => fields::<raw::RawStream>(),
-        ["site", _, "app"] => fields::<raw::RawApp>(),
-        ["site", _, "php" | "fastcgi" | "passthrough", "health"]
-        | ["site", _, "route", _, "php" | "fastcgi", "health"]
-        | ["tcp", _, "health"] => fields::<RawHealth>(),
-        ["site", _, "php" | "fastcgi" | "passthrough", "passive"]
-        | ["site", _, "route", _, "php" | "fastcgi", "passive"]
-        | ["tcp", _, "passive"] => fields::<RawPassive>(),
-        ["cache"] => fields::<RawCacheGlobal>(),
-        ["cache", "disk"] => fields::<RawCacheDisk>(),
-        ["site", _, "cache"] | ["site", _, "route", _, "cache"] => fields::<RawCache>(),
-        ["site", _, "cache", "key"] | ["site", _, "route", _, "cache", "key"] => {
-            fields::<RawCacheKey>()
-        }
-        _ => &[],
-    }
-}
-
-fn report_unknown(c: &mut Collector<'_>, src: &str, unknown: &[Vec<String>]) {
-    let doc = toml::de::DeTable::parse(src).ok();
-    for path in unknown {
-        let Some((key, parent)) = path.split_last() else {
-            continue;
-        };
-        let span = doc
-            .as_ref()
-            .and_then(|d| key_span(d.get_ref(), path))
-            .unwrap_or(0..0);
-        let dotted = path.join(".");
-        let known = known_keys(parent);
-        let msg = match suggest(key, known) {
-            Some(s) => format!("unknown key `{dotted}`: did you mean `{s}`?"),
-            None if !known.is_empty() => format!(
-                "unknown key `{dotted}`; the keys allowed here are: {}",
-                known.join(", ")
+/// The site's static files from `root` (a route's or `php`'s), with the
+/// site's file options.
+fn site_files(
+    c: &mut Collector<'_>,
+    base: &Path,
+    name: &str,
+    raw_site: &RawSite,
+    root: &Spanned<String>,
+) -> HandlerConfig {
+    let path = base.join(root.get_ref());
+    if !path.is_dir() {
+        c.at(
+            root.span(),
+            format!(
+                "site \"{name}\": root {} is not a directory",
+                path.display()
             ),
-            None => format!("unknown key `{dotted}`"),
-        };
-        c.at(span, msg);
+        );
+    }
+    HandlerConfig::Static(static_options(c, name, raw_site, path))
+}
+
+/// The addresses a site listens on: its `listen`, else the address and
+/// port in its name, else `server.bind` on 443 with TLS or 80.
+fn site_addrs(
+    c: &mut Collector<'_>,
+    bind_ip: IpAddr,
+    name: &str,
+    raw_site: &RawSite,
+    (name_port, name_ip): (Option<u16>, Option<IpAddr>),
+    has_tls: bool,
+) -> Vec<SocketAddr> {
+    let default_port = if has_tls { 443 } else { 80 };
+    match &raw_site.listen {
+        Some(l) => {
+            let mut out = Vec::new();
+            for a in l.get_ref().to_vec() {
+                match parse_listen(&a, bind_ip) {
+                    Ok(addr) => out.push(addr),
+                    Err(msg) => c.at(l.span(), format!("site \"{name}\": listen: {msg}")),
+                }
+            }
+            out
+        }
+        None => vec![SocketAddr::new(
+            name_ip.unwrap_or(bind_ip),
+            name_port.unwrap_or(default_port),
+        )],
     }
 }
 
-/// The span of the key at `path`, through tables and arrays of tables (a
-/// `[[site."x".route]]` is element `n` of `site.x.route`; serde_ignored
-/// names it by its index).
-fn key_span(table: &toml::de::DeTable<'_>, path: &[String]) -> Option<std::ops::Range<usize>> {
-    let (first, rest) = path.split_first()?;
-    let (k, v) = table.iter().find(|(k, _)| k.get_ref().as_ref() == first)?;
-    if rest.is_empty() {
-        return Some(k.span());
-    }
-    value_key_span(v.get_ref(), rest)
-}
-
-fn value_key_span(v: &toml::de::DeValue<'_>, path: &[String]) -> Option<std::ops::Range<usize>> {
-    match v {
-        toml::de::DeValue::Table(t) => key_span(t, path),
-        toml::de::DeValue::Array(a) => {
-            let (index, rest) = path.split_first()?;
-            let elem = a.get(index.parse::<usize>().ok()?)?;
-            value_key_span(elem.get_ref(), rest)
+/// The plain-HTTP address whose listener redirects to this TLS site, if any.
+fn http_redirect_from(
+    c: &mut Collector<'_>,
+    bind_ip: IpAddr,
+    name: &str,
+    raw_site: &RawSite,
+    has_tls: bool,
+    addrs: &[SocketAddr],
+    name_port: Option<u16>,
+) -> Option<SocketAddr> {
+    match (&raw_site.http_redirect, has_tls) {
+        (Some(r), false) => {
+            if matches!(
+                r.get_ref(),
+                BoolOrString::String(_) | BoolOrString::Bool(true)
+            ) {
+                c.at(
+                    r.span(),
+                    format!("site \"{name}\": http_redirect needs `tls` on the site"),
+                );
+            }
+            None
+        }
+        (Some(r), true) => match r.get_ref() {
+            BoolOrString::Bool(false) => None,
+            BoolOrString::Bool(true) => addrs.first().map(|a| SocketAddr::new(a.ip(), 80)),
+            BoolOrString::String(s) => match parse_listen(s, bind_ip) {
+                Ok(a) => Some(a),
+                Err(msg) => {
+                    c.at(r.span(), format!("site \"{name}\": http_redirect: {msg}"));
+                    None
+                }
+            },
+        },
+        (None, true) if raw_site.listen.is_none() && name_port.is_none() => {
+            addrs.first().map(|a| SocketAddr::new(a.ip(), 80))
         }
         _ => None,
     }
+}
+
+/// A site's `access_log`.
+fn access_log(
+    c: &mut Collector<'_>,
+    base: &Path,
+    name: &str,
+    raw_site: &RawSite,
+) -> Option<AccessLogConfig> {
+    let a = raw_site.access_log.as_ref()?;
+    let (path, format) = match a.get_ref() {
+        RawAccessLog::Path(p) => (p.clone(), None),
+        RawAccessLog::Full { path, format } => (path.clone(), format.clone()),
+    };
+    let format = match format.as_deref() {
+        None | Some("combined") => AccessLogFormat::Combined,
+        Some("json") => AccessLogFormat::Json,
+        Some(other) => {
+            c.at(
+                a.span(),
+                format!(
+                    "site \"{name}\": access_log format `{other}` is unknown; use \"combined\" or \"json\""
+                ),
+            );
+            return None;
+        }
+    };
+    let path = match path.as_str() {
+        "stdout" | "-" => None,
+        p => Some(base.join(p)),
+    };
+    Some(AccessLogConfig { path, format })
 }
 
 fn validate_server(c: &mut Collector<'_>, s: &RawServer) -> ServerConfig {
@@ -1471,7 +1332,9 @@ fn parse_headers(c: &mut Collector<'_>, site: &str, s: &RawSite) -> Vec<(HeaderN
     out
 }
 
-type Bind = (SocketAddr, bool, usize, bool, std::ops::Range<usize>);
+/// An address a site listens on: (address, TLS, site index, `default = true`,
+/// span of the site's name).
+pub(crate) type Bind = (SocketAddr, bool, usize, bool, std::ops::Range<usize>);
 
 /// What a site that relays TLS or TCP answers if HTTP ever reaches it: 421
 /// (RFC 9110 §15.5.20), never the welcome page, which is for a weir with
@@ -2065,6 +1928,153 @@ mod tests {
         assert!(
             text.contains("weir.toml:7:10: site \"a\": listen"),
             "{text}"
+        );
+    }
+
+    /// One error of each branch of a site's and a `[tcp]`'s validation,
+    /// each at its key: the positions the split of `load_str_with` keeps.
+    #[test]
+    fn site_section_errors_keep_their_positions() {
+        let err = load(concat!(
+            "[server]\n",
+            "bind = \"nope\"\n",
+            "[admin]\n",
+            "zzzzzz = 1\n",
+            "[site.\"a.test\"]\n",
+            "passthrough = \"127.0.0.1:9\"\n",
+            "root = \".\"\n",
+            "[site.\":8081\"]\n",
+            "passthrough = \"127.0.0.1:9\"\n",
+            "default = true\n",
+            "[site.\":8082\"]\n",
+            "root = \".\"\n",
+            "http_redirect = true\n",
+            "access_log = { path = \"x.log\", format = \"xml\" }\n",
+            "[site.\":8083\"]\n",
+            "app = \"node x.js\"\n",
+            "root = \".\"\n",
+            "[site.\":8084\"]\n",
+            "root = \".\"\n",
+            "cache = true\n",
+            "[site.\":8085\"]\n",
+            "[tcp.\"t\"]\n",
+            "listen = \":8084\"\n",
+            "to = \"127.0.0.1:1\"\n",
+        ))
+        .unwrap_err();
+        let msgs: Vec<String> = err.0.iter().map(|d| d.to_string()).collect();
+        assert_eq!(
+            msgs,
+            [
+                "weir.toml:2:8: server.bind: `nope` is not an IP address",
+                "weir.toml:4:1: unknown key `admin.zzzzzz`; the keys allowed here are: listen, token",
+                "weir.toml:6:15: site \"a.test\": `passthrough` hands its TLS to the upstream; remove `root`",
+                "weir.toml:8:7: site \":8081\": `passthrough` routes by the TLS server name; name the site by a host",
+                "weir.toml:8:7: site \":8081\": a `passthrough` site never answers HTTP, so it cannot be the `default`",
+                "weir.toml:13:17: site \":8082\": http_redirect needs `tls` on the site",
+                "weir.toml:14:14: site \":8082\": access_log format `xml` is unknown; use \"combined\" or \"json\"",
+                "weir.toml:16:7: site \":8083\": `app` is the site's handler; remove `root` (use a route for some paths)",
+                "weir.toml:20:9: site \":8084\": `cache` keeps responses of a proxy; add `proxy = { to = [...] }` or a route",
+                "weir.toml:21:1: site \":8085\" has nothing to serve: add `root = \"/path/to/files\"`",
+                "weir.toml:22:1: tcp \"t\": port 8084 is already used by a site or another [tcp]",
+            ]
+        );
+    }
+
+    /// A misspelt key in each kind of table, shorthands included: each
+    /// suggestion comes from the fields of that table's struct.
+    #[test]
+    fn misspelt_keys_in_every_table_get_their_tables_suggestion() {
+        let err = load(concat!(
+            "[server]\n",
+            "wrokers = 2\n",
+            "[server.limits]\n",
+            "hedaers = 10\n",
+            "[tls.acme]\n",
+            "emial = \"a@b.c\"\n",
+            "[cache]\n",
+            "memroy = \"1MiB\"\n",
+            "[site.\"a\"]\n",
+            "root = \".\"\n",
+            "compres = { enabled = true }\n",
+            "file_cache = { max_sze = \"1MiB\" }\n",
+            "basic_auth = { realm = \"x\", users = {}, usrs = 1 }\n",
+            "limit = [{ rate = \"1r/s\", brust = 1 }]\n",
+            "request_headers = { sett = {} }\n",
+            "[site.\"b\"]\n",
+            "proxy = { to = \"127.0.0.1:9\", helth = { path = \"/\" }, passive = { failurs = 1 } }\n",
+            "cache = { default_tl = \"1m\", key = { qurey = \"keep\" } }\n",
+            "[[site.\"b\".route]]\n",
+            "path = \"/x/*\"\n",
+            "php = { to = \"127.0.0.1:9\", spilt = [\".php\"], health = { intervl = \"1s\" } }\n",
+            "math = { method = \"GET\" }\n",
+            "[site.\"c.test\"]\n",
+            "passthrough = { to = \"127.0.0.1:9\", alpnn = [\"h2\"] }\n",
+            "[site.\"d\"]\n",
+            "app = { run = \"x\", instancs = 2 }\n",
+            "[tcp.\"t\"]\n",
+            "listen = \":9999\"\n",
+            "to = \"127.0.0.1:1\"\n",
+            "health = { intervall = \"1s\" }\n",
+        ))
+        .unwrap_err();
+        let msgs: Vec<String> = err
+            .0
+            .iter()
+            .map(|d| d.to_string())
+            .filter(|m| m.contains("unknown key"))
+            .collect();
+        assert_eq!(
+            msgs,
+            [
+                "weir.toml:2:1: unknown key `server.wrokers`: did you mean `workers`?",
+                "weir.toml:4:1: unknown key `server.limits.hedaers`: did you mean `headers`?",
+                "weir.toml:6:1: unknown key `tls.acme.emial`: did you mean `email`?",
+                "weir.toml:8:1: unknown key `cache.memroy`: did you mean `memory`?",
+                "weir.toml:11:1: unknown key `site.a.compres`: did you mean `compress`?",
+                "weir.toml:12:16: unknown key `site.a.file_cache.max_sze`: did you mean `max_size`?",
+                "weir.toml:13:41: unknown key `site.a.basic_auth.usrs`: did you mean `users`?",
+                "weir.toml:14:27: unknown key `site.a.limit.0.brust`: did you mean `burst`?",
+                "weir.toml:15:21: unknown key `site.a.request_headers.sett`: did you mean `set`?",
+                "weir.toml:17:31: unknown key `site.b.proxy.helth`: did you mean `health`?",
+                "weir.toml:17:67: unknown key `site.b.proxy.passive.failurs`: did you mean `failures`?",
+                "weir.toml:18:11: unknown key `site.b.cache.default_tl`: did you mean `default_ttl`?",
+                "weir.toml:18:38: unknown key `site.b.cache.key.qurey`: did you mean `query`?",
+                "weir.toml:21:29: unknown key `site.b.route.0.php.spilt`: did you mean `split`?",
+                "weir.toml:21:58: unknown key `site.b.route.0.php.health.intervl`: did you mean `interval`?",
+                "weir.toml:22:1: unknown key `site.b.route.0.math`: did you mean `path`?",
+                "weir.toml:24:37: unknown key `site.c.test.passthrough.alpnn`: did you mean `alpn`?",
+                "weir.toml:26:20: unknown key `site.d.app.instancs`: did you mean `instances`?",
+                "weir.toml:30:12: unknown key `tcp.t.health.intervall`: did you mean `interval`?",
+            ]
+        );
+    }
+
+    /// The keys a site and a route share (declared once in `raw`) point at
+    /// their own value in either table.
+    #[test]
+    fn shared_site_and_route_keys_point_at_their_value() {
+        let err = load(concat!(
+            "[site.\"a\"]\n",
+            "root = \".\"\n",
+            "allow = [\"10.0.0.300\"]\n",
+            "max_body = \"lots\"\n",
+            "[[site.\"a\".route]]\n",
+            "path = \"/x/*\"\n",
+            "root = \".\"\n",
+            "deny = [\"nope\"]\n",
+            "max_body = \"heaps\"\n",
+        ))
+        .unwrap_err();
+        let at: Vec<(usize, usize, bool)> = err
+            .0
+            .iter()
+            .map(|d| (d.line, d.col, d.message.contains("route 1")))
+            .collect();
+        assert_eq!(
+            at,
+            [(3, 9, false), (4, 12, false), (8, 8, true), (9, 12, true)],
+            "{err}"
         );
     }
 

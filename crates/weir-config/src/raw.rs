@@ -110,7 +110,8 @@ impl<'de> Deserialize<'de> for RawCacheSwitch {
                     .map(|c| RawCacheSwitch::On(Box::new(c)))
             }
         }
-        d.deserialize_any(V)
+        // As a struct, so the keys of the table are known (`introspect`).
+        d.deserialize_struct("RawCache", crate::introspect::fields::<RawCache>(), V)
     }
 }
 
@@ -227,6 +228,81 @@ pub struct RawLimits {
     pub tls_handshakes: Option<Spanned<i64>>,
 }
 
+/// Declares a struct with the keys a site and a route share (their
+/// handler and their filters) after its own, so the two tables cannot drift.
+/// A macro, not `#[serde(flatten)]`: a flattened struct is read through a
+/// buffered map, where TOML's spans (`Spanned`) are lost and serde_ignored
+/// never sees an unknown key.
+macro_rules! with_shared_keys {
+    ($(#[$attr:meta])* pub struct $name:ident { $($own:tt)* }) => {
+        $(#[$attr])*
+        pub struct $name {
+            $($own)*
+            /// Static files from this directory (relative to the config file).
+            pub root: Option<Spanned<String>>,
+            /// Reverse proxy: `proxy = { to = ["127.0.0.1:9001"] }`, or only the
+            /// upstreams: `proxy = "127.0.0.1:9001"`, `proxy = ["a:1", "b:1"]`.
+            /// Off by default; a site has either `proxy` or `root` (use `route`
+            /// for both), and a route one of `proxy`, `root`, `redirect`, `respond`.
+            #[serde(default, deserialize_with = "proxy_shorthand")]
+            pub proxy: Option<Spanned<RawProxy>>,
+            /// Cache the proxy's responses: `true`, `false` or `{ default_ttl = "2m", ... }`;
+            /// default off for a site, the site's for a route (a site's applies to
+            /// its routes unless a route says otherwise).
+            pub cache: Option<Spanned<RawCacheSwitch>>,
+            /// Client addresses allowed (CIDRs or addresses); others get 403.
+            /// Default: everyone. Checked after `deny`.
+            pub allow: Option<Spanned<Vec<String>>>,
+            /// Client addresses refused with 403 (CIDRs or addresses). Default: none.
+            pub deny: Option<Spanned<Vec<String>>>,
+            /// HTTP basic authentication: `{ realm = "admin", users = { alice = "$2b$12$..." } }`
+            /// with bcrypt or argon2 hashes (`weir hash-password`). Default off.
+            pub basic_auth: Option<Spanned<RawBasicAuth>>,
+            /// Ask an auth service first: `{ url = "http://127.0.0.1:9091/verify", copy_headers = ["X-User"] }`.
+            /// Default off.
+            pub forward_auth: Option<Spanned<RawForwardAuth>>,
+            /// Rate, connection and window limits: `[{ rate = "10r/s", burst = 5, nodelay = true }]`.
+            pub limit: Option<Vec<Spanned<RawLimit>>>,
+            /// Request fields changed before the handler: `{ set = { X-Real-IP = "{client_ip}" }, add = {...}, remove = [...] }`.
+            pub request_headers: Option<Spanned<RawHeaderOps>>,
+            /// Response fields changed after the handler: `{ set = {...}, add = {...}, remove = [...] }`.
+            pub response_headers: Option<Spanned<RawHeaderOps>>,
+            /// Largest request body, refused with 413 past it (`"10MiB"`); default `server.limits.body`.
+            pub max_body: Option<Spanned<Value>>,
+            /// Files tried in order for static requests, the last one answering
+            /// whatever it gives: `["{path}", "/index.html"]` (a single-page app). Default: `{path}`.
+            pub try_files: Option<Spanned<Vec<String>>>,
+            /// Redirect every request: `"https://example.com{uri}"` or `{ to = "...", status = 301 }`
+            /// (default status 302). Exclusive with `root` and `proxy`.
+            pub redirect: Option<Spanned<RawRedirect>>,
+            /// Answer every request with a fixed response: `403` or `{ status = 200, body = "ok" }`.
+            pub respond: Option<Spanned<RawRespond>>,
+            /// PHP through FastCGI with Caddy's `php_fastcgi` defaults:
+            /// `"unix:/run/php/php-fpm.sock"` or `{ to = "127.0.0.1:9000", ... }`. Needs `root`.
+            pub php: Option<Spanned<Shorthand<RawFastCgi>>>,
+            /// A FastCGI application with no PHP defaults (no front controller).
+            pub fastcgi: Option<Spanned<Shorthand<RawFastCgi>>>,
+        }
+
+        impl $name {
+            /// The filter keys, for [`crate::traffic::filters`].
+            pub fn filter_keys(&self) -> crate::traffic::RawFilterKeys<'_> {
+                crate::traffic::RawFilterKeys {
+                    allow: &self.allow,
+                    deny: &self.deny,
+                    basic_auth: &self.basic_auth,
+                    forward_auth: &self.forward_auth,
+                    limit: &self.limit,
+                    request_headers: &self.request_headers,
+                    response_headers: &self.response_headers,
+                    max_body: &self.max_body,
+                }
+            }
+        }
+    };
+}
+
+with_shared_keys! {
 /// `[site."name"]`.
 #[derive(Debug, Default, Deserialize)]
 pub struct RawSite {
@@ -235,8 +311,6 @@ pub struct RawSite {
     pub listen: Option<Spanned<OneOrMany>>,
     /// This site answers requests whose Host matches no site on its listener.
     pub default: Option<bool>,
-    /// Directory served as static files.
-    pub root: Option<Spanned<String>>,
     /// `{ cert = "cert.pem", key = "key.pem" }`, paths relative to the config
     /// file, reloaded when they change. Without `tls`, a site named by a host
     /// or IP with no port and no `listen` (or named `https://...`) gets its
@@ -269,41 +343,6 @@ pub struct RawSite {
     pub headers: Option<IndexMap<String, Spanned<String>>>,
     /// Access log; off by default. `"stdout"`, a file path, or `{ path, format }`.
     pub access_log: Option<Spanned<RawAccessLog>>,
-    /// Reverse proxy for the whole site: `proxy = { to = ["127.0.0.1:9001"] }`,
-    /// or only the upstreams: `proxy = "127.0.0.1:9001"`, `proxy = ["a:1", "b:1"]`.
-    /// Off by default; a site has either `proxy` or `root` (use `route` for both).
-    #[serde(default, deserialize_with = "proxy_shorthand")]
-    pub proxy: Option<Spanned<RawProxy>>,
-    /// Cache the proxy's responses (and every route's, unless a route says
-    /// otherwise): `true` or `{ default_ttl = "2m", ... }`; default off.
-    pub cache: Option<Spanned<RawCacheSwitch>>,
-    /// Client addresses allowed (CIDRs or addresses); others get 403.
-    /// Default: everyone. Checked after `deny`.
-    pub allow: Option<Spanned<Vec<String>>>,
-    /// Client addresses refused with 403 (CIDRs or addresses). Default: none.
-    pub deny: Option<Spanned<Vec<String>>>,
-    /// HTTP basic authentication: `{ realm = "admin", users = { alice = "$2b$12$..." } }`
-    /// with bcrypt or argon2 hashes (`weir hash-password`). Default off.
-    pub basic_auth: Option<Spanned<RawBasicAuth>>,
-    /// Ask an auth service first: `{ url = "http://127.0.0.1:9091/verify", copy_headers = ["X-User"] }`.
-    /// Default off.
-    pub forward_auth: Option<Spanned<RawForwardAuth>>,
-    /// Rate, connection and window limits: `[{ rate = "10r/s", burst = 5, nodelay = true }]`.
-    pub limit: Option<Vec<Spanned<RawLimit>>>,
-    /// Request fields changed before the handler: `{ set = { X-Real-IP = "{client_ip}" }, add = {...}, remove = [...] }`.
-    pub request_headers: Option<Spanned<RawHeaderOps>>,
-    /// Response fields changed after the handler: `{ set = {...}, add = {...}, remove = [...] }`.
-    pub response_headers: Option<Spanned<RawHeaderOps>>,
-    /// Largest request body, refused with 413 past it (`"10MiB"`); default `server.limits.body`.
-    pub max_body: Option<Spanned<Value>>,
-    /// Files tried in order for static requests, the last one answering
-    /// whatever it gives: `["{path}", "/index.html"]` (a single-page app). Default: `{path}`.
-    pub try_files: Option<Spanned<Vec<String>>>,
-    /// Redirect every request: `"https://example.com{uri}"` or `{ to = "...", status = 301 }`
-    /// (default status 302). Exclusive with `root` and `proxy`.
-    pub redirect: Option<Spanned<RawRedirect>>,
-    /// Answer every request with a fixed response: `403` or `{ status = 200, body = "ok" }`.
-    pub respond: Option<Spanned<RawRespond>>,
     /// Routes by path, tried in file order before the site's own handler:
     /// `[[site."x".route]]` with `path = "/api/*"` and `proxy = { ... }`. None by default.
     pub route: Option<Vec<Spanned<RawRoute>>>,
@@ -313,17 +352,13 @@ pub struct RawSite {
     /// CIDRs allowed to send a PROXY protocol header; default: none (every
     /// connection is refused while `proxy_protocol = true` and this is empty).
     pub trusted_sources: Option<Spanned<Vec<String>>>,
-    /// PHP through FastCGI with Caddy's `php_fastcgi` defaults:
-    /// `"unix:/run/php/php-fpm.sock"` or `{ to = "127.0.0.1:9000", ... }`. Needs `root`.
-    pub php: Option<Spanned<Shorthand<RawFastCgi>>>,
-    /// A FastCGI application with no PHP defaults (no front controller).
-    pub fastcgi: Option<Spanned<Shorthand<RawFastCgi>>>,
     /// An application weir runs and proxies to: `"node server.js"` or
     /// `{ run = "...", instances = 2, ... }`; instead of `proxy`.
     pub app: Option<Spanned<Shorthand<RawApp>>>,
     /// TLS for this name is passed through untouched to these upstreams
     /// (routed by SNI): `"10.0.0.5:443"` or `{ to = [...], alpn = [...] }`.
     pub passthrough: Option<Spanned<Shorthand<RawStream>>>,
+}
 }
 
 /// A key that is either an upstream address or a table with `to` and settings.
@@ -352,7 +387,9 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Shorthand<T> {
                     .map(|t| Shorthand::Full(Box::new(t)))
             }
         }
-        d.deserialize_any(V(std::marker::PhantomData))
+        // As a struct, so the keys of the table are known (`introspect`).
+        let fields = crate::introspect::fields::<T>();
+        d.deserialize_struct("Shorthand", fields, V(std::marker::PhantomData))
     }
 }
 
@@ -388,7 +425,8 @@ fn proxy_shorthand<'de, D: serde::Deserializer<'de>>(
                         .map(|p| Given::Full(Box::new(p)))
                 }
             }
-            d.deserialize_any(V)
+            // As a struct, so the keys of the table are known (`introspect`).
+            d.deserialize_struct("RawProxy", crate::introspect::fields::<RawProxy>(), V)
         }
     }
     let Some(given) = Option::<Spanned<Given>>::deserialize(d)? else {
@@ -516,6 +554,7 @@ pub struct RawStream {
     pub dns_ttl: Option<Spanned<Value>>,
 }
 
+with_shared_keys! {
 /// `[[site."x".route]]`: requests whose path matches go to this route's handler.
 #[derive(Debug, Deserialize)]
 pub struct RawRoute {
@@ -529,51 +568,13 @@ pub struct RawRoute {
     /// header = { X-Debug = "1" }, query = { preview = "*" }, client = ["10.0.0.0/8"], protocol = "https" }`.
     #[serde(rename = "match")]
     pub matches: Option<Spanned<RawMatch>>,
-    /// Serve static files from this directory (relative to the config file).
-    pub root: Option<Spanned<String>>,
     /// Remove the literal part of `path` before the first `*` (keeping a
     /// leading `/`) before forwarding; default false.
     pub strip_prefix: Option<bool>,
     /// Replace the literal part of `path` with this before forwarding
     /// (`"/v2/"`); default: no rewrite. Exclusive with `strip_prefix`.
     pub rewrite: Option<Spanned<String>>,
-    /// Where matching requests go: `proxy`, `root`, `redirect` or `respond` (one of them).
-    /// `proxy` takes the same shorthands as a site's.
-    #[serde(default, deserialize_with = "proxy_shorthand")]
-    pub proxy: Option<Spanned<RawProxy>>,
-    /// Cache this route's responses: `true`, `false` or a table; default: the site's `cache`.
-    pub cache: Option<Spanned<RawCacheSwitch>>,
-    /// Client addresses allowed (CIDRs or addresses); others get 403.
-    /// Default: everyone. Checked after `deny`.
-    pub allow: Option<Spanned<Vec<String>>>,
-    /// Client addresses refused with 403 (CIDRs or addresses). Default: none.
-    pub deny: Option<Spanned<Vec<String>>>,
-    /// HTTP basic authentication: `{ realm = "admin", users = { alice = "$2b$12$..." } }`
-    /// with bcrypt or argon2 hashes (`weir hash-password`). Default off.
-    pub basic_auth: Option<Spanned<RawBasicAuth>>,
-    /// Ask an auth service first: `{ url = "http://127.0.0.1:9091/verify", copy_headers = ["X-User"] }`.
-    /// Default off.
-    pub forward_auth: Option<Spanned<RawForwardAuth>>,
-    /// Rate, connection and window limits: `[{ rate = "10r/s", burst = 5, nodelay = true }]`.
-    pub limit: Option<Vec<Spanned<RawLimit>>>,
-    /// Request fields changed before the handler: `{ set = { X-Real-IP = "{client_ip}" }, add = {...}, remove = [...] }`.
-    pub request_headers: Option<Spanned<RawHeaderOps>>,
-    /// Response fields changed after the handler: `{ set = {...}, add = {...}, remove = [...] }`.
-    pub response_headers: Option<Spanned<RawHeaderOps>>,
-    /// Largest request body, refused with 413 past it (`"10MiB"`); default `server.limits.body`.
-    pub max_body: Option<Spanned<Value>>,
-    /// Files tried in order for static requests, the last one answering
-    /// whatever it gives: `["{path}", "/index.html"]` (a single-page app). Default: `{path}`.
-    pub try_files: Option<Spanned<Vec<String>>>,
-    /// Redirect every request: `"https://example.com{uri}"` or `{ to = "...", status = 301 }`
-    /// (default status 302). Exclusive with `root` and `proxy`.
-    pub redirect: Option<Spanned<RawRedirect>>,
-    /// Answer every request with a fixed response: `403` or `{ status = 200, body = "ok" }`.
-    pub respond: Option<Spanned<RawRespond>>,
-    /// PHP through FastCGI for this route's paths, with `root`: as a site's `php`.
-    pub php: Option<Spanned<Shorthand<RawFastCgi>>>,
-    /// A FastCGI application for this route's paths: as a site's `fastcgi`.
-    pub fastcgi: Option<Spanned<Shorthand<RawFastCgi>>>,
+}
 }
 
 /// `basic_auth = { ... }`.

@@ -378,7 +378,7 @@ fn route_config(
             format!("{key}: `try_files` looks for files; this route has no `root`"),
         );
     }
-    let filters = traffic::filters(c, key, route_filter_keys(raw));
+    let filters = traffic::filters(c, key, raw.filter_keys());
     Some(RouteConfig {
         pattern,
         rewrite,
@@ -387,19 +387,6 @@ fn route_config(
         matcher,
         filters: Arc::new(filters),
     })
-}
-
-fn route_filter_keys(r: &RawRoute) -> crate::traffic::RawFilterKeys<'_> {
-    crate::traffic::RawFilterKeys {
-        allow: &r.allow,
-        deny: &r.deny,
-        basic_auth: &r.basic_auth,
-        forward_auth: &r.forward_auth,
-        limit: &r.limit,
-        request_headers: &r.request_headers,
-        response_headers: &r.response_headers,
-        max_body: &r.max_body,
-    }
 }
 
 #[cfg(test)]

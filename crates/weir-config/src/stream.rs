@@ -6,14 +6,17 @@
 //! Owns only checking and defaults; never opens a socket.
 
 use std::net::{IpAddr, SocketAddr};
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
+use indexmap::IndexMap;
 use serde_spanned::Spanned;
 
+use crate::HostPattern;
 use crate::error::Collector;
 use crate::proxy::{ProxyConfig, UpstreamTarget, proxy_config};
-use crate::raw::{RawProxy, RawStream, RawUpstreams, Shorthand};
+use crate::raw::{RawProxy, RawSite, RawStream, RawUpstreams, Shorthand};
 
 /// Byte streams proxied to upstreams: a `[tcp]` listener's, or TLS
 /// connections a site passes through.
@@ -77,8 +80,78 @@ pub(crate) fn tcp_listener(
     })
 }
 
+/// Every `[tcp."name"]` table; a port must not be one that a site (`binds`)
+/// or another `[tcp]` listens on.
+pub(crate) fn tcp_listeners(
+    c: &mut Collector<'_>,
+    raw: &IndexMap<String, Spanned<RawStream>>,
+    bind: IpAddr,
+    binds: &[crate::Bind],
+) -> Vec<TcpListenerConfig> {
+    let mut tcp: Vec<TcpListenerConfig> = Vec::new();
+    for (name, t) in raw {
+        if let Some(l) = tcp_listener(c, name, t, bind) {
+            for a in &l.addrs {
+                if binds.iter().any(|b| b.0.port() == a.port())
+                    || tcp
+                        .iter()
+                        .any(|o| o.addrs.iter().any(|b| b.port() == a.port()))
+                {
+                    c.at(
+                        t.span(),
+                        format!(
+                            "tcp \"{name}\": port {} is already used by a site or another [tcp]",
+                            a.port()
+                        ),
+                    );
+                }
+            }
+            tcp.push(l);
+        }
+    }
+    tcp
+}
+
+/// A site's `passthrough`, which hands the site's TLS to its upstreams and
+/// so excludes every key that answers HTTP, and routes by the TLS server
+/// name, so needs a site named by a host.
+pub(crate) fn site_passthrough(
+    c: &mut Collector<'_>,
+    name: &str,
+    s: &RawSite,
+    host: &HostPattern,
+    name_span: &Range<usize>,
+) -> Option<Arc<StreamConfig>> {
+    let p = s.passthrough.as_ref()?;
+    let out = passthrough(c, name, p).map(Arc::new);
+    let own = [
+        ("tls", s.tls.is_some()),
+        ("root", s.root.is_some()),
+        ("proxy", s.proxy.is_some()),
+        ("route", s.route.is_some()),
+        ("php", s.php.is_some()),
+        ("fastcgi", s.fastcgi.is_some()),
+        ("redirect", s.redirect.is_some()),
+        ("respond", s.respond.is_some()),
+        ("http_redirect", s.http_redirect.is_some()),
+    ];
+    for (k, _) in own.iter().filter(|(_, set)| *set) {
+        c.at(
+            p.span(),
+            format!("site \"{name}\": `passthrough` hands its TLS to the upstream; remove `{k}`"),
+        );
+    }
+    if matches!(host, HostPattern::Any) {
+        c.at(
+            name_span.clone(),
+            format!("site \"{name}\": `passthrough` routes by the TLS server name; name the site by a host"),
+        );
+    }
+    out
+}
+
 /// A site's `passthrough`.
-pub(crate) fn passthrough(
+fn passthrough(
     c: &mut Collector<'_>,
     site: &str,
     raw: &Spanned<Shorthand<RawStream>>,
