@@ -16,6 +16,7 @@ pub mod background;
 pub mod body;
 pub mod clock;
 pub mod conn;
+pub mod date;
 pub mod file_region;
 pub mod h1;
 pub mod header_maps;

@@ -12,16 +12,16 @@
 //! [`reopen`] (SIGUSR1, after log rotation) has every writer open its path
 //! again before its next batch, as nginx does on USR1.
 
-use std::cell::RefCell;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use weir_config::{AccessLogConfig, AccessLogFormat};
+use weir_http::date;
 
 /// How long the writer gathers lines after the first one of a batch: at
 /// most this late in the file, and one wake-up and one write per batch.
@@ -160,7 +160,8 @@ fn version(v: http::Version) -> &'static str {
 
 /// `127.0.0.1 - - [21/Nov/2026:15:03:00 +0000] "GET / HTTP/1.1" 200 164 "-" "curl/7.88.1"`
 fn combined(e: &Entry<'_>) -> Vec<u8> {
-    let now = with_now(|t| t.clf.clone());
+    let mut now = String::with_capacity(26);
+    date::push_clf(&mut now);
     let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
     format!(
         "{} - - [{}] \"{} {} {}\" {} {} \"{}\" \"{}\"\n",
@@ -180,7 +181,7 @@ fn combined(e: &Entry<'_>) -> Vec<u8> {
 fn json(e: &Entry<'_>) -> Vec<u8> {
     let mut out = String::with_capacity(256);
     out.push_str("{\"time\":\"");
-    with_now(|t| out.push_str(&t.http));
+    date::push_http(&mut out);
     let _ = write!(out, "\",\"remote_addr\":\"{}\",\"host\":", e.peer.ip());
     json_str(&mut out, Some(e.host));
     out.push_str(",\"method\":");
@@ -233,45 +234,6 @@ fn json_str(out: &mut String, s: Option<&str>) {
         }
     }
     out.push('"');
-}
-
-/// The current second's time in the two forms the logs write.
-struct Now {
-    secs: u64,
-    http: String,
-    clf: String,
-}
-
-thread_local! {
-    /// Formatted once a second per thread, not per line.
-    static NOW: RefCell<Now> = const {
-        RefCell::new(Now { secs: u64::MAX, http: String::new(), clf: String::new() })
-    };
-}
-
-fn with_now<R>(f: impl FnOnce(&Now) -> R) -> R {
-    NOW.with_borrow_mut(|n| {
-        let secs = weir_http::clock::unix_secs();
-        if n.secs != secs {
-            let t = weir_http::clock::system_time(secs);
-            n.http = httpdate::fmt_http_date(t);
-            n.clf = clf_time(t);
-            n.secs = secs;
-        }
-        f(n)
-    })
-}
-
-/// `21/Nov/2026:15:03:00 +0000`, the combined log format's time, in UTC.
-fn clf_time(t: SystemTime) -> String {
-    // httpdate gives "Sat, 21 Nov 2026 15:03:00 GMT"; rearrange its fields.
-    let s = httpdate::fmt_http_date(t);
-    let p: Vec<&str> = s.split(' ').collect();
-    if p.len() == 6 {
-        format!("{}/{}/{}:{} +0000", p[1], p[2], p[3], p[4])
-    } else {
-        s
-    }
 }
 
 #[cfg(test)]
