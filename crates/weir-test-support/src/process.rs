@@ -1,6 +1,7 @@
-//! The `weir` binary as a plain process for the static-file, CLI and
-//! lifecycle tests: started from a config in a temporary directory, signalled,
-//! its log read; and blocking raw-TCP helpers to talk to it.
+//! The `weir` binary as a process ([`Weir`], which every end-to-end test
+//! starts it with): from a config in a temporary directory or the test's,
+//! waited for, signalled, its log read; and blocking raw-TCP helpers to talk
+//! to it.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -9,13 +10,30 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::poll::poll_until;
+use crate::ports::free_port;
 
-/// A running weir process, killed when dropped.
+/// A running weir process, killed when dropped: the one handle every
+/// end-to-end test starts the binary with.
 pub struct Weir {
     pub child: Child,
-    pub dir: tempfile::TempDir,
-    pub stderr_path: PathBuf,
+    /// 127.0.0.1 at the first port waited for (port 0 if none).
+    pub addr: SocketAddr,
+    dir: Dir,
+    /// weir's stderr, when kept in a file rather than shown with the test's.
+    log: Option<PathBuf>,
 }
+
+/// Where weir runs and its config is.
+enum Dir {
+    /// A temporary directory made for it, removed when it stops.
+    Own(tempfile::TempDir),
+    /// The test's own directory.
+    Given(PathBuf),
+}
+
+/// How long weir may take to listen: debug logging and TLS set-up on a
+/// loaded machine can take seconds.
+const LISTEN_WITHIN: Duration = Duration::from_secs(20);
 
 impl Weir {
     /// Writes `config` as `weir.toml` in a fresh directory (with `dir` holding
@@ -33,30 +51,100 @@ impl Weir {
         Self::spawn(bin, dir, &args, wait_ports)
     }
 
-    pub fn start(bin: impl AsRef<Path>, config: &str, wait_ports: &[u16]) -> Weir {
+    /// [`Weir::start_in`] a fresh temporary directory.
+    pub fn start_on(bin: impl AsRef<Path>, config: &str, wait_ports: &[u16]) -> Weir {
         Self::start_in(bin, tempfile::tempdir().unwrap(), config, wait_ports)
     }
 
-    /// Runs `bin` with `args` in `dir`, its stderr kept for [`Weir::stderr`].
+    /// Runs `bin` with `args` in `dir`, its stderr kept for [`Weir::log`].
     pub fn spawn(
         bin: impl AsRef<Path>,
         dir: tempfile::TempDir,
         args: &[&str],
         wait_ports: &[u16],
     ) -> Weir {
-        let stderr_path = dir.path().join("stderr.log");
-        let stderr = std::fs::File::create(&stderr_path).unwrap();
-        let child = Command::new(bin.as_ref())
-            .args(args)
-            .current_dir(dir.path())
+        let log = dir.path().join("stderr.log");
+        let mut cmd = Command::new(bin.as_ref());
+        cmd.args(args).current_dir(dir.path());
+        Self::launch(cmd, Dir::Own(dir), Some(log), wait_ports)
+    }
+
+    /// Starts `bin` with `config`, where `{PORT}` is replaced by a free port
+    /// (the one waited for, in [`Weir::addr`]) and `{DIR}` by a temporary
+    /// directory. weir's log goes to the test's stderr, at `WEIR_TEST_LOG`
+    /// (default `weir=warn`).
+    pub fn start(bin: impl AsRef<Path>, config: &str) -> Weir {
+        Self::templated(bin.as_ref(), config, false)
+    }
+
+    /// As [`Weir::start`], with weir's log (at its default level) kept
+    /// in the directory for [`Weir::log`] instead.
+    pub fn start_logged(bin: impl AsRef<Path>, config: &str) -> Weir {
+        Self::templated(bin.as_ref(), config, true)
+    }
+
+    fn templated(bin: &Path, config: &str, logged: bool) -> Weir {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let text = config
+            .replace("{PORT}", &port.to_string())
+            .replace("{DIR}", &dir.path().display().to_string());
+        let path = dir.path().join("weir.toml");
+        std::fs::write(&path, text).unwrap();
+        let mut cmd = Command::new(bin);
+        cmd.args(["run", "-c"]).arg(&path);
+        let log = logged.then(|| dir.path().join("stderr.log"));
+        if !logged {
+            // WEIR_TEST_LOG=weir=debug shows more when chasing a failure.
+            cmd.env(
+                "WEIR_LOG",
+                std::env::var("WEIR_TEST_LOG").unwrap_or_else(|_| "weir=warn".into()),
+            );
+        }
+        Self::launch(cmd, Dir::Own(dir), log, &[port])
+    }
+
+    /// Starts `bin` with arguments; it must listen on `port`. Its log goes
+    /// to the test's stderr.
+    pub fn start_args(bin: impl AsRef<Path>, args: &[&str], port: u16) -> Weir {
+        let mut cmd = Command::new(bin.as_ref());
+        cmd.args(args);
+        Self::launch(cmd, Dir::Own(tempfile::tempdir().unwrap()), None, &[port])
+    }
+
+    /// Writes `config` to `dir/weir.toml` and starts `bin` on it with its
+    /// debug log kept (the TLS tests read what the certificate manager
+    /// did); waits for `port`.
+    pub fn start_debug(bin: impl AsRef<Path>, dir: &Path, config: &str, port: u16) -> Weir {
+        let cfg = dir.join("weir.toml");
+        std::fs::write(&cfg, config).unwrap();
+        // Several weirs may share `dir` in one test.
+        let log = dir.join(format!("weir-{}.log", rand::random::<u32>()));
+        let mut cmd = Command::new(bin.as_ref());
+        cmd.args(["run", "--config"])
+            .arg(&cfg)
+            .env("WEIR_LOG", "weir=debug");
+        Self::launch(cmd, Dir::Given(dir.to_path_buf()), Some(log), &[port])
+    }
+
+    /// Spawns `cmd` with its stderr in `log` (or the test's) and waits for
+    /// `wait_ports`.
+    fn launch(mut cmd: Command, dir: Dir, log: Option<PathBuf>, wait_ports: &[u16]) -> Weir {
+        let stderr = match &log {
+            Some(p) => Stdio::from(std::fs::File::create(p).unwrap()),
+            None => Stdio::inherit(),
+        };
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
             .expect("start weir");
+        let port = wait_ports.first().copied().unwrap_or(0);
         let mut w = Weir {
             child,
+            addr: addr(port),
             dir,
-            stderr_path,
+            log,
         };
         for &p in wait_ports {
             w.wait_port(p);
@@ -65,7 +153,7 @@ impl Weir {
     }
 
     pub fn wait_port(&mut self, port: u16) {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + LISTEN_WITHIN;
         loop {
             if TcpStream::connect(("127.0.0.1", port)).is_ok() {
                 return;
@@ -73,31 +161,53 @@ impl Weir {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!(
                     "weir exited ({status}) before listening on {port}:\n{}",
-                    self.stderr()
+                    self.log()
                 );
             }
             if Instant::now() > deadline {
                 panic!(
-                    "weir did not listen on {port} within 10 s:\n{}",
-                    self.stderr()
+                    "weir did not listen on {port} within {LISTEN_WITHIN:?}:\n{}",
+                    self.log()
                 );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 
-    pub fn stderr(&self) -> String {
-        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    /// weir's log so far (empty when it goes to the test's stderr).
+    pub fn log(&self) -> String {
+        self.log
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default()
     }
 
     /// Waits until the log has `needle`: a line logged as the server starts
     /// may come after its port already accepts connections.
     pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
-        poll_until(timeout, || self.stderr().contains(needle))
+        poll_until(timeout, || self.log().contains(needle))
     }
 
+    /// The directory weir runs in and its config is.
     pub fn path(&self) -> &Path {
-        self.dir.path()
+        match &self.dir {
+            Dir::Own(d) => d.path(),
+            Dir::Given(p) => p,
+        }
+    }
+
+    /// `http://127.0.0.1:PORT{path}` at [`Weir::addr`].
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// VmRSS of the weir process in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap()
     }
 
     /// Sends SIGTERM.
@@ -125,6 +235,16 @@ impl Weir {
             std::thread::sleep(Duration::from_millis(20));
         }
         None
+    }
+
+    /// Sends SIGTERM, waits up to 10 s for the exit, and returns the log.
+    pub fn stop(mut self) -> String {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        self.wait_exit(Duration::from_secs(10));
+        self.log()
     }
 }
 

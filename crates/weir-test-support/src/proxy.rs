@@ -1,16 +1,13 @@
 //! The proxy tests' side: small upstream servers (hyper, WebSocket, raw
-//! scripted bytes) that record what they see, the `weir` binary started
-//! from a config with `{PORT}` and `{DIR}` filled in, and h2c/raw clients.
+//! scripted bytes) that record what they see, and h2c/raw clients. These
+//! tests start weir with [`Weir::start`], which fills in `{PORT}` and `{DIR}`.
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::io::Write;
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
@@ -19,7 +16,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::ports::free_port;
+pub use crate::process::Weir;
 
 pub type RespBody = BoxBody<Bytes, std::io::Error>;
 
@@ -309,108 +306,6 @@ pub async fn answer(
     let mut r = Response::new(full(name.to_string()));
     r.headers_mut().insert("x-upstream", name.parse().unwrap());
     r
-}
-
-/// The weir binary running a config; killed on drop.
-pub struct Weir {
-    pub child: Child,
-    pub addr: SocketAddr,
-    pub dir: tempfile::TempDir,
-}
-
-impl Drop for Weir {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Weir {
-    /// Starts `bin` with `config`, where `{PORT}` is replaced by a free port
-    /// and `{DIR}` by a temporary directory.
-    pub fn start(bin: impl AsRef<Path>, config: &str) -> Weir {
-        Self::start_with(bin.as_ref(), config, false)
-    }
-
-    /// As [`Weir::start`], with weir's log (at its default level) kept in
-    /// the directory for [`Weir::log`] instead of shown with the test's.
-    pub fn start_logged(bin: impl AsRef<Path>, config: &str) -> Weir {
-        Self::start_with(bin.as_ref(), config, true)
-    }
-
-    /// The log so far, if started with [`Weir::start_logged`].
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
-    }
-
-    fn start_with(bin: &Path, config: &str, logged: bool) -> Weir {
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let text = config
-            .replace("{PORT}", &port.to_string())
-            .replace("{DIR}", &dir.path().display().to_string());
-        let path = dir.path().join("weir.toml");
-        std::fs::File::create(&path)
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-        let mut cmd = Command::new(bin);
-        cmd.args(["run", "-c"]).arg(&path).stdout(Stdio::null());
-        if logged {
-            let log = std::fs::File::create(dir.path().join("stderr.log")).unwrap();
-            cmd.stderr(log);
-        } else {
-            // WEIR_TEST_LOG=weir=debug shows more when chasing a failure.
-            cmd.env(
-                "WEIR_LOG",
-                std::env::var("WEIR_TEST_LOG").unwrap_or_else(|_| "weir=warn".into()),
-            )
-            .stderr(Stdio::inherit());
-        }
-        let child = cmd.spawn().unwrap();
-        Self::wait(child, port, dir)
-    }
-
-    /// Starts `bin` with arguments; it must listen on `port`.
-    pub fn start_args(bin: impl AsRef<Path>, args: &[&str], port: u16) -> Weir {
-        let dir = tempfile::tempdir().unwrap();
-        let child = Command::new(bin.as_ref())
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        Self::wait(child, port, dir)
-    }
-
-    fn wait(mut child: Child, port: u16, dir: tempfile::TempDir) -> Weir {
-        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-        let start = Instant::now();
-        while std::net::TcpStream::connect(addr).is_err() {
-            if let Ok(Some(st)) = child.try_wait() {
-                panic!("weir exited early: {st}");
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "weir did not start"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Weir { child, addr, dir }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    /// VmRSS of the weir process in KiB.
-    pub fn rss_kib(&self) -> u64 {
-        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        s.lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap()
-    }
 }
 
 /// Sends raw bytes to weir and reads until weir closes the connection

@@ -1,115 +1,18 @@
-//! The TLS, local-CA, ACME and HTTP/3 tests' side: the binary started with
-//! its debug log kept, and real TLS, HTTP/1.1, HTTP/2 and HTTP/3 clients
-//! whose responses reduce to one comparable [`Seen`].
+//! The TLS, local-CA, ACME and HTTP/3 tests' side: real TLS, HTTP/1.1,
+//! HTTP/2 and HTTP/3 clients whose responses reduce to one comparable
+//! [`Seen`]. These tests start weir with [`Weir::start_debug`], which keeps
+//! its debug log.
 
-use std::io::Read;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes};
 use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 
-use crate::poll::poll_until;
+pub use crate::process::Weir;
 
 pub fn install_crypto() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-}
-
-/// A running weir; killed (by its own PID) on drop.
-pub struct Weir {
-    pub child: Child,
-    pub log: PathBuf,
-}
-
-impl Weir {
-    /// Writes `config` to `dir/weir.toml`, starts `bin` on it, waits for `port`.
-    pub fn start(bin: impl AsRef<Path>, dir: &Path, config: &str, port: u16) -> Weir {
-        let cfg = dir.join("weir.toml");
-        std::fs::write(&cfg, config).unwrap();
-        let log = dir.join(format!("weir-{}.log", rand::random::<u32>()));
-        let child = Command::new(bin.as_ref())
-            .args(["run", "--config"])
-            .arg(&cfg)
-            .env("WEIR_LOG", "weir=debug")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut w = Weir { child, log };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(st)) = w.child.try_wait() {
-                panic!("weir exited with {st}:\n{}", w.logs());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "weir did not listen:\n{}",
-                w.logs()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        w
-    }
-
-    pub fn logs(&self) -> String {
-        let mut s = String::new();
-        if let Ok(mut f) = std::fs::File::open(&self.log) {
-            let _ = f.read_to_string(&mut s);
-        }
-        s
-    }
-
-    /// Waits until the log has `needle`.
-    pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
-        poll_until(timeout, || self.logs().contains(needle))
-    }
-
-    /// Sends SIGTERM.
-    pub fn terminate(&self) {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -TERM failed");
-    }
-
-    /// Waits for the process to exit, up to `timeout`.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                return Some(s);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
-    }
-
-    pub fn stop(mut self) -> String {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        self.logs()
-    }
-}
-
-impl Drop for Weir {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 pub fn roots_from_pem(pem: &[u8]) -> rustls::RootCertStore {

@@ -244,7 +244,7 @@ async fn wait_for_cert(
         assert!(
             Instant::now() < deadline,
             "no valid certificate for {name}:\n{}",
-            weir.logs()
+            weir.log()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -270,17 +270,17 @@ async fn http01_issue_redirect_restart_and_renew() {
     let cfg = acme_config(
         &pebble, &storage, &www, name, https_port, http_port, "http-01",
     );
-    let weir = Weir::start(WEIR, dir.path(), &cfg, https_port);
+    let weir = Weir::start_debug(WEIR, dir.path(), &cfg, https_port);
     let roots = pebble.issuing_root().await;
     let addr: SocketAddr = ([127, 0, 0, 1], https_port).into();
     let leaf = wait_for_cert(&weir, addr, name, &roots, Duration::from_secs(30)).await;
     assert!(
-        weir.logs()
+        weir.log()
             .contains("ordering a certificate for weir-http01.example.com")
     );
     // Validated for real: pebble fetched the token from weir's plain listener.
     assert!(
-        weir.logs()
+        weir.log()
             .contains("answering Http01 for weir-http01.example.com")
     );
 
@@ -340,14 +340,14 @@ async fn http01_issue_redirect_restart_and_renew() {
         if serial(&now) != serial(&leaf) {
             break now;
         }
-        assert!(Instant::now() < deadline, "not renewed:\n{}", weir.logs());
+        assert!(Instant::now() < deadline, "not renewed:\n{}", weir.log());
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     let logs = weir.stop();
     assert_eq!(logs.matches("ordering a certificate").count(), 2, "{logs}");
 
     // A restart reuses the stored certificate: same serial, no new order.
-    let weir = Weir::start(WEIR, dir.path(), &cfg, https_port);
+    let weir = Weir::start_debug(WEIR, dir.path(), &cfg, https_port);
     let again = wait_for_cert(&weir, addr, name, &roots, Duration::from_secs(10)).await;
     assert_eq!(serial(&again), serial(&renewed));
     // A window in which a wrongful new order would show in the log: an
@@ -369,15 +369,15 @@ async fn tls_alpn01_issue_without_a_plain_listener() {
     let name = "weir-alpn.example.com";
     let cfg = acme_config(&pebble, &storage, &www, name, https_port, 0, "tls-alpn-01")
         .replace("http_redirect = \"127.0.0.1:0\"\n", "");
-    let weir = Weir::start(WEIR, dir.path(), &cfg, https_port);
+    let weir = Weir::start_debug(WEIR, dir.path(), &cfg, https_port);
     let roots = pebble.issuing_root().await;
     let addr: SocketAddr = ([127, 0, 0, 1], https_port).into();
     wait_for_cert(&weir, addr, name, &roots, Duration::from_secs(30)).await;
     assert!(
-        weir.logs()
+        weir.log()
             .contains("answering TlsAlpn01 for weir-alpn.example.com"),
         "{}",
-        weir.logs()
+        weir.log()
     );
     let client = reqwest_client(&roots, name, addr, true);
     let r = reqwest_get(
@@ -410,17 +410,17 @@ async fn a_wrong_ca_root_is_logged_as_an_unknown_issuer() {
         &format!("ca_root = \"{}\"", pebble.ca_root.display()),
         &format!("ca_root = \"{}\"", wrong.display()),
     );
-    let weir = Weir::start(WEIR, dir.path(), &cfg, https_port);
+    let weir = Weir::start_debug(WEIR, dir.path(), &cfg, https_port);
     let said = "cannot connect to the ACME server: its certificate was refused: unknown issuer";
     assert!(
         weir.wait_log(said, Duration::from_secs(20)),
         "{}",
-        weir.logs()
+        weir.log()
     );
     assert!(
-        !weir.logs().contains("client error (Connect)"),
+        !weir.log().contains("client error (Connect)"),
         "{}",
-        weir.logs()
+        weir.log()
     );
 }
 
@@ -487,7 +487,7 @@ tls = {{ issuer = "acme", on_demand = true }}
         root = pebble.ca_root.display(),
         www = www.display(),
     );
-    let weir = Weir::start(WEIR, dir.path(), &cfg, https_port);
+    let weir = Weir::start_debug(WEIR, dir.path(), &cfg, https_port);
     let roots = pebble.issuing_root().await;
     let addr: SocketAddr = ([127, 0, 0, 1], https_port).into();
     let tls = Arc::new(client_config(roots_from_pem(&roots), &[b"http/1.1"]));
@@ -504,17 +504,17 @@ tls = {{ issuer = "acme", on_demand = true }}
     );
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
     assert!(
-        !weir.logs().contains("ordering a certificate"),
+        !weir.log().contains("ordering a certificate"),
         "{}",
-        weir.logs()
+        weir.log()
     );
 
     // Approved: the first handshake waits for the certificate.
     let chain = handshake(addr, "yes-please.example.com", tls.clone())
         .await
-        .unwrap_or_else(|e| panic!("{e}:\n{}", weir.logs()));
+        .unwrap_or_else(|e| panic!("{e}:\n{}", weir.log()));
     assert!(!chain.is_empty());
-    let logs = weir.logs();
+    let logs = weir.log();
     assert_eq!(logs.matches("ordering a certificate").count(), 1, "{logs}");
     assert!(logs.contains("on-demand certificate for yes-please.example.com obtained"));
     // The second handshake uses it without asking again.
@@ -541,14 +541,14 @@ async fn two_processes_sharing_storage_order_once_and_serve_the_same_certificate
     let (dir_a, dir_b) = (dir.path().join("a"), dir.path().join("b"));
     std::fs::create_dir_all(&dir_a).unwrap();
     std::fs::create_dir_all(&dir_b).unwrap();
-    let a = Weir::start(WEIR, &dir_a, &cfg(port_a), port_a);
+    let a = Weir::start_debug(WEIR, &dir_a, &cfg(port_a), port_a);
     // B starts while A holds the name's lock for its order.
     assert!(
         a.wait_log("ordering a certificate", Duration::from_secs(20)),
         "{}",
-        a.logs()
+        a.log()
     );
-    let b = Weir::start(WEIR, &dir_b, &cfg(port_b), port_b);
+    let b = Weir::start_debug(WEIR, &dir_b, &cfg(port_b), port_b);
     let roots = pebble.issuing_root().await;
     let leaf_a = wait_for_cert(
         &a,
@@ -634,7 +634,7 @@ async fn ari_window_from_the_ca_drives_the_renewal() {
     let addr: SocketAddr = ([127, 0, 0, 1], https_port).into();
 
     // First run: a certificate, and the CA's default window, far away.
-    let weir = Weir::start(WEIR, dir.path(), &cfg, https_port);
+    let weir = Weir::start_debug(WEIR, dir.path(), &cfg, https_port);
     let roots = pebble.issuing_root().await;
     let first = wait_for_cert(&weir, addr, name, &roots, Duration::from_secs(30)).await;
     assert!(
@@ -643,7 +643,7 @@ async fn ari_window_from_the_ca_drives_the_renewal() {
             Duration::from_secs(10)
         ),
         "no ARI window asked for:\n{}",
-        weir.logs()
+        weir.log()
     );
     let logs = weir.stop();
     assert!(logs.contains("RecheckAt"), "{logs}");
@@ -683,14 +683,14 @@ async fn ari_window_from_the_ca_drives_the_renewal() {
 
     // Second run: loads the stored certificate, asks ARI, renews inside the
     // window, and the order names the certificate it replaces.
-    let weir = Weir::start(WEIR, dir.path(), &cfg, https_port);
+    let weir = Weir::start_debug(WEIR, dir.path(), &cfg, https_port);
     let deadline = Instant::now() + Duration::from_secs(30);
     let renewed = loop {
         let now = wait_for_cert(&weir, addr, name, &roots, Duration::from_secs(5)).await;
         if serial(&now) != serial(&first) {
             break now;
         }
-        assert!(Instant::now() < deadline, "not renewed:\n{}", weir.logs());
+        assert!(Instant::now() < deadline, "not renewed:\n{}", weir.log());
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let seen_at = std::time::SystemTime::now();
@@ -779,7 +779,7 @@ async fn three_instances_in_a_cluster_order_once_and_serve_the_same_certificate(
             )
             .replace("http_redirect = \"127.0.0.1:0\"\n", "")
                 + &crate::cluster::cluster_section(redis.port, n);
-            Weir::start(WEIR, &d, &cfg, port)
+            Weir::start_debug(WEIR, &d, &cfg, port)
         })
         .collect();
     for w in &all {
@@ -789,7 +789,7 @@ async fn three_instances_in_a_cluster_order_once_and_serve_the_same_certificate(
                 Duration::from_secs(20)
             ),
             "{}",
-            w.logs()
+            w.log()
         );
     }
     // A cannot take the lock while stopped: B or C orders.
@@ -807,13 +807,13 @@ async fn three_instances_in_a_cluster_order_once_and_serve_the_same_certificate(
     let deadline = Instant::now() + Duration::from_secs(20);
     while !all[1..]
         .iter()
-        .any(|w| w.logs().contains("ordering a certificate"))
+        .any(|w| w.log().contains("ordering a certificate"))
     {
         assert!(
             Instant::now() < deadline,
             "nobody ordered:\n{}\n{}",
-            all[1].logs(),
-            all[2].logs()
+            all[1].log(),
+            all[2].log()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -839,14 +839,14 @@ async fn three_instances_in_a_cluster_order_once_and_serve_the_same_certificate(
     );
     // A answered the challenge another instance shared.
     assert!(
-        all[0].logs().contains("cluster: ACME challenge from"),
+        all[0].log().contains("cluster: ACME challenge from"),
         "{}",
-        all[0].logs()
+        all[0].log()
     );
     // A window in which a wrongful second order would show: an absence
     // cannot be polled for.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let logs: Vec<String> = all.iter().map(|w| w.logs()).collect();
+    let logs: Vec<String> = all.iter().map(|w| w.log()).collect();
     let orders: usize = logs
         .iter()
         .map(|l| l.matches("ordering a certificate").count())

@@ -239,7 +239,7 @@ fn a_drained_upstream_gets_no_new_request_and_finishes_its_own() {
     let (one, two) = (slow(300), slow(300));
     let (adm, site) = (free_port(), free_port());
     let one_name = format!("127.0.0.1:{}", one.addr.port());
-    let _w = Weir::start(
+    let _w = Weir::start_on(
         WEIR,
         &format!(
             "[admin]\nlisten = \"127.0.0.1:{adm}\"\n[site.\"127.0.0.1:{site}\"]\nproxy = {{ to = [\"{one_name}\", \"127.0.0.1:{}\"] }}\n",
@@ -313,7 +313,7 @@ fn a_drained_upstream_gets_no_new_request_and_finishes_its_own() {
 fn foreign_hosts_origins_and_missing_tokens_are_refused() {
     let (adm, site) = (free_port(), free_port());
     let token = "s3cret-s3cret-s3cret";
-    let w = Weir::start(
+    let w = Weir::start_on(
         WEIR,
         &format!(
             "[admin]\nlisten = \"127.0.0.1:{adm}\"\ntoken = \"{token}\"\n[site.\"127.0.0.1:{site}\"]\nroot = \".\"\n"
@@ -344,7 +344,7 @@ fn foreign_hosts_origins_and_missing_tokens_are_refused() {
         200
     );
     assert!(
-        w.stderr()
+        w.log()
             .contains("cross-origin request from `http://evil.example` refused")
     );
 }
@@ -407,7 +407,7 @@ fn where_the_admin_api_listens_and_when_it_does_not() {
         ],
         &[plain],
     );
-    assert!(!w.stderr().contains("admin API on"), "{}", w.stderr());
+    assert!(!w.log().contains("admin API on"), "{}", w.log());
 }
 
 #[test]
@@ -420,7 +420,7 @@ fn an_upgrade_under_new_connections_refuses_none() {
     })
     .unwrap();
     let (adm, site) = (free_port(), free_port());
-    let mut w = Weir::start(
+    let mut w = Weir::start_on(
         WEIR,
         &format!(
             "[server]\ngrace_period = \"5s\"\n[admin]\nlisten = \"127.0.0.1:{adm}\"\n[site.\"127.0.0.1:{site}\"]\nproxy = {{ to = [\"127.0.0.1:{}\"] }}\n",
@@ -479,6 +479,6 @@ fn an_upgrade_under_new_connections_refuses_none() {
     assert_eq!(get(site, "/").0, 200);
     let (status, body) = admin(adm, "GET", "/status.json", "");
     assert_eq!(status, 200, "{body}");
-    let log = w.stderr();
+    let log = w.log();
     assert!(log.contains("sockets handed over at start"), "{log}");
 }

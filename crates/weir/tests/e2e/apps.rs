@@ -173,7 +173,7 @@ fn runtime() -> tokio::runtime::Runtime {
 fn five_rolling_restarts_under_open_loop_load_lose_nothing() {
     let adm = free_ports(2);
     let site = adm + 1;
-    let w = Weir::start(
+    let w = Weir::start_on(
         WEIR,
         &config(
             adm,
@@ -214,7 +214,7 @@ fn five_rolling_restarts_under_open_loop_load_lose_nothing() {
     }
     // Each retired instance counted its requests at SIGTERM, went on
     // listening 300 ms, and counted again: the same number, every time.
-    let log = w.stderr();
+    let log = w.log();
     let terms: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("backend: SIGTERM after") || l.contains("backend: exiting after"))
@@ -253,7 +253,7 @@ fn five_rolling_restarts_under_open_loop_load_lose_nothing() {
 fn from_zero_a_hundred_first_requests_start_one_process_and_idle_stops_it() {
     let adm = free_ports(2);
     let site = adm + 1;
-    let w = Weir::start(
+    let w = Weir::start_on(
         WEIR,
         &config(
             adm,
@@ -291,12 +291,12 @@ fn from_zero_a_hundred_first_requests_start_one_process_and_idle_stops_it() {
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     let app = apps(adm);
     assert_eq!(app["starts"], 1, "{app}");
-    assert_eq!(count(&w.stderr(), "started (pid"), 1);
+    assert_eq!(count(&w.log(), "started (pid"), 1);
     let pid = pids(&app)[0];
     // Idle for 2 s: stopped, nothing of it left.
     assert!(poll_until(Duration::from_secs(10), || apps(adm)["phase"] == "idle"));
     assert!(poll_until(Duration::from_secs(5), || group(pid).is_empty()));
-    assert!(w.stderr().contains("idle for 2s; stopping its instances"));
+    assert!(w.log().contains("idle for 2s; stopping its instances"));
     // A restart with nothing running starts nothing, and says so.
     let out = std::process::Command::new(WEIR)
         .args(["app", "restart", &format!("127.0.0.1:{site}")])
@@ -319,7 +319,7 @@ fn from_zero_a_hundred_first_requests_start_one_process_and_idle_stops_it() {
 fn a_killed_instance_comes_back_and_gets_see_no_error() {
     let adm = free_ports(2);
     let site = adm + 1;
-    let w = Weir::start(
+    let w = Weir::start_on(
         WEIR,
         &config(adm, site, &format!("{}, instances = 2", backend_run(""))),
         &[adm, site],
@@ -352,7 +352,7 @@ fn a_killed_instance_comes_back_and_gets_see_no_error() {
         after.contains(&before[1]) && !after.contains(&before[0]),
         "{before:?} → {after:?}"
     );
-    let log = w.stderr();
+    let log = w.log();
     assert!(log.contains("exited (signal: 9"), "{log}");
     let (_, metrics) = admin(adm, "GET", "/metrics", "");
     assert!(
@@ -399,7 +399,7 @@ fn a_release_that_never_gets_ready_is_rolled_back_and_a_failing_app_says_why() {
         resp.contains(&format!("app \"127.0.0.1:{broken}\" has no ready instance (failing: exited before it was ready (exit status: 3))")),
         "{resp}"
     );
-    assert!(w.stderr().contains("(stderr): cannot open the database"));
+    assert!(w.log().contains("(stderr): cannot open the database"));
     let (_, metrics) = admin(adm, "GET", "/metrics", "");
     assert!(
         metrics.contains(&format!("weir_app_failing{{app=\"127.0.0.1:{broken}\"}} 1")),
@@ -429,11 +429,7 @@ fn a_release_that_never_gets_ready_is_rolled_back_and_a_failing_app_says_why() {
                     .is_some_and(|e| e.contains("the old one serves: not ready within 2s"))
         })
     };
-    assert!(
-        poll_until(Duration::from_secs(15), reported),
-        "{}",
-        w.stderr()
-    );
+    assert!(poll_until(Duration::from_secs(15), reported), "{}", w.log());
     let app = apps(adm);
     assert_eq!(pids(&app), old, "{app}");
     assert_eq!(app["ready"], 2);
@@ -441,7 +437,7 @@ fn a_release_that_never_gets_ready_is_rolled_back_and_a_failing_app_says_why() {
     for _ in 0..20 {
         assert_eq!(get(site, "/").0, 200);
     }
-    assert!(w.stderr().contains("restart rolled back"));
+    assert!(w.log().contains("restart rolled back"));
 
     // Which release runs and which was refused, in /apps, /config and the
     // metrics, also after an instance of the running release restarts.
@@ -551,7 +547,7 @@ fn no_process_of_an_app_survives_weir_or_its_removal() {
         "[site.\"127.0.0.1:{other}\"]\napp = {{ run = \"sleep 600 & exec '{}' backend --listen 127.0.0.1:$PORT\" }}\n",
         bench().display()
     );
-    let mut w = Weir::start(
+    let mut w = Weir::start_on(
         WEIR,
         &(config(adm, site, &app) + &second),
         &[adm, site, other],
@@ -597,7 +593,7 @@ fn no_process_of_an_app_survives_weir_or_its_removal() {
 fn a_weir_killed_outright_takes_its_apps_with_it() {
     let adm = free_ports(2);
     let site = adm + 1;
-    let mut w = Weir::start(
+    let mut w = Weir::start_on(
         WEIR,
         &config(adm, site, &(backend_run("") + ", instances = 2")),
         &[adm, site],

@@ -836,7 +836,7 @@ async fn a_reload_keeps_the_cached_responses() {
     );
     get(&w.url("/max60/r"), &[]).await;
     // The site changes (a header), [cache] does not: the store stays.
-    let text = std::fs::read_to_string(w.dir.path().join("weir.toml")).unwrap();
+    let text = std::fs::read_to_string(w.path().join("weir.toml")).unwrap();
     let changed = text.replace("cache = {", "headers = { X-Reloaded = \"yes\" }\ncache = {");
     let r = client()
         .post(format!("http://127.0.0.1:{admin}/load"))

@@ -44,7 +44,7 @@ async fn sni_default_reload_and_mismatched_key() {
         "[tls]\nhttp3 = false\n[site.\"a.test:{port}\"]\nroot = \"www\"\ntls = {{ cert = \"a.pem\", key = \"a.key\" }}\n\
          [site.\"b.test:{port}\"]\nroot = \"www\"\ntls = {{ cert = \"b.pem\", key = \"b.key\" }}\n"
     );
-    let weir = Weir::start(WEIR, d, &cfg, port);
+    let weir = Weir::start_debug(WEIR, d, &cfg, port);
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let roots = roots_from_pem(ca.pem().as_bytes());
     let tls = Arc::new(client_config(roots.clone(), &[b"http/1.1"]));
@@ -103,13 +103,13 @@ async fn sni_default_reload_and_mismatched_key() {
     replace(&d.join("a.pem"), &a2_cert);
     let deadline = Instant::now() + Duration::from_secs(10);
     while served_serial(addr, "a.test", tls.clone()).await != parse(&a2_cert) {
-        assert!(Instant::now() < deadline, "not reloaded:\n{}", weir.logs());
+        assert!(Instant::now() < deadline, "not reloaded:\n{}", weir.log());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(
-        weir.logs().contains("reloaded certificate"),
+        weir.log().contains("reloaded certificate"),
         "{}",
-        weir.logs()
+        weir.log()
     );
 
     // A certificate whose key is not in the key file: refused, named, old one kept.
@@ -118,9 +118,9 @@ async fn sni_default_reload_and_mismatched_key() {
     assert!(
         weir.wait_log("does not match the certificate", Duration::from_secs(10)),
         "{}",
-        weir.logs()
+        weir.log()
     );
-    let logs = weir.logs();
+    let logs = weir.log();
     let line = logs.lines().find(|l| l.contains("does not match")).unwrap();
     assert!(line.contains("a.key") && line.contains("a.pem"), "{line}");
     assert!(line.contains("keeping the certificate in use"), "{line}");

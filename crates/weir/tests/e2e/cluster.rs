@@ -164,7 +164,7 @@ fn instance(section: &str, site: &str) -> Instance {
          [site.\"a.test\"]\nlisten = \"127.0.0.1:{http}\"\n{site}\n"
     );
     Instance {
-        w: Weir::start(WEIR, &cfg, &[http, adm]),
+        w: Weir::start_on(WEIR, &cfg, &[http, adm]),
         http,
         admin: adm,
     }
@@ -184,7 +184,7 @@ fn three(redis: u16, site: &str) -> Vec<Instance> {
                 "weir_cluster_instances"
             ) == Some(3.0)),
             "an instance does not see the other two:\n{}",
-            i.w.stderr()
+            i.w.log()
         );
     }
     all
@@ -513,11 +513,11 @@ fn a_purge_on_one_instance_is_a_miss_on_the_others_within_100ms() {
     }
     for i in &all[1..] {
         assert!(
-            i.w.stderr().contains(
+            i.w.log().contains(
                 "cluster: cache purge of url http://a.test/a from w1: 1 responses removed"
             ),
             "{}",
-            i.w.stderr()
+            i.w.log()
         );
     }
 }
@@ -542,7 +542,7 @@ fn redis_killed_under_load_fails_nothing_and_the_instances_rejoin() {
         assert!(
             i.w.wait_log("is out of reach", Duration::from_secs(5)),
             "{}",
-            i.w.stderr()
+            i.w.log()
         );
     }
     let (_, body) = admin(all[0].admin, "GET", "/cluster", "");
@@ -578,7 +578,7 @@ fn redis_killed_under_load_fails_nothing_and_the_instances_rejoin() {
             ) == Some(1.0)
                 && metric(i.admin, "weir_cluster_instances") == Some(3.0)),
             "did not rejoin:\n{}",
-            i.w.stderr()
+            i.w.log()
         );
     }
     assert!(
@@ -586,7 +586,7 @@ fn redis_killed_under_load_fails_nothing_and_the_instances_rejoin() {
             .w
             .wait_log("1 queued purges sent", Duration::from_secs(5)),
         "{}",
-        all[0].w.stderr()
+        all[0].w.log()
     );
     for i in &all[1..] {
         assert!(
@@ -595,7 +595,7 @@ fn redis_killed_under_load_fails_nothing_and_the_instances_rejoin() {
                 Duration::from_secs(5)
             ),
             "{}",
-            i.w.stderr()
+            i.w.log()
         );
     }
     // Together again: about 10 a second in all.
@@ -649,7 +649,7 @@ fn redis_over_tls_with_a_password_is_shared_and_a_wrong_password_is_said() {
                 "weir_cluster_instances"
             ) == Some(2.0)),
             "{}",
-            i.w.stderr()
+            i.w.log()
         );
     }
     let (st, body) = admin(
@@ -671,7 +671,7 @@ fn redis_over_tls_with_a_password_is_shared_and_a_wrong_password_is_said() {
     assert!(
         c.w.wait_log("is out of reach", Duration::from_secs(10)),
         "{}",
-        c.w.stderr()
+        c.w.log()
     );
     let (_, body) = admin(c.admin, "GET", "/cluster", "");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -702,7 +702,7 @@ fn tls_instance(redis: u16, name: &str, www: &std::path::Path) -> TlsInstance {
         www.display()
     );
     TlsInstance {
-        w: Weir::start(WEIR, &cfg, &[https, adm]),
+        w: Weir::start_on(WEIR, &cfg, &[https, adm]),
         https,
         storage,
     }
@@ -724,23 +724,23 @@ fn redis_restarted_empty_gets_the_local_ca_back_and_a_new_instance_uses_it() {
     assert!(
         a.w.wait_log("is out of reach", Duration::from_secs(5)),
         "{}",
-        a.w.stderr()
+        a.w.log()
     );
     redis.restart();
     assert!(
         a.w.wait_log("that Redis lacked written back", Duration::from_secs(10)),
         "{}",
-        a.w.stderr()
+        a.w.log()
     );
 
     let b = tls_instance(redis.port, "r2", www.path());
-    assert_eq!(ca_file(&b, "root.pem"), root, "{}", b.w.stderr());
+    assert_eq!(ca_file(&b, "root.pem"), root, "{}", b.w.log());
     assert_eq!(ca_file(&b, "intermediate.pem"), inter);
     assert!(
-        b.w.stderr()
+        b.w.log()
             .contains("cluster: local-ca/root.pem brought in from Redis"),
         "{}",
-        b.w.stderr()
+        b.w.log()
     );
     // Its certificate chains to the root the first instance made.
     let root_file = a.storage.path().join("local-ca/root.pem");
@@ -773,7 +773,7 @@ fn an_instance_that_stops_cleanly_is_dropped_by_the_others_at_once() {
                 "weir_cluster_instances"
             ) == Some(2.0)),
             "{}",
-            i.w.stderr()
+            i.w.log()
         );
     }
     b.w.terminate();
@@ -783,10 +783,10 @@ fn an_instance_that_stops_cleanly_is_dropped_by_the_others_at_once() {
     assert!(
         a.w.wait_log("cluster: instance s2 left", Duration::from_secs(2)),
         "{}",
-        a.w.stderr()
+        a.w.log()
     );
     assert_eq!(metric(a.admin, "weir_cluster_instances"), Some(1.0));
     let (_, body) = admin(a.admin, "GET", "/cluster", "");
     assert!(!body.contains("\"s2\""), "{body}");
-    assert!(!a.w.stderr().contains("silent for"), "{}", a.w.stderr());
+    assert!(!a.w.log().contains("silent for"), "{}", a.w.log());
 }

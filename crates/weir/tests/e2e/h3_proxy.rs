@@ -33,11 +33,11 @@ fn start_proxy(
          [site.\"https://localhost:{port}\"]\nproxy = {{ to = [\"{upstream}\"] }}\n",
         storage.display(),
     );
-    let weir = Weir::start(WEIR, dir, &cfg, port);
+    let weir = Weir::start_debug(WEIR, dir, &cfg, port);
     assert!(
         weir.wait_log("HTTP/3", Duration::from_secs(5)),
         "{}",
-        weir.logs()
+        weir.log()
     );
     let root_pem = std::fs::read(storage.join("local-ca/root.pem")).unwrap();
     (weir, root_pem)
@@ -140,12 +140,12 @@ async fn idle_h3_connection_does_not_hold_shutdown_for_the_grace_period() {
     weir.terminate();
     let st = tokio::task::block_in_place(|| weir.wait_exit(Duration::from_secs(12)));
     let took = t.elapsed();
-    let st = st.unwrap_or_else(|| panic!("weir still running:\n{}", weir.logs()));
-    assert!(st.success(), "{st}:\n{}", weir.logs());
+    let st = st.unwrap_or_else(|| panic!("weir still running:\n{}", weir.log()));
+    assert!(st.success(), "{st}:\n{}", weir.log());
     assert!(
         took < Duration::from_secs(3),
         "exit took {took:?} with an idle HTTP/3 client:\n{}",
-        weir.logs()
+        weir.log()
     );
     // The client was told: a graceful HTTP/3 close (H3_NO_ERROR), not a timeout.
     let why = tokio::time::timeout(Duration::from_secs(2), h3.conn.closed())
@@ -190,7 +190,7 @@ async fn h3_request_in_flight_at_sigterm_completes() {
         .unwrap();
     assert_eq!((r.status, &r.body[..]), (200, b"up-a".as_slice()));
     let st = tokio::task::block_in_place(|| weir.wait_exit(Duration::from_secs(12)))
-        .unwrap_or_else(|| panic!("weir still running:\n{}", weir.logs()));
+        .unwrap_or_else(|| panic!("weir still running:\n{}", weir.log()));
     assert!(st.success(), "{st}");
     // Held for the request (about 1.5 s), not for the 10 s grace period.
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());

@@ -35,12 +35,12 @@ fn start_site(files: &[(&str, &[u8])], http3: bool) -> Site {
         if http3 { "" } else { "http3 = false\n" },
         root.display()
     );
-    let weir = Weir::start(WEIR, dir.path(), &cfg, port);
+    let weir = Weir::start_debug(WEIR, dir.path(), &cfg, port);
     if http3 {
         assert!(
             weir.wait_log("HTTP/3", std::time::Duration::from_secs(5)),
             "{}",
-            weir.logs()
+            weir.log()
         );
     }
     let root_pem = std::fs::read(storage.join("local-ca/root.pem")).unwrap();

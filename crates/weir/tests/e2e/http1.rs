@@ -392,7 +392,7 @@ fn default_header_count_limit_answers_431() {
         "[site.\"127.0.0.1:{port}\"]\nroot = \"{}\"\n",
         dir.path().display()
     );
-    let _w = Weir::start(WEIR, &cfg, &[port]);
+    let _w = Weir::start_on(WEIR, &cfg, &[port]);
     let with_fields = |n: usize| {
         let mut req = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
         for i in 1..n {
@@ -413,7 +413,7 @@ fn default_header_count_limit_answers_431() {
 fn large_files_are_byte_exact_pipelined_and_ranged() {
     let (w, port) = site();
     let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
-    std::fs::write(w.dir.path().join("www/big.bin"), &data).unwrap();
+    std::fs::write(w.path().join("www/big.bin"), &data).unwrap();
     let mut s = TcpStream::connect(addr(port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     s.write_all(
@@ -483,7 +483,7 @@ proxy = {{ to = ["127.0.0.1:{s}"] }}
 "#,
             root = www.path().display()
         );
-        (Weir::start(WEIR, &cfg, &[s, p]), s, p)
+        (Weir::start_on(WEIR, &cfg, &[s, p]), s, p)
     };
     let (_fast, fs, fp) = start("fast");
     let (_hyper, hs, hp) = start("hyper");

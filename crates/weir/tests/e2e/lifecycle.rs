@@ -87,11 +87,7 @@ fn sigterm_finishes_in_flight_requests_then_exits_zero() {
         .wait_exit(Duration::from_secs(10))
         .expect("exits after draining");
     assert!(status.success(), "exit status {status}");
-    assert!(
-        w.stderr().contains("shutting down gracefully"),
-        "{}",
-        w.stderr()
-    );
+    assert!(w.log().contains("shutting down gracefully"), "{}", w.log());
 }
 
 /// weir serving `www/a.txt` ("hello") on a free port, after the `[server]`
@@ -271,7 +267,7 @@ fn sigusr1_reopens_the_access_logs_after_rotation() {
     assert!(
         w.wait_log("SIGUSR1: reopening the access logs", PATIENCE),
         "{}",
-        w.stderr()
+        w.log()
     );
     get("/?after");
     assert!(
@@ -282,7 +278,7 @@ fn sigusr1_reopens_the_access_logs_after_rotation() {
     );
     assert!(!read("access.log").contains("/?before"));
     assert!(!read("access.log.1").contains("/?after"));
-    assert!(w.stderr().contains("access.log reopened"), "{}", w.stderr());
+    assert!(w.log().contains("access.log reopened"), "{}", w.log());
     // Still serving.
     get("/?again");
 }
@@ -434,13 +430,13 @@ fn second_instance_on_a_taken_port_refuses_to_start() {
         "[site.\"127.0.0.1:{port}\"]\nroot = \"{}\"\n",
         dir.path().display()
     );
-    let _first = Weir::start(WEIR, &cfg, &[port]);
-    let mut second = Weir::start(WEIR, &cfg, &[]);
+    let _first = Weir::start_on(WEIR, &cfg, &[port]);
+    let mut second = Weir::start_on(WEIR, &cfg, &[]);
     let status = second
         .wait_exit(Duration::from_secs(10))
         .expect("the second weir must exit, not share the port");
     assert!(!status.success());
-    let err = second.stderr();
+    let err = second.log();
     assert!(
         err.contains(&format!("cannot listen on 127.0.0.1:{port}")) && err.contains("in use"),
         "{err}"
@@ -628,9 +624,9 @@ fn two_upgrades_and_a_sigterm_under_keep_alive_load_lose_no_request() {
             Duration::from_secs(30)
         ),
         "{}",
-        w.stderr()
+        w.log()
     );
-    let log = w.stderr();
+    let log = w.log();
     let second: u32 = log
         .lines()
         .find_map(|l| l.split("upgrade: process ").nth(1))
@@ -689,6 +685,6 @@ fn two_upgrades_and_a_sigterm_under_keep_alive_load_lose_no_request() {
         "{} errors in {} requests: {errors:?}\n{}",
         errors.len(),
         tally.responses.load(Ordering::Relaxed),
-        w.stderr()
+        w.log()
     );
 }

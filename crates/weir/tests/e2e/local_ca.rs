@@ -29,7 +29,7 @@ async fn localhost_gets_a_trusted_certificate_that_is_renewed() {
     std::fs::write(root.join("index.html"), "hello local\n").unwrap();
     let storage = dir.path().join("storage");
     let port = free_port();
-    let weir = Weir::start(WEIR, dir.path(), &config(&root, &storage, port, "6s"), port);
+    let weir = Weir::start_debug(WEIR, dir.path(), &config(&root, &storage, port, "6s"), port);
 
     let root_pem = std::fs::read(storage.join("local-ca/root.pem")).unwrap();
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
@@ -59,7 +59,7 @@ async fn localhost_gets_a_trusted_certificate_that_is_renewed() {
         assert!(
             Instant::now() < deadline,
             "leaf not renewed:\n{}",
-            weir.logs()
+            weir.log()
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -67,7 +67,7 @@ async fn localhost_gets_a_trusted_certificate_that_is_renewed() {
 
     // A restart keeps the same root (a trusted root must stay valid).
     let port2 = free_port();
-    let weir = Weir::start(
+    let weir = Weir::start_debug(
         WEIR,
         dir.path(),
         &config(&root, &storage, port2, "1h"),

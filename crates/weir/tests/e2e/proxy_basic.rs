@@ -192,7 +192,7 @@ async fn routes_proxy_a_prefix_and_serve_the_rest_from_root() {
             a.addr, a.addr
         ),
     );
-    std::fs::write(w.dir.path().join("index.html"), "static page").unwrap();
+    std::fs::write(w.path().join("index.html"), "static page").unwrap();
     let c = client();
     assert_eq!(
         c.get(w.url("/"))

@@ -281,7 +281,7 @@ async fn over_https_the_lane_adds_alt_svc_as_the_general_path() {
             cert.display(),
             key.display()
         );
-        (tls::Weir::start(WEIR, &sub, &cfg, port), port)
+        (tls::Weir::start_debug(WEIR, &sub, &cfg, port), port)
     };
     let (lane_up, general_up) = (scripted_upstream().await, scripted_upstream().await);
     let (_lane, lane_port) = start(lane_up.addr, true);

@@ -258,7 +258,7 @@ impl H2Ws {
 async fn websocket_over_h2c_extended_connect() {
     let t = H2Ws::start().await;
     let w = Weir::start(WEIR, &t.config("127.0.0.1:{PORT}", ""));
-    std::fs::write(w.dir.path().join("index.html"), "static page").unwrap();
+    std::fs::write(w.path().join("index.html"), "static page").unwrap();
     t.check(h2c(w.addr).await, &format!("http://{}", w.addr))
         .await;
 }
@@ -288,7 +288,7 @@ async fn websocket_over_tls_h2_extended_connect() {
         pem.display()
     );
     let w = Weir::start(WEIR, &t.config("localhost", &head));
-    std::fs::write(w.dir.path().join("index.html"), "static page").unwrap();
+    std::fs::write(w.path().join("index.html"), "static page").unwrap();
 
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca.der().clone()).unwrap();

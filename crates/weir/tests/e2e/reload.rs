@@ -339,8 +339,7 @@ fn reloading_every_100ms_under_load_loses_nothing() {
         );
     }
     assert!(
-        w.stderr()
-            .contains("reload refused, the running config stays"),
+        w.log().contains("reload refused, the running config stays"),
         "a refused reload is not in the log"
     );
     drop(streams);
@@ -384,7 +383,7 @@ fn sighup_applies_the_file_and_weir_reload_reports_a_bad_one() {
     assert!(
         poll_until(PATIENCE, || TcpStream::connect(addr(b)).is_ok()),
         "the new address does not listen:\n{}",
-        w.stderr()
+        w.log()
     );
     let (_, resp) = get(b, "/");
     assert_eq!(header(&resp, "x-config"), Some("two"));
@@ -494,7 +493,7 @@ proxy = {{ to = ["127.0.0.1:{sse}"], connect_timeout = "{timeout}" }}
 "#
         )
     };
-    let w = Weir::start(WEIR, &cfg("5s"), &[adm, kept, changed]);
+    let w = Weir::start_on(WEIR, &cfg("5s"), &[adm, kept, changed]);
     let stays = open_stream(kept);
     let goes = open_stream(changed);
     assert!(poll_until(PATIENCE, || {

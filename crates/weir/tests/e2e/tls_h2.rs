@@ -267,7 +267,7 @@ async fn stalled_handshakes_do_not_hold_the_turns() {
         c.display(),
         k.display()
     );
-    let _w = Weir::start(WEIR, &cfg, &[port]);
+    let _w = Weir::start_on(WEIR, &cfg, &[port]);
 
     // Silent connections, and connections stalled after a ClientHello.
     let mut held = Vec::new();
@@ -339,7 +339,7 @@ async fn an_open_connection_is_served_during_a_handshake_storm() {
         c.display(),
         k.display()
     );
-    let _w = Weir::start(WEIR, &cfg, &[port]);
+    let _w = Weir::start_on(WEIR, &cfg, &[port]);
 
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
