@@ -1371,5 +1371,71 @@ fn has_token(value: &[u8], token: &[u8]) -> bool {
         .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
 }
 
+/// The property the fuzzers check (`h1_parse` under cargo-fuzz, and the
+/// seeded mutation test): panics if [`parse`] breaks it.
+#[doc(hidden)]
+pub fn check_parse(input: &[u8], max_head: usize) {
+    let limits = HeadLimits {
+        max_buf: max_head,
+        max_headers: MAX_HEADERS,
+        max_trailers: max_head,
+    };
+    let mut b = BytesMut::from(input);
+    match parse(&mut b, limits) {
+        Parsed::Request(r, head) => {
+            let used = input.len() - b.len();
+            assert_eq!(&input[used..], &b[..], "the rest is left as it was");
+            let mut hs = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut req = httparse::Request::new(&mut hs);
+            assert_eq!(
+                req.parse(&input[..used]),
+                Ok(httparse::Status::Complete(used)),
+                "exactly one complete head is taken"
+            );
+            assert_eq!(r.method().as_str(), req.method.unwrap());
+            assert_eq!(head.http10, req.version == Some(0));
+            assert!(!head.http10 || !head.upgrade || r.method() == Method::CONNECT);
+            let te = r.headers().contains_key(header::TRANSFER_ENCODING);
+            assert!(!te || head.body.is_some(), "a chunked request has a body");
+            assert!(!(te && head.http10), "HTTP/1.0 has no chunked bodies");
+            if head.body.is_none() {
+                assert!(!te);
+                assert!(
+                    r.headers()
+                        .get(header::CONTENT_LENGTH)
+                        .is_none_or(|v| v.as_bytes().iter().all(|&c| c == b'0'))
+                );
+            }
+            assert!(
+                head.keep_alive.then_some(()).is_none()
+                    || !r
+                        .headers()
+                        .get_all(header::CONNECTION)
+                        .iter()
+                        .any(|v| has_token(v.as_bytes(), b"close"))
+            );
+            assert!(r.headers().len() <= req.headers.len());
+            // The strict reading: one framing field at most, exactly
+            // `chunked`, and CRLF line endings only.
+            let cls = r.headers().get_all(header::CONTENT_LENGTH).iter().count();
+            let tes: Vec<_> = r
+                .headers()
+                .get_all(header::TRANSFER_ENCODING)
+                .iter()
+                .collect();
+            assert!(cls + tes.len() <= 1, "one framing field at most");
+            assert!(tes.iter().all(|v| v.as_bytes().trim_ascii() == b"chunked"));
+            assert!(smuggling::check_line_endings(&input[..used]).is_ok());
+        }
+        Parsed::NeedMore
+        | Parsed::Refused(_)
+        | Parsed::Smuggling(_)
+        | Parsed::H2
+        | Parsed::BadPreface => {
+            assert_eq!(&b[..], input)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;
