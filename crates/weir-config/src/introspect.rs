@@ -71,7 +71,7 @@ impl<'de> de::Deserializer<'de> for Spy<'_> {
             // only the value lies on the path (serde_ignored's paths skip it).
             let value = fields.iter().find(|f| f.ends_with("value"));
             return visitor.visit_map(Entry {
-                key: value.map(|v| Key::Static(*v)),
+                key: value.copied().map(Key::Static),
                 value: self,
             });
         }
@@ -202,6 +202,8 @@ mod tests {
         assert_eq!(at("tls.on_demand"), fields::<RawOnDemand>());
         assert_eq!(at("cache.disk"), fields::<RawCacheDisk>());
         assert_eq!(at("cluster"), fields::<RawCluster>());
+        // A table the hand-kept list this replaced had missed.
+        assert_eq!(at("tls.acme.eab"), fields::<RawEab>());
     }
 
     /// The hand-written shorthands (`cache = true`, `proxy = "addr"`,
