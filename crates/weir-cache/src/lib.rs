@@ -365,8 +365,8 @@ impl Cache {
             },
             policy,
         )
-        .and_then(|()| match content_length(resp.headers()) {
-            Some(n) if n > store.max_object_size() => Err(rules::Uncacheable::TooLarge),
+        .and_then(|()| match weir_http::fields::content_length(resp.headers()) {
+            Ok(Some(n)) if n > store.max_object_size() => Err(rules::Uncacheable::TooLarge),
             _ => Ok(()),
         })
         .and_then(|()| {
@@ -572,10 +572,6 @@ fn flight_key(store: &Store, primary: &str, extra: &str, parts: &Parts) -> Arc<s
         }
     }
     Arc::from(k)
-}
-
-fn content_length(h: &http::HeaderMap) -> Option<u64> {
-    h.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
 /// A body that moved on before this request could read it (it outgrew
