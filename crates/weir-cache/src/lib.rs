@@ -365,10 +365,12 @@ impl Cache {
             },
             policy,
         )
-        .and_then(|()| match weir_http::fields::content_length(resp.headers()) {
-            Ok(Some(n)) if n > store.max_object_size() => Err(rules::Uncacheable::TooLarge),
-            _ => Ok(()),
-        })
+        .and_then(
+            |()| match weir_http::fields::content_length(resp.headers()) {
+                Ok(Some(n)) if n > store.max_object_size() => Err(rules::Uncacheable::TooLarge),
+                _ => Ok(()),
+            },
+        )
         .and_then(|()| {
             // Never fresh and nothing to validate with: storing it would
             // only serve it stale.

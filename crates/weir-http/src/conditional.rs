@@ -8,8 +8,8 @@
 //! Decides only; never builds a body, never allocates (validators are
 //! compared as bytes where they lie).
 
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::Method;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 use crate::fields::http_date;
 
@@ -306,7 +306,11 @@ mod tests {
     fn entity_tag_lists_respect_quoted_commas() {
         assert_eq!(
             tags(r#"W/"a", "b,c" ,, "d""#),
-            Ok(vec![t(true, "\"a\""), t(false, "\"b,c\""), t(false, "\"d\"")])
+            Ok(vec![
+                t(true, "\"a\""),
+                t(false, "\"b,c\""),
+                t(false, "\"d\"")
+            ])
         );
         assert_eq!(tags(r#""""#), Ok(vec![t(false, "\"\"")]));
         assert_eq!(tag_line(b" * ", |_| false), TagLine::Any);
@@ -342,7 +346,10 @@ mod tests {
         assert_eq!(get(&[("if-match", "W/\"abc\"")], &V), PreconditionFailed);
         assert_eq!(get(&[("if-match", "\"abc\"")], &WEAK), PreconditionFailed);
         assert_eq!(get(&[("if-match", "\"x\", \"abc\"")], &V), Proceed);
-        assert_eq!(get(&[("if-match", "\"x\""), ("if-match", "\"abc\"")], &V), Proceed);
+        assert_eq!(
+            get(&[("if-match", "\"x\""), ("if-match", "\"abc\"")], &V),
+            Proceed
+        );
         assert_eq!(get(&[("if-match", "*")], &V), Proceed);
         assert_eq!(get(&[("if-match", "*")], &NONE), Proceed);
         assert_eq!(get(&[("if-match", "\"abc\"")], &NONE), PreconditionFailed);
@@ -351,18 +358,30 @@ mod tests {
             etag: Some(b"\"v1,comma\""),
             ..V
         };
-        assert_eq!(get(&[("if-match", "\"v1\", \"v1,comma\"")], &comma), Proceed);
-        assert_eq!(get(&[("if-match", "\"v1\", \"comma\"")], &comma), PreconditionFailed);
+        assert_eq!(
+            get(&[("if-match", "\"v1\", \"v1,comma\"")], &comma),
+            Proceed
+        );
+        assert_eq!(
+            get(&[("if-match", "\"v1\", \"comma\"")], &comma),
+            PreconditionFailed
+        );
     }
 
     #[test]
     fn if_unmodified_since_fails_on_a_later_modification() {
-        assert_eq!(get(&[("if-unmodified-since", DATE_BEFORE)], &V), PreconditionFailed);
+        assert_eq!(
+            get(&[("if-unmodified-since", DATE_BEFORE)], &V),
+            PreconditionFailed
+        );
         assert_eq!(get(&[("if-unmodified-since", DATE_EQ)], &V), Proceed);
         assert_eq!(get(&[("if-unmodified-since", DATE_AFTER)], &V), Proceed);
         // Ignored: not a date, a list, no modification date.
         assert_eq!(get(&[("if-unmodified-since", "yesterday")], &V), Proceed);
-        let two = [("if-unmodified-since", DATE_BEFORE), ("if-unmodified-since", DATE_BEFORE)];
+        let two = [
+            ("if-unmodified-since", DATE_BEFORE),
+            ("if-unmodified-since", DATE_BEFORE),
+        ];
         assert_eq!(get(&two, &V), Proceed);
         assert_eq!(get(&[("if-unmodified-since", DATE_BEFORE)], &NONE), Proceed);
     }
@@ -383,13 +402,22 @@ mod tests {
             etag: Some(b"\"v1,comma\""),
             ..V
         };
-        assert_eq!(get(&[("if-none-match", "\"x\", \"v1,comma\"")], &comma), NotModified);
-        assert_eq!(get(&[("if-none-match", "\"v1\", \"comma\"")], &comma), Proceed);
+        assert_eq!(
+            get(&[("if-none-match", "\"x\", \"v1,comma\"")], &comma),
+            NotModified
+        );
+        assert_eq!(
+            get(&[("if-none-match", "\"v1\", \"comma\"")], &comma),
+            Proceed
+        );
         // Other methods: 412 instead of 304.
         let h = hm(&[("if-none-match", "\"abc\"")]);
         assert_eq!(evaluate(&Method::HEAD, &h, &V), NotModified);
         assert_eq!(evaluate(&Method::POST, &h, &V), PreconditionFailed);
-        assert_eq!(evaluate(&Method::PUT, &hm(&[("if-none-match", "*")]), &V), PreconditionFailed);
+        assert_eq!(
+            evaluate(&Method::PUT, &hm(&[("if-none-match", "*")]), &V),
+            PreconditionFailed
+        );
     }
 
     #[test]
@@ -445,27 +473,53 @@ mod tests {
         );
         // If-Match present: If-Unmodified-Since is ignored.
         assert_eq!(
-            get(&[("if-match", "*"), ("if-unmodified-since", DATE_BEFORE)], &V),
+            get(
+                &[("if-match", "*"), ("if-unmodified-since", DATE_BEFORE)],
+                &V
+            ),
             Proceed
         );
         // A failing If-Unmodified-Since beats a 304 from If-Modified-Since.
         assert_eq!(
-            get(&[("if-unmodified-since", DATE_BEFORE), ("if-modified-since", DATE_EQ)], &V),
+            get(
+                &[
+                    ("if-unmodified-since", DATE_BEFORE),
+                    ("if-modified-since", DATE_EQ)
+                ],
+                &V
+            ),
             PreconditionFailed
         );
         // If-None-Match present: If-Modified-Since is ignored.
         assert_eq!(
-            get(&[("if-none-match", "\"q\""), ("if-modified-since", DATE_EQ)], &V),
+            get(
+                &[("if-none-match", "\"q\""), ("if-modified-since", DATE_EQ)],
+                &V
+            ),
             Proceed
         );
         // 304 comes before If-Range is looked at.
         assert_eq!(
-            get(&[("if-none-match", "\"abc\""), ("range", "bytes=0-1"), ("if-range", "\"old\"")], &V),
+            get(
+                &[
+                    ("if-none-match", "\"abc\""),
+                    ("range", "bytes=0-1"),
+                    ("if-range", "\"old\"")
+                ],
+                &V
+            ),
             NotModified
         );
         // A failing If-Match comes before If-Range.
         assert_eq!(
-            get(&[("if-match", "\"x\""), ("range", "bytes=0-1"), ("if-range", "\"abc\"")], &V),
+            get(
+                &[
+                    ("if-match", "\"x\""),
+                    ("range", "bytes=0-1"),
+                    ("if-range", "\"abc\"")
+                ],
+                &V
+            ),
             PreconditionFailed
         );
     }

@@ -85,7 +85,9 @@ pub fn content_length_values<'a>(
 /// value read as that value (RFC 9110 §8.6); `Ok(None)` when absent.
 pub fn content_length(h: &HeaderMap) -> Result<Option<u64>, ContentLengthError> {
     content_length_values(
-        h.get_all(header::CONTENT_LENGTH).iter().map(|v| v.as_bytes()),
+        h.get_all(header::CONTENT_LENGTH)
+            .iter()
+            .map(|v| v.as_bytes()),
         Repeats::Collapse,
     )
 }

@@ -630,7 +630,9 @@ pub fn check_smuggling(version: http::Version, h: &HeaderMap) -> Result<(), Viol
     }
     // A repeated value is refused, as weir's HTTP/1 server refuses it.
     let length = fields::content_length_values(
-        h.get_all(header::CONTENT_LENGTH).iter().map(|v| v.as_bytes()),
+        h.get_all(header::CONTENT_LENGTH)
+            .iter()
+            .map(|v| v.as_bytes()),
         Repeats::Refuse,
     )
     .map_err(|_| Violation::BadContentLength)?;

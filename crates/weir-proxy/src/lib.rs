@@ -1003,7 +1003,10 @@ impl Proxy {
         if http_body::Body::is_end_stream(&body) {
             return Ok(Replay::Empty);
         }
-        match weir_http::fields::content_length(&parts.headers).ok().flatten() {
+        match weir_http::fields::content_length(&parts.headers)
+            .ok()
+            .flatten()
+        {
             Some(0) => Ok(Replay::Empty),
             Some(n) if n <= self.cfg.retry_body_size => {
                 use http_body_util::BodyExt;

@@ -32,10 +32,10 @@ use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use http_body::Frame;
 
 use cache::{Cache, CachedFile, Revalidate, Variant};
-use weir_http::conditional::{Outcome, Validators};
-use weir_http::range::{self, RangeDecision};
 use resolve::{LargeFile, Resolved, Resolver, Segment, SmallFile};
 use weir_http::body::Body;
+use weir_http::conditional::{Outcome, Validators};
+use weir_http::range::{self, RangeDecision};
 
 pub use weir_config::files::{CacheOptions, CompressOptions, Encoding, Options};
 
