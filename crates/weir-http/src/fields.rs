@@ -98,6 +98,15 @@ pub fn content_length(h: &HeaderMap) -> Result<Option<u64>, ContentLengthError> 
 /// caches, and nothing is gained by refusing `GMT` written `gmt`); any zone
 /// but GMT, or a weekday that is not the date's, is invalid.
 pub fn http_date(v: &[u8]) -> Option<u64> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    // Near enough: only a two-digit year 50 years away depends on it.
+    http_date_in(v, 1970 + secs / 31_556_952)
+}
+
+/// [`http_date`] as read in `this_year`.
+fn http_date_in(v: &[u8], this_year: u64) -> Option<u64> {
     // httpdate reads the canonical case only: "Thu", "Aug", "GMT".
     let mut canon = [0u8; 40];
     if v.len() > canon.len() {
@@ -123,10 +132,53 @@ pub fn http_date(v: &[u8]) -> Option<u64> {
         canon[zone + 2..zone + 4].copy_from_slice(b"MT");
     }
     let s = std::str::from_utf8(canon).ok()?;
-    httpdate::parse_http_date(s)
+    let imf = rfc850_as_imf_fixdate(s, this_year);
+    httpdate::parse_http_date(imf.as_deref().unwrap_or(s))
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| d.as_secs())
+}
+
+/// An rfc850-date (`Sunday, 06-Nov-94 08:49:37 GMT`) rewritten as the
+/// IMF-fixdate it names, its two-digit year placed as §5.6.7 says: within
+/// 50 years of `this_year` (httpdate's fixed 1970–2069 window drifts from
+/// that rule as years pass). `None` for the other forms.
+fn rfc850_as_imf_fixdate(s: &str, this_year: u64) -> Option<String> {
+    const DAYS: [&str; 7] = [
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ];
+    let (day, rest) = s.split_once(", ")?;
+    if !DAYS.contains(&day) {
+        return None;
+    }
+    let b = rest.as_bytes();
+    if b.len() != 22 || b[2] != b'-' || b[6] != b'-' || b[9] != b' ' {
+        return None;
+    }
+    let yy = rest.get(7..9)?;
+    if !yy.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let yy: u64 = yy.parse().ok()?;
+    let mut year = this_year / 100 * 100 + yy;
+    if year > this_year + 50 {
+        year -= 100;
+    } else if year + 50 < this_year {
+        year += 100;
+    }
+    Some(format!(
+        "{}, {} {} {year} {}",
+        &day[..3],
+        &rest[..2],
+        &rest[3..6],
+        &rest[10..]
+    ))
 }
 
 #[cfg(test)]
@@ -193,12 +245,33 @@ mod tests {
     fn rfc9110_5_6_7_the_three_date_forms_are_read() {
         const T: u64 = 784_111_777; // Sun, 06 Nov 1994 08:49:37 GMT
         assert_eq!(http_date(b"Sun, 06 Nov 1994 08:49:37 GMT"), Some(T));
-        assert_eq!(http_date(b"Sunday, 06-Nov-94 08:49:37 GMT"), Some(T));
+        assert_eq!(
+            http_date_in(b"Sunday, 06-Nov-94 08:49:37 GMT", 2026),
+            Some(T)
+        );
         assert_eq!(http_date(b"Sun Nov  6 08:49:37 1994"), Some(T));
         assert_eq!(http_date(b"sun, 06 nov 1994 08:49:37 gmt"), Some(T));
+        // A two-digit year is the one within 50 years of now.
+        let y = |day: &str, yy: &str, this_year| {
+            let v = format!("{day}, 01-Jan-{yy} 00:00:00 GMT");
+            let t = http_date_in(v.as_bytes(), this_year)?;
+            let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t);
+            Some(httpdate::fmt_http_date(t))
+        };
+        let jan1 = |day: &str, year: u32| Some(format!("{day}, 01 Jan {year} 00:00:00 GMT"));
+        assert_eq!(y("Wednesday", "70", 2026), jan1("Wed", 2070));
+        assert_eq!(y("Thursday", "70", 2019), jan1("Thu", 1970));
+        assert_eq!(y("Thursday", "26", 2026), jan1("Thu", 2026));
+        assert_eq!(y("Wednesday", "76", 2026), jan1("Wed", 2076));
+        assert_eq!(y("Saturday", "77", 2026), jan1("Sat", 1977));
+        // httpdate alone would read 1975 here.
+        assert_eq!(y("Tuesday", "75", 2030), jan1("Tue", 2075));
+        // The weekday must still be the date's.
+        assert_eq!(y("Thursday", "75", 2030), None);
         for bad in [
             "",
             "0",
+            "Sundae, 06-Nov-94 08:49:37 GMT",
             "Sun, 06 Nov 1994 08:49:37 CET",
             "Mon, 06 Nov 1994 08:49:37 GMT",
             "Sun, 06 Nov 1994 08:49:37 GMT, Sun, 06 Nov 1994 08:49:37 GMT",
