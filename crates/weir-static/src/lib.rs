@@ -4,11 +4,12 @@
 //!
 //! This module owns the request flow and the public interface; the parts
 //! live in submodules: [`path`] (safety), [`resolve`] (file system),
-//! [`cache`] (hot files + watcher), [`conditional`] (validators), [`compress`],
-//! [`listing`], [`mime`]; preconditions and byte ranges are
-//! `weir_http::conditional` and `weir_http::range`, shared with the cache. It must never serve a byte from outside the root,
-//! never block an async thread on file I/O, and on a cache hit never touch
-//! the disk or take a lock.
+//! [`cache`] (hot files + watcher), [`conditional`] (validators),
+//! [`compress`], [`listing`], [`mime`]; preconditions and byte ranges are
+//! `weir_http::conditional` and `weir_http::range`, shared with the cache.
+//! It must never serve a byte from outside the root, never block an async
+//! thread on file I/O, and on a cache hit never touch the disk or take a
+//! lock.
 
 pub mod cache;
 pub mod compress;
