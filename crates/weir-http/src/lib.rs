@@ -1,5 +1,5 @@
-//! The HTTP plumbing every stage of weir shares, and nothing that decides
-//! what to answer: the response [`body::Body`], what a handler knows of its
+//! The HTTP plumbing every stage of weir shares, and no policy of weir's
+//! own about what to answer: the response [`body::Body`], what a handler knows of its
 //! connection ([`conn::ConnInfo`]), the short error answers
 //! ([`response`]), the tag that lets a cached file go out with `sendfile`
 //! ([`file_region`]), the per-thread stock of header maps, the coarse
