@@ -104,7 +104,7 @@ impl Disk {
             id.push(0);
             id.extend_from_slice(v.as_bytes());
         }
-        let h = format!("{:016x}", weir_static::conditional::content_hash(&id));
+        let h = format!("{:016x}", weir_http::hash::stable_hash(&id));
         self.dir.join(&h[..2]).join(h)
     }
 

@@ -365,10 +365,12 @@ impl Cache {
             },
             policy,
         )
-        .and_then(|()| match content_length(resp.headers()) {
-            Some(n) if n > store.max_object_size() => Err(rules::Uncacheable::TooLarge),
-            _ => Ok(()),
-        })
+        .and_then(
+            |()| match weir_http::fields::content_length(resp.headers()) {
+                Ok(Some(n)) if n > store.max_object_size() => Err(rules::Uncacheable::TooLarge),
+                _ => Ok(()),
+            },
+        )
         .and_then(|()| {
             // Never fresh and nothing to validate with: storing it would
             // only serve it stale.
@@ -572,10 +574,6 @@ fn flight_key(store: &Store, primary: &str, extra: &str, parts: &Parts) -> Arc<s
         }
     }
     Arc::from(k)
-}
-
-fn content_length(h: &http::HeaderMap) -> Option<u64> {
-    h.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
 /// A body that moved on before this request could read it (it outgrew

@@ -1,13 +1,16 @@
 //! Answers from a stored response: `Age` and `Cache-Status` (RFC 9211),
-//! the client's own conditional request (304), `HEAD`, and byte ranges of
-//! a complete body. Never goes upstream and never changes the store.
+//! the client's own preconditions (304, 412), `HEAD`, and byte ranges of a
+//! complete body, by the rules static files answer with
+//! (`weir_http::conditional`, `weir_http::range`). Never goes upstream and
+//! never changes the store.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Method, Response, StatusCode};
 use weir_http::body::Body;
-use weir_static::range::{self, RangeDecision};
+use weir_http::conditional::{self, Outcome, Validators};
+use weir_http::range::{self, RangeDecision};
 
 use crate::object::{ObjBody, Object};
 
@@ -50,56 +53,6 @@ pub fn forward(
     HeaderValue::from_maybe_shared(Bytes::from(s)).expect("tokens and digits")
 }
 
-/// RFC 9110 §13.1.2, §13.1.3: whether the client's validators match the
-/// stored response (If-None-Match by weak comparison, else If-Modified-Since).
-fn not_modified(req: &HeaderMap, obj: &Object) -> bool {
-    let mut inm = req.get_all(header::IF_NONE_MATCH).iter().peekable();
-    if inm.peek().is_some() {
-        let Some(etag) = &obj.etag else { return false };
-        let tag = weak_opaque(etag.as_bytes());
-        return inm.any(|v| {
-            v.to_str().is_ok_and(|s| {
-                s.split(',')
-                    .map(str::trim)
-                    .any(|t| t == "*" || weak_opaque(t.as_bytes()) == tag)
-            })
-        });
-    }
-    let Some(lm) = obj.last_modified else {
-        return false;
-    };
-    req.get(header::IF_MODIFIED_SINCE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| httpdate::parse_http_date(s).ok())
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .is_some_and(|since| lm <= since.as_secs())
-}
-
-fn weak_opaque(b: &[u8]) -> &[u8] {
-    b.strip_prefix(b"W/").unwrap_or(b)
-}
-
-/// RFC 9110 §13.1.5: a Range is honoured only when If-Range (if any)
-/// names this response: a strong ETag, or exactly its Last-Modified.
-fn if_range_allows(req: &HeaderMap, obj: &Object) -> bool {
-    let Some(v) = req.get(header::IF_RANGE) else {
-        return true;
-    };
-    let b = v.as_bytes();
-    if b.starts_with(b"\"") {
-        return obj.etag.as_ref().is_some_and(|e| e.as_bytes() == b);
-    }
-    if b.starts_with(b"W/") {
-        return false;
-    }
-    let since = v
-        .to_str()
-        .ok()
-        .and_then(|s| httpdate::parse_http_date(s).ok())
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
-    since.is_some_and(|t| obj.last_modified == Some(t.as_secs()))
-}
-
 /// The answer to `req` from `obj`; `None` when the object's body has
 /// already moved on past its first bytes (too large to keep), so the
 /// request must fetch for itself.
@@ -111,20 +64,30 @@ pub fn from_object(
 ) -> Option<Response<Body>> {
     let mut headers = obj.headers.clone();
     headers.insert(header::AGE, HeaderValue::from(obj.fresh.age(now)));
-    headers.insert(CACHE_STATUS.clone(), status);
+    headers.insert(CACHE_STATUS.clone(), status.clone());
     let head = req.method == Method::HEAD;
-    if (req.method == Method::GET || head)
-        && obj.status == StatusCode::OK
-        && not_modified(&req.headers, obj)
-    {
-        for f in [
-            header::CONTENT_LENGTH,
-            header::TRANSFER_ENCODING,
-            header::CONTENT_RANGE,
-        ] {
-            headers.remove(f);
+    // RFC 9110 §13.2.1: preconditions apply only where the answer
+    // without them would be 2xx.
+    let outcome = if obj.status.is_success() {
+        let v = Validators {
+            etag: obj.etag.as_ref().map(HeaderValue::as_bytes),
+            last_modified: obj.last_modified,
+        };
+        conditional::evaluate(&req.method, &req.headers, &v)
+    } else {
+        Outcome::Proceed
+    };
+    match outcome {
+        Outcome::Proceed | Outcome::IgnoreRange => {}
+        Outcome::NotModified => {
+            conditional::not_modified_fields(&mut headers);
+            return Some(build(StatusCode::NOT_MODIFIED, headers, Body::empty()));
         }
-        return Some(build(StatusCode::NOT_MODIFIED, headers, Body::empty()));
+        Outcome::PreconditionFailed => {
+            let mut r = weir_http::response::error(StatusCode::PRECONDITION_FAILED);
+            r.headers_mut().insert(CACHE_STATUS.clone(), status);
+            return Some(r);
+        }
     }
     if let Some(len) = obj.body_len() {
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
@@ -135,8 +98,9 @@ pub fn from_object(
     match &obj.body {
         ObjBody::Complete(b) => {
             if obj.status == StatusCode::OK
+                && req.method == Method::GET
+                && outcome == Outcome::Proceed
                 && let Some(r) = req.headers.get(header::RANGE)
-                && if_range_allows(&req.headers, obj)
             {
                 return Some(ranges(r, b, headers));
             }
@@ -169,43 +133,25 @@ fn build(status: StatusCode, headers: HeaderMap, body: Body) -> Response<Body> {
     r
 }
 
-/// Byte ranges of a complete body (RFC 9110 §14), with the same abuse
-/// limits as static files.
+/// Byte ranges of a complete body (RFC 9110 §14), answered as static
+/// files answer them.
 fn ranges(range: &HeaderValue, body: &Bytes, mut headers: HeaderMap) -> Response<Body> {
     let len = body.len() as u64;
     match range::parse(range, len) {
         RangeDecision::Ignore => build(StatusCode::OK, headers, Body::full(body.clone())),
         RangeDecision::Unsatisfiable => {
-            headers.insert(header::CONTENT_RANGE, range::unsatisfied_range(len));
-            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(0));
-            build(StatusCode::RANGE_NOT_SATISFIABLE, headers, Body::empty())
-        }
-        RangeDecision::Ranges(rs) if rs.len() == 1 => {
-            let r = rs[0];
-            headers.insert(header::CONTENT_RANGE, range::content_range(r, len));
-            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(r.len()));
-            let part = body.slice(r.start as usize..=r.end as usize);
-            build(StatusCode::PARTIAL_CONTENT, headers, Body::full(part))
+            let mut r = range::unsatisfiable(len);
+            if let Some(status) = headers.remove(&CACHE_STATUS) {
+                r.headers_mut().insert(CACHE_STATUS.clone(), status);
+            }
+            r
         }
         RangeDecision::Ranges(rs) => {
-            let ct = headers
-                .get(header::CONTENT_TYPE)
-                .cloned()
-                .unwrap_or(HeaderValue::from_static("application/octet-stream"));
-            let m = range::multipart(&rs, len, &ct);
-            let mut out = BytesMut::with_capacity(m.body_len as usize);
-            for (r, h) in rs.iter().zip(&m.part_heads) {
-                out.extend_from_slice(h);
-                out.extend_from_slice(&body[r.start as usize..=r.end as usize]);
-            }
-            out.extend_from_slice(&m.tail);
-            headers.insert(header::CONTENT_TYPE, m.content_type);
-            headers.insert(header::CONTENT_LENGTH, HeaderValue::from(m.body_len));
-            build(
-                StatusCode::PARTIAL_CONTENT,
-                headers,
-                Body::full(out.freeze()),
-            )
+            let part = match range::partial_fields(&mut headers, &rs, len) {
+                None => body.slice(rs[0].start as usize..=rs[0].end as usize),
+                Some(m) => m.assemble(&rs, body),
+            };
+            build(StatusCode::PARTIAL_CONTENT, headers, Body::full(part))
         }
     }
 }

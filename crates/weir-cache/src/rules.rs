@@ -10,6 +10,7 @@
 use http::header::{self, HeaderMap, HeaderName};
 use http::{Method, StatusCode};
 use weir_config::cache::{CachePolicy, SetCookie};
+use weir_http::fields::http_date;
 
 use crate::control::CacheControl;
 
@@ -138,43 +139,7 @@ pub fn storable(x: &Exchange<'_>, policy: &CachePolicy) -> Result<(), Uncacheabl
 }
 
 fn date(h: &HeaderMap, name: HeaderName) -> Option<u64> {
-    http_date(h.get(name)?.to_str().ok()?)
-}
-
-/// An HTTP-date (RFC 9110 §5.6.7) in seconds since the epoch, matched
-/// case-insensitively as RFC 9111 §4.2 asks of a cache; any zone but `GMT`
-/// is invalid.
-pub fn http_date(v: &str) -> Option<u64> {
-    // httpdate reads the canonical case only: "Thu", "Aug", "GMT".
-    let mut canon = [0u8; 40];
-    let b = v.as_bytes();
-    if b.len() > canon.len() {
-        return None;
-    }
-    let mut word_start = true;
-    for (i, &c) in b.iter().enumerate() {
-        canon[i] = if c.is_ascii_alphabetic() {
-            let first = word_start;
-            word_start = false;
-            if first {
-                c.to_ascii_uppercase()
-            } else {
-                c.to_ascii_lowercase()
-            }
-        } else {
-            word_start = true;
-            c
-        };
-    }
-    let canon = &mut canon[..b.len()];
-    if let Some(zone) = canon.windows(4).position(|w| w == b" Gmt") {
-        canon[zone + 2..zone + 4].copy_from_slice(b"MT");
-    }
-    let s = std::str::from_utf8(canon).ok()?;
-    httpdate::parse_http_date(s)
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_secs())
+    http_date(h.get(name)?.as_bytes())
 }
 
 /// `Last-Modified` in seconds since the epoch.
@@ -207,11 +172,7 @@ pub fn freshness_lifetime(
         if expires.next().is_some() {
             return 0;
         }
-        return first
-            .to_str()
-            .ok()
-            .and_then(http_date)
-            .map_or(0, |e| e.saturating_sub(date_value));
+        return http_date(first.as_bytes()).map_or(0, |e| e.saturating_sub(date_value));
     }
     if !(heuristically_cacheable(status) || cc.public) {
         return 0;

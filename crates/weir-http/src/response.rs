@@ -1,5 +1,5 @@
-//! The short plain-text answers any stage may give (400, 404, 405, 408, 413,
-//! 414, 431, 501, 502). Builds responses only; never decides when to send them.
+//! The short plain-text answers any stage may give (400, 404, 405, 408, 412,
+//! 413, 414, 416, 431, 501, 502). Builds responses only; never decides when to send them.
 
 use bytes::Bytes;
 use http::header::{self, HeaderValue};
@@ -17,6 +17,8 @@ pub fn error(status: StatusCode) -> Response<Body> {
         StatusCode::REQUEST_TIMEOUT => "408 Request Timeout\n",
         StatusCode::NOT_FOUND => "404 Not Found\n",
         StatusCode::METHOD_NOT_ALLOWED => "405 Method Not Allowed\n",
+        StatusCode::PRECONDITION_FAILED => "412 Precondition Failed\n",
+        StatusCode::RANGE_NOT_SATISFIABLE => "416 Range Not Satisfiable\n",
         StatusCode::NOT_IMPLEMENTED => "501 Not Implemented\n",
         StatusCode::UNAUTHORIZED => "401 Unauthorized\n",
         StatusCode::FORBIDDEN => "403 Forbidden\n",

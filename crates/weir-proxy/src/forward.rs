@@ -10,6 +10,7 @@ use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
+use weir_http::fields::{self, Repeats};
 use weir_http::smuggling::{RequestFraming, Violation};
 
 pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -627,12 +628,20 @@ pub fn check_smuggling(version: http::Version, h: &HeaderMap) -> Result<(), Viol
     if !present.has(Present::TRANSFER_ENCODING | Present::CONTENT_LENGTH) {
         return Ok(());
     }
+    // A repeated value is refused, as weir's HTTP/1 server refuses it.
+    let length = fields::content_length_values(
+        h.get_all(header::CONTENT_LENGTH)
+            .iter()
+            .map(|v| v.as_bytes()),
+        Repeats::Refuse,
+    )
+    .map_err(|_| Violation::BadContentLength)?;
+    if length.is_some() && present.has(Present::TRANSFER_ENCODING) {
+        return Err(Violation::BothLengths);
+    }
     let mut framing = RequestFraming::default();
     for v in h.get_all(header::TRANSFER_ENCODING) {
         framing.transfer_encoding(v.as_bytes());
-    }
-    for v in h.get_all(header::CONTENT_LENGTH) {
-        framing.content_length(v.as_bytes())?;
     }
     framing
         .finish(version == http::Version::HTTP_10)

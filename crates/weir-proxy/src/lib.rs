@@ -1003,12 +1003,10 @@ impl Proxy {
         if http_body::Body::is_end_stream(&body) {
             return Ok(Replay::Empty);
         }
-        let len = parts
-            .headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        match len {
+        match weir_http::fields::content_length(&parts.headers)
+            .ok()
+            .flatten()
+        {
             Some(0) => Ok(Replay::Empty),
             Some(n) if n <= self.cfg.retry_body_size => {
                 use http_body_util::BodyExt;

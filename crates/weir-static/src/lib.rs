@@ -4,10 +4,12 @@
 //!
 //! This module owns the request flow and the public interface; the parts
 //! live in submodules: [`path`] (safety), [`resolve`] (file system),
-//! [`cache`] (hot files + watcher), [`conditional`], [`range`], [`compress`],
-//! [`listing`], [`mime`]. It must never serve a byte from outside the root,
-//! never block an async thread on file I/O, and on a cache hit never touch
-//! the disk or take a lock.
+//! [`cache`] (hot files + watcher), [`conditional`] (validators),
+//! [`compress`], [`listing`], [`mime`]; preconditions and byte ranges are
+//! `weir_http::conditional` and `weir_http::range`, shared with the cache.
+//! It must never serve a byte from outside the root, never block an async
+//! thread on file I/O, and on a cache hit never touch the disk or take a
+//! lock.
 
 pub mod cache;
 pub mod compress;
@@ -15,7 +17,6 @@ pub mod conditional;
 pub mod listing;
 pub mod mime;
 pub mod path;
-pub mod range;
 pub mod resolve;
 
 #[cfg(test)]
@@ -26,16 +27,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_util::TryStreamExt;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use http_body::Frame;
 
 use cache::{Cache, CachedFile, Revalidate, Variant};
-use conditional::{Outcome, Validators};
-use range::RangeDecision;
 use resolve::{LargeFile, Resolved, Resolver, Segment, SmallFile};
 use weir_http::body::Body;
+use weir_http::conditional::{Outcome, Validators};
+use weir_http::range::{self, RangeDecision};
 
 pub use weir_config::files::{CacheOptions, CompressOptions, Encoding, Options};
 
@@ -281,14 +282,14 @@ impl StaticFiles {
             }
         };
         let len = f.data.len() as u64;
-        let etag = conditional::etag_from_hash(conditional::content_hash(&f.data), len);
+        let etag = conditional::etag_from_hash(weir_http::hash::stable_hash(&f.data), len);
         let identity = variant(f.data, f.file, &f.meta, etag);
         let sidecars: Vec<(Encoding, Variant)> = f
             .sidecars
             .into_iter()
             .map(|(enc, body, md)| {
                 let base = conditional::etag_from_hash(
-                    conditional::content_hash(&body),
+                    weir_http::hash::stable_hash(&body),
                     body.len() as u64,
                 );
                 let etag = conditional::etag_with_encoding(&base, enc);
@@ -525,11 +526,12 @@ struct Rep<'a> {
 impl Rep<'_> {
     fn respond(&self, req: &http::request::Parts, src: Source<'_>) -> Response<Body> {
         let v = Validators {
-            etag: self.etag.as_bytes(),
-            modified: self.modified,
+            etag: Some(self.etag.as_bytes()),
+            last_modified: Some(self.modified),
         };
-        match conditional::evaluate(&req.method, &req.headers, &v) {
-            Outcome::Proceed => {}
+        let outcome = weir_http::conditional::evaluate(&req.method, &req.headers, &v);
+        match outcome {
+            Outcome::Proceed | Outcome::IgnoreRange => {}
             Outcome::NotModified => {
                 let mut r = Response::new(Body::empty());
                 *r.status_mut() = StatusCode::NOT_MODIFIED;
@@ -573,7 +575,7 @@ impl Rep<'_> {
             h.insert(header::ACCEPT_RANGES, BYTES);
         }
         let decision = match range_hdr {
-            Some(rh) if conditional::if_range_allows(&req.headers, &v) => range::parse(rh, len),
+            Some(rh) if outcome == Outcome::Proceed => range::parse(rh, len),
             _ => RangeDecision::Ignore,
         };
         match decision {
@@ -594,66 +596,41 @@ impl Rep<'_> {
                     };
                 }
             }
-            RangeDecision::Unsatisfiable => {
-                let mut r = error(StatusCode::RANGE_NOT_SATISFIABLE);
-                r.headers_mut()
-                    .insert(header::CONTENT_RANGE, range::unsatisfied_range(len));
-                return r;
-            }
+            RangeDecision::Unsatisfiable => return range::unsatisfiable(len),
             RangeDecision::Ranges(ranges) => {
                 *r.status_mut() = StatusCode::PARTIAL_CONTENT;
-                let h = r.headers_mut();
-                if let [one] = ranges[..] {
-                    h.insert(header::CONTENT_RANGE, range::content_range(one, len));
-                    h.insert(header::CONTENT_LENGTH, HeaderValue::from(one.len()));
-                    if !head {
-                        *r.body_mut() = match src {
-                            Source::Memory(b, file) => {
-                                let part = b.slice(one.start as usize..=one.end as usize);
-                                zero_copy(&mut r, &part, file, one.start);
-                                Body::full(part)
+                let multipart = range::partial_fields(r.headers_mut(), &ranges, len);
+                if !head {
+                    *r.body_mut() = match (multipart, src) {
+                        (None, Source::Memory(b, file)) => {
+                            let one = ranges[0];
+                            let part = b.slice(one.start as usize..=one.end as usize);
+                            zero_copy(&mut r, &part, file, one.start);
+                            Body::full(part)
+                        }
+                        (None, Source::File(f, fp)) => stream_body(resolve::file_body(
+                            f,
+                            fp,
+                            vec![Segment::File {
+                                start: ranges[0].start,
+                                len: ranges[0].len(),
+                            }],
+                        )),
+                        (Some(mp), Source::Memory(b, _)) => Body::full(mp.assemble(&ranges, b)),
+                        (Some(mp), Source::File(f, fp)) => {
+                            let mut segs = Vec::with_capacity(ranges.len() * 2 + 1);
+                            for (head, rg) in mp.part_heads.into_iter().zip(&ranges) {
+                                segs.push(Segment::Bytes(head));
+                                segs.push(Segment::File {
+                                    start: rg.start,
+                                    len: rg.len(),
+                                });
                             }
-                            Source::File(f, fp) => stream_body(resolve::file_body(
-                                f,
-                                fp,
-                                vec![Segment::File {
-                                    start: one.start,
-                                    len: one.len(),
-                                }],
-                            )),
-                            Source::Compress(..) => Body::empty(),
-                        };
-                    }
-                } else {
-                    let mp = range::multipart(&ranges, len, self.content_type);
-                    h.insert(header::CONTENT_TYPE, mp.content_type);
-                    h.insert(header::CONTENT_LENGTH, HeaderValue::from(mp.body_len));
-                    if !head {
-                        *r.body_mut() = match src {
-                            Source::Memory(b, _) => {
-                                let mut out = BytesMut::with_capacity(mp.body_len as usize);
-                                for (head, rg) in mp.part_heads.iter().zip(&ranges) {
-                                    out.extend_from_slice(head);
-                                    out.extend_from_slice(&b[rg.start as usize..=rg.end as usize]);
-                                }
-                                out.extend_from_slice(&mp.tail);
-                                Body::full(out.freeze())
-                            }
-                            Source::File(f, fp) => {
-                                let mut segs = Vec::with_capacity(ranges.len() * 2 + 1);
-                                for (head, rg) in mp.part_heads.into_iter().zip(&ranges) {
-                                    segs.push(Segment::Bytes(head));
-                                    segs.push(Segment::File {
-                                        start: rg.start,
-                                        len: rg.len(),
-                                    });
-                                }
-                                segs.push(Segment::Bytes(mp.tail));
-                                stream_body(resolve::file_body(f, fp, segs))
-                            }
-                            Source::Compress(..) => Body::empty(),
-                        };
-                    }
+                            segs.push(Segment::Bytes(mp.tail));
+                            stream_body(resolve::file_body(f, fp, segs))
+                        }
+                        (_, Source::Compress(..)) => Body::empty(),
+                    };
                 }
             }
         }
@@ -737,7 +714,6 @@ fn error(status: StatusCode) -> Response<Body> {
         StatusCode::NOT_FOUND => "404 Not Found\n",
         StatusCode::METHOD_NOT_ALLOWED => "405 Method Not Allowed\n",
         StatusCode::PRECONDITION_FAILED => "412 Precondition Failed\n",
-        StatusCode::RANGE_NOT_SATISFIABLE => "416 Range Not Satisfiable\n",
         _ => "500 Internal Server Error\n",
     };
     let mut r = Response::new(Body::from(body));

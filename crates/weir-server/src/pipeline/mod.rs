@@ -552,13 +552,10 @@ impl Listener {
     }
 }
 
-/// A body's length as its `Content-Length` field gives it.
+/// A body's length as its `Content-Length` field gives it
+/// (`weir_http::fields`); a value that is not a length counts as unknown.
 pub(crate) fn content_length(h: &http::HeaderMap) -> Option<u64> {
-    h.get(http::header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .parse()
-        .ok()
+    weir_http::fields::content_length(h).ok().flatten()
 }
 
 #[cfg(test)]

@@ -28,13 +28,7 @@ pub(super) fn check(limits: &Limits, parts: &http::request::Parts) -> Option<Res
     if let Some(status) = over_limits(limits, target_len, parts.headers.len(), fields) {
         return Some(closing(error(status)));
     }
-    if let Some(len) = parts.headers.get(header::CONTENT_LENGTH)
-        && len
-            .to_str()
-            .ok()
-            .and_then(|s| s.parse::<u64>().ok())
-            .is_some_and(|n| n > limits.body)
-    {
+    if super::content_length(&parts.headers).is_some_and(|n| n > limits.body) {
         return Some(closing(error(StatusCode::PAYLOAD_TOO_LARGE)));
     }
     None

@@ -6,8 +6,9 @@
 //! stale answers only where RFC 9111 §4.2.4 allows them (or `grace` and
 //! `stale_if_error` are set), a 304 that updates what later hits carry,
 //! the header syntax of `Age`, `Cache-Control` and `Expires`, which
-//! statuses are stored, a disk store that survives a restart, and a
-//! memory bound that holds.
+//! statuses are stored, a disk store that survives a restart, a memory
+//! bound that holds, and a client's preconditions and ranges answered from
+//! the store as static files answer them.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -43,6 +44,7 @@ type Body = BoxBody<Bytes, Infallible>;
 ///   `no-cache`: [`fail_cc`]), then `500` to everything;
 /// - `/update/…`: fresh for 1 s with `ETag`; its validation gets a 304 with
 ///   new fields;
+/// - `/etag/…`: `ETag: "v1,comma"` (a comma inside the tag), fresh for 60 s;
 /// - `/case/NAME`: one of [`CASES`].
 struct Origin {
     addr: std::net::SocketAddr,
@@ -214,6 +216,11 @@ async fn answer(
                 .header("x-version", "1");
             full(format!("update #{n}"))
         }
+    } else if path.starts_with("/etag/") {
+        r = r
+            .header("cache-control", "max-age=60")
+            .header("etag", "\"v1,comma\"");
+        full(format!("{path} #{n}"))
     } else if let Some(name) = path.strip_prefix("/case/") {
         let case = CASES.iter().find(|c| c.name == name).expect("a known case");
         r = r.status(case.status);
@@ -1079,4 +1086,102 @@ fn reverse_proxy_cache(o: &Origin) -> Weir {
         ],
         port,
     )
+}
+
+/// RFC 9110 §13.1.1: a stored response answers `If-Match` itself: 412 when
+/// no listed tag matches it by strong comparison (a weak tag never does),
+/// the stored 200 when one does. The cache used to ignore `If-Match`.
+#[tokio::test]
+async fn rfc9110_13_1_1_a_hit_answers_if_match_with_412_or_the_response() {
+    let o = Origin::start().await;
+    let w = Weir::start(WEIR, &site(&o, ""));
+    let url = w.url("/etag/if-match");
+    assert_eq!(get(&url, &[]).await.0, 200);
+    for tag in ["\"other\"", "W/\"v1,comma\"", "\"v1\", \"comma\""] {
+        let (s, h, _) = get(&url, &[("if-match", tag)]).await;
+        assert_eq!(s, 412, "{tag}: {h:?}");
+        assert!(cache_status(&h).starts_with("weir; hit"), "{h:?}");
+    }
+    for tag in ["\"other\", \"v1,comma\"", "*"] {
+        let (s, h, b) = get(&url, &[("if-match", tag)]).await;
+        assert_eq!((s, &b[..]), (200, &b"/etag/if-match #1"[..]), "{tag}");
+        assert_eq!(h["etag"], "\"v1,comma\"");
+    }
+    assert_eq!(o.count("/etag/if-match"), 1);
+    o.stop();
+}
+
+/// RFC 9110 §8.8.3: an entity-tag may hold a comma, so a list is split on
+/// the commas outside quotes. The cache used to split on every comma and
+/// never matched `"v1,comma"` in a list.
+#[tokio::test]
+async fn rfc9110_8_8_3_a_quoted_comma_in_an_if_none_match_list_still_matches() {
+    let o = Origin::start().await;
+    let w = Weir::start(WEIR, &site(&o, ""));
+    let url = w.url("/etag/list");
+    assert_eq!(get(&url, &[]).await.0, 200);
+    let (s, h, b) = get(&url, &[("if-none-match", "\"x\", \"v1,comma\"")]).await;
+    assert_eq!((s, b.len()), (304, 0), "{h:?}");
+    assert_eq!(h["etag"], "\"v1,comma\"");
+    assert!(cache_status(&h).starts_with("weir; hit"), "{h:?}");
+    // Its two halves are other tags.
+    let (s, _, b) = get(&url, &[("if-none-match", "\"v1\", \"comma\"")]).await;
+    assert_eq!((s, &b[..]), (200, &b"/etag/list #1"[..]));
+    assert_eq!(o.count("/etag/list"), 1);
+    o.stop();
+}
+
+/// RFC 9110 §14: a range of a stored response is answered as the same
+/// range of a static file with the same bytes: status, `Content-Range`,
+/// `Content-Length` and body alike, for one range, a suffix, a range past
+/// the end, several, and none satisfiable (416 with `bytes */LEN`). The
+/// cache's 416 used to differ (no body, the stored fields).
+#[tokio::test]
+async fn a_range_of_a_cached_response_is_answered_as_one_of_a_static_file() {
+    let o = Origin::start().await;
+    let w = Weir::start(
+        WEIR,
+        &format!(
+            "[server]\nworkers = 2\n\n[site.\"127.0.0.1:{{PORT}}\"]\nroot = \"{{DIR}}\"\n\n\
+             [[site.\"127.0.0.1:{{PORT}}\".route]]\npath = \"/size/*\"\nproxy = {{ to = [\"{}\"] }}\ncache = true\n",
+            o.addr
+        ),
+    );
+    std::fs::write(w.dir.path().join("same.bin"), vec![b'z'; 1000]).unwrap();
+    let cached = w.url("/size/1000/range");
+    assert_eq!(get(&cached, &[]).await.0, 200);
+    // The multipart boundary is random per response.
+    let unbound = |h: &http::HeaderMap, b: &Bytes| {
+        let ct = h
+            .get("content-type")
+            .map_or("", |v| v.to_str().unwrap())
+            .to_string();
+        let body = String::from_utf8_lossy(b).into_owned();
+        match ct.strip_prefix("multipart/byteranges; boundary=") {
+            Some(boundary) => ("multipart".to_string(), body.replace(boundary, "B")),
+            None => (String::new(), body),
+        }
+    };
+    for range in [
+        "bytes=0-9",
+        "bytes=-10",
+        "bytes=990-5000",
+        "bytes=0-1,5-6",
+        "bytes=1000-",
+    ] {
+        let (ss, sh, sb) = get(&w.url("/same.bin"), &[("range", range)]).await;
+        let (cs, ch, cb) = get(&cached, &[("range", range)]).await;
+        assert!(cache_status(&ch).starts_with("weir; hit"), "{ch:?}");
+        assert!(ss == 206 || ss == 416, "{range}: {ss}");
+        assert_eq!(cs, ss, "{range}");
+        for f in ["content-range", "content-length"] {
+            assert_eq!(ch.get(f), sh.get(f), "{range}: {f}");
+        }
+        assert_eq!(unbound(&ch, &cb), unbound(&sh, &sb), "{range}");
+    }
+    let (s, h, _) = get(&cached, &[("range", "bytes=1000-")]).await;
+    assert_eq!(s, 416);
+    assert_eq!(h["content-range"], "bytes */1000");
+    assert_eq!(o.count("/size/1000/range"), 1);
+    o.stop();
 }

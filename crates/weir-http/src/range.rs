@@ -1,13 +1,19 @@
-//! Byte ranges (RFC 9110 §14): parsing `Range`, and the framing of
-//! `multipart/byteranges` bodies.
+//! Byte ranges (RFC 9110 §14): parsing `Range`, the fields of a 206 and a
+//! 416, and the framing of `multipart/byteranges` bodies, for every handler
+//! that answers from a stored representation (static files, the cache), so
+//! both answer a range alike.
 //!
 //! Owns the amplification limits: more than [`MAX_RANGES`] ranges, or ranges
-//! adding up to more than the file (overlap abuse), make the server ignore
-//! `Range` and send the whole file once, as nginx does. Must never read
-//! files; it only computes offsets and part headers.
+//! adding up to more than the representation (overlap abuse), make the
+//! server ignore `Range` and send the whole representation once, as nginx
+//! does. Must never read files; it only computes offsets and part headers.
+//! Whether `Range` applies at all (`If-Range`) is [`crate::conditional`]'s.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use http::HeaderValue;
+use http::header::{self, HeaderMap, HeaderValue};
+use http::{Response, StatusCode};
+
+use crate::body::Body;
 
 /// More ranges than this are treated as abuse.
 pub const MAX_RANGES: usize = 100;
@@ -134,6 +140,36 @@ pub fn unsatisfied_range(len: u64) -> HeaderValue {
     HeaderValue::from_str(&format!("bytes */{len}")).expect("digits are a valid header value")
 }
 
+/// The 416 for a representation of `len` bytes: `Content-Range: bytes
+/// */LEN` tells the client the current length (RFC 9110 §15.5.17).
+pub fn unsatisfiable(len: u64) -> Response<Body> {
+    let mut r = crate::response::error(StatusCode::RANGE_NOT_SATISFIABLE);
+    r.headers_mut()
+        .insert(header::CONTENT_RANGE, unsatisfied_range(len));
+    r
+}
+
+/// Sets the fields of a 206 for `ranges` of a `len`-byte representation
+/// on `h`, which holds the representation's `Content-Type`: one range gets
+/// its `Content-Range` and length; several get a `multipart/byteranges`
+/// type and length, and the framing of that body is returned.
+pub fn partial_fields(h: &mut HeaderMap, ranges: &[ByteRange], len: u64) -> Option<Multipart> {
+    if let [one] = ranges {
+        h.insert(header::CONTENT_RANGE, content_range(*one, len));
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(one.len()));
+        return None;
+    }
+    let ct = h
+        .get(header::CONTENT_TYPE)
+        .cloned()
+        .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+    let m = multipart(ranges, len, &ct);
+    h.insert(header::CONTENT_TYPE, m.content_type.clone());
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(m.body_len));
+    h.remove(header::CONTENT_RANGE);
+    Some(m)
+}
+
 /// A fresh boundary: random enough that it does not occur in file contents
 /// by chance (std's `RandomState` is seeded per process from the OS).
 pub fn new_boundary() -> String {
@@ -157,7 +193,21 @@ pub struct Multipart {
     pub content_type: HeaderValue,
 }
 
-/// Builds the framing for `ranges` of a `len`-byte file of `content_type`.
+impl Multipart {
+    /// The whole body for `ranges` of a representation held in memory.
+    pub fn assemble(&self, ranges: &[ByteRange], data: &[u8]) -> Bytes {
+        let mut out = BytesMut::with_capacity(self.body_len as usize);
+        for (head, r) in self.part_heads.iter().zip(ranges) {
+            out.extend_from_slice(head);
+            out.extend_from_slice(&data[r.start as usize..=r.end as usize]);
+        }
+        out.extend_from_slice(&self.tail);
+        out.freeze()
+    }
+}
+
+/// Builds the framing for `ranges` of a `len`-byte representation of
+/// `content_type`.
 pub fn multipart(ranges: &[ByteRange], len: u64, content_type: &HeaderValue) -> Multipart {
     let boundary = new_boundary();
     let mut body_len = 0u64;
@@ -261,6 +311,56 @@ mod tests {
         assert_eq!(p(&overlap, 100), RangeDecision::Ignore);
         let ok = format!("bytes={}", vec!["0-0"; MAX_RANGES].join(","));
         assert!(matches!(p(&ok, 1000), RangeDecision::Ranges(v) if v.len() == MAX_RANGES));
+    }
+
+    #[test]
+    fn suffix_multiple_and_overlapping_ranges() {
+        // Suffix longer than the representation: all of it.
+        assert_eq!(p("bytes=-1000", 10), RangeDecision::Ranges(vec![r(0, 9)]));
+        // Several, kept in request order, even out of order.
+        assert_eq!(
+            p("bytes=5-6,0-1, -2", 10),
+            RangeDecision::Ranges(vec![r(5, 6), r(0, 1), r(8, 9)])
+        );
+        // Overlapping but asking no more than the whole: served as asked.
+        assert_eq!(
+            p("bytes=0-4,2-6", 100),
+            RangeDecision::Ranges(vec![r(0, 4), r(2, 6)])
+        );
+        // Overlapping past the whole: the whole, once.
+        assert_eq!(p("bytes=0-7,2-9", 10), RangeDecision::Ignore);
+    }
+
+    #[test]
+    fn a_416_says_the_current_length() {
+        let resp = unsatisfiable(1234);
+        assert_eq!(resp.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+        assert_eq!(resp.headers()[header::CONTENT_RANGE], "bytes */1234");
+    }
+
+    #[test]
+    fn partial_fields_for_one_range_and_several() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(10));
+        assert!(partial_fields(&mut h, &[r(2, 4)], 10).is_none());
+        assert_eq!(h[header::CONTENT_RANGE], "bytes 2-4/10");
+        assert_eq!(h[header::CONTENT_LENGTH], "3");
+        assert_eq!(h[header::CONTENT_TYPE], "text/plain");
+
+        let rs = [r(0, 1), r(8, 9)];
+        let m = partial_fields(&mut h, &rs, 10).unwrap();
+        assert!(!h.contains_key(header::CONTENT_RANGE));
+        let ct = h[header::CONTENT_TYPE].to_str().unwrap().to_string();
+        let boundary = ct.strip_prefix("multipart/byteranges; boundary=").unwrap();
+        let body = m.assemble(&rs, b"0123456789");
+        assert_eq!(h[header::CONTENT_LENGTH], body.len().to_string().as_str());
+        let want = format!(
+            "--{boundary}\r\nContent-Type: text/plain\r\nContent-Range: bytes 0-1/10\r\n\r\n01\r\n\
+             --{boundary}\r\nContent-Type: text/plain\r\nContent-Range: bytes 8-9/10\r\n\r\n89\r\n\
+             --{boundary}--\r\n"
+        );
+        assert_eq!(body, want.as_bytes());
     }
 
     #[test]
