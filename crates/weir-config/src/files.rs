@@ -4,51 +4,9 @@
 
 use std::path::PathBuf;
 
-use http::HeaderValue;
-
-/// Content codings weir knows, for precompressed sidecars and on-the-fly compression.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Encoding {
-    Br,
-    Zstd,
-    Gzip,
-}
-
-impl Encoding {
-    /// The content-coding token.
-    pub fn token(self) -> &'static str {
-        match self {
-            Encoding::Br => "br",
-            Encoding::Zstd => "zstd",
-            Encoding::Gzip => "gzip",
-        }
-    }
-
-    /// Suffix of a precompressed sidecar file (`x.css.br`).
-    pub fn extension(self) -> &'static str {
-        match self {
-            Encoding::Br => ".br",
-            Encoding::Zstd => ".zst",
-            Encoding::Gzip => ".gz",
-        }
-    }
-
-    /// `Content-Encoding` header value (static, no allocation).
-    pub fn header_value(self) -> HeaderValue {
-        HeaderValue::from_static(self.token())
-    }
-
-    /// Dense index for per-encoding slots.
-    pub fn index(self) -> usize {
-        match self {
-            Encoding::Br => 0,
-            Encoding::Zstd => 1,
-            Encoding::Gzip => 2,
-        }
-    }
-
-    pub const ALL: [Encoding; 3] = [Encoding::Br, Encoding::Zstd, Encoding::Gzip];
-}
+/// Content codings weir knows, for precompressed sidecars and on-the-fly
+/// compression (defined beside their negotiation and encoders).
+pub use weir_http::encoding::Encoding;
 
 /// On-the-fly compression settings.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,7 +1,8 @@
 //! The HTTP plumbing every stage of weir shares, and nothing that decides
 //! what to answer: the response [`body::Body`], what a handler knows of its
 //! connection ([`conn::ConnInfo`]), the short error answers
-//! ([`response`]), the tag that lets a cached file go out with `sendfile`
+//! ([`response`]), content codings and their negotiation ([`encoding`]),
+//! the tag that lets a cached file go out with `sendfile`
 //! ([`file_region`]), the per-thread stock of header maps, the coarse
 //! clock, and the strict HTTP/1.1 framing check that refuses smuggling
 //! shapes before any parser sees them ([`smuggling`]), the HTTP/1.1 body
@@ -16,6 +17,7 @@ pub mod background;
 pub mod body;
 pub mod clock;
 pub mod conn;
+pub mod encoding;
 pub mod file_region;
 pub mod h1;
 pub mod header_maps;
