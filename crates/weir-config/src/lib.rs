@@ -158,6 +158,9 @@ pub struct SiteConfig {
     /// The cache in front of the site's own proxy, and of routes that say
     /// nothing about caching.
     pub cache: Option<Arc<cache::CachePolicy>>,
+    /// The compression of its answers other than static files (and of
+    /// routes that say nothing about it); `None`: off.
+    pub compress: Option<Arc<CompressOptions>>,
     /// Limits, access control and header rules for every request.
     pub filters: Arc<traffic::Filters>,
     /// TLS for this name goes untouched to these upstreams (SNI routing).
@@ -355,6 +358,7 @@ impl Config {
             headers: Vec::new(),
             access_log: None,
             cache: None,
+            compress: None,
             filters: Default::default(),
             passthrough: None,
         };
@@ -621,15 +625,24 @@ pub fn load_str_with(
             }
             None => own,
         };
-        let handler =
-            routes::site_handler(&mut c, &name, raw_site, own, site_cache.as_ref(), &files)
-                .unwrap_or_else(|| {
-                    if passthrough.is_some() {
-                        misdirected()
-                    } else {
-                        HandlerConfig::Welcome
-                    }
-                });
+        let site_compress = files::answer_compression(
+            &mut c,
+            &format!("site \"{name}\": compress"),
+            raw_site.compress.as_ref(),
+            None,
+        );
+        let inherited = routes::Inherited {
+            cache: site_cache.as_ref(),
+            compress: site_compress.as_ref(),
+        };
+        let handler = routes::site_handler(&mut c, &name, raw_site, own, inherited, &files)
+            .unwrap_or_else(|| {
+                if passthrough.is_some() {
+                    misdirected()
+                } else {
+                    HandlerConfig::Welcome
+                }
+            });
         let filters = traffic::filters(
             &mut c,
             &format!("site \"{name}\""),
@@ -750,6 +763,7 @@ pub fn load_str_with(
             headers,
             access_log,
             cache: site_cache,
+            compress: site_compress,
             filters: Arc::new(filters),
             passthrough,
         });
@@ -765,6 +779,7 @@ pub fn load_str_with(
                 headers: Vec::new(),
                 access_log: None,
                 cache: None,
+                compress: None,
                 filters: Default::default(),
                 passthrough: None,
             });
@@ -809,6 +824,7 @@ pub fn load_str_with(
             headers: Vec::new(),
             access_log: None,
             cache: None,
+            compress: None,
             filters: Default::default(),
             passthrough: Some(t.stream.clone()),
         });
@@ -876,7 +892,7 @@ fn known_keys(path: &[String]) -> &'static [&'static str] {
         ["tls", "acme"] => fields::<RawAcme>(),
         ["tls", "internal"] => fields::<RawInternal>(),
         ["tls", "on_demand"] => fields::<RawOnDemand>(),
-        ["site", _, "compress"] => fields::<RawCompress>(),
+        ["site", _, "compress"] | ["site", _, "route", _, "compress"] => fields::<RawCompress>(),
         ["site", _, "file_cache"] => fields::<RawFileCache>(),
         ["site", _, "proxy"] | ["site", _, "route", _, "proxy"] => fields::<RawProxy>(),
         ["site", _, "proxy", "health"] | ["site", _, "route", _, "proxy", "health"] => {
@@ -1358,25 +1374,15 @@ fn static_options(c: &mut Collector<'_>, name: &str, s: &RawSite, root: PathBuf)
         Some(p) => parse_encodings(c, &format!("site \"{name}\": precompressed"), p),
         None => all.clone(),
     };
-    let mut compress = CompressOptions::default();
-    if let Some(rc) = &s.compress {
-        if let Some(e) = rc.enabled {
-            compress.enabled = e;
-        }
-        if let Some(v) = &rc.min_size {
-            match units::parse_size(v.get_ref()) {
-                Ok(n) => compress.min_size = n,
-                Err(m) => c.at(v.span(), format!("site \"{name}\": compress.min_size: {m}")),
-            }
-        }
-        if let Some(e) = &rc.encodings {
-            compress.encodings =
-                parse_encodings(c, &format!("site \"{name}\": compress.encodings"), e);
-        }
-        if let Some(t) = &rc.types {
-            compress.types = t.clone();
-        }
-    }
+    let compress = match &s.compress {
+        Some(rc) => files::compress(
+            c,
+            &format!("site \"{name}\": compress"),
+            rc,
+            &CompressOptions::default(),
+        ),
+        None => CompressOptions::default(),
+    };
     let mut cache = CacheOptions::default();
     if let Some(fc) = &s.file_cache {
         if let Some(v) = &fc.max_size {
