@@ -179,7 +179,8 @@ pub fn compress_once(data: &[u8], enc: Encoding, fast: bool) -> std::io::Result<
 /// One coding's encoder writing into a `Vec`, driven synchronously (the
 /// `Vec` never makes it wait).
 enum Encoder {
-    Br(async_compression::tokio::write::BrotliEncoder<Vec<u8>>),
+    // Boxed: brotli's state is several KiB, the others' a pointer or two.
+    Br(Box<async_compression::tokio::write::BrotliEncoder<Vec<u8>>>),
     Zstd(async_compression::tokio::write::ZstdEncoder<Vec<u8>>),
     Gzip(async_compression::tokio::write::GzipEncoder<Vec<u8>>),
 }
@@ -195,7 +196,7 @@ impl Encoder {
             (Level::Precise(9), Level::Precise(12), Level::Best)
         };
         match enc {
-            Encoding::Br => Encoder::Br(BrotliEncoder::with_quality(out, br)),
+            Encoding::Br => Encoder::Br(Box::new(BrotliEncoder::with_quality(out, br))),
             Encoding::Zstd => Encoder::Zstd(ZstdEncoder::with_quality(out, zstd)),
             Encoding::Gzip => Encoder::Gzip(GzipEncoder::with_quality(out, gz)),
         }
@@ -241,7 +242,7 @@ impl Encoder {
             }
         })?;
         Ok(match self {
-            Encoder::Br(e) => e.into_inner(),
+            Encoder::Br(e) => (*e).into_inner(),
             Encoder::Zstd(e) => e.into_inner(),
             Encoder::Gzip(e) => e.into_inner(),
         })
@@ -431,7 +432,7 @@ mod tests {
     }
 
     fn chunks(parts: Vec<Bytes>) -> Body {
-        let s = futures_util::stream::iter(parts.into_iter().map(|b| Ok::<_, std::io::Error>(b)));
+        let s = futures_util::stream::iter(parts.into_iter().map(Ok::<_, std::io::Error>));
         Body::stream(http_body_util::StreamBody::new(
             futures_util::TryStreamExt::map_ok(s, Frame::data),
         ))
