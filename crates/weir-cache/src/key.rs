@@ -11,9 +11,6 @@ use http::header::{self, HeaderMap, HeaderName};
 use http::request::Parts;
 use weir_config::cache::{CachePolicy, QueryKey};
 
-/// Codings the cache keeps apart, in the order weir prefers them.
-const CODINGS: [&str; 3] = ["br", "zstd", "gzip"];
-
 /// The primary key of a request: `scheme://host[:port]/path?query`.
 pub fn primary(parts: &Parts, tls: bool, policy: &CachePolicy) -> String {
     let mut k = String::new();
@@ -80,33 +77,14 @@ fn push_query(k: &mut String, q: &str, policy: &CachePolicy) {
     }
 }
 
-/// The coding a request's `Accept-Encoding` selects among [`CODINGS`]
-/// (`""`: identity). The cache keys on this and sends only this upstream,
-/// so the many ways browsers spell the field make at most four variants.
+/// The coding a request's `Accept-Encoding` selects (`""`: identity), by
+/// the same negotiation weir's own compression uses. The cache keys on
+/// this and sends only this upstream, so the many ways browsers spell the
+/// field (`gzip, br`, `br, gzip`, with or without qvalues) make at most four
+/// variants.
 pub fn accept_encoding(req: &HeaderMap) -> &'static str {
-    let mut best: Option<usize> = None;
-    for v in req.get_all(header::ACCEPT_ENCODING) {
-        let Ok(s) = v.to_str() else { continue };
-        for item in s.split(',') {
-            let mut it = item.split(';');
-            let coding = it.next().unwrap_or("").trim();
-            let refused = it.any(|p| {
-                let p = p.trim();
-                p.strip_prefix("q=")
-                    .and_then(|q| q.trim().parse::<f32>().ok())
-                    .is_some_and(|q| q <= 0.0)
-            });
-            if refused {
-                continue;
-            }
-            if let Some(i) = CODINGS.iter().position(|c| c.eq_ignore_ascii_case(coding))
-                && best.is_none_or(|b| i < b)
-            {
-                best = Some(i);
-            }
-        }
-    }
-    best.map_or("", |i| CODINGS[i])
+    weir_http::encoding::negotiate(req, weir_http::encoding::Encoding::ALL.into_iter())
+        .map_or("", |e| e.token())
 }
 
 /// A request's value for one varying field, normalised so that spellings
@@ -237,6 +215,8 @@ mod tests {
         assert_eq!(ae("gzip;q=1.0, identity; q=0.5, *;q=0"), "gzip");
         assert_eq!(ae("br;q=0, gzip"), "gzip");
         assert_eq!(ae("deflate"), "");
+        assert_eq!(ae("br, gzip"), ae("gzip, br"));
+        assert_eq!(ae("gzip, br;q=0.5"), "gzip");
         assert_eq!(accept_encoding(&HeaderMap::new()), "");
     }
 

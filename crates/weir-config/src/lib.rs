@@ -159,6 +159,9 @@ pub struct SiteConfig {
     /// The cache in front of the site's own proxy, and of routes that say
     /// nothing about caching.
     pub cache: Option<Arc<cache::CachePolicy>>,
+    /// The compression of its answers other than static files (and of
+    /// routes that say nothing about it); `None`: off.
+    pub compress: Option<Arc<CompressOptions>>,
     /// Limits, access control and header rules for every request.
     pub filters: Arc<traffic::Filters>,
     /// TLS for this name goes untouched to these upstreams (SNI routing).
@@ -356,6 +359,7 @@ impl Config {
             headers: Vec::new(),
             access_log: None,
             cache: None,
+            compress: None,
             filters: Default::default(),
             passthrough: None,
         };
@@ -545,6 +549,7 @@ fn bare_site(name: String, host: HostPattern, handler: HandlerConfig) -> SiteCon
         headers: Vec::new(),
         access_log: None,
         cache: None,
+        compress: None,
         filters: Default::default(),
         passthrough: None,
     }
@@ -590,7 +595,17 @@ fn load_site(
     };
     let own = site_fastcgi(c, name, raw_site, own, &files);
     let own = app::site_app(c, ctx.base, name, raw_site, own);
-    let handler = routes::site_handler(c, name, raw_site, own, site_cache.as_ref(), &files)
+    let site_compress = files::answer_compression(
+        c,
+        &format!("site \"{name}\": compress"),
+        raw_site.compress.as_ref(),
+        None,
+    );
+    let inherited = routes::Inherited {
+        cache: site_cache.as_ref(),
+        compress: site_compress.as_ref(),
+    };
+    let handler = routes::site_handler(c, name, raw_site, own, inherited, &files)
         .unwrap_or_else(|| {
             if passthrough.is_some() {
                 misdirected()
@@ -639,6 +654,7 @@ fn load_site(
         headers: parse_headers(c, name, raw_site),
         access_log: access_log(c, ctx.base, name, raw_site),
         cache: site_cache,
+        compress: site_compress,
         filters: Arc::new(filters),
         passthrough,
     });
@@ -1219,25 +1235,15 @@ fn static_options(c: &mut Collector<'_>, name: &str, s: &RawSite, root: PathBuf)
         Some(p) => parse_encodings(c, &format!("site \"{name}\": precompressed"), p),
         None => all.clone(),
     };
-    let mut compress = CompressOptions::default();
-    if let Some(rc) = &s.compress {
-        if let Some(e) = rc.enabled {
-            compress.enabled = e;
-        }
-        if let Some(v) = &rc.min_size {
-            match units::parse_size(v.get_ref()) {
-                Ok(n) => compress.min_size = n,
-                Err(m) => c.at(v.span(), format!("site \"{name}\": compress.min_size: {m}")),
-            }
-        }
-        if let Some(e) = &rc.encodings {
-            compress.encodings =
-                parse_encodings(c, &format!("site \"{name}\": compress.encodings"), e);
-        }
-        if let Some(t) = &rc.types {
-            compress.types = t.clone();
-        }
-    }
+    let compress = match &s.compress {
+        Some(rc) => files::compress(
+            c,
+            &format!("site \"{name}\": compress"),
+            rc,
+            &CompressOptions::default(),
+        ),
+        None => CompressOptions::default(),
+    };
     let mut cache = CacheOptions::default();
     if let Some(fc) = &s.file_cache {
         if let Some(v) = &fc.max_size {

@@ -250,6 +250,11 @@ macro_rules! with_shared_keys {
             /// default off for a site, the site's for a route (a site's applies to
             /// its routes unless a route says otherwise).
             pub cache: Option<Spanned<RawCacheSwitch>>,
+            /// Compression on the fly: `true`, `false` or a table. A site's
+            /// static files are compressed unless it is false, other handlers'
+            /// answers only when set; a route's unset keys are its site's.
+            #[serde(default, deserialize_with = "compress_shorthand")]
+            pub compress: Option<RawCompress>,
             /// Client addresses allowed (CIDRs or addresses); others get 403.
             /// Default: everyone. Checked after `deny`.
             pub allow: Option<Spanned<Vec<String>>>,
@@ -335,7 +340,6 @@ pub struct RawSite {
     /// Sidecar files served to clients that accept them, in order of
     /// preference; default `["br", "zstd", "gzip"]` (`file.br`, `file.zst`, `file.gz`).
     pub precompressed: Option<Spanned<Vec<String>>>,
-    pub compress: Option<RawCompress>,
     pub file_cache: Option<RawFileCache>,
     /// Custom error pages: `{ 404 = "errors/404.html" }`, relative to the config file.
     pub errors: Option<BTreeMap<String, Spanned<String>>>,
@@ -929,7 +933,7 @@ pub struct RawOnDemand {
 /// `compress = { ... }`: on-the-fly compression.
 #[derive(Debug, Default, Deserialize)]
 pub struct RawCompress {
-    /// Default true.
+    /// Default true (a table turns compression on).
     pub enabled: Option<bool>,
     /// Smallest body compressed; default 1KiB.
     pub min_size: Option<Spanned<Value>>,
@@ -937,6 +941,39 @@ pub struct RawCompress {
     pub encodings: Option<Spanned<Vec<String>>>,
     /// MIME types compressed (`text/*` matches a prefix); default: text, JS, JSON, XML, SVG, WASM.
     pub types: Option<Vec<String>>,
+}
+
+/// `compress = true | false`: the table's `enabled` alone, every other
+/// setting at its default (as `cache = true`); a table is read as
+/// `RawCompress` itself, with its own errors.
+fn compress_shorthand<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<RawCompress>, D::Error> {
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = RawCompress;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("true, false or a table like { min_size = \"1KiB\" }")
+        }
+        fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<RawCompress, E> {
+            Ok(RawCompress {
+                enabled: Some(b),
+                ..RawCompress::default()
+            })
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<RawCompress, A::Error> {
+            RawCompress::deserialize(serde::de::value::MapAccessDeserializer::new(m))
+        }
+    }
+    struct Given(RawCompress);
+    impl<'de> Deserialize<'de> for Given {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            // As a struct, so the keys of the table are known (`introspect`).
+            d.deserialize_struct("RawCompress", crate::introspect::fields::<RawCompress>(), V)
+                .map(Given)
+        }
+    }
+    Ok(Option::<Given>::deserialize(d)?.map(|g| g.0))
 }
 
 /// `file_cache = { ... }`: in-memory cache of small hot files.

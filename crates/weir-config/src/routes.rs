@@ -154,6 +154,16 @@ pub struct RouteConfig {
     pub matcher: crate::traffic::RouteMatch,
     /// Its own limits, access control and header rules (after the site's).
     pub filters: Arc<crate::traffic::Filters>,
+    /// The compression of its answers other than static files (the site's
+    /// unless the route says otherwise); `None`: off.
+    pub compress: Option<Arc<crate::files::CompressOptions>>,
+}
+
+/// What a site's routes take from the site unless they say otherwise.
+#[derive(Clone, Copy)]
+pub struct Inherited<'a> {
+    pub cache: Option<&'a Arc<crate::cache::CachePolicy>>,
+    pub compress: Option<&'a Arc<crate::files::CompressOptions>>,
 }
 
 /// The site's handler once `proxy` and `route` are taken into account;
@@ -163,7 +173,7 @@ pub fn site_handler(
     site: &str,
     s: &RawSite,
     own: Option<HandlerConfig>,
-    cache: Option<&Arc<crate::cache::CachePolicy>>,
+    inherited: Inherited<'_>,
     files: &dyn Fn(&mut Collector<'_>, &Spanned<String>) -> HandlerConfig,
 ) -> Option<HandlerConfig> {
     let own = match (&s.proxy, own) {
@@ -194,7 +204,7 @@ pub fn site_handler(
                 c,
                 &format!("site \"{site}\": route {}", i + 1),
                 r,
-                cache,
+                inherited,
                 files,
                 s.root.as_ref(),
             )
@@ -210,13 +220,25 @@ fn route_config(
     c: &mut Collector<'_>,
     key: &str,
     r: &Spanned<RawRoute>,
-    site_cache: Option<&Arc<crate::cache::CachePolicy>>,
+    site: Inherited<'_>,
     files: &dyn Fn(&mut Collector<'_>, &Spanned<String>) -> HandlerConfig,
     site_root: Option<&Spanned<String>>,
 ) -> Option<RouteConfig> {
     use crate::traffic;
     let raw = r.get_ref();
-    let cache = crate::cache::policy(c, &format!("{key}: cache"), raw.cache.as_ref(), site_cache);
+    let cache = crate::cache::policy(c, &format!("{key}: cache"), raw.cache.as_ref(), site.cache);
+    let compress_key = format!("{key}: compress");
+    let compress =
+        crate::files::answer_compression(c, &compress_key, raw.compress.as_ref(), site.compress);
+    // A route's own `compress` covers its static files too.
+    let files_of_route = |c: &mut Collector<'_>, root: &Spanned<String>| {
+        let mut h = files(c, root);
+        if let (HandlerConfig::Static(o), Some(rc)) = (&mut h, &raw.compress) {
+            o.compress = crate::files::compress(c, &compress_key, rc, &o.compress);
+        }
+        h
+    };
+    let files: &dyn Fn(&mut Collector<'_>, &Spanned<String>) -> HandlerConfig = &files_of_route;
     let pattern = match (&raw.path, &raw.path_regex) {
         (Some(p), Some(_)) => {
             c.at(
@@ -386,6 +408,7 @@ fn route_config(
         cache,
         matcher,
         filters: Arc::new(filters),
+        compress,
     })
 }
 

@@ -1,7 +1,8 @@
 //! The HTTP plumbing every stage of weir shares, and no policy of weir's
 //! own about what to answer: the response [`body::Body`], what a handler knows of its
 //! connection ([`conn::ConnInfo`]), the short error answers
-//! ([`response`]), the tag that lets a cached file go out with `sendfile`
+//! ([`response`]), content codings and their negotiation ([`encoding`]),
+//! the tag that lets a cached file go out with `sendfile`
 //! ([`file_region`]), the per-thread stock of header maps, the coarse
 //! clock, and the strict HTTP/1.1 framing check that refuses smuggling
 //! shapes before any parser sees them ([`smuggling`]), the HTTP/1.1 body
@@ -22,6 +23,7 @@ pub mod clock;
 pub mod conditional;
 pub mod conn;
 pub mod date;
+pub mod encoding;
 pub mod fields;
 pub mod file_region;
 pub mod h1;

@@ -5,14 +5,13 @@
 //! This module owns the request flow and the public interface; the parts
 //! live in submodules: [`path`] (safety), [`resolve`] (file system),
 //! [`cache`] (hot files + watcher), [`conditional`] (validators),
-//! [`compress`], [`listing`], [`mime`]; preconditions and byte ranges are
-//! `weir_http::conditional` and `weir_http::range`, shared with the cache.
-//! It must never serve a byte from outside the root, never block an async
-//! thread on file I/O, and on a cache hit never touch the disk or take a
-//! lock.
+//! [`listing`], [`mime`]; preconditions and byte ranges are
+//! `weir_http::conditional` and `weir_http::range`, shared with the cache,
+//! and content codings are `weir_http::encoding`'s. It must never serve a
+//! byte from outside the root, never block an async thread on file I/O,
+//! and on a cache hit never touch the disk or take a lock.
 
 pub mod cache;
-pub mod compress;
 pub mod conditional;
 pub mod listing;
 pub mod mime;
@@ -37,6 +36,7 @@ use resolve::{LargeFile, Resolved, Resolver, Segment, SmallFile};
 use weir_http::body::Body;
 use weir_http::conditional::{Outcome, Validators};
 use weir_http::range::{self, RangeDecision};
+use weir_http::encoding as compress;
 
 pub use weir_config::files::{CacheOptions, CompressOptions, Encoding, Options};
 
@@ -261,7 +261,7 @@ impl StaticFiles {
         c.enabled
             && !c.encodings.is_empty()
             && len >= c.min_size
-            && mime::matches_types(essence, &c.types)
+            && compress::type_listed(essence, &c.types)
     }
 
     /// Turns a freshly read small file into an immutable cache entry, and
@@ -435,7 +435,8 @@ impl StaticFiles {
                 encoding: Some(enc),
                 vary,
             };
-            return rep.respond(req, Source::Compress(f.file, len, enc));
+            let fp = cache::Fingerprint::of(&f.meta);
+            return rep.respond(req, Source::Compress(f.file, fp, len, enc));
         }
         let rep = Rep {
             content_type: &content_type,
@@ -508,7 +509,7 @@ enum Source<'a> {
     /// An open file and the `fstat` its headers were built from.
     File(std::fs::File, cache::Fingerprint),
     /// Identity file of this length, compressed while streaming.
-    Compress(std::fs::File, u64, Encoding),
+    Compress(std::fs::File, cache::Fingerprint, u64, Encoding),
 }
 
 /// The selected representation's metadata.
@@ -559,10 +560,9 @@ impl Rep<'_> {
         }
         let Some((len, len_hv)) = self.len else {
             // Streaming compression: length unknown, no ranges.
-            if !head && let Source::Compress(file, len, enc) = src {
-                let reader = tokio::io::AsyncReadExt::take(tokio::fs::File::from_std(file), len);
-                let stream = compress::read_stream(compress::encoder(reader, enc));
-                *r.body_mut() = stream_body(stream);
+            if !head && let Source::Compress(file, fp, len, enc) = src {
+                let identity = resolve::file_body(file, fp, vec![Segment::File { start: 0, len }]);
+                *r.body_mut() = compress::compress_body(stream_body(identity), enc);
             }
             return r;
         };

@@ -1,5 +1,5 @@
 //! Content types: the `Content-Type` header value for a file name, and the
-//! "is this type worth compressing" test.
+//! default list of types worth compressing.
 //!
 //! Owns the charset rule (`; charset=utf-8` for textual types). Must never
 //! look at file contents (no sniffing: a server that sniffs turns uploads
@@ -57,20 +57,6 @@ pub fn content_type_header(essence: &str) -> HeaderValue {
     HeaderValue::from_str(&s).unwrap_or(HeaderValue::from_static(OCTET_STREAM))
 }
 
-/// True when `essence` matches one of `types`: exact (case-insensitive) or a
-/// `type/*` prefix pattern.
-pub fn matches_types(essence: &str, types: &[String]) -> bool {
-    types.iter().any(|t| {
-        if let Some(prefix) = t.strip_suffix("/*") {
-            essence
-                .split_once('/')
-                .is_some_and(|(ty, _)| ty.eq_ignore_ascii_case(prefix))
-        } else {
-            t.eq_ignore_ascii_case(essence)
-        }
-    })
-}
-
 pub use weir_config::files::default_compressible_types;
 
 #[cfg(test)]
@@ -100,6 +86,7 @@ mod tests {
 
     #[test]
     fn compressible_types_match_prefix_and_exact() {
+        use weir_http::encoding::type_listed as matches_types;
         let t = default_compressible_types();
         assert!(matches_types("text/html", &t));
         assert!(matches_types("text/x-anything", &t));

@@ -25,8 +25,13 @@ pub(super) enum Handler {
         port: u16,
     },
     Proxy(Arc<weir_proxy::Proxy>),
-    /// The proxy behind the cache.
-    Cached(Arc<weir_proxy::Proxy>, weir_cache::Cache),
+    /// The proxy behind the cache, and the compression its answers get
+    /// before they are stored.
+    Cached(
+        Arc<weir_proxy::Proxy>,
+        weir_cache::Cache,
+        Option<Arc<weir_config::files::CompressOptions>>,
+    ),
     Redirect(weir_config::traffic::Redirect),
     Respond(weir_config::traffic::Respond),
     /// Scripts through FastCGI; the root's other files served by weir.
@@ -85,13 +90,22 @@ impl Build<'_> {
         weir_proxy::Proxy::after(cfg.clone(), self.own_h1, self.workers, &before)
     }
 
-    /// The cache `policy` puts in front of `proxy`, in the shared store.
+    /// The cache `policy` puts in front of `proxy`, in the shared store;
+    /// with `compress`, the proxy's answers are compressed before they are
+    /// stored (the cache keeps the variant it serves).
     fn cache(
         &self,
         policy: Option<&Arc<weir_config::cache::CachePolicy>>,
         proxy: &Arc<weir_proxy::Proxy>,
+        compress: Option<&Arc<weir_config::files::CompressOptions>>,
     ) -> Option<weir_cache::Cache> {
-        let origin: Arc<dyn weir_cache::Origin> = proxy.clone();
+        let origin: Arc<dyn weir_cache::Origin> = match compress {
+            Some(opts) => Arc::new(super::compress::Compressing {
+                proxy: proxy.clone(),
+                opts: opts.clone(),
+            }),
+            None => proxy.clone(),
+        };
         policy.map(|p| weir_cache::Cache::new(self.cache.clone(), p.clone(), origin))
     }
 
@@ -129,7 +143,7 @@ impl Handler {
     /// Calls `f` with every proxy this handler runs.
     pub(super) fn each_proxy(&self, f: &mut dyn FnMut(&Arc<weir_proxy::Proxy>)) {
         match self {
-            Handler::Proxy(p) | Handler::Cached(p, _) => f(p),
+            Handler::Proxy(p) | Handler::Cached(p, ..) => f(p),
             Handler::FastCgi(app, _) => f(app.proxy()),
             Handler::App(app) => f(&app.proxy),
             Handler::Routes { routes, fallback } => {
@@ -145,13 +159,15 @@ impl Handler {
     }
 }
 
-/// `cache`: the site's cache policy, for the site's own proxy; `route`:
-/// the route it answers (`*`: the site's own handler).
+/// `cache`: the site's cache policy, for the site's own proxy, and
+/// `compress` the compression of its answers; `route`: the route it
+/// answers (`*`: the site's own handler).
 pub(super) fn build_handler(
     site: &str,
     route: &str,
     h: &HandlerConfig,
     cache: Option<&Arc<weir_config::cache::CachePolicy>>,
+    compress: Option<&Arc<weir_config::files::CompressOptions>>,
     b: &Build<'_>,
 ) -> Result<Handler, SiteError> {
     Ok(match h {
@@ -166,8 +182,8 @@ pub(super) fn build_handler(
         HandlerConfig::RedirectHttps { port } => Handler::RedirectHttps { port: *port },
         HandlerConfig::Proxy(p) => {
             let proxy = b.proxy(p, site, route);
-            match b.cache(cache, &proxy) {
-                Some(c) => Handler::Cached(proxy, c),
+            match b.cache(cache, &proxy, compress) {
+                Some(c) => Handler::Cached(proxy, c, compress.cloned()),
                 None => Handler::Proxy(proxy),
             }
         }
@@ -233,7 +249,14 @@ pub(super) fn build_handler(
                     let label = super::route_label(&r.pattern);
                     Ok(Route {
                         cfg: r.clone(),
-                        handler: build_handler(site, &label, &r.handler, r.cache.as_ref(), b)?,
+                        handler: build_handler(
+                            site,
+                            &label,
+                            &r.handler,
+                            r.cache.as_ref(),
+                            r.compress.as_ref(),
+                            b,
+                        )?,
                         filters: super::filter::Filters::build(
                             &r.filters,
                             format!("site \"{site}\" route {label}"),
@@ -245,7 +268,7 @@ pub(super) fn build_handler(
                 })
                 .collect::<Result<_, SiteError>>()?,
             fallback: match fallback {
-                Some(f) => Some(Box::new(build_handler(site, "*", f, cache, b)?)),
+                Some(f) => Some(Box::new(build_handler(site, "*", f, cache, compress, b)?)),
                 None => None,
             },
         },
@@ -404,7 +427,10 @@ where
         Handler::Proxy(p) => {
             Box::pin(p.serve(parts, upstream_body(body, body_limits), conn, path)).await
         }
-        Handler::Cached(_, c) => {
+        Handler::Cached(_, c, compress) => {
+            if let Some(opts) = compress {
+                super::compress::narrow_accept_encoding(opts, &mut parts.headers);
+            }
             Box::pin(c.serve(parts, upstream_body(body, body_limits), conn, path)).await
         }
         Handler::App(app) => {

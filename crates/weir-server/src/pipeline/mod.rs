@@ -4,7 +4,7 @@
 //! bottom: request head ([`request_head`]: limits, ACME tokens) → route
 //! ([`route`]: site by Host, route by path) → request filters (where limits,
 //! access control and rewrites plug in) → handler ([`handler`]) → response
-//! filters ([`response`]) → log ([`log`]).
+//! filters ([`response`], then compression: [`compress`]) → log ([`log`]).
 //!
 //! Never blocks and never allocates on the cached static path beyond the
 //! response itself: sites are chosen by comparing bytes, headers that never
@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http::header::HeaderValue;
 use http::{Request, Response};
 
+mod compress;
 mod filter;
 mod handler;
 mod log;
@@ -102,7 +103,7 @@ impl Site {
     /// The caches in front of the site's proxies.
     pub fn caches(&self) -> Vec<weir_cache::Cache> {
         let own = |h: &Handler| match h {
-            Handler::Cached(_, c) => Some(c.clone()),
+            Handler::Cached(_, c, _) => Some(c.clone()),
             _ => None,
         };
         match &self.handler {
@@ -252,7 +253,14 @@ pub fn build_sites(
             if let Some(same) = previous.iter().find(|p| p.cfg == *s && p.caches_in(cache)) {
                 return Ok(same.clone());
             }
-            let handler = handler::build_handler(&s.name, "*", &s.handler, s.cache.as_ref(), &b)?;
+            let handler = handler::build_handler(
+                &s.name,
+                "*",
+                &s.handler,
+                s.cache.as_ref(),
+                s.compress.as_ref(),
+                &b,
+            )?;
             let filters = filter::Filters::build(
                 &s.filters,
                 format!("site \"{}\"", s.name),
@@ -457,14 +465,18 @@ impl Listener {
             Err(refused) => (refused, None),
         };
         // Response filters: error pages, the Server and extra headers,
-        // Alt-Svc; then the filters' (limits' counts and fields, header
-        // rules, which may remove any of those).
+        // Alt-Svc; compression of what the handler did not encode itself;
+        // then the filters' (limits' counts and fields, header rules,
+        // which may remove any of those).
         response::finish(
             &site.cfg,
             self.alt_svc.as_ref(),
             &mut resp,
             parts.method == http::Method::HEAD,
         );
+        if let Some(opts) = compress::policy(&site.cfg, &target) {
+            compress::filter(opts, &parts.method, &parts.headers, &mut resp);
+        }
         if site.filters.is_some() || route_filters.is_some() {
             let view = RequestView {
                 parts: &parts,

@@ -20,7 +20,7 @@ use crate::WEIR;
 use crate::reload::{admin, get};
 
 /// `weir-bench`, built beside weir by the workspace build.
-fn bench() -> PathBuf {
+pub(crate) fn bench() -> PathBuf {
     let p = std::path::Path::new(WEIR).with_file_name("weir-bench");
     assert!(
         p.exists(),

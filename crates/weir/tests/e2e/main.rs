@@ -9,6 +9,7 @@ mod cache;
 mod cert_files;
 mod cli;
 mod cluster;
+mod compress;
 mod h2_parity;
 mod h3_proxy;
 mod h3_static;

@@ -40,7 +40,7 @@ fn php_fpm_binary() -> PathBuf {
 
 /// php-fpm with one static pool of `children`, listening on `listen` (a
 /// Unix socket path or `127.0.0.1:port`); killed by PID on drop.
-struct PhpFpm {
+pub(crate) struct PhpFpm {
     child: Child,
     _dir: tempfile::TempDir,
 }
@@ -65,7 +65,7 @@ impl Drop for PhpFpm {
 }
 
 impl PhpFpm {
-    fn start(listen: &str, children: usize) -> PhpFpm {
+    pub(crate) fn start(listen: &str, children: usize) -> PhpFpm {
         let bin = php_fpm_binary();
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display();
