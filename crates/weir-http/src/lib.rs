@@ -3,9 +3,9 @@
 //! connection ([`conn::ConnInfo`]), the short error answers
 //! ([`response`]), the tag that lets a cached file go out with `sendfile`
 //! ([`file_region`]), the per-thread stock of header maps, the coarse
-//! clock, and the strict HTTP/1.1 framing check that refuses smuggling
-//! shapes before any parser sees them ([`smuggling`]), the HTTP/1.1 body
-//! decoder and request body ([`h1`]), the connection hand-over after a
+//! clock, the HTTP/1.1 codec shared by the server and the upstream client
+//! (the strict framing rules that refuse smuggling shapes, the body decoder
+//! and request body: [`h1`]), the connection hand-over after a
 //! protocol switch ([`upgrade`]), and the worker a connection runs on with
 //! the per-worker slots of state ([`worker`]).
 //!
@@ -21,7 +21,6 @@ pub mod h1;
 pub mod header_maps;
 pub mod metrics;
 pub mod response;
-pub mod smuggling;
 pub mod upgrade;
 pub mod worker;
 

@@ -2,8 +2,7 @@
 //! request the proxy sends (a body in memory, a streamed body of known
 //! length or chunked with trailers, an Upgrade whose 101 hands the
 //! connection to a tunnel) and every HTTP/1.1 health check. HTTP/2
-//! upstreams go through hyper's client; hyper's HTTP/1.1 client only runs
-//! under `server.http1 = "hyper"`, the engine where hyper serves both sides.
+//! upstreams go through hyper's client.
 //!
 //! Why by hand: hyper's client runs each upstream connection as a task of its
 //! own and passes every request, response and body chunk across channels (an
@@ -659,19 +658,11 @@ impl Conn {
     }
 }
 
-/// `0\r\n`, the trailer fields the request declared in `Trailer` and may
-/// carry (hyper's list of fields a trailer must not hold), and `\r\n`.
+/// The last chunk with the trailer fields the request declared in
+/// `Trailer` and may carry.
 fn trailer_section(t: &HeaderMap, allowed: &[HeaderName]) -> Bytes {
-    let mut out = b"0\r\n".to_vec();
-    for (name, value) in t {
-        if allowed.contains(name) && weir_http::h1::trailer_may_carry(name) {
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-    out.extend_from_slice(b"\r\n");
+    let mut out = Vec::new();
+    weir_http::h1::encode_last_chunk(t, |name| allowed.contains(name), &mut out);
     Bytes::from(out)
 }
 
@@ -991,7 +982,7 @@ fn parse_response(
     if let Some((at, len)) = reason.map(|(a, l)| (a as usize, l as usize)) {
         let r = &head[at..at + len];
         if status.canonical_reason().map(str::as_bytes) != Some(r)
-            && let Ok(p) = hyper::ext::ReasonPhrase::try_from(head.slice(at..at + len))
+            && let Some(p) = weir_http::h1::ReasonPhrase::new(head.slice(at..at + len))
         {
             parts.extensions.insert(p);
         }
@@ -1341,5 +1332,7 @@ pub fn check_response(input: &[u8], step: usize) {
     }
 }
 
+#[cfg(test)]
+mod differential;
 #[cfg(test)]
 mod tests;

@@ -62,8 +62,8 @@ use super::zero_copy::{FileRegion, Regions};
 use crate::pipeline::{Current, Listener};
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
+use weir_http::h1::framing::{self, BodyFraming, RequestFraming, Violation};
 use weir_http::h1::{Decoded, Decoder, Feed, Incoming, IncomingError, Sender, chunk_size_line};
-use weir_http::smuggling::{self, BodyFraming, RequestFraming, Violation};
 use weir_http::upgrade;
 
 /// hyper's request-target limit (`MAX_URI_LEN`): longer targets get 414.
@@ -806,7 +806,7 @@ fn parse_head<'b>(
     };
     // The strict reading (weir_http::smuggling) as the head is read: httparse
     // takes a bare LF for a line ending, and keeps several framing fields.
-    if let Err(v) = smuggling::check_line_endings(&buf[..len]) {
+    if let Err(v) = framing::check_line_endings(&buf[..len]) {
         return (Parsed::Smuggling(v), 0);
     }
     let (Some(method), Some(path), Some(version)) = (req.method, req.path, req.version) else {
@@ -1019,7 +1019,16 @@ where
                     if let Ok(t) = f.into_trailers()
                         && framing == Framing::Chunked
                     {
-                        encode_trailers(&t, allowed, &mut last_chunk);
+                        last_chunk.clear();
+                        weir_http::h1::encode_last_chunk(
+                            &t,
+                            |name| {
+                                allowed
+                                    .iter()
+                                    .any(|v| has_token(v.as_bytes(), name.as_str().as_bytes()))
+                            },
+                            &mut last_chunk,
+                        );
                     }
                     continue;
                 }
@@ -1107,36 +1116,6 @@ where
     Ok(ok)
 }
 
-/// The last chunk with the trailer fields `allowed` names, into `dst`
-/// (left empty if none may go out), as hyper's `encode_trailers`.
-fn encode_trailers(trailers: &http::HeaderMap, allowed: &[HeaderValue], dst: &mut Vec<u8>) {
-    dst.clear();
-    let named = |name: &HeaderName| {
-        allowed
-            .iter()
-            .any(|v| has_token(v.as_bytes(), name.as_str().as_bytes()))
-    };
-    for name in trailers.keys() {
-        let forbidden = !weir_http::h1::trailer_may_carry(name);
-        // hyper keeps the last value of a repeated field.
-        if let Some(value) = trailers.get_all(name).iter().next_back()
-            && !forbidden
-            && named(name)
-        {
-            if dst.is_empty() {
-                extend(dst, b"0\r\n");
-            }
-            extend(dst, name.as_str().as_bytes());
-            extend(dst, b": ");
-            extend(dst, value.as_bytes());
-            extend(dst, b"\r\n");
-        }
-    }
-    if !dst.is_empty() {
-        extend(dst, b"\r\n");
-    }
-}
-
 /// Writes every slice; one slice goes out with a plain write (`send`), not
 /// a vectored one.
 async fn write_all<IO: AsyncWrite + Unpin>(
@@ -1201,7 +1180,7 @@ fn encode_head(
     let tunnel = kind.connect && status.is_success();
     // A reason phrase the proxy kept from its upstream goes out as it came,
     // as hyper writes it.
-    let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>();
+    let reason = parts.extensions.get::<weir_http::h1::ReasonPhrase>();
     if status == StatusCode::OK && reason.is_none() && !kind.http10 {
         extend(dst, b"HTTP/1.1 200 OK\r\n");
     } else {
@@ -1454,7 +1433,7 @@ pub fn check_parse(input: &[u8], max_head: usize) {
                 .collect();
             assert!(cls + tes.len() <= 1, "one framing field at most");
             assert!(tes.iter().all(|v| v.as_bytes().trim_ascii() == b"chunked"));
-            assert!(smuggling::check_line_endings(&input[..used]).is_ok());
+            assert!(framing::check_line_endings(&input[..used]).is_ok());
         }
         Parsed::NeedMore
         | Parsed::Refused(_)
