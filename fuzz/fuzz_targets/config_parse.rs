@@ -8,8 +8,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(src) = std::str::from_utf8(data) else {
         return;
     };
-    if let Err(errs) = weir_config::load_str("fuzz.toml", src, std::path::Path::new("/nonexistent"))
-    {
+    if let Err(errs) = weir_config::load_str("fuzz.toml", src, std::path::Path::new("/nonexistent")) {
         assert!(!errs.0.is_empty());
         let lines = src.lines().count().max(1) + 1;
         for d in &errs.0 {

@@ -20,15 +20,9 @@ fuzz_target!(|data: &[u8]| {
     let key = p.key();
     assert!(key.starts_with('/'), "{raw:?} -> {key:?}");
     assert!(!key.contains("//"), "{raw:?} -> {key:?}");
-    assert!(
-        !key.contains('\\') && !key.contains('\0'),
-        "{raw:?} -> {key:?}"
-    );
+    assert!(!key.contains('\\') && !key.contains('\0'), "{raw:?} -> {key:?}");
     for seg in p.segments() {
-        assert!(
-            !seg.is_empty() && seg != "." && seg != "..",
-            "{raw:?} -> {key:?}"
-        );
+        assert!(!seg.is_empty() && seg != "." && seg != "..", "{raw:?} -> {key:?}");
     }
     let root = Path::new("/srv/root");
     let mut joined = root.to_path_buf();
@@ -37,9 +31,7 @@ fuzz_target!(|data: &[u8]| {
     }
     assert!(joined.starts_with(root), "{raw:?} -> {joined:?}");
     assert!(
-        joined
-            .components()
-            .all(|c| !matches!(c, Component::ParentDir)),
+        joined.components().all(|c| !matches!(c, Component::ParentDir)),
         "{raw:?} -> {joined:?}"
     );
     // Already-normal input is its own key.

@@ -11,10 +11,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(h.len <= data.len());
         if let Some((src, dst)) = h.addrs {
             let v1 = write_v1(src, dst);
-            assert_eq!(
-                parse(&v1).unwrap().unwrap().addrs.map(|a| a.0.port()),
-                Some(src.port())
-            );
+            assert_eq!(parse(&v1).unwrap().unwrap().addrs.map(|a| a.0.port()), Some(src.port()));
             let v2 = write_v2(src, dst);
             assert_eq!(parse(&v2).unwrap().unwrap().len, v2.len());
         }
