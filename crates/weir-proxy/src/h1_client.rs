@@ -31,8 +31,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, StatusCode, Version};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{StatusCode, Version};
 use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
@@ -691,75 +691,7 @@ async fn write_all(
     Ok(())
 }
 
-/// What is sent upstream: the request line and header fields.
-pub struct RequestHead<'a, F> {
-    pub method: &'a Method,
-    /// Origin form: path and query.
-    pub target: &'a str,
-    pub host: &'a HeaderValue,
-    /// Every field but Host (which `host` replaces; a Host among them is
-    /// skipped).
-    pub fields: F,
-}
-
-impl<'f, F> RequestHead<'_, F>
-where
-    F: Iterator<Item = (&'f HeaderName, &'f [u8])>,
-{
-    /// Encodes the head as hyper's client does: lower-case names, Host
-    /// first, and a Content-Length for a body that has none.
-    pub fn encode(self, out: &mut Vec<u8>, body_len: Option<usize>) {
-        self.encode_for(
-            out,
-            body_len.map_or(BodyLen::None, |n| BodyLen::Known(n as u64)),
-        );
-    }
-
-    /// [`RequestHead::encode`] for any body; `true` when the body must go
-    /// out chunked (a streamed body with no Content-Length).
-    fn encode_for(self, out: &mut Vec<u8>, body: BodyLen) -> bool {
-        out.extend_from_slice(self.method.as_str().as_bytes());
-        out.push(b' ');
-        out.extend_from_slice(self.target.as_bytes());
-        out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
-        out.extend_from_slice(self.host.as_bytes());
-        out.extend_from_slice(b"\r\n");
-        let mut has_length = false;
-        for (name, value) in self.fields {
-            if name == header::HOST {
-                continue;
-            }
-            has_length |= name == header::CONTENT_LENGTH;
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
-        }
-        let chunked = !has_length && body == BodyLen::Unknown;
-        match body {
-            BodyLen::Known(n) if !has_length => {
-                out.extend_from_slice(b"content-length: ");
-                out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-                out.extend_from_slice(b"\r\n");
-            }
-            BodyLen::Unknown if chunked => {
-                out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-            }
-            _ => {}
-        }
-        out.extend_from_slice(b"\r\n");
-        chunked
-    }
-}
-
-/// What a request head says of its body when the fields do not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BodyLen {
-    None,
-    Known(u64),
-    /// Streamed, of no known length: chunked.
-    Unknown,
-}
+pub use weir_http::h1::head::{BodyLen, RequestHead};
 
 /// A request ready to write: the head encoded into the worker's reused
 /// buffer, a small body appended to it. Encoding happens here, before any

@@ -1,5 +1,6 @@
 //! HTTP/1.1 message bodies and connection rules shared by weir's server and
-//! its upstream client: the strict framing rules ([`framing`]), the body [`Decoder`] (Content-Length and chunked,
+//! its upstream client: head encoding for both roles ([`head`]), the strict
+//! framing rules ([`framing`]), the body [`Decoder`] (Content-Length and chunked,
 //! with extensions and trailers) over bytes in memory, the chunk-size line
 //! a sender writes ([`chunk_size_line`]), the keep-alive rule
 //! ([`keeps_alive`]), the fields a trailer may carry ([`trailer_may_carry`]), and the request body a handler receives
@@ -13,6 +14,7 @@
 mod body;
 mod decode;
 pub mod framing;
+pub mod head;
 
 pub use body::{Feed, Incoming, IncomingError, Sender, channel};
 pub use decode::{DecodeError, Decoded, Decoder, chunk_size};

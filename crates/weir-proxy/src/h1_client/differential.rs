@@ -5,7 +5,7 @@
 //! and what one refuses the other refuses too.
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Request};
+use http::{HeaderMap, HeaderValue, Method, Request, header};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 

@@ -1,4 +1,6 @@
 use super::*;
+use http::Method;
+use http::header;
 
 fn head_of(
     raw: &[u8],
