@@ -1,7 +1,6 @@
 //! `cargo +nightly fuzz run h1_parse`: weir's HTTP/1.1 request parser
 //! (`server::http1::parse`) must never panic; a request it takes is exactly
-//! one complete head of a shape it may serve, and bytes it does not take
-//! reach hyper unchanged.
+//! one complete head of a shape it may serve.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

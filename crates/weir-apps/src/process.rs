@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use weir_config::app::AppConfig;
@@ -250,34 +250,49 @@ pub async fn check(target: &Target, path: &str) -> bool {
     }
 }
 
-async fn check_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
-    mut s: S,
+/// The check on an open connection, through the proxy's HTTP/1.1 client
+/// (the one codec weir writes and reads HTTP/1 with).
+async fn check_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static>(
+    s: S,
     path: &str,
 ) -> bool {
-    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
-    let mut head = [0u8; 12];
+    use weir_proxy::h1_client::{Conn, Encoded, RequestHead, ResponseBody};
+    let mut c = Conn::new(Box::new(s));
+    let host = http::HeaderValue::from_static("localhost");
+    let connection = http::header::CONNECTION;
+    let req = Encoded::new(
+        RequestHead {
+            method: &http::Method::GET,
+            target: path,
+            host: &host,
+            fields: std::iter::once((&connection, &b"close"[..])),
+        },
+        None,
+    );
     let once = async {
-        s.write_all(req.as_bytes()).await?;
-        s.read_exact(&mut head).await
+        c.send(req).await.ok()?;
+        c.read_head(false).await.ok()
     };
-    if !matches!(
-        tokio::time::timeout(Duration::from_secs(1), once).await,
-        Ok(Ok(_))
-    ) {
+    let Ok(Some(head)) = tokio::time::timeout(Duration::from_secs(1), once).await else {
         return false;
-    }
+    };
     // The rest of the answer is read (a little of it, briefly) so the app
     // does not see its check hang up on it mid-write.
-    let mut rest = [0u8; 4096];
-    let _ = tokio::time::timeout(Duration::from_millis(200), async {
-        for _ in 0..16 {
-            if matches!(s.read(&mut rest).await, Ok(0) | Err(_)) {
-                break;
-            }
-        }
-    })
-    .await;
-    head.starts_with(b"HTTP/1.") && matches!(head[9], b'2' | b'3')
+    if c.take_buffered(head.framing).is_none() {
+        use http_body_util::BodyExt;
+        let body = ResponseBody::new(c, head.framing, false, Discard);
+        let rest = http_body_util::Limited::new(body, 64 * 1024).collect();
+        let _ = tokio::time::timeout(Duration::from_millis(200), rest).await;
+    }
+    let status = head.parts.status;
+    status.is_success() || status.is_redirection()
+}
+
+/// A check's connection is closed after its one request.
+struct Discard;
+
+impl weir_proxy::h1_client::Finish for Discard {
+    fn finish(self, _: Option<weir_proxy::h1_client::Conn>) {}
 }
 
 /// Stops an instance: SIGTERM to its process group `pgid` (its first

@@ -209,7 +209,7 @@ impl App {
             });
             slots.push(target);
         }
-        let proxy = Proxy::new(Arc::new(pc), true, workers);
+        let proxy = Proxy::new(Arc::new(pc), workers);
         for u in proxy.upstreams() {
             u.set_admin_state(AdminState::Maint);
         }

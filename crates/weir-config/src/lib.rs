@@ -69,21 +69,11 @@ pub struct ServerConfig {
     pub workers: usize,
     pub runtime: RuntimeMode,
     pub accept: AcceptSteering,
-    pub http1: Http1Engine,
     pub log_level: String,
     pub log_json: bool,
     pub grace_period: Duration,
     pub timeouts: Timeouts,
     pub limits: Limits,
-}
-
-/// Who serves HTTP/1.1 requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Http1Engine {
-    /// weir's own loop for GET/HEAD without a body, hyper for the rest.
-    Fast,
-    /// hyper for every request (for comparison and as a fallback).
-    Hyper,
 }
 
 /// Which per-core worker a new connection goes to (`server.accept`).
@@ -300,7 +290,6 @@ impl ServerConfig {
             workers: default_workers(),
             runtime: RuntimeMode::PerCore,
             accept: AcceptSteering::Hash,
-            http1: Http1Engine::Fast,
             log_level: "info".into(),
             log_json: false,
             grace_period: Duration::from_secs(10),
@@ -605,8 +594,8 @@ fn load_site(
         cache: site_cache.as_ref(),
         compress: site_compress.as_ref(),
     };
-    let handler = routes::site_handler(c, name, raw_site, own, inherited, &files)
-        .unwrap_or_else(|| {
+    let handler =
+        routes::site_handler(c, name, raw_site, own, inherited, &files).unwrap_or_else(|| {
             if passthrough.is_some() {
                 misdirected()
             } else {
@@ -889,14 +878,12 @@ fn validate_server(c: &mut Collector<'_>, s: &RawServer) -> ServerConfig {
         }
     }
     if let Some(h) = &s.http1 {
-        match h.get_ref().as_str() {
-            "fast" => out.http1 = Http1Engine::Fast,
-            "hyper" => out.http1 = Http1Engine::Hyper,
-            o => c.at(
-                h.span(),
-                format!("server.http1: `{o}` is unknown; use \"fast\" or \"hyper\""),
-            ),
-        }
+        c.at(
+            h.span(),
+            "server.http1 was removed in weir 0.1: weir's own HTTP/1 server and client serve every \
+             HTTP/1 request (hyper's engine is gone); delete the key"
+                .to_string(),
+        );
     }
     if let Some(l) = &s.log_level {
         match l.get_ref().as_str() {
@@ -1854,6 +1841,27 @@ mod tests {
             msgs[1],
             "weir.toml:5:1: unknown key `server.wrokers`: did you mean `workers`?"
         );
+    }
+
+    /// `server.http1` chose hyper's HTTP/1 engine; that engine is gone, so
+    /// any value, the old default included, is refused with the release.
+    #[test]
+    fn the_removed_http1_engine_key_is_refused_with_its_release() {
+        for value in ["\"fast\"", "\"hyper\"", "true"] {
+            let err = load(&format!(
+                "[server]\nhttp1 = {value}\n[site.\"a\"]\nroot = \".\"\n"
+            ))
+            .unwrap_err();
+            let msgs: Vec<String> = err.0.iter().map(|d| d.to_string()).collect();
+            assert_eq!(
+                msgs,
+                [
+                    "weir.toml:2:9: server.http1 was removed in weir 0.1: weir's own HTTP/1 server \
+                  and client serve every HTTP/1 request (hyper's engine is gone); delete the key"
+                ],
+                "{value}"
+            );
+        }
     }
 
     #[test]

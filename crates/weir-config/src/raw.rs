@@ -177,9 +177,9 @@ pub struct RawServer {
     /// SO_REUSEPORT hash spreads them), `"cpu"` (the worker of the CPU that
     /// received it) or `"pack"` (the first worker while it keeps up).
     pub accept: Option<Spanned<String>>,
-    /// `"fast"` (default: weir's own HTTP/1.1 loop for GET and HEAD without
-    /// a body, hyper for everything else) or `"hyper"` (hyper for all).
-    pub http1: Option<Spanned<String>>,
+    /// Removed in weir 0.1 (it chose between weir's HTTP/1 engine and
+    /// hyper's): any value is refused with an error that says so.
+    pub http1: Option<Spanned<toml::Value>>,
     /// Address sites without an explicit `listen` bind to; default `"0.0.0.0"`.
     pub bind: Option<Spanned<String>>,
     /// Error-log level: error, warn, info (default), debug, trace.

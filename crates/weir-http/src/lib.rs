@@ -4,9 +4,9 @@
 //! ([`response`]), content codings and their negotiation ([`encoding`]),
 //! the tag that lets a cached file go out with `sendfile`
 //! ([`file_region`]), the per-thread stock of header maps, the coarse
-//! clock, and the strict HTTP/1.1 framing check that refuses smuggling
-//! shapes before any parser sees them ([`smuggling`]), the HTTP/1.1 body
-//! decoder and request body ([`h1`]), the connection hand-over after a
+//! clock, the HTTP/1.1 codec shared by the server and the upstream client
+//! (the strict framing rules that refuse smuggling shapes, the body decoder
+//! and request body: [`h1`]), the connection hand-over after a
 //! protocol switch ([`upgrade`]), and the worker a connection runs on with
 //! the per-worker slots of state ([`worker`]). The HTTP semantics every
 //! handler shares live here too: `Content-Length` and HTTP-date
@@ -32,7 +32,6 @@ pub mod header_maps;
 pub mod metrics;
 pub mod range;
 pub mod response;
-pub mod smuggling;
 pub mod upgrade;
 pub mod worker;
 

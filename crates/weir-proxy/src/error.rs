@@ -42,7 +42,7 @@ pub enum ProxyError {
     #[error("reading the request body: {0}")]
     ClientBody(BodyError),
     #[error("request smuggling attempt: {0}")]
-    Smuggling(#[from] weir_http::smuggling::Violation),
+    Smuggling(#[from] weir_http::h1::Violation),
     #[error("answered {0} to a WebSocket upgrade instead of 101 Switching Protocols")]
     NotSwitched(StatusCode),
 }

@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
 use weir_http::fields::{self, Repeats};
-use weir_http::smuggling::{RequestFraming, Violation};
+use weir_http::h1::{RequestFraming, Violation};
 
 pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -619,7 +619,7 @@ fn is_token(s: &str) -> bool {
 }
 
 /// The strict reading of a request's framing fields
-/// (`weir_http::smuggling::RequestFraming`, the rules weir's HTTP/1 server
+/// (`weir_http::h1::RequestFraming`, the rules weir's HTTP/1 server
 /// parses by) applied to a header map: for requests that came over HTTP/2
 /// or HTTP/3, whose framing fields an HTTP/1.1 upstream would read. An
 /// HTTP/1 request was read by these rules as it arrived.

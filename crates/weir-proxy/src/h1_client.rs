@@ -2,8 +2,7 @@
 //! request the proxy sends (a body in memory, a streamed body of known
 //! length or chunked with trailers, an Upgrade whose 101 hands the
 //! connection to a tunnel) and every HTTP/1.1 health check. HTTP/2
-//! upstreams go through hyper's client; hyper's HTTP/1.1 client only runs
-//! under `server.http1 = "hyper"`, the engine where hyper serves both sides.
+//! upstreams go through hyper's client.
 //!
 //! Why by hand: hyper's client runs each upstream connection as a task of its
 //! own and passes every request, response and body chunk across channels (an
@@ -32,8 +31,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, StatusCode, Version};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{StatusCode, Version};
 use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
@@ -659,19 +658,11 @@ impl Conn {
     }
 }
 
-/// `0\r\n`, the trailer fields the request declared in `Trailer` and may
-/// carry (hyper's list of fields a trailer must not hold), and `\r\n`.
+/// The last chunk with the trailer fields the request declared in
+/// `Trailer` and may carry.
 fn trailer_section(t: &HeaderMap, allowed: &[HeaderName]) -> Bytes {
-    let mut out = b"0\r\n".to_vec();
-    for (name, value) in t {
-        if allowed.contains(name) && weir_http::h1::trailer_may_carry(name) {
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value.as_bytes());
-            out.extend_from_slice(b"\r\n");
-        }
-    }
-    out.extend_from_slice(b"\r\n");
+    let mut out = Vec::new();
+    weir_http::h1::encode_last_chunk(t, |name| allowed.contains(name), &mut out);
     Bytes::from(out)
 }
 
@@ -700,75 +691,7 @@ async fn write_all(
     Ok(())
 }
 
-/// What is sent upstream: the request line and header fields.
-pub struct RequestHead<'a, F> {
-    pub method: &'a Method,
-    /// Origin form: path and query.
-    pub target: &'a str,
-    pub host: &'a HeaderValue,
-    /// Every field but Host (which `host` replaces; a Host among them is
-    /// skipped).
-    pub fields: F,
-}
-
-impl<'f, F> RequestHead<'_, F>
-where
-    F: Iterator<Item = (&'f HeaderName, &'f [u8])>,
-{
-    /// Encodes the head as hyper's client does: lower-case names, Host
-    /// first, and a Content-Length for a body that has none.
-    pub fn encode(self, out: &mut Vec<u8>, body_len: Option<usize>) {
-        self.encode_for(
-            out,
-            body_len.map_or(BodyLen::None, |n| BodyLen::Known(n as u64)),
-        );
-    }
-
-    /// [`RequestHead::encode`] for any body; `true` when the body must go
-    /// out chunked (a streamed body with no Content-Length).
-    fn encode_for(self, out: &mut Vec<u8>, body: BodyLen) -> bool {
-        out.extend_from_slice(self.method.as_str().as_bytes());
-        out.push(b' ');
-        out.extend_from_slice(self.target.as_bytes());
-        out.extend_from_slice(b" HTTP/1.1\r\nhost: ");
-        out.extend_from_slice(self.host.as_bytes());
-        out.extend_from_slice(b"\r\n");
-        let mut has_length = false;
-        for (name, value) in self.fields {
-            if name == header::HOST {
-                continue;
-            }
-            has_length |= name == header::CONTENT_LENGTH;
-            out.extend_from_slice(name.as_str().as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
-        }
-        let chunked = !has_length && body == BodyLen::Unknown;
-        match body {
-            BodyLen::Known(n) if !has_length => {
-                out.extend_from_slice(b"content-length: ");
-                out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-                out.extend_from_slice(b"\r\n");
-            }
-            BodyLen::Unknown if chunked => {
-                out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-            }
-            _ => {}
-        }
-        out.extend_from_slice(b"\r\n");
-        chunked
-    }
-}
-
-/// What a request head says of its body when the fields do not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BodyLen {
-    None,
-    Known(u64),
-    /// Streamed, of no known length: chunked.
-    Unknown,
-}
+pub use weir_http::h1::head::{BodyLen, RequestHead};
 
 /// A request ready to write: the head encoded into the worker's reused
 /// buffer, a small body appended to it. Encoding happens here, before any
@@ -991,7 +914,7 @@ fn parse_response(
     if let Some((at, len)) = reason.map(|(a, l)| (a as usize, l as usize)) {
         let r = &head[at..at + len];
         if status.canonical_reason().map(str::as_bytes) != Some(r)
-            && let Ok(p) = hyper::ext::ReasonPhrase::try_from(head.slice(at..at + len))
+            && let Some(p) = weir_http::h1::ReasonPhrase::new(head.slice(at..at + len))
         {
             parts.extensions.insert(p);
         }
@@ -1341,5 +1264,7 @@ pub fn check_response(input: &[u8], step: usize) {
     }
 }
 
+#[cfg(test)]
+mod differential;
 #[cfg(test)]
 mod tests;

@@ -6,8 +6,7 @@
 //! (pooled or new connection, `pool`) → send with the response timeout
 //! (through weir's own HTTP/1.1 client, `h1_client`: `send_own` for a body
 //! in memory, `send_streamed` for one streamed from the client; `send`
-//! through hyper's for HTTP/2 upstreams, and for HTTP/1.1 too under
-//! `server.http1 = "hyper"`) →
+//! through hyper's for HTTP/2 upstreams) →
 //! on failure the error's retry class decides (`error::Failed`) → `respond` (hop-by-hop removal, Via, the
 //! body streamed back, the connection returned to the pool at its end).
 //!
@@ -19,7 +18,6 @@
 
 pub mod balance;
 pub mod dns;
-pub mod early_response;
 mod error;
 pub mod forward;
 pub mod h1_client;
@@ -123,10 +121,6 @@ pub struct Proxy {
     retired: tokio::sync::watch::Sender<bool>,
     tls: Option<tokio_rustls::TlsConnector>,
     tls_h2: Option<tokio_rustls::TlsConnector>,
-    /// HTTP/1.1 upstream connections through weir's own client
-    /// (`h1_client`) for everything; `false` (`server.http1 = "hyper"`):
-    /// through hyper's for everything.
-    own_h1: bool,
     /// Held while deciding an ejection, so two failing upstreams cannot
     /// both take the budget's last place.
     ejecting: Mutex<()>,
@@ -232,23 +226,16 @@ impl Proxy {
         self.locals.iter().map(|l| l.pools().idle_count(idx)).sum()
     }
 
-    /// `own_h1`: weir's own HTTP/1.1 client for every HTTP/1.1 upstream
-    /// request (the `server.http1 = "fast"` default); `false`: hyper's.
     /// `workers`: how many workers' slots of pools and balancers to keep.
-    pub fn new(cfg: Arc<ProxyConfig>, own_h1: bool, workers: usize) -> Arc<Proxy> {
-        Self::after(cfg, own_h1, workers, &[])
+    pub fn new(cfg: Arc<ProxyConfig>, workers: usize) -> Arc<Proxy> {
+        Self::after(cfg, workers, &[])
     }
 
     /// As [`Proxy::new`], for a proxy that replaces `previous` (a reload):
     /// an upstream of theirs with the same settings is kept as it is, with
     /// its health, admin state, weight and counters, and its idle
     /// connections move to the new proxy's pools.
-    pub fn after(
-        cfg: Arc<ProxyConfig>,
-        own_h1: bool,
-        workers: usize,
-        previous: &[Arc<Proxy>],
-    ) -> Arc<Proxy> {
+    pub fn after(cfg: Arc<ProxyConfig>, workers: usize, previous: &[Arc<Proxy>]) -> Arc<Proxy> {
         // (new index, old proxy, old index) of every upstream kept.
         let mut kept: Vec<(usize, &Arc<Proxy>, usize)> = Vec::new();
         let ups =
@@ -313,7 +300,6 @@ impl Proxy {
             tls_h2: any_tls.then(|| pool::tls_connector(cfg.tls_verify, true)),
             cfg,
             ups,
-            own_h1,
             ejecting: Mutex::new(()),
         });
         if p.cfg.health.is_some() {
@@ -339,7 +325,7 @@ impl Proxy {
         conn: &ConnInfo,
         path: Option<&str>,
     ) -> Response<Body> {
-        // HTTP/1 requests were read strictly as they arrived (weir_http::smuggling).
+        // HTTP/1 requests were read strictly as they arrived (weir_http::h1::framing).
         if parts.version >= Version::HTTP_2
             && let Err(e) = forward::check_smuggling(parts.version, &parts.headers)
         {
@@ -457,22 +443,19 @@ impl Proxy {
                     // several times as much; apart, both fit in it.
                     Box::pin(self.send_own(c, parts, &pq, &fields, up, bytes, idempotent)).await
                 }
-                (sender, body) => {
+                (Sender::H2(tx), body) => {
                     let req = build_request(
                         parts,
                         &pq,
                         fields.to_map(),
                         upstream_host(&self.cfg.host, fields.host(), up),
                         up,
-                        sender.is_h2(),
                         body.take(),
                     );
-                    Box::pin(self.send(sender, req))
-                        .await
-                        .map(|(resp, sender)| {
-                            let (rp, incoming) = resp.into_parts();
-                            (rp, FromUpstream::Hyper(incoming, sender))
-                        })
+                    Box::pin(self.send_h2(tx, req)).await.map(|resp| {
+                        let (rp, incoming) = resp.into_parts();
+                        (rp, FromUpstream::H2(incoming))
+                    })
                 }
             };
             match sent {
@@ -490,10 +473,9 @@ impl Proxy {
                     return self.respond_from(rp, from, done, up, parts.version, set_sticky);
                 }
                 Err((failed, returned)) => {
-                    // hyper's pooled connection (`server.http1 = "hyper"`)
-                    // closed by the upstream as the request went out: as
-                    // weir's own client treats it, stale, and tried again
-                    // when that is safe.
+                    // A shared HTTP/2 connection closed by the upstream as
+                    // the request went out: as weir's own client treats it,
+                    // stale, and tried again when that is safe.
                     let failed = if reused
                         && returned.is_none()
                         && idempotent
@@ -705,21 +687,12 @@ impl Proxy {
     ) -> Result<(Sender, bool), ProxyError> {
         let up = &self.ups[idx];
         let local = self.local(conn.worker);
-        if !upgrades {
-            while let Some(s) = first
+        if !upgrades
+            && let Some(s) = first
                 .take()
                 .or_else(|| local.pools().checkout(idx, self.cfg.idle_timeout))
-            {
-                match s {
-                    // hyper's (`server.http1 = "hyper"`): wait until it can send.
-                    Sender::H1(mut tx) => {
-                        if tx.ready().await.is_ok() {
-                            return Ok((Sender::H1(tx), true));
-                        }
-                    }
-                    s => return Ok((s, true)),
-                }
-            }
+        {
+            return Ok((s, true));
         }
         let tls = if up.cfg.scheme.is_h2() {
             self.tls_h2.as_ref()
@@ -736,8 +709,6 @@ impl Proxy {
                 client: (conn.peer, conn.local),
                 tls,
                 sni: self.cfg.sni.as_deref(),
-                upgrades,
-                own_h1: self.own_h1,
             },
         ))
         .await?;
@@ -747,39 +718,21 @@ impl Proxy {
         Ok((s, false))
     }
 
-    /// Sends the request; on failure says how far it got and hands back the
-    /// request when hyper did not write any of it.
-    #[allow(clippy::type_complexity)]
-    async fn send(
+    /// Sends the request on an HTTP/2 connection; on failure says how far
+    /// it got and hands back the request when hyper did not write any of it.
+    async fn send_h2(
         &self,
-        sender: Sender,
+        mut tx: hyper::client::conn::http2::SendRequest<Body>,
         req: Request<Body>,
-    ) -> Result<(Response<Incoming>, Option<Sender>), (Failed, Option<Request<Body>>)> {
+    ) -> Result<Response<Incoming>, (Failed, Option<Request<Body>>)> {
         let timeout = self.cfg.response_timeout;
-        match sender {
-            Sender::H1(mut tx) => {
-                let fut = tx.try_send_request(req);
-                match tokio::time::timeout(timeout, fut).await {
-                    Ok(Ok(resp)) => Ok((resp, Some(Sender::H1(tx)))),
-                    Ok(Err(mut e)) => {
-                        let returned = e.take_message();
-                        Err(classify(e.into_error(), returned))
-                    }
-                    Err(_) => Err((Failed::timeout(ProxyError::ResponseTimeout(timeout)), None)),
-                }
+        match tokio::time::timeout(timeout, tx.try_send_request(req)).await {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(mut e)) => {
+                let returned = e.take_message();
+                Err(classify(e.into_error(), returned))
             }
-            Sender::H2(mut tx) => {
-                let fut = tx.try_send_request(req);
-                match tokio::time::timeout(timeout, fut).await {
-                    Ok(Ok(resp)) => Ok((resp, None)),
-                    Ok(Err(mut e)) => {
-                        let returned = e.take_message();
-                        Err(classify(e.into_error(), returned))
-                    }
-                    Err(_) => Err((Failed::timeout(ProxyError::ResponseTimeout(timeout)), None)),
-                }
-            }
-            Sender::Own(_) => unreachable!("weir's own connections go through send_own"),
+            Err(_) => Err((Failed::timeout(ProxyError::ResponseTimeout(timeout)), None)),
         }
     }
 
@@ -926,7 +879,7 @@ impl Proxy {
         &self,
         mut rp: http::response::Parts,
         from: FromUpstream,
-        mut done: Done,
+        done: Done,
         up: &Upstream,
         version: Version,
         set_sticky: bool,
@@ -958,8 +911,7 @@ impl Proxy {
         // outlive this proxy's config: it ends when a reload retires it.
         let unbounded = !rp.headers.contains_key(header::CONTENT_LENGTH);
         let body = match from {
-            FromUpstream::Hyper(incoming, sender) => {
-                done.sender = sender;
+            FromUpstream::H2(incoming) => {
                 if http_body::Body::is_end_stream(&incoming) {
                     done.release(true);
                     Body::empty()
@@ -1169,7 +1121,7 @@ where
     }
 }
 
-/// How far a failed send through hyper got; the client's body failing is
+/// How far a failed send through hyper's HTTP/2 client got; the client's body failing is
 /// the client's fault.
 fn classify(e: hyper::Error, returned: Option<Request<Body>>) -> (Failed, Option<Request<Body>>) {
     if e.is_user() {
@@ -1243,38 +1195,29 @@ fn upstream_host<'a>(
     }
 }
 
+/// The request for an HTTP/2 upstream: Host becomes the authority.
 fn build_request(
     parts: &http::request::Parts,
     pq: &http::uri::PathAndQuery,
-    mut h: HeaderMap,
+    h: HeaderMap,
     host: &HeaderValue,
     up: &Upstream,
-    h2: bool,
     body: Body,
 ) -> Request<Body> {
-    let uri = if h2 {
-        let scheme = if up.cfg.scheme.is_tls() {
-            "https"
-        } else {
-            "http"
-        };
-        Uri::builder()
-            .scheme(scheme)
-            .authority(host.to_str().unwrap_or("localhost"))
-            .path_and_query(pq.clone())
-            .build()
+    let scheme = if up.cfg.scheme.is_tls() {
+        "https"
     } else {
-        h.insert(header::HOST, host.clone());
-        Uri::builder().path_and_query(pq.clone()).build()
+        "http"
     };
+    let uri = Uri::builder()
+        .scheme(scheme)
+        .authority(host.to_str().unwrap_or("localhost"))
+        .path_and_query(pq.clone())
+        .build();
     let mut req = Request::new(body);
     *req.method_mut() = parts.method.clone();
     *req.uri_mut() = uri.unwrap_or_default();
-    *req.version_mut() = if h2 {
-        Version::HTTP_2
-    } else {
-        Version::HTTP_11
-    };
+    *req.version_mut() = Version::HTTP_2;
     *req.headers_mut() = h;
     req
 }
@@ -1321,11 +1264,11 @@ struct Done {
 impl Done {
     /// The response is complete: an HTTP/1.1 connection goes back to the pool.
     fn release(mut self, reusable: bool) {
-        if reusable && let Some(mut s @ (Sender::H1(_) | Sender::Own(_))) = self.sender.take() {
-            if let Sender::Own(c) = &mut s {
-                c.set_reused();
-            }
-            self.local.pools().checkin(self.idx, s, self.max_idle);
+        if reusable && let Some(Sender::Own(mut c)) = self.sender.take() {
+            c.set_reused();
+            self.local
+                .pools()
+                .checkin(self.idx, Sender::Own(c), self.max_idle);
         }
     }
 }
@@ -1340,8 +1283,8 @@ impl h1_client::Finish for Done {
 
 /// A response head's body, still with the upstream connection.
 enum FromUpstream {
-    /// hyper's client: the body, and the sender to pool at its end.
-    Hyper(Incoming, Option<Sender>),
+    /// hyper's HTTP/2 client: the body (its connection is shared, not pooled).
+    H2(Incoming),
     /// weir's own client: the connection the body is (or has been) read from.
     Own {
         conn: h1_client::Conn,
@@ -1397,12 +1340,6 @@ impl http_body::Body for UpstreamBody {
 
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
-    }
-}
-
-impl Sender {
-    fn is_h2(&self) -> bool {
-        matches!(self, Sender::H2(_))
     }
 }
 
@@ -1482,43 +1419,29 @@ async fn check_once(
             client: (local, local),
             tls,
             sni: p.cfg.sni.as_deref(),
-            upgrades: false,
-            own_h1: p.own_h1,
         },
     )
     .await?;
     let Some(path) = &hc.path else {
         return Ok(true);
     };
-    if let Sender::Own(c) = sender {
-        return check_own(c, path, &up.host, hc).await;
-    }
-    let h2 = sender.is_h2();
-    let mut req = Request::new(Body::empty());
-    *req.uri_mut() = if h2 {
-        format!(
-            "{}://{}{path}",
-            if up.cfg.scheme.is_tls() {
-                "https"
-            } else {
-                "http"
-            },
-            up.cfg.authority()
-        )
-        .parse()
-        .unwrap_or_default()
-    } else {
-        path.parse().unwrap_or_default()
+    let mut tx = match sender {
+        Sender::Own(c) => return check_own(c, path, &up.host, hc).await,
+        Sender::H2(tx) => tx,
     };
-    if !h2 {
-        req.headers_mut().insert(header::HOST, up.host.clone());
-    }
-    let resp = match sender {
-        Sender::H1(mut tx) => tx.send_request(req).await,
-        Sender::H2(mut tx) => tx.send_request(req).await,
-        Sender::Own(_) => unreachable!("weir's own connections are checked by check_own"),
-    }
-    .map_err(ProxyError::Upstream)?;
+    let mut req = Request::new(Body::empty());
+    *req.uri_mut() = format!(
+        "{}://{}{path}",
+        if up.cfg.scheme.is_tls() {
+            "https"
+        } else {
+            "http"
+        },
+        up.cfg.authority()
+    )
+    .parse()
+    .unwrap_or_default();
+    let resp = tx.send_request(req).await.map_err(ProxyError::Upstream)?;
     let status = resp.status().as_u16();
     let body = if hc.body.is_some() {
         use http_body_util::BodyExt;

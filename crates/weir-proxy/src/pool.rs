@@ -2,27 +2,25 @@
 //! header, TLS with SNI, HTTP/1.1 or HTTP/2 handshake) and keeping idle
 //! HTTP/1.1 ones for reuse. Every HTTP/1.1 connection is weir's own
 //! (`h1_client`: requests, streamed bodies, upgrades, health checks);
-//! hyper's HTTP/1.1 client only runs under `server.http1 = "hyper"`, the
-//! engine where hyper serves both sides. HTTP/2 upstreams are hyper's.
+//! HTTP/2 upstreams are hyper's.
 //!
 //! The pools are per worker (a `Pools` in each of the proxy's per-worker
 //! slots), so workers never contend for them: with the per-core runtime a
 //! connection never leaves the worker that opened it. Idle connections are kept most-recent first, at most
 //! `max_idle` per upstream, and dropped once idle longer than `idle_timeout`
 //! (checked when the pool is touched; a connection the upstream closed is
-//! noticed by hyper and skipped). Never decides which upstream to use.
+//! noticed at checkout and skipped). Never decides which upstream to use.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hyper::client::conn::{http1, http2};
+use hyper::client::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::ProxyError;
-use super::early_response::EarlyResponse;
 use super::h1_client::Conn;
 use super::proxy_protocol;
 use weir_config::proxy::{ProxyProtocolVersion, UpstreamConfig, UpstreamTarget};
@@ -30,8 +28,6 @@ use weir_http::body::Body;
 
 /// A ready-to-use request sender on one upstream connection.
 pub enum Sender {
-    /// hyper's HTTP/1.1 client: only under `server.http1 = "hyper"`.
-    H1(http1::SendRequest<Body>),
     H2(http2::SendRequest<Body>),
     /// weir's own HTTP/1.1 client, driven by the request's task.
     Own(Conn),
@@ -39,7 +35,7 @@ pub enum Sender {
 
 struct Idle {
     since: Instant,
-    /// `H1` or `Own`.
+    /// Always `Own`.
     tx: Sender,
 }
 
@@ -82,7 +78,6 @@ impl Pools {
         }
         while let Some(mut i) = q.pop_back() {
             let open = match &mut i.tx {
-                Sender::H1(tx) => !tx.is_closed(),
                 Sender::Own(c) => c.is_idle_and_open(),
                 Sender::H2(_) => false,
             };
@@ -96,11 +91,7 @@ impl Pools {
     /// Takes back an HTTP/1.1 connection to upstream `idx` whose response
     /// is complete; the oldest goes past `max_idle`.
     pub fn checkin(&mut self, idx: usize, tx: Sender, max_idle: usize) {
-        let open = match &tx {
-            Sender::H1(tx) => !tx.is_closed(),
-            Sender::Own(_) => true,
-            Sender::H2(_) => false,
-        };
+        let open = matches!(tx, Sender::Own(_));
         let Some(p) = self.ups.get_mut(idx) else {
             return;
         };
@@ -149,11 +140,6 @@ pub struct ConnectOpts<'a> {
     pub client: (SocketAddr, SocketAddr),
     pub tls: Option<&'a tokio_rustls::TlsConnector>,
     pub sni: Option<&'a str>,
-    /// Let the connection carry upgrades (WebSocket).
-    pub upgrades: bool,
-    /// Open an HTTP/1.1 connection as weir's own client, not hyper's (which
-    /// only the `server.http1 = "hyper"` engine uses).
-    pub own_h1: bool,
 }
 
 /// Opens a new connection to `up` and hands back its sender; the connection
@@ -223,48 +209,28 @@ where
         let server_name = rustls_pki_types::ServerName::try_from(name)
             .map_err(|e| ProxyError::Tls(std::io::Error::other(e)))?;
         let t = tls.connect(server_name, s).await.map_err(ProxyError::Tls)?;
-        return handshake(t, up.scheme.is_h2(), o.upgrades, o.own_h1).await;
+        return handshake(t, up.scheme.is_h2()).await;
     }
-    handshake(s, up.scheme.is_h2(), o.upgrades, o.own_h1).await
+    handshake(s, up.scheme.is_h2()).await
 }
 
-async fn handshake<S>(s: S, h2: bool, upgrades: bool, own_h1: bool) -> Result<Sender, ProxyError>
+async fn handshake<S>(s: S, h2: bool) -> Result<Sender, ProxyError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    if own_h1 && !h2 {
+    if !h2 {
         return Ok(Sender::Own(Conn::new(Box::new(s))));
     }
-    if h2 {
-        let (tx, conn) = http2::Builder::new(TokioExecutor::new())
-            .handshake(TokioIo::new(s))
-            .await
-            .map_err(ProxyError::Handshake)?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!("upstream h2 connection: {e}");
-            }
-        });
-        return Ok(Sender::H2(tx));
-    }
-    let (tx, conn) = http1::Builder::new()
-        .handshake(TokioIo::new(EarlyResponse::new(s)))
+    let (tx, conn) = http2::Builder::new(TokioExecutor::new())
+        .handshake(TokioIo::new(s))
         .await
         .map_err(ProxyError::Handshake)?;
-    if upgrades {
-        tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::debug!("upstream connection: {e}");
-            }
-        });
-    } else {
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!("upstream connection: {e}");
-            }
-        });
-    }
-    Ok(Sender::H1(tx))
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!("upstream h2 connection: {e}");
+        }
+    });
+    Ok(Sender::H2(tx))
 }
 
 /// The TLS client config for upstreams: system roots, or no verification

@@ -1,8 +1,8 @@
 //! Tunnels through the proxy: HTTP/1.1 Upgrade (WebSocket and others) and
 //! WebSockets over HTTP/2 (RFC 8441 extended CONNECT with
 //! `:protocol websocket`). Either way the request goes to an upstream on a
-//! fresh HTTP/1.1 connection of weir's own client (`h1_client`; hyper's
-//! under `server.http1 = "hyper"`) as an Upgrade; when the upstream answers
+//! fresh HTTP/1.1 connection of weir's own client (`h1_client`) as an
+//! Upgrade; when the upstream answers
 //! 101, the client side (the HTTP/1.1 connection, or the one HTTP/2 stream
 //! after a 200) and the upstream connection, with any bytes it sent past
 //! the 101, become raw byte tunnels copied into each other until one
@@ -14,7 +14,6 @@
 
 use http::header::{self, HeaderValue};
 use http::{Method, Response, StatusCode, Version};
-use hyper_util::rt::TokioIo;
 
 use super::forward::{self, ClientAddr, Present};
 use super::h1_client::{Conn, Encoded, Expect, RequestHead, StreamError, Uploading};
@@ -166,7 +165,7 @@ async fn tunnel(
                 ));
                 return p.fail(parts, Some(&up), e);
             }
-            Ok(s) => s,
+            Ok(Sender::Own(c)) => c,
             Err(e) => {
                 let failed = Failed::connect(e);
                 p.passive_failure(&up, &failed.error);
@@ -186,18 +185,7 @@ async fn tunnel(
         };
         let host = super::upstream_host(&p.cfg.host, client_host.as_ref(), &up);
         let body = body.take().unwrap_or_default();
-        let exchange = async {
-            match sender {
-                Sender::Own(c) => exchange_own(c, &method, &pq, host, &headers, body).await,
-                Sender::H1(tx) => {
-                    let mut req =
-                        super::build_request(parts, &pq, headers.clone(), host, &up, false, body);
-                    *req.method_mut() = method.clone();
-                    exchange_hyper(tx, req).await
-                }
-                Sender::H2(_) => unreachable!("refused above"),
-            }
-        };
+        let exchange = exchange_own(sender, &method, &pq, host, &headers, body);
         let timeout = p.cfg.response_timeout;
         let exchange = match tokio::time::timeout(timeout, Box::pin(exchange)).await {
             Ok(r) => r,
@@ -252,22 +240,10 @@ async fn tunnel(
         let retired = p.retirement();
         tokio::spawn(async move {
             let _hold = (permit, active);
-            let (c, u) = match upstream {
-                UpstreamSide::Own(u) => (on_client.await, Ok(u)),
-                UpstreamSide::Hyper(on_upstream, tx) => {
-                    let _tx = tx;
-                    let (c, u) = tokio::join!(on_client, on_upstream);
-                    let u = u.map(|u| Upgraded::boxed(TokioIo::new(u), bytes::Bytes::new()));
-                    (c, u.map_err(|e| e.to_string()))
-                }
-            };
-            let (mut c, mut u) = match (c, u) {
-                (Ok(c), Ok(u)) => (c, u),
-                (Err(e), _) => {
-                    tracing::debug!("upgrade via {name} failed: {e}");
-                    return;
-                }
-                (_, Err(e)) => {
+            let mut u = upstream;
+            let mut c = match on_client.await {
+                Ok(c) => c,
+                Err(e) => {
                     tracing::debug!("upgrade via {name} failed: {e}");
                     return;
                 }
@@ -286,21 +262,10 @@ async fn tunnel(
     }
 }
 
-/// The upstream's end of a tunnel, once it has answered 101.
-enum UpstreamSide {
-    /// weir's own client: the connection, with what came after the 101.
-    Own(Upgraded),
-    /// hyper's (`server.http1 = "hyper"`): its hand-over, and the sender
-    /// that keeps its connection task alive until then.
-    Hyper(
-        hyper::upgrade::OnUpgrade,
-        hyper::client::conn::http1::SendRequest<Body>,
-    ),
-}
-
 /// What the upstream answered to the Upgrade request.
 enum Exchanged {
-    Switched(http::response::Parts, UpstreamSide),
+    /// 101: the upstream's end of the tunnel, with what came after the 101.
+    Switched(http::response::Parts, Upgraded),
     /// Anything else: passed on as an answer, its connection then closed.
     Answered(http::response::Parts, FromUpstream),
 }
@@ -333,10 +298,7 @@ async fn exchange_own(
             StreamError::Upstream { error, .. } => ProxyError::Client(error),
         })?;
     if head.parts.status == StatusCode::SWITCHING_PROTOCOLS {
-        return Ok(Exchanged::Switched(
-            head.parts,
-            UpstreamSide::Own(c.into_upgraded()),
-        ));
+        return Ok(Exchanged::Switched(head.parts, c.into_upgraded()));
     }
     Ok(Exchanged::Answered(
         head.parts,
@@ -347,24 +309,6 @@ async fn exchange_own(
             hop_by_hop: head.hop_by_hop,
             upload: (!upload.is_sent()).then(|| Box::new(upload)),
         },
-    ))
-}
-
-/// The Upgrade request through hyper's client (`server.http1 = "hyper"`).
-async fn exchange_hyper(
-    mut tx: hyper::client::conn::http1::SendRequest<Body>,
-    req: http::Request<Body>,
-) -> Result<Exchanged, ProxyError> {
-    let mut resp = tx.send_request(req).await.map_err(ProxyError::Upstream)?;
-    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        let (rp, incoming) = resp.into_parts();
-        return Ok(Exchanged::Answered(rp, FromUpstream::Hyper(incoming, None)));
-    }
-    let on_upstream = hyper::upgrade::on(&mut resp);
-    let (rp, _) = resp.into_parts();
-    Ok(Exchanged::Switched(
-        rp,
-        UpstreamSide::Hyper(on_upstream, tx),
     ))
 }
 

@@ -3,9 +3,8 @@
 //! handshake and ALPN, then weir's HTTP/1 server (`server::http1`, every HTTP/1.0 and
 //! HTTP/1.1 request, upgrades included) or hyper's HTTP/2 server (ALPN `h2`,
 //! or the HTTP/2 preface on a plain listener), over a [`TimedIo`] that
-//! enforces the timeouts. hyper's HTTP/1 server runs only when
-//! `server.http1 = "hyper"` asks for it. At the hyper service boundary a
-//! hyper upgrade (HTTP/2 extended CONNECT) becomes weir's
+//! enforces the timeouts. hyper serves HTTP/2 only. At the hyper service
+//! boundary a hyper upgrade (HTTP/2 extended CONNECT) becomes weir's
 //! (`weir_http::upgrade::OnUpgrade`), so handlers know one type.
 
 use std::convert::Infallible;
@@ -17,7 +16,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
@@ -30,13 +28,9 @@ use crate::pipeline::Current;
 use weir_config::Limits;
 use weir_http::conn::ConnInfo;
 use weir_http::metrics::{ConnCounts, Proto};
-use weir_http::smuggling::Guard;
 use weir_http::upgrade;
 use weir_http::worker::Worker;
 use weir_tls::turns::Turns;
-
-/// hyper's `DEFAULT_MAX_HEADERS`: the header array it keeps on the stack.
-const HYPER_INLINE_HEADERS: usize = 100;
 
 /// What every connection on one listening address shares.
 pub struct ConnCtx {
@@ -50,15 +44,10 @@ pub struct ConnCtx {
     open: Arc<AtomicUsize>,
     /// Connections by protocol and TLS handshakes, for the metrics.
     counts: Arc<ConnCounts>,
-    /// hyper's HTTP/1.1 with h2c prior-knowledge detection, for
-    /// `server.http1 = "hyper"` only.
-    auto: auto::Builder<TokioExecutor>,
     /// PROXY protocol header expected from trusted sources.
     accept_pp: Option<weir_config::proxy::AcceptProxyProtocol>,
     /// HTTP/2: ALPN `h2` on TLS listeners, the preface on plain ones.
     h2: hyper::server::conn::http2::Builder<TokioExecutor>,
-    /// weir's own HTTP/1 server (`server.http1 = "fast"`, the default).
-    fast_h1: bool,
     /// A `[tcp]` listener: connections are relayed, not served.
     layer4: bool,
 }
@@ -72,33 +61,8 @@ impl ConnCtx {
         open: Arc<AtomicUsize>,
         counts: Arc<ConnCounts>,
     ) -> Self {
-        // hyper's own limits sit above ours: when hyper trips one it closes
-        // the connection without an answer, so `pipeline::Listener::handle`
-        // enforces the configured limits itself and answers 431.
-        let buf = (limits.header_size * 2).max(16 * 1024);
-        let mut auto = auto::Builder::new(TokioExecutor::new());
-        auto.http1().max_buf_size(buf).header_read_timeout(None);
-        // hyper parses into an array of 100 headers on the stack and answers
-        // 431 itself past it; any explicit `max_headers` moves that array to
-        // the heap and fills it on every request (it was 4% of the CPU
-        // profile of a small static file). So set it only when the
-        // configured limit needs more than 100.
-        if limits.headers > HYPER_INLINE_HEADERS {
-            auto.http1().max_headers(limits.headers + 1);
-        }
-        // No `pipeline_flush`: it lifts hyper's write-buffer cap, so a large
-        // streamed response (a proxied download) was copied whole into
-        // memory; and over TLS a deferred flush can leave a response sitting
-        // in rustls' buffer.
         // Extended CONNECT (RFC 8441): WebSockets over HTTP/2, tunnelled by
         // the proxy (`proxy::upgrade::serve_connect`).
-        auto.http2()
-            .enable_connect_protocol()
-            .max_concurrent_streams(limits.h2_streams)
-            .max_header_list_size(limits.header_size as u32)
-            .max_pending_accept_reset_streams(Some(100))
-            .max_local_error_reset_streams(Some(1024));
-
         let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
         h2.enable_connect_protocol()
             .max_concurrent_streams(limits.h2_streams)
@@ -113,18 +77,10 @@ impl ConnCtx {
             timeouts,
             open,
             counts,
-            auto,
             h2,
             accept_pp: None,
-            fast_h1: true,
             layer4: false,
         }
-    }
-
-    /// Serve HTTP/1 with weir's server (default) or with hyper's.
-    pub fn fast_http1(mut self, on: bool) -> Self {
-        self.fast_h1 = on;
-        self
     }
 
     /// Expect a PROXY protocol header (v1 or v2) on every connection.
@@ -365,7 +321,7 @@ fn serve_plain(
     serve_h1(stream, info, ctx, Some(regions), signal, open)
 }
 
-/// hyper's service for the connection: every request to the listener.
+/// hyper's HTTP/2 service for the connection: every request to the listener.
 /// `regions`: where a response's file region is recorded for sendfile
 /// (plain TCP only).
 fn service(
@@ -422,8 +378,8 @@ const READ_ON_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 /// open until the client ends it, and h2's own checks answer a violation
 /// with the stream error the RFC asks for. Past the budget it is dropped
 /// and h2 resets it as before: a large upload nobody reads is not taken
-/// whole. Only HTTP/2 bodies: hyper's HTTP/1 server discards an unread
-/// body by itself.
+/// whole. Only HTTP/2 bodies: weir's HTTP/1 server reads an unread body
+/// on by itself (`http1::serve`).
 struct ReadOn {
     inner: Option<Incoming>,
     read_on: bool,
@@ -491,9 +447,9 @@ impl http_body::Body for ReadOn {
     }
 }
 
-/// hyper's connection hand-over (HTTP/2 extended CONNECT, or any upgrade
-/// under `server.http1 = "hyper"`) as weir's, which the proxy takes. Only
-/// requests hyper marked as upgradable pay for the conversion.
+/// hyper's connection hand-over (HTTP/2 extended CONNECT) as weir's, which
+/// the proxy takes. Only requests hyper marked as upgradable pay for the
+/// conversion.
 fn weir_upgrade(mut req: hyper::Request<Incoming>) -> hyper::Request<Incoming> {
     if let Some(on) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>() {
         req.extensions_mut()
@@ -510,10 +466,8 @@ fn weir_upgrade(mut req: hyper::Request<Incoming>) -> hyper::Request<Incoming> {
     req
 }
 
-/// HTTP/1.1 over `transport`, behind the timeouts. weir's HTTP/1 server
-/// reads heads and bodies strictly itself; hyper (`server.http1 =
-/// "hyper"`) gets the same strict reading from the smuggling guard in
-/// front of it. Built outside the boxed future, so only the future, not the moved-from
+/// HTTP/1.1 over `transport`, behind the timeouts; weir's HTTP/1 server
+/// reads heads and bodies strictly itself. Built outside the boxed future, so only the future, not the moved-from
 /// layers (about 1.5 KiB each), is kept across its awaits. The box holds
 /// `serve_http1`'s future itself: an async block around it would keep its
 /// own copy of every value it passes in (the TLS stream among them) for the
@@ -529,37 +483,7 @@ fn serve_h1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     open.speaks(Proto::Http1);
     let state = Arc::new(ConnState::default());
     let io = TimedIo::new(transport, state.clone(), ctx.timeouts, true);
-    if !ctx.fast_h1 {
-        let io = Guard::new(io, ctx.limits.header_size, info.peer);
-        return Box::pin(serve_hyper_h1(io, ctx, info, state, regions, signal, open));
-    }
     Box::pin(serve_http1(io, ctx, info, state, regions, signal, open))
-}
-
-/// `server.http1 = "hyper"`: hyper serves every HTTP/1 request (and h2c),
-/// behind the smuggling guard.
-async fn serve_hyper_h1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
-    io: Guard<TimedIo<T>>,
-    ctx: Arc<ConnCtx>,
-    info: ConnInfo,
-    state: Arc<ConnState>,
-    regions: Option<Arc<Regions>>,
-    signal: Signal,
-    open: OpenGuard,
-) {
-    // Boxed: hyper's connection is about 3 KiB.
-    let svc = service(ctx.clone(), state, regions, info);
-    let conn = Box::pin(
-        signal.watch(
-            ctx.auto
-                .serve_connection_with_upgrades(TokioIo::new(io), svc)
-                .into_owned(),
-        ),
-    );
-    if let Err(e) = conn.await {
-        tracing::debug!("connection from {}: {e}", info.peer);
-    }
-    drop(open);
 }
 
 /// HTTP/1 (or h2c by prior knowledge): weir's server for every request,
@@ -606,6 +530,9 @@ fn serve_http1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         drop(open);
     }
 }
+
+#[cfg(test)]
+mod differential;
 
 #[cfg(test)]
 mod tests {

@@ -20,7 +20,7 @@
 //! 2. [`parse`] the head with httparse, hyper's own parser, by hyper's
 //!    rules (`hyper::proto::h1::role::Server::parse`): keep-alive, body
 //!    framing, `Expect`, `Upgrade`; and by the strict reading of framing
-//!    (`weir_http::smuggling`): a smuggling shape is answered 400, logged,
+//!    (`weir_http::h1::framing`): a smuggling shape is answered 400, logged,
 //!    and closes the connection, as is a chunked body that breaks it; a
 //!    malformed head is answered 400, an oversized one 431 or 414, as hyper
 //!    answers them;
@@ -29,12 +29,12 @@
 //!    handler asks for more (the first ask sends `100 Continue` if the
 //!    client expects it); meanwhile pipelined bytes are read ahead and a
 //!    client that closes cancels the request;
-//! 4. [`encode_head`] the response by hyper's rules (status line, header
+//! 4. encode the response head by hyper's rules
+//!    (`weir_http::h1::head::encode_response_head`: status line, header
 //!    order, implicit `content-length`, chunked for unknown lengths, no body
 //!    for `HEAD`/204/304, HTTP/1.0 answers, `connection: close` when
 //!    closing, a cached `date`), so a client cannot tell this loop from
-//!    `server.http1 = "hyper"`; `tests/http1.rs` compares the two byte for
-//!    byte;
+//!    hyper's; `conn::differential` compares the two byte for byte;
 //! 5. write head and body with one vectored write (large cached files still
 //!    go out with `sendfile` through `server::zero_copy`); a body the
 //!    handler left unread is discarded if it is already here, else the
@@ -62,9 +62,11 @@ use super::zero_copy::{FileRegion, Regions};
 use crate::pipeline::{Current, Listener};
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
-use weir_http::date;
+use weir_http::h1::framing::{self, BodyFraming, RequestFraming, Violation};
+use weir_http::h1::head::{
+    BodyLength, Framing, ResponseKind as Kind, encode_response_head as encode_head, has_token,
+};
 use weir_http::h1::{Decoded, Decoder, Feed, Incoming, IncomingError, Sender, chunk_size_line};
-use weir_http::smuggling::{self, BodyFraming, RequestFraming, Violation};
 use weir_http::upgrade;
 
 /// hyper's request-target limit (`MAX_URI_LEN`): longer targets get 414.
@@ -720,17 +722,6 @@ pub struct Head {
     pub upgrade: bool,
 }
 
-/// The kind of request an answer is written for.
-#[derive(Debug, Clone, Copy, Default)]
-struct Kind {
-    is_head: bool,
-    connect: bool,
-    http10: bool,
-    upgrade: bool,
-    /// The client said `TE: trailers`: response trailers may go out.
-    trailers: bool,
-}
-
 // Returned by value once per request and matched at once: boxing the large
 // variant would cost an allocation per request for nothing.
 #[allow(clippy::large_enum_variant)]
@@ -807,7 +798,7 @@ fn parse_head<'b>(
     };
     // The strict reading (weir_http::smuggling) as the head is read: httparse
     // takes a bare LF for a line ending, and keeps several framing fields.
-    if let Err(v) = smuggling::check_line_endings(&buf[..len]) {
+    if let Err(v) = framing::check_line_endings(&buf[..len]) {
         return (Parsed::Smuggling(v), 0);
     }
     let (Some(method), Some(path), Some(version)) = (req.method, req.path, req.version) else {
@@ -898,24 +889,6 @@ pub(crate) fn give_head_buf(mut head: Vec<u8>) {
     if head.capacity() <= HEAD_BUF_KEPT {
         HEAD_BUF.set(head);
     }
-}
-
-/// How the body follows the head.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
-    Length(u64),
-    Chunked,
-    /// Until the connection closes (HTTP/1.0, length unknown).
-    Close,
-}
-
-/// What the body says of its length, as hyper's dispatcher sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum BodyLength {
-    /// Already at its end (hyper's `None`).
-    Empty,
-    Known(u64),
-    Unknown,
 }
 
 /// Writes one response; `Ok(false)` when the connection must close after it.
@@ -1020,7 +993,16 @@ where
                     if let Ok(t) = f.into_trailers()
                         && framing == Framing::Chunked
                     {
-                        encode_trailers(&t, allowed, &mut last_chunk);
+                        last_chunk.clear();
+                        weir_http::h1::encode_last_chunk(
+                            &t,
+                            |name| {
+                                allowed
+                                    .iter()
+                                    .any(|v| has_token(v.as_bytes(), name.as_str().as_bytes()))
+                            },
+                            &mut last_chunk,
+                        );
                     }
                     continue;
                 }
@@ -1108,36 +1090,6 @@ where
     Ok(ok)
 }
 
-/// The last chunk with the trailer fields `allowed` names, into `dst`
-/// (left empty if none may go out), as hyper's `encode_trailers`.
-fn encode_trailers(trailers: &http::HeaderMap, allowed: &[HeaderValue], dst: &mut Vec<u8>) {
-    dst.clear();
-    let named = |name: &HeaderName| {
-        allowed
-            .iter()
-            .any(|v| has_token(v.as_bytes(), name.as_str().as_bytes()))
-    };
-    for name in trailers.keys() {
-        let forbidden = !weir_http::h1::trailer_may_carry(name);
-        // hyper keeps the last value of a repeated field.
-        if let Some(value) = trailers.get_all(name).iter().next_back()
-            && !forbidden
-            && named(name)
-        {
-            if dst.is_empty() {
-                extend(dst, b"0\r\n");
-            }
-            extend(dst, name.as_str().as_bytes());
-            extend(dst, b": ");
-            extend(dst, value.as_bytes());
-            extend(dst, b"\r\n");
-        }
-    }
-    if !dst.is_empty() {
-        extend(dst, b"\r\n");
-    }
-}
-
 /// Writes every slice; one slice goes out with a plain write (`send`), not
 /// a vectored one.
 async fn write_all<IO: AsyncWrite + Unpin>(
@@ -1161,214 +1113,6 @@ async fn write_all<IO: AsyncWrite + Unpin>(
 
 async fn flush<IO: AsyncWrite + Unpin>(io: &mut IO) -> io::Result<()> {
     poll_fn(|cx| Pin::new(&mut *io).poll_flush(cx)).await
-}
-
-fn extend(dst: &mut Vec<u8>, b: &[u8]) {
-    dst.extend_from_slice(b);
-}
-
-/// `HEAD`, 1xx, 204 and 304 never have a body.
-pub(crate) fn can_have_body(is_head: bool, status: StatusCode) -> bool {
-    !is_head
-        && !status.is_informational()
-        && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
-}
-
-pub(crate) fn can_have_content_length(status: StatusCode) -> bool {
-    !status.is_informational()
-        && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
-}
-
-/// Writes the status line and headers into `dst` by hyper's rules
-/// (`hyper::proto::h1::role::Server::encode`), and returns how the body
-/// follows. `close` comes in as "the connection closes after this" and
-/// goes out including a `Connection: close` the handler set.
-fn encode_head(
-    parts: &mut http::response::Parts,
-    length: BodyLength,
-    kind: Kind,
-    close: &mut bool,
-    dst: &mut Vec<u8>,
-) -> Framing {
-    let is_head = kind.is_head;
-    let mut status = parts.status;
-    if status.is_informational() && !(kind.upgrade && status == StatusCode::SWITCHING_PROTOCOLS) {
-        // A handler cannot send an interim answer; hyper answers 500 in
-        // its place too.
-        status = StatusCode::INTERNAL_SERVER_ERROR;
-        parts.headers.clear();
-    }
-    // A 2xx to CONNECT opens a tunnel: no body, no length (RFC 9110 9.3.6).
-    let tunnel = kind.connect && status.is_success();
-    // A reason phrase the proxy kept from its upstream goes out as it came,
-    // as hyper writes it.
-    let reason = parts.extensions.get::<hyper::ext::ReasonPhrase>();
-    if status == StatusCode::OK && reason.is_none() && !kind.http10 {
-        extend(dst, b"HTTP/1.1 200 OK\r\n");
-    } else {
-        // An HTTP/1.0 client is answered in HTTP/1.0, as hyper does.
-        extend(
-            dst,
-            if kind.http10 {
-                b"HTTP/1.0 "
-            } else {
-                b"HTTP/1.1 "
-            },
-        );
-        extend(dst, status.as_str().as_bytes());
-        extend(dst, b" ");
-        match reason {
-            Some(r) => extend(dst, r.as_bytes()),
-            None => extend(
-                dst,
-                status.canonical_reason().unwrap_or("<none>").as_bytes(),
-            ),
-        }
-        extend(dst, b"\r\n");
-    }
-    if kind.http10 {
-        // hyper's `fix_keep_alive`: a 1.0 connection that stays open says
-        // so; one that closes says nothing.
-        if !*close {
-            match parts.headers.entry(header::CONNECTION) {
-                header::Entry::Occupied(mut e) => {
-                    if !e.iter().any(|v| has_token(v.as_bytes(), b"keep-alive")) {
-                        e.append(HeaderValue::from_static("keep-alive"));
-                    }
-                }
-                header::Entry::Vacant(e) => {
-                    e.insert(HeaderValue::from_static("keep-alive"));
-                }
-            }
-        }
-    } else if *close {
-        // As hyper: `close` joins the handler's Connection values, or is a
-        // header of its own at the end.
-        match parts.headers.entry(header::CONNECTION) {
-            header::Entry::Occupied(mut e) => {
-                if !e.iter().any(|v| has_token(v.as_bytes(), b"close")) {
-                    e.append(HeaderValue::from_static("close"));
-                }
-            }
-            header::Entry::Vacant(e) => {
-                e.insert(HeaderValue::from_static("close"));
-            }
-        }
-    }
-
-    let chunkable = can_have_body(is_head, status) && !tunnel;
-    let has_length = can_have_content_length(status) && !tunnel;
-    let mut framing = None;
-    let mut wrote_date = false;
-    let mut last: Option<HeaderName> = None;
-    // `drain` keeps the map's table, which `write_response` hands back to
-    // `header_maps` for a later message.
-    for (name, value) in parts.headers.drain() {
-        // `None`: one more value of the previous name.
-        let repeat = name.is_none();
-        if let Some(n) = name {
-            last = Some(n);
-        }
-        let Some(name) = last.as_ref() else { continue };
-        match *name {
-            header::CONTENT_LENGTH if tunnel => continue,
-            header::CONTENT_LENGTH => {
-                let len = match length {
-                    BodyLength::Known(n) => Some(n),
-                    BodyLength::Unknown => value.to_str().ok().and_then(|s| s.parse::<u64>().ok()),
-                    BodyLength::Empty if is_head => Some(0),
-                    // No body: the header is dropped for the implicit one below.
-                    BodyLength::Empty => None,
-                };
-                if repeat || framing.is_some() {
-                    continue;
-                }
-                let Some(len) = len else { continue };
-                framing = Some(Framing::Length(len));
-            }
-            header::TRANSFER_ENCODING => {
-                if !chunkable || kind.http10 || repeat || framing.is_some() {
-                    continue;
-                }
-                framing = Some(Framing::Chunked);
-                extend(dst, b"transfer-encoding: ");
-                extend(dst, value.as_bytes());
-                if !has_token(value.as_bytes(), b"chunked") {
-                    extend(dst, b", chunked");
-                }
-                extend(dst, b"\r\n");
-                continue;
-            }
-            header::CONNECTION => {
-                if has_token(value.as_bytes(), b"close") {
-                    *close = true;
-                }
-                if repeat {
-                    // hyper joins them onto one line.
-                    dst.truncate(dst.len() - 2);
-                    extend(dst, b", ");
-                } else {
-                    extend(dst, b"connection: ");
-                }
-                extend(dst, value.as_bytes());
-                extend(dst, b"\r\n");
-                continue;
-            }
-            header::DATE => wrote_date = true,
-            header::TRAILER if !chunkable || kind.http10 => continue,
-            _ => {}
-        }
-        extend(dst, name.as_str().as_bytes());
-        extend(dst, b": ");
-        extend(dst, value.as_bytes());
-        extend(dst, b"\r\n");
-    }
-    let framing = match framing {
-        Some(f) => f,
-        None => match length {
-            BodyLength::Unknown if chunkable && kind.http10 => Framing::Close,
-            BodyLength::Unknown if chunkable => {
-                extend(dst, b"transfer-encoding: chunked\r\n");
-                Framing::Chunked
-            }
-            // Not chunkable means no body at all.
-            BodyLength::Unknown => Framing::Length(0),
-            BodyLength::Empty | BodyLength::Known(0) => {
-                if has_length && !is_head {
-                    extend(dst, b"content-length: 0\r\n");
-                }
-                Framing::Length(0)
-            }
-            BodyLength::Known(n) => {
-                if has_length {
-                    extend(dst, b"content-length: ");
-                    extend(dst, itoa::Buffer::new().format(n).as_bytes());
-                    extend(dst, b"\r\n");
-                    Framing::Length(n)
-                } else {
-                    Framing::Length(0)
-                }
-            }
-        },
-    };
-    if !wrote_date {
-        extend(dst, b"date: ");
-        date::extend(dst);
-        extend(dst, b"\r\n");
-    }
-    extend(dst, b"\r\n");
-    if chunkable {
-        framing
-    } else {
-        Framing::Length(0)
-    }
-}
-
-/// Whether the comma-separated `value` holds `token` (case-insensitive).
-fn has_token(value: &[u8], token: &[u8]) -> bool {
-    value
-        .split(|&b| b == b',')
-        .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
 }
 
 /// The property the fuzzers check (`h1_parse` under cargo-fuzz, and the
@@ -1425,7 +1169,7 @@ pub fn check_parse(input: &[u8], max_head: usize) {
                 .collect();
             assert!(cls + tes.len() <= 1, "one framing field at most");
             assert!(tes.iter().all(|v| v.as_bytes().trim_ascii() == b"chunked"));
-            assert!(smuggling::check_line_endings(&input[..used]).is_ok());
+            assert!(framing::check_line_endings(&input[..used]).is_ok());
         }
         Parsed::NeedMore
         | Parsed::Refused(_)

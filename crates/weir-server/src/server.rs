@@ -26,7 +26,7 @@ use crate::http3::H3;
 use crate::pipeline::{Current, Listener, Registry, Site};
 use crate::upgrade::{Handover, Inherited, UpgradeError};
 use crate::{ServerError, io, listen};
-use weir_config::{AcceptSteering, Config, ConfigErrors, Http1Engine, ListenerConfig, RuntimeMode};
+use weir_config::{AcceptSteering, Config, ConfigErrors, ListenerConfig, RuntimeMode};
 use weir_http::metrics::ConnCounts;
 use weir_http::worker::Worker;
 use weir_tls::CertManager;
@@ -84,7 +84,6 @@ struct Fixed {
     workers: usize,
     runtime: RuntimeMode,
     accept: AcceptSteering,
-    http1: Http1Engine,
     http3: bool,
     /// The admin API is bound once, at start.
     admin: weir_config::admin::AdminConfig,
@@ -98,7 +97,6 @@ impl Fixed {
             workers: cfg.server.workers.max(1),
             runtime: cfg.server.runtime,
             accept: cfg.server.accept,
-            http1: cfg.server.http1,
             http3: cfg.tls.http3,
             admin: cfg.admin.clone(),
             cluster: cfg.cluster.clone(),
@@ -118,9 +116,6 @@ impl Fixed {
         }
         if self.accept != new.accept {
             out.push("server.accept".into());
-        }
-        if self.http1 != new.http1 {
-            out.push("server.http1".into());
         }
         if self.http3 != new.http3 {
             out.push("tls.http3".into());
@@ -535,7 +530,6 @@ impl Server {
         cfg.server.workers = self.fixed.workers;
         cfg.server.runtime = self.fixed.runtime;
         cfg.server.accept = self.fixed.accept;
-        cfg.server.http1 = self.fixed.http1;
         cfg.tls.http3 = self.fixed.http3;
         cfg.admin = self.fixed.admin.clone();
         cfg.cluster = self.fixed.cluster.clone();
@@ -903,7 +897,6 @@ fn conn_ctx(
         conns.clone(),
     )
     .accept_proxy_protocol(l.proxy_protocol.clone())
-    .fast_http1(cfg.server.http1 == Http1Engine::Fast)
     .layer4(l.layer4)
 }
 

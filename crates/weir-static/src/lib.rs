@@ -35,8 +35,8 @@ use cache::{Cache, CachedFile, Revalidate, Variant};
 use resolve::{LargeFile, Resolved, Resolver, Segment, SmallFile};
 use weir_http::body::Body;
 use weir_http::conditional::{Outcome, Validators};
-use weir_http::range::{self, RangeDecision};
 use weir_http::encoding as compress;
+use weir_http::range::{self, RangeDecision};
 
 pub use weir_config::files::{CacheOptions, CompressOptions, Encoding, Options};
 

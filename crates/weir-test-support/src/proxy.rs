@@ -366,6 +366,7 @@ pub struct Scripted {
 fn scripted_response(path: &str) -> (Vec<u8>, bool) {
     let (resp, close): (&[u8], bool) = match path {
         "/chunked" => (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nX-Sum: 9\r\n\r\n", false),
+        "/trailer-twice" => (b"HTTP/1.1 200 OK\r\nTrailer: X-Sum\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-Sum: 1\r\nX-Sum: 2\r\n\r\n", false),
         "/early" => (b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nbody", false),
         "/until-close" => (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nall until the close", true),
         "/http10" => (b"HTTP/1.0 200 OK\r\nContent-Length: 6\r\n\r\nold ok", true),

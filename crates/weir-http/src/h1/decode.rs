@@ -6,7 +6,7 @@ use bytes::{Bytes, BytesMut};
 use http::HeaderMap;
 use http::header::{HeaderName, HeaderValue};
 
-use crate::smuggling::{self, MAX_CHUNK_LINE, Violation};
+use super::framing::{self, MAX_CHUNK_LINE, Violation};
 
 /// Why a body could not be read; the connection cannot go on after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -79,7 +79,7 @@ fn parse_chunk_size(line: &[u8], lenient: bool) -> Result<u64, Violation> {
         && (ext[0] != b';'
             || !ext[1..]
                 .iter()
-                .all(|&b| smuggling::is_tchar(b) || b == b';' || b == b'=' || b == b'"' || ws(b)))
+                .all(|&b| framing::is_tchar(b) || b == b';' || b == b'=' || b == b'"' || ws(b)))
     {
         return Err(Violation::BadChunk);
     }
@@ -160,7 +160,7 @@ impl Decoder {
                     self.state = State::ChunkSize;
                 }
                 State::ChunkSize => {
-                    let Some(end) = smuggling::line_end(buf, MAX_CHUNK_LINE)? else {
+                    let Some(end) = framing::line_end(buf, MAX_CHUNK_LINE)? else {
                         return Ok(Decoded::NeedMore);
                     };
                     let size = parse_chunk_size(&buf[..end], self.lenient)?;
@@ -189,14 +189,14 @@ impl Decoder {
                 return Err(DecodeError::TrailersTooLarge(self.max_trailers));
             }
             // Line endings are checked as they come, not only at the end.
-            smuggling::line_end(buf, usize::MAX - 2)?;
+            framing::line_end(buf, usize::MAX - 2)?;
             return Ok(Decoded::NeedMore);
         };
         let section = take(buf, end + 4);
         let mut map = HeaderMap::new();
         let mut rest = &section[..end + 2];
-        while let Some(eol) = smuggling::line_end(rest, usize::MAX - 2)? {
-            let (name, value) = smuggling::check_field_line(&rest[..eol])?;
+        while let Some(eol) = framing::line_end(rest, usize::MAX - 2)? {
+            let (name, value) = framing::check_field_line(&rest[..eol])?;
             let name = HeaderName::from_bytes(name).map_err(|_| Violation::BadHeaderName)?;
             let value = HeaderValue::from_maybe_shared(section.slice_ref(value))
                 .map_err(|_| Violation::BadHeaderName)?;

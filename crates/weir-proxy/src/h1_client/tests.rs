@@ -1,4 +1,6 @@
 use super::*;
+use http::Method;
+use http::header;
 
 fn head_of(
     raw: &[u8],
@@ -111,7 +113,7 @@ fn response_framing_follows_rfc_9112() {
     .unwrap();
     assert_eq!((p.status, f, k), (StatusCode::OK, Framing::Length(5), true));
     assert_eq!(p.headers["x-a"], "b");
-    assert!(p.extensions.get::<hyper::ext::ReasonPhrase>().is_none());
+    assert!(p.extensions.get::<weir_http::h1::ReasonPhrase>().is_none());
     // HEAD, 204 and 304 have no body whatever they say.
     let (_, f, _) = head_of(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true).unwrap();
     assert_eq!(f, Framing::None);
@@ -197,7 +199,7 @@ fn interim_responses_are_skipped_and_101_refused() {
     // A reason that is not the standard one is kept, as hyper's client does.
     assert_eq!(
         p.extensions
-            .get::<hyper::ext::ReasonPhrase>()
+            .get::<weir_http::h1::ReasonPhrase>()
             .unwrap()
             .as_bytes(),
         b"Fine"

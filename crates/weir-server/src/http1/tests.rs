@@ -180,8 +180,9 @@ fn every_request_form_is_parsed_by_hypers_rules() {
     }
 }
 
-/// The strict reading refuses what hyper would take (or read otherwise),
-/// as the smuggling guard does in front of hyper.
+/// The strict reading refuses what hyper would take (or read otherwise).
+/// Chunk-level shapes (bad sizes, extensions, a missing CRLF after the
+/// data) are the shared decoder's (`weir_http::h1::decode` tests).
 #[test]
 fn smuggling_shapes_are_refused_by_the_strict_reading() {
     use Violation::*;
@@ -228,6 +229,18 @@ fn smuggling_shapes_are_refused_by_the_strict_reading() {
         ),
         ("GET / HTTP/1.1\nHost: x\n\n", BareLineEnding),
         ("GET / HTTP/1.1\r\nHost: x\nX-A: b\r\n\r\n", BareLineEnding),
+        (
+            "POST / HTTP/1.1\r\nTransfer-Encoding: \tchunked, identity\r\n\r\n",
+            BadTransferEncoding,
+        ),
+        (
+            "POST / HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n",
+            BadContentLength,
+        ),
+        (
+            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n",
+            BothLengths,
+        ),
     ] {
         let mut b = bytes(req);
         match parse(&mut b, LIMITS) {
@@ -236,6 +249,21 @@ fn smuggling_shapes_are_refused_by_the_strict_reading() {
             _ => panic!("{req:?} was not refused"),
         }
         assert_eq!(&b[..], req.as_bytes(), "{req:?} is left as it was");
+    }
+    // Shapes httparse refuses before the strict reading sees them: 400
+    // all the same, and the connection closes.
+    for req in [
+        "GET / HTTP/1.1\r\nHost: x\rX-A: b\r\n\r\n",
+        "GET / HTTP/1.1\r\nX-A: a\r\n b\r\n\r\n",
+        "GET / HTTP/1.1\r\nX A: a\r\n\r\n",
+        "GET / HTTP/1.1\r\n: a\r\n\r\n",
+        "POST / HTTP/1.1\r\nTransfer-Encoding : chunked\r\n\r\n",
+        "POST / HTTP/1.1\r\nTransfer-Encoding:\x0bchunked\r\n\r\n",
+    ] {
+        match parse(&mut bytes(req), LIMITS) {
+            Parsed::Smuggling(_) | Parsed::Refused(StatusCode::BAD_REQUEST) => {}
+            _ => panic!("{req:?} was not refused with 400"),
+        }
     }
     // Whitespace around a framing value is not part of it.
     let (_, head) = request(parse(

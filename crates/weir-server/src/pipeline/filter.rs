@@ -65,12 +65,7 @@ pub(super) static NOTHING_OWED: Owed = Owed {
 
 impl Filters {
     /// `None` for an empty config: nothing to run.
-    pub fn build(
-        cfg: &Arc<traffic::Filters>,
-        label: String,
-        own_h1: bool,
-        workers: usize,
-    ) -> Option<Filters> {
+    pub fn build(cfg: &Arc<traffic::Filters>, label: String, workers: usize) -> Option<Filters> {
         if cfg.is_empty() {
             return None;
         }
@@ -89,7 +84,7 @@ impl Filters {
             forward_auth: cfg.forward_auth.as_ref().map(|f| {
                 (
                     f.clone(),
-                    weir_proxy::Proxy::after(f.upstream.clone(), own_h1, workers, &[]),
+                    weir_proxy::Proxy::after(f.upstream.clone(), workers, &[]),
                 )
             }),
             cfg: cfg.clone(),

@@ -55,11 +55,10 @@ pub(super) struct Route {
     pub counts: Arc<weir_http::metrics::RequestCounts>,
 }
 
-/// How handlers are built: the engine settings, and the handlers of the
+/// How handlers are built: the worker slots, and the handlers of the
 /// config being replaced, whose state (idle upstream connections, health,
 /// balancer counters, file caches) a handler with the same settings keeps.
 pub(super) struct Build<'a> {
-    pub own_h1: bool,
     pub workers: usize,
     pub previous: &'a [Arc<super::Site>],
     pub registry: &'a super::Registry,
@@ -87,7 +86,7 @@ impl Build<'_> {
         if let Some(same) = before.iter().find(|p| *p.cfg == **cfg) {
             return same.clone();
         }
-        weir_proxy::Proxy::after(cfg.clone(), self.own_h1, self.workers, &before)
+        weir_proxy::Proxy::after(cfg.clone(), self.workers, &before)
     }
 
     /// The cache `policy` puts in front of `proxy`, in the shared store;
@@ -260,7 +259,6 @@ pub(super) fn build_handler(
                         filters: super::filter::Filters::build(
                             &r.filters,
                             format!("site \"{site}\" route {label}"),
-                            b.own_h1,
                             b.workers,
                         ),
                         counts: b.registry.counts(site, &label),

@@ -241,8 +241,6 @@ pub fn build_sites(
 ) -> Result<Vec<Arc<Site>>, SiteError> {
     let b = handler::Build {
         cache,
-        // The HTTP/1.1 engine setting covers both sides of the proxy.
-        own_h1: cfg.server.http1 == weir_config::Http1Engine::Fast,
         workers: crate::worker_slots(cfg),
         previous,
         registry,
@@ -261,12 +259,8 @@ pub fn build_sites(
                 s.compress.as_ref(),
                 &b,
             )?;
-            let filters = filter::Filters::build(
-                &s.filters,
-                format!("site \"{}\"", s.name),
-                b.own_h1,
-                b.workers,
-            );
+            let filters =
+                filter::Filters::build(&s.filters, format!("site \"{}\"", s.name), b.workers);
             let relay = s.passthrough.as_ref().map(|p| {
                 let same = previous
                     .iter()

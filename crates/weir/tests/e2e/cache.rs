@@ -1147,7 +1147,7 @@ async fn a_range_of_a_cached_response_is_answered_as_one_of_a_static_file() {
             o.addr
         ),
     );
-    std::fs::write(w.dir.path().join("same.bin"), vec![b'z'; 1000]).unwrap();
+    std::fs::write(w.path().join("same.bin"), vec![b'z'; 1000]).unwrap();
     let cached = w.url("/size/1000/range");
     assert_eq!(get(&cached, &[]).await.0, 200);
     // The multipart boundary is random per response.

@@ -16,6 +16,8 @@ const CASES: &[(&str, &[u8])] = &[
     ("TE case", b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\n\r\n0\r\n\r\n"),
     ("TE space before colon", b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n"),
     ("TE tab", b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\tchunked\t,\r\n\r\n0\r\n\r\n"),
+    ("TE tab and list", b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: \tchunked, identity\r\n\r\n0\r\n\r\n"),
+    ("TE vertical tab", b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\x0bchunked\r\n\r\n0\r\n\r\n"),
     ("TE twice", b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
     ("TE identity", b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\nContent-Length: 3\r\n\r\nabc"),
     ("TE on HTTP/1.0", b"POST /a HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
@@ -27,12 +29,16 @@ const CASES: &[(&str, &[u8])] = &[
     ("bad chunk size", b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"),
     ("chunk size overflow", b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffff1\r\nabc\r\n0\r\n\r\n"),
     ("chunk ext with space", b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3 ; x\r\nabc\r\n0\r\n\r\n"),
+    ("negative chunk size", b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n-3\r\nabc\r\n0\r\n\r\n"),
+    ("chunk size of 17 digits", b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n11111111111111111\r\nabc\r\n0\r\n\r\n"),
+    ("bare LF after chunk size", b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\nabc\r\n0\r\n\r\n"),
     ("bare LF", b"GET /a HTTP/1.1\nHost: x\n\n"),
     ("bare LF in one header", b"GET /a HTTP/1.1\r\nHost: x\nX-A: b\r\n\r\n"),
     ("bare CR", b"GET /a HTTP/1.1\r\nHost: x\rX-A: b\r\n\r\n"),
     ("obs-fold", b"GET /a HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n"),
     ("obs-fold of TE", b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\r\n chunked\r\n\r\n0\r\n\r\n"),
     ("invalid header name", b"GET /a HTTP/1.1\r\nHost: x\r\nX(A): b\r\n\r\n"),
+    ("space in header name", b"GET /a HTTP/1.1\r\nHost: x\r\nX A: b\r\n\r\n"),
     ("empty header name", b"GET /a HTTP/1.1\r\nHost: x\r\n: b\r\n\r\n"),
 ];
 
@@ -85,15 +91,36 @@ async fn a_smuggled_second_request_after_a_clean_one_is_refused() {
         b"POST /first HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nokGET /second HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
     )
     .await;
-    // The connection ends with a 400. hyper parses pipelined heads ahead of
-    // answering, so the first request's answer may be lost with it (it was
-    // sent upstream); the smuggled one never is.
+    // The first request is answered, then the connection ends with a 400;
+    // the smuggled one never reaches the upstream.
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
     assert!(resp.contains("HTTP/1.1 400"), "{resp}");
     // A window for a smuggled request to reach the upstream: an absence
     // cannot be polled for.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let seen: Vec<String> = up.seen().iter().map(|s| s.uri.clone()).collect();
     assert!(seen.iter().all(|u| u == "/first"), "{seen:?}");
+}
+
+/// A chunk whose data does not end in CRLF, after a first chunk that was
+/// good: the request may already be on its way upstream (its body
+/// streams), but it is cut off there, the client gets 400 and the
+/// connection closes, and nothing after the fault reaches the upstream.
+#[tokio::test]
+async fn a_chunk_without_its_crlf_mid_body_gets_400_and_nothing_after_it_goes_upstream() {
+    let (up, w) = proxied().await;
+    let resp = raw(
+        &w,
+        b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXX0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 400"), "{resp}");
+    assert!(!resp.contains("HTTP/1.1 200"), "{resp}");
+    // A window for a smuggled request to reach the upstream: an absence
+    // cannot be polled for.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let seen: Vec<String> = up.seen().iter().map(|s| s.uri.clone()).collect();
+    assert!(seen.iter().all(|u| u == "/a"), "{seen:?}");
 }
 
 /// An HTTP/2 request whose framing fields an HTTP/1.1 upstream could read
