@@ -339,19 +339,11 @@ impl Config {
     /// What `weir run` serves with no config file: a welcome page on
     /// http://127.0.0.1:8080.
     pub fn builtin_welcome() -> Config {
-        let site = SiteConfig {
-            name: "127.0.0.1:8080".into(),
-            host: HostPattern::Any,
-            handler: HandlerConfig::Welcome,
-            tls: None,
-            error_pages: HashMap::new(),
-            headers: Vec::new(),
-            access_log: None,
-            cache: None,
-            compress: None,
-            filters: Default::default(),
-            passthrough: None,
-        };
+        let site = bare_site(
+            "127.0.0.1:8080".into(),
+            HostPattern::Any,
+            HandlerConfig::Welcome,
+        );
         Config {
             source: "<built-in>".into(),
             server: ServerConfig::defaults(),

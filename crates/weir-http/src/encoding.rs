@@ -171,7 +171,12 @@ fn run_ready<F: Future>(f: F) -> F::Output {
 /// so spending more CPU would buy nothing). Blocking: call from
 /// `spawn_blocking`.
 pub fn compress_once(data: &[u8], enc: Encoding, fast: bool) -> std::io::Result<Vec<u8>> {
-    let mut e = Encoder::new(enc, fast, Vec::with_capacity(data.len() / 3 + 64));
+    let mut e = Encoder::new(
+        enc,
+        fast,
+        Vec::with_capacity(data.len() / 3 + 64),
+        Some(data.len() as u64),
+    );
     e.write(data)?;
     e.finish()
 }
@@ -186,7 +191,8 @@ enum Encoder {
 }
 
 impl Encoder {
-    fn new(enc: Encoding, fast: bool, out: Vec<u8>) -> Self {
+    /// `len`: the body's length when known, which sizes brotli's window.
+    fn new(enc: Encoding, fast: bool, out: Vec<u8>, len: Option<u64>) -> Self {
         use async_compression::tokio::write::{BrotliEncoder, GzipEncoder, ZstdEncoder};
         // Streams run on the async threads chunk by chunk: their levels
         // stay cheap. Kept variants are made once and served many times.
@@ -196,7 +202,16 @@ impl Encoder {
             (Level::Precise(9), Level::Precise(12), Level::Best)
         };
         match enc {
-            Encoding::Br => Encoder::Br(Box::new(BrotliEncoder::with_quality(out, br))),
+            Encoding::Br => {
+                let mut params = async_compression::brotli::EncoderParams::default().quality(br);
+                if let Some(n) = len {
+                    // A window no larger than the body: brotli sets up (and
+                    // clears) its buffers for the window, which for a small
+                    // answer would cost more than compressing it.
+                    params = params.window_size(brotli_window(n));
+                }
+                Encoder::Br(Box::new(BrotliEncoder::with_params(out, params)))
+            }
             Encoding::Zstd => Encoder::Zstd(ZstdEncoder::with_quality(out, zstd)),
             Encoding::Gzip => Encoder::Gzip(GzipEncoder::with_quality(out, gz)),
         }
@@ -257,14 +272,24 @@ const STEP: usize = 64 * 1024;
 /// Whatever the source has given goes out (flushed) as soon as the source
 /// has nothing more ready, so a slow or event-driven body is never held
 /// back; a source that gives faster than that is compressed in longer runs.
-pub fn compress_body(body: Body, enc: Encoding) -> Body {
+/// `len`: the identity's length, when the answer said it.
+pub fn compress_body(body: Body, enc: Encoding, len: Option<u64>) -> Body {
     Body::stream(Compressed {
         inner: body,
-        encoder: Some(Encoder::new(enc, true, Vec::new())),
+        encoder: Some(Encoder::new(enc, true, Vec::new(), len)),
         input: Bytes::new(),
         unflushed: false,
         trailers: None,
     })
+}
+
+/// brotli's `lgwin` for a body of `len` bytes: the smallest window that
+/// holds it (brotli's window is `2^lgwin - 16`), from brotli's least (10)
+/// to its default (22).
+fn brotli_window(len: u64) -> i32 {
+    let need = len.saturating_add(16);
+    let bits = 64 - need.saturating_sub(1).leading_zeros();
+    bits.clamp(10, 22) as i32
 }
 
 /// The body [`compress_body`] makes.
@@ -362,6 +387,19 @@ impl http_body::Body for Compressed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn brotli_windows_hold_the_body_and_stay_within_brotlis_range() {
+        assert_eq!(brotli_window(0), 10);
+        assert_eq!(brotli_window(1000), 10);
+        assert_eq!(brotli_window(1009), 11);
+        assert_eq!(brotli_window(20 * 1024), 15);
+        assert_eq!(brotli_window(u64::MAX), 22);
+        for n in [1u64, 1008, 1009, 5000, 65_520, 65_521, 4_000_000] {
+            let w = brotli_window(n);
+            assert!(w == 22 || (1u64 << w) - 16 >= n, "{n} in a window of {w}");
+        }
+    }
     use http_body_util::BodyExt;
     use tokio::io::AsyncReadExt;
 
@@ -447,7 +485,7 @@ mod tests {
             .collect();
         let parts: Vec<Bytes> = data.chunks(70_001).map(Bytes::copy_from_slice).collect();
         for enc in Encoding::ALL {
-            let out = compress_body(chunks(parts.clone()), enc)
+            let out = compress_body(chunks(parts.clone()), enc, None)
                 .collect()
                 .await
                 .unwrap()
@@ -456,7 +494,7 @@ mod tests {
             assert_eq!(decode(enc, &out), data, "{enc:?}");
         }
         // One big frame too.
-        let out = compress_body(Body::full(data.clone()), Encoding::Gzip)
+        let out = compress_body(Body::full(data.clone()), Encoding::Gzip, None)
             .collect()
             .await
             .unwrap()
@@ -475,7 +513,8 @@ mod tests {
                     .await
                     .map(|b| (Ok::<_, std::io::Error>(Frame::data(b)), rx))
             });
-            let mut body = compress_body(Body::stream(http_body_util::StreamBody::new(s)), enc);
+            let mut body =
+                compress_body(Body::stream(http_body_util::StreamBody::new(s)), enc, None);
             tx.send(Bytes::from_static(b"data: one\n\n")).await.unwrap();
             let mut got = Vec::new();
             // The source stays open: everything decodable must come now.
@@ -537,7 +576,10 @@ mod tests {
         let body = Body::stream(http_body_util::StreamBody::new(futures_util::stream::iter(
             frames,
         )));
-        let collected = compress_body(body, Encoding::Gzip).collect().await.unwrap();
+        let collected = compress_body(body, Encoding::Gzip, None)
+            .collect()
+            .await
+            .unwrap();
         assert_eq!(collected.trailers().unwrap()["x-checksum"], "abc");
         assert_eq!(
             decode(Encoding::Gzip, &collected.to_bytes()),

@@ -562,7 +562,7 @@ impl Rep<'_> {
             // Streaming compression: length unknown, no ranges.
             if !head && let Source::Compress(file, fp, len, enc) = src {
                 let identity = resolve::file_body(file, fp, vec![Segment::File { start: 0, len }]);
-                *r.body_mut() = compress::compress_body(stream_body(identity), enc);
+                *r.body_mut() = compress::compress_body(stream_body(identity), enc, Some(len));
             }
             return r;
         };

@@ -352,6 +352,17 @@ pub fn client() -> reqwest::Client {
         .unwrap()
 }
 
+/// GET `url` with extra request fields: the status, fields and body.
+pub async fn get(url: &str, headers: &[(&str, &str)]) -> (u16, http::HeaderMap, bytes::Bytes) {
+    let mut r = client().get(url);
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    let r = r.send().await.unwrap();
+    let (s, h) = (r.status().as_u16(), r.headers().clone());
+    (s, h, r.bytes().await.unwrap())
+}
+
 /// A raw upstream (see [`scripted_upstream`]).
 pub struct Scripted {
     pub addr: SocketAddr,

@@ -114,12 +114,7 @@ fn listed_type(h: &HeaderMap, types: &[String]) -> bool {
 }
 
 fn content_length(h: &HeaderMap) -> Option<u64> {
-    h.get(header::CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    weir_http::fields::content_length(h).ok().flatten()
 }
 
 fn add_vary(h: &mut HeaderMap) {
@@ -143,6 +138,7 @@ fn add_vary(h: &mut HeaderMap) {
 /// conditional request still matches the resource's validator upstream.
 fn encode(resp: &mut Response<Body>, enc: Encoding) {
     let h = resp.headers_mut();
+    let len = content_length(h);
     h.remove(header::CONTENT_LENGTH);
     h.remove(header::ACCEPT_RANGES);
     h.insert(header::CONTENT_ENCODING, enc.header_value());
@@ -162,7 +158,7 @@ fn encode(resp: &mut Response<Body>, enc: Encoding) {
         }
     }
     let body = std::mem::take(resp.body_mut());
-    *resp.body_mut() = encoding::compress_body(body, enc);
+    *resp.body_mut() = encoding::compress_body(body, enc, len);
 }
 
 /// The request's `Accept-Encoding` reduced to the one coding weir would

@@ -22,7 +22,7 @@ use hyper::body::{Frame, Incoming};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use weir_test_support::ports::free_port;
-use weir_test_support::proxy::{Weir, client};
+use weir_test_support::proxy::{Weir, client, get};
 
 use crate::WEIR;
 
@@ -481,16 +481,6 @@ fn site(origin: &Origin, cache: &str) -> String {
         "[server]\nworkers = 2\n\n[site.\"127.0.0.1:{{PORT}}\"]\nproxy = {{ to = [\"{}\"] }}\ncache = {{ purge_from = [\"127.0.0.1\"]{cache} }}\n",
         origin.addr
     )
-}
-
-async fn get(url: &str, headers: &[(&str, &str)]) -> (u16, http::HeaderMap, Bytes) {
-    let mut r = client().get(url);
-    for (k, v) in headers {
-        r = r.header(*k, *v);
-    }
-    let r = r.send().await.unwrap();
-    let (s, h) = (r.status().as_u16(), r.headers().clone());
-    (s, h, r.bytes().await.unwrap())
 }
 
 /// The admin API's `GET /cache` on port `admin`.

@@ -22,7 +22,7 @@ use hyper::body::{Frame, Incoming};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpListener;
 use weir_test_support::poll::{PATIENCE, poll_until_async};
-use weir_test_support::proxy::{Weir, client};
+use weir_test_support::proxy::{Weir, client, get};
 
 use crate::WEIR;
 
@@ -169,16 +169,6 @@ async fn decode(coding: &str, data: &[u8]) -> Vec<u8> {
     }
     .unwrap();
     out
-}
-
-async fn get(url: &str, headers: &[(&str, &str)]) -> (u16, http::HeaderMap, Bytes) {
-    let mut r = client().get(url);
-    for (k, v) in headers {
-        r = r.header(*k, *v);
-    }
-    let r = r.send().await.unwrap();
-    let (s, h) = (r.status().as_u16(), r.headers().clone());
-    (s, h, r.bytes().await.unwrap())
 }
 
 fn field<'a>(h: &'a http::HeaderMap, name: &str) -> &'a str {
