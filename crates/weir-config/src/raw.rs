@@ -291,8 +291,8 @@ macro_rules! with_shared_keys {
 
         impl $name {
             /// The filter keys, for [`crate::traffic::filters`].
-            pub fn filter_keys(&self) -> crate::traffic::RawFilterKeys<'_> {
-                crate::traffic::RawFilterKeys {
+            pub fn filter_keys(&self) -> RawFilterKeys<'_> {
+                RawFilterKeys {
                     allow: &self.allow,
                     deny: &self.deny,
                     basic_auth: &self.basic_auth,
@@ -305,6 +305,18 @@ macro_rules! with_shared_keys {
             }
         }
     };
+}
+
+/// The raw filter keys a site and a route share.
+pub struct RawFilterKeys<'a> {
+    pub allow: &'a Option<Spanned<Vec<String>>>,
+    pub deny: &'a Option<Spanned<Vec<String>>>,
+    pub basic_auth: &'a Option<Spanned<RawBasicAuth>>,
+    pub forward_auth: &'a Option<Spanned<RawForwardAuth>>,
+    pub limit: &'a Option<Vec<Spanned<RawLimit>>>,
+    pub request_headers: &'a Option<Spanned<RawHeaderOps>>,
+    pub response_headers: &'a Option<Spanned<RawHeaderOps>>,
+    pub max_body: &'a Option<Spanned<Value>>,
 }
 
 with_shared_keys! {

@@ -19,7 +19,8 @@ use super::HostPattern;
 use super::error::Collector;
 use super::proxy::ProxyConfig;
 use super::raw::{
-    RawBasicAuth, RawForwardAuth, RawHeaderOps, RawLimit, RawMatch, RawRedirect, RawRespond, Value,
+    RawBasicAuth, RawFilterKeys, RawForwardAuth, RawHeaderOps, RawLimit, RawMatch, RawRedirect,
+    RawRespond, Value,
 };
 use super::units;
 
@@ -324,18 +325,6 @@ impl Template {
             }
         }
     }
-}
-
-/// The raw filter keys a site and a route share.
-pub struct RawFilterKeys<'a> {
-    pub allow: &'a Option<Spanned<Vec<String>>>,
-    pub deny: &'a Option<Spanned<Vec<String>>>,
-    pub basic_auth: &'a Option<Spanned<RawBasicAuth>>,
-    pub forward_auth: &'a Option<Spanned<RawForwardAuth>>,
-    pub limit: &'a Option<Vec<Spanned<RawLimit>>>,
-    pub request_headers: &'a Option<Spanned<RawHeaderOps>>,
-    pub response_headers: &'a Option<Spanned<RawHeaderOps>>,
-    pub max_body: &'a Option<Spanned<Value>>,
 }
 
 pub fn filters(c: &mut Collector<'_>, key: &str, raw: RawFilterKeys<'_>) -> Filters {

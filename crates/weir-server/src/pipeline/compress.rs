@@ -22,31 +22,7 @@ use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 use weir_http::encoding::{self, Encoding};
 
-use super::handler::{Handler, Target};
-
 static VARY_AE: HeaderValue = HeaderValue::from_static("Accept-Encoding");
-
-/// The compression the filter applies to `target`'s answer: the route's
-/// or the site's, for the handlers that do not compress by themselves.
-pub(super) fn policy<'a>(
-    site: &'a weir_config::SiteConfig,
-    target: &Target<'a>,
-) -> Option<&'a CompressOptions> {
-    match target {
-        Target::Route { route, .. } if applies(&route.handler) => route.cfg.compress.as_deref(),
-        Target::Handler(h) if applies(h) => site.compress.as_deref(),
-        _ => None,
-    }
-}
-
-/// Static files negotiate their own coding; a cache's answers were
-/// compressed before it stored them.
-fn applies(h: &Handler) -> bool {
-    !matches!(
-        h,
-        Handler::Static(_) | Handler::Cached(..) | Handler::Routes { .. }
-    )
-}
 
 /// Compresses `resp` for the request (`method`, `req`) if `opts` and the
 /// client allow it; adds `Vary: Accept-Encoding` to any answer whose

@@ -607,3 +607,26 @@ fn redirect_https(parts: &http::request::Parts, port: u16) -> Response<Body> {
         .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
     r
 }
+
+impl<'a> Target<'a> {
+    /// The compression the response filter applies to this target's
+    /// answer: the route's or the site's, for the handlers that do not
+    /// compress by themselves (static files negotiate their own coding; a
+    /// cache's answers were compressed before it stored them).
+    pub(super) fn compression(
+        &self,
+        site: &'a weir_config::SiteConfig,
+    ) -> Option<&'a weir_config::files::CompressOptions> {
+        let applies = |h: &Handler| {
+            !matches!(
+                h,
+                Handler::Static(_) | Handler::Cached(..) | Handler::Routes { .. }
+            )
+        };
+        match self {
+            Target::Route { route, .. } if applies(&route.handler) => route.cfg.compress.as_deref(),
+            Target::Handler(h) if applies(h) => site.compress.as_deref(),
+            _ => None,
+        }
+    }
+}

@@ -468,7 +468,7 @@ impl Listener {
             &mut resp,
             parts.method == http::Method::HEAD,
         );
-        if let Some(opts) = compress::policy(&site.cfg, &target) {
+        if let Some(opts) = target.compression(&site.cfg) {
             compress::filter(opts, &parts.method, &parts.headers, &mut resp);
         }
         if site.filters.is_some() || route_filters.is_some() {
