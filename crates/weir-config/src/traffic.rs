@@ -20,7 +20,7 @@ use super::error::Collector;
 use super::proxy::ProxyConfig;
 use super::raw::{
     RawBasicAuth, RawFilterKeys, RawForwardAuth, RawHeaderOps, RawLimit, RawMatch, RawRedirect,
-    RawRespond, Value,
+    RawRespond,
 };
 use super::units;
 
