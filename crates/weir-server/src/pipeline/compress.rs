@@ -22,6 +22,8 @@ use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 use weir_http::encoding::{self, Encoding};
 
+use super::content_length;
+
 static VARY_AE: HeaderValue = HeaderValue::from_static("Accept-Encoding");
 
 /// Compresses `resp` for the request (`method`, `req`) if `opts` and the
@@ -87,10 +89,6 @@ fn listed_type(h: &HeaderMap, types: &[String]) -> bool {
     };
     let essence = ct.split(';').next().unwrap_or("").trim();
     !essence.eq_ignore_ascii_case("text/event-stream") && encoding::type_listed(essence, types)
-}
-
-fn content_length(h: &HeaderMap) -> Option<u64> {
-    weir_http::fields::content_length(h).ok().flatten()
 }
 
 fn add_vary(h: &mut HeaderMap) {
