@@ -4,7 +4,7 @@
 //!
 //! This module owns the request flow and the public interface; the parts
 //! live in submodules: [`path`] (safety), [`resolve`] (file system),
-//! [`cache`] (hot files + watcher), [`conditional`] (validators),
+//! [`cache`] (hot files + watcher), [`validators`] (ETags and modification times),
 //! [`listing`], [`mime`]; preconditions and byte ranges are
 //! `weir_http::conditional` and `weir_http::range`, shared with the cache,
 //! and content codings are `weir_http::encoding`'s. It must never serve a
@@ -12,11 +12,11 @@
 //! and on a cache hit never touch the disk or take a lock.
 
 pub mod cache;
-pub mod conditional;
 pub mod listing;
 pub mod mime;
 pub mod path;
 pub mod resolve;
+pub mod validators;
 
 #[cfg(test)]
 mod tests;
@@ -276,23 +276,23 @@ impl StaticFiles {
                 content_length: HeaderValue::from(body.len()),
                 etag,
                 last_modified: http_date(mtime),
-                modified: conditional::unix_secs(mtime),
+                modified: validators::unix_secs(mtime),
                 body,
                 file,
             }
         };
         let len = f.data.len() as u64;
-        let etag = conditional::etag_from_hash(weir_http::hash::stable_hash(&f.data), len);
+        let etag = validators::etag_from_hash(weir_http::hash::stable_hash(&f.data), len);
         let identity = variant(f.data, f.file, &f.meta, etag);
         let sidecars: Vec<(Encoding, Variant)> = f
             .sidecars
             .into_iter()
             .map(|(enc, body, md)| {
-                let base = conditional::etag_from_hash(
+                let base = validators::etag_from_hash(
                     weir_http::hash::stable_hash(&body),
                     body.len() as u64,
                 );
-                let etag = conditional::etag_with_encoding(&base, enc);
+                let etag = validators::etag_with_encoding(&base, enc);
                 (enc, variant(body, None, &md, etag))
             })
             .collect();
@@ -358,7 +358,7 @@ impl StaticFiles {
                             let body = Bytes::from(c);
                             Some(Variant {
                                 content_length: HeaderValue::from(body.len()),
-                                etag: conditional::etag_with_encoding(&e.identity.etag, enc),
+                                etag: validators::etag_with_encoding(&e.identity.etag, enc),
                                 last_modified: e.identity.last_modified.clone(),
                                 modified: e.identity.modified,
                                 body,
@@ -404,13 +404,13 @@ impl StaticFiles {
         let vary = f.any_sidecar || otf;
         let identity_etag = etag_of(&f.meta);
         if let Some((enc, file, md)) = f.sidecar {
-            let etag = conditional::etag_with_encoding(&etag_of(&md), enc);
+            let etag = validators::etag_with_encoding(&etag_of(&md), enc);
             let mtime = md.modified().unwrap_or(std::time::UNIX_EPOCH);
             let rep = Rep {
                 content_type: &content_type,
                 etag: &etag,
                 last_modified: &http_date(mtime),
-                modified: conditional::unix_secs(mtime),
+                modified: validators::unix_secs(mtime),
                 len: Some((md.len(), &HeaderValue::from(md.len()))),
                 encoding: Some(enc),
                 vary,
@@ -425,12 +425,12 @@ impl StaticFiles {
             None
         };
         if let Some(enc) = otf_enc {
-            let etag = conditional::etag_with_encoding(&identity_etag, enc);
+            let etag = validators::etag_with_encoding(&identity_etag, enc);
             let rep = Rep {
                 content_type: &content_type,
                 etag: &etag,
                 last_modified: &last_modified,
-                modified: conditional::unix_secs(mtime),
+                modified: validators::unix_secs(mtime),
                 len: None,
                 encoding: Some(enc),
                 vary,
@@ -442,7 +442,7 @@ impl StaticFiles {
             content_type: &content_type,
             etag: &identity_etag,
             last_modified: &last_modified,
-            modified: conditional::unix_secs(mtime),
+            modified: validators::unix_secs(mtime),
             len: Some((len, &HeaderValue::from(len))),
             encoding: None,
             vary,
@@ -667,7 +667,7 @@ where
 
 fn etag_of(md: &std::fs::Metadata) -> HeaderValue {
     use std::os::unix::fs::MetadataExt;
-    conditional::etag_from_meta(cache::Fingerprint::mtime_ns(md), md.ino(), md.len())
+    validators::etag_from_meta(cache::Fingerprint::mtime_ns(md), md.ino(), md.len())
 }
 
 fn http_date(t: std::time::SystemTime) -> HeaderValue {

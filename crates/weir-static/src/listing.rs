@@ -14,8 +14,8 @@ use std::time::SystemTime;
 use http::{HeaderMap, header};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
-use super::conditional::unix_secs;
 use super::path::is_hidden_name;
+use super::validators::unix_secs;
 
 /// Characters left as they are in a link: RFC 3986 unreserved.
 const LINK: &AsciiSet = &NON_ALPHANUMERIC
