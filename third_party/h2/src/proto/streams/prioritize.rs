@@ -298,6 +298,15 @@ impl Prioritize {
         let _e = span.enter();
 
         if stream.state.is_send_closed() && stream.buffered_send_data == 0 {
+            // weir patch (RFC 9113 §6.9.1): a WINDOW_UPDATE that takes the
+            // window past 2^31-1 is a stream error of type FLOW_CONTROL_ERROR,
+            // also once our side has sent END_STREAM: the stream is
+            // half-closed (local), still open for the peer, and may be reset.
+            // A closed stream (§5.1) may carry no RST_STREAM, so its
+            // WINDOW_UPDATEs stay ignored.
+            if stream.state.is_half_closed_local() {
+                stream.send_flow.inc_window(inc)?;
+            }
             // We can't send any data, so don't bother doing anything else.
             return Ok(());
         }

@@ -427,7 +427,14 @@ impl Recv {
             return Err(Error::library_reset(stream.id, Reason::PROTOCOL_ERROR));
         }
 
-        let trailers = frame.into_fields();
+        // weir patch (RFC 9113 §8.1): trailers MUST NOT include pseudo-header
+        // fields; a message that has them is malformed (§8.1.1), a stream
+        // error of type PROTOCOL_ERROR. They were dropped silently.
+        let (pseudo, trailers) = frame.into_parts();
+        if !pseudo.is_empty() {
+            proto_err!(stream: "recv_trailers: pseudo-header field in trailers; stream={:?};", stream.id);
+            return Err(Error::library_reset(stream.id, Reason::PROTOCOL_ERROR));
+        }
 
         // Push the frame onto the stream's recv buffer
         stream

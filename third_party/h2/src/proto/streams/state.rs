@@ -433,6 +433,11 @@ impl State {
         matches!(self.inner, Closed(_))
     }
 
+    /// weir patch: our side has sent END_STREAM, the peer's has not.
+    pub fn is_half_closed_local(&self) -> bool {
+        matches!(self.inner, HalfClosedLocal(..))
+    }
+
     pub fn is_send_closed(&self) -> bool {
         matches!(
             self.inner,
