@@ -380,6 +380,26 @@ async fn stream_errors_come_even_after_the_answer() {
     c.send(&frame(DATA, END_STREAM, 1, b"test")).await;
     assert_eq!(c.reset().await, Some(PROTOCOL_ERROR), "content-length");
 
+    // Trailers that end a body shorter than its content-length (h2 0.4.20
+    // closed the stream first and then sent no RST_STREAM:
+    // third_party/h2/WEIR-PATCH.md).
+    let mut c = Raw::open(port).await;
+    c.send(&open_post(port, Some("10"))).await;
+    c.answered().await;
+    c.send(&frame(DATA, 0, 1, b"test")).await;
+    c.send(&frame(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &literal("x-checksum", "1"),
+    ))
+    .await;
+    assert_eq!(
+        c.reset().await,
+        Some(PROTOCOL_ERROR),
+        "content-length, trailers"
+    );
+
     // A second HEADERS frame without END_STREAM.
     let mut c = Raw::open(port).await;
     c.send(&open_post(port, None)).await;

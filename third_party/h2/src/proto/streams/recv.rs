@@ -419,22 +419,28 @@ impl Recv {
         frame: frame::Headers,
         stream: &mut store::Ptr,
     ) -> Result<(), Error> {
+        // weir patch (RFC 9113 §8.1, §8.1.1): trailers with a pseudo-header
+        // field (they were dropped silently), or ending a body shorter than
+        // its content-length, make the message malformed: a stream error of
+        // type PROTOCOL_ERROR. Checked before the state transition, as
+        // `recv_data` checks DATA: once our side has ended too, the
+        // transition closes the stream and `send_reset` sends no RST_STREAM.
+        // (`is_recv_streaming` is exactly when `recv_close` succeeds here, so
+        // its error still comes first in any other state.)
+        let (pseudo, trailers) = frame.into_parts();
+        if stream.state.is_recv_streaming() {
+            if !pseudo.is_empty() {
+                proto_err!(stream: "recv_trailers: pseudo-header field in trailers; stream={:?};", stream.id);
+                return Err(Error::library_reset(stream.id, Reason::PROTOCOL_ERROR));
+            }
+            if stream.ensure_content_length_zero().is_err() {
+                proto_err!(stream: "recv_trailers: content-length is not zero; stream={:?};",  stream.id);
+                return Err(Error::library_reset(stream.id, Reason::PROTOCOL_ERROR));
+            }
+        }
+
         // Transition the state
         stream.state.recv_close()?;
-
-        if stream.ensure_content_length_zero().is_err() {
-            proto_err!(stream: "recv_trailers: content-length is not zero; stream={:?};",  stream.id);
-            return Err(Error::library_reset(stream.id, Reason::PROTOCOL_ERROR));
-        }
-
-        // weir patch (RFC 9113 §8.1): trailers MUST NOT include pseudo-header
-        // fields; a message that has them is malformed (§8.1.1), a stream
-        // error of type PROTOCOL_ERROR. They were dropped silently.
-        let (pseudo, trailers) = frame.into_parts();
-        if !pseudo.is_empty() {
-            proto_err!(stream: "recv_trailers: pseudo-header field in trailers; stream={:?};", stream.id);
-            return Err(Error::library_reset(stream.id, Reason::PROTOCOL_ERROR));
-        }
 
         // Push the frame onto the stream's recv buffer
         stream
