@@ -427,9 +427,8 @@ impl Recv {
         // transition closes the stream and `send_reset` sends no RST_STREAM.
         // (`is_recv_streaming` is exactly when `recv_close` succeeds here, so
         // its error still comes first in any other state.)
-        let (pseudo, trailers) = frame.into_parts();
         if stream.state.is_recv_streaming() {
-            if !pseudo.is_empty() {
+            if !frame.pseudo().is_empty() {
                 proto_err!(stream: "recv_trailers: pseudo-header field in trailers; stream={:?};", stream.id);
                 return Err(Error::library_reset(stream.id, Reason::PROTOCOL_ERROR));
             }
@@ -441,6 +440,8 @@ impl Recv {
 
         // Transition the state
         stream.state.recv_close()?;
+
+        let trailers = frame.into_fields();
 
         // Push the frame onto the stream's recv buffer
         stream
