@@ -12,8 +12,9 @@
 //!    → served while one background request refreshes it; otherwise
 //!    validated upstream (a 304 freshens it; a failing upstream gets the
 //!    stale copy within `stale-if-error`, an unreachable one whenever no
-//!    directive forbids it: RFC 9111 §4.2.4; when `must-revalidate` does,
-//!    the client gets a 504 of the cache's own: §5.2.2.2).
+//!    directive forbids it: RFC 9111 §4.2.4; when `must-revalidate`,
+//!    `proxy-revalidate` or `s-maxage` does, a 504 of the cache's own:
+//!    §5.2.2.2).
 //! 4. A miss joins the fetch already in flight for its key (request
 //!    coalescing: it reads the body as it streams in) or starts it; a URL
 //!    whose last answer was uncacheable goes straight upstream instead
