@@ -115,6 +115,23 @@ impl CacheControl {
     pub fn forbids_stale(&self) -> bool {
         self.no_cache || self.must_revalidate || self.proxy_revalidate || self.s_maxage.is_some()
     }
+
+    /// The directive that makes a shared cache answer with an error of its
+    /// own (504) rather than reuse the response stale while disconnected:
+    /// `must-revalidate` (§5.2.2.2), `proxy-revalidate` (§5.2.2.8), or
+    /// `s-maxage`, which implies it (§5.2.2.10). `no-cache` forbids stale
+    /// reuse too but asks for no such error.
+    pub fn must_revalidate_shared(&self) -> Option<&'static str> {
+        if self.must_revalidate {
+            Some("must-revalidate")
+        } else if self.proxy_revalidate {
+            Some("proxy-revalidate")
+        } else if self.s_maxage.is_some() {
+            Some("s-maxage")
+        } else {
+            None
+        }
+    }
 }
 
 /// RFC 9111 §1.2.2 delta-seconds: digits only; values past 2^31 read as

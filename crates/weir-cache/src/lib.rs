@@ -12,7 +12,9 @@
 //!    → served while one background request refreshes it; otherwise
 //!    validated upstream (a 304 freshens it; a failing upstream gets the
 //!    stale copy within `stale-if-error`, an unreachable one whenever no
-//!    directive forbids it: RFC 9111 §4.2.4).
+//!    directive forbids it: RFC 9111 §4.2.4; when `must-revalidate`,
+//!    `proxy-revalidate` or `s-maxage` does, a 504 of the cache's own:
+//!    §5.2.2.2).
 //! 4. A miss joins the fetch already in flight for its key (request
 //!    coalescing: it reads the body as it streams in) or starts it; a URL
 //!    whose last answer was uncacheable goes straight upstream instead
@@ -332,17 +334,24 @@ impl Cache {
             // The origin fails and allowed a stale copy to stand in
             // (RFC 5861 `stale-if-error`, or the policy's), or no upstream
             // could be reached at all (§4.2.4: disconnected).
+            let disconnected = rules::is_origin_error(status)
+                && resp.extensions().get::<weir_proxy::Unreachable>().is_some();
             let why = if !rules::is_origin_error(status) {
                 None
             } else if old.fresh.serves_on_error(response_time, req_cc) {
                 Some("stale-if-error")
-            } else if resp.extensions().get::<weir_proxy::Unreachable>().is_some()
-                && old.fresh.serves_disconnected()
-            {
+            } else if disconnected && old.fresh.serves_disconnected() {
                 Some("unreachable")
             } else {
                 None
             };
+            if why.is_none()
+                && disconnected
+                && let Some(directive) = CacheControl::parse(&old.headers).must_revalidate_shared()
+            {
+                land(Landing::Pass);
+                return self.must_revalidate_error(parts, primary, status, directive);
+            }
             if let Some(why) = why {
                 land(Landing::Stored(old.clone()));
                 store.count(conn.worker, counter::STALE_ERROR, 1);
@@ -426,6 +435,46 @@ impl Cache {
                 .unwrap_or_else(gone)
             }
         }
+    }
+
+    /// RFC 9111 §5.2.2.2 (§5.2.2.8, §5.2.2.10 for `proxy-revalidate` and
+    /// `s-maxage`): a stored response that must be revalidated, and no
+    /// upstream reached: the cache's own 504, not the proxy's error (whose
+    /// 502 or 503 would blame the upstream alone) and not the stale copy.
+    fn must_revalidate_error(
+        &self,
+        parts: &Parts,
+        primary: &str,
+        upstream: StatusCode,
+        directive: &str,
+    ) -> Response<Body> {
+        tracing::warn!(
+            key = %primary,
+            directive,
+            "cache: 504, the stored response is stale, its {directive} forbids serving it \
+             unvalidated, and no upstream could be reached (RFC 9111 §5.2.2.2)"
+        );
+        let text = format!(
+            "504 Gateway Timeout: the cached response is stale and its {directive} \
+             requires revalidation, but no upstream could be reached\n"
+        );
+        let len = text.len();
+        let mut r = Response::new(Body::full(bytes::Bytes::from(text)));
+        *r.status_mut() = StatusCode::GATEWAY_TIMEOUT;
+        let h = r.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+        let st = forward(
+            "stale",
+            Some(upstream.as_u16()),
+            false,
+            false,
+            Some(directive),
+        );
+        self.passed(parts, r, st)
     }
 
     /// Serves the stale response now and refreshes it once, in the

@@ -590,26 +590,77 @@ async fn s4_2_4_by_default_a_stale_copy_the_origin_did_not_allow_is_never_served
         status(&h),
         "weir; fwd=stale; fwd-status=502; detail=unreachable"
     );
-    // ...unless a directive forbids it, even with grace configured.
-    for cc in [
-        "max-age=10, must-revalidate",
-        "max-age=10, proxy-revalidate",
-        "s-maxage=10",
-        "max-age=10, no-cache",
-    ] {
-        let o = first_then(validator(cc), 503, true);
-        let policy = CachePolicy {
-            grace: Duration::from_secs(10),
-            stale_if_error: Duration::from_secs(3600),
-            ..Default::default()
-        };
-        let c = cache_of(o.clone(), policy);
-        get(&c, "/d", &[]).await;
-        advance(11);
-        let (s, h, _) = get(&c, "/d", &[]).await;
-        assert_eq!(s, 503, "{cc}: {}", status(&h));
-        assert_eq!(o.inner.seen(), 2, "{cc}");
+    // ...unless a directive forbids it, even with grace configured:
+    // `no-cache` lets the proxy's error through; `must-revalidate` and its
+    // kin get the cache's own 504 (`s5_2_2_2_…`).
+    let o = first_then(validator("max-age=10, no-cache"), 503, true);
+    let c = cache_of(o.clone(), varnish_like());
+    get(&c, "/d", &[]).await;
+    advance(11);
+    let (s, h, _) = get(&c, "/d", &[]).await;
+    assert_eq!(s, 503, "{}", status(&h));
+    assert_eq!(o.inner.seen(), 2);
+}
+
+/// Grace and `stale-if-error` on, as Varnish's defaults have them.
+fn varnish_like() -> CachePolicy {
+    CachePolicy {
+        grace: Duration::from_secs(10),
+        stale_if_error: Duration::from_secs(3600),
+        ..Default::default()
     }
+}
+
+#[tokio::test]
+async fn s5_2_2_2_must_revalidate_while_disconnected_answers_504() {
+    let validator = |cc: &str| {
+        (
+            200,
+            vec![
+                ("cache-control", cc.to_string()),
+                ("etag", "\"v\"".to_string()),
+            ],
+            "good".to_string(),
+        )
+    };
+    // §5.2.2.8 and §5.2.2.10: proxy-revalidate and s-maxage say the same to
+    // a shared cache. Not even grace or stale-if-error serve the copy.
+    for (cc, directive) in [
+        ("max-age=10, must-revalidate", "must-revalidate"),
+        ("max-age=10, proxy-revalidate", "proxy-revalidate"),
+        ("s-maxage=10", "s-maxage"),
+    ] {
+        for unreachable_status in [502, 503] {
+            let o = first_then(validator(cc), unreachable_status, true);
+            let c = cache_of(o.clone(), varnish_like());
+            get(&c, "/m", &[]).await;
+            advance(11);
+            let (s, h, b) = get(&c, "/m", &[]).await;
+            assert_eq!(s, 504, "{cc}: {}", status(&h));
+            assert_eq!(
+                status(&h),
+                format!("weir; fwd=stale; fwd-status={unreachable_status}; detail={directive}")
+            );
+            let text = String::from_utf8_lossy(&b);
+            assert!(
+                text.starts_with("504 Gateway Timeout") && text.contains(directive),
+                "{text}"
+            );
+            assert_eq!(o.inner.seen(), 2, "{cc}");
+            // The copy stays, to be validated once the upstream is back.
+            let (s, _, _) = get(&c, "/m", &[]).await;
+            assert_eq!(s, 504);
+            assert_eq!(o.inner.seen(), 3, "{cc}");
+        }
+    }
+    // An upstream that answers with its own 5xx is not a disconnected
+    // cache: its answer goes through.
+    let o = first_then(validator("max-age=10, must-revalidate"), 503, false);
+    let c = cache_of(o.clone(), CachePolicy::default());
+    get(&c, "/n", &[]).await;
+    advance(11);
+    let (s, h, b) = get(&c, "/n", &[]).await;
+    assert_eq!((s, &b[..]), (503, &b"error 503"[..]), "{}", status(&h));
 }
 
 #[tokio::test]

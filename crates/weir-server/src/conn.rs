@@ -370,7 +370,8 @@ const READ_ON_TIME: std::time::Duration = std::time::Duration::from_secs(5);
 ///
 /// h2 holds a request to HTTP/2's framing (RFC 9113 §8.1.1: a
 /// `content-length` the DATA frames contradict, a second HEADERS frame
-/// without END_STREAM; §6.9.1: a WINDOW_UPDATE past 2^31-1) only while
+/// without END_STREAM, a pseudo-header field in trailers; §6.9.1: a
+/// WINDOW_UPDATE past 2^31-1) only while
 /// someone holds its stream. A handler that answers without reading the
 /// body (a 405, a redirect, a static file) lets go of it, h2 resets the
 /// stream with NO_ERROR once the answer is out, and then ignores every

@@ -990,10 +990,44 @@ async fn rfc9111_4_2_4_an_unreachable_upstream_gets_the_stale_copy_unless_forbid
     )
     .await;
     assert_eq!((s, &b[..]), (200, &b"good #1"[..]), "{h:?}");
-    // ...but must-revalidate forbids it: an error, never the stale copy.
+    // ...but must-revalidate forbids it: the cache's 504, never the stale
+    // copy (RFC 9111 §5.2.2.2).
     let url = w.url("/fail/must-revalidate/u");
     let (s, h, _) = poll_until(&url, |s, _, _| s >= 500, fresh_hit(&url)).await;
-    assert!([502, 503, 504].contains(&s), "{s} {}", cache_status(&h));
+    assert_eq!(s, 504, "{}", cache_status(&h));
+}
+
+/// RFC 9111 §5.2.2.2 (and §5.2.2.8, §5.2.2.10 for a shared cache): a stale
+/// stored response with `must-revalidate`, `proxy-revalidate` or
+/// `s-maxage`, and no upstream to validate it with: the cache answers 504
+/// itself (it passed the proxy's 502 through), through
+/// `weir reverse-proxy --cache` as a new user runs it.
+#[tokio::test]
+async fn rfc9111_5_2_2_2_must_revalidate_while_disconnected_answers_504() {
+    let o = Origin::start().await;
+    let w = reverse_proxy_cache(&o);
+    let cases = ["must-revalidate", "proxy-revalidate", "s-maxage"];
+    for cc in cases {
+        let (s, _, _) = get(&w.url(&format!("/fail/{cc}/d")), &[]).await;
+        assert_eq!(s, 200);
+    }
+    o.stop();
+    for cc in cases {
+        let url = w.url(&format!("/fail/{cc}/d"));
+        let (s, h, b) = poll_until(&url, |s, _, _| s != 200, fresh_hit(&url)).await;
+        assert_eq!(s, 504, "{cc}: {}", cache_status(&h));
+        assert!(
+            cache_status(&h).ends_with(&format!("detail={cc}")),
+            "{cc}: {}",
+            cache_status(&h)
+        );
+        let text = String::from_utf8_lossy(&b);
+        assert!(
+            text.starts_with("504 Gateway Timeout") && text.contains(cc),
+            "{text}"
+        );
+        assert_eq!(o.count(&format!("/fail/{cc}/d")), 1);
+    }
 }
 
 #[tokio::test]

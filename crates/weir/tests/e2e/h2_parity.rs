@@ -249,6 +249,7 @@ async fn a_truncated_preface_gets_only_the_servers_preface() {
 }
 
 const RST_STREAM: u8 = 0x3;
+const GOAWAY: u8 = 0x7;
 const END_STREAM: u8 = 0x1;
 const END_HEADERS: u8 = 0x4;
 const NO_ERROR: u32 = 0x0;
@@ -342,6 +343,24 @@ impl Raw {
         }
         None
     }
+
+    /// Sends a GET of `/` on `stream` and reads until its answer's HEADERS:
+    /// whether that says 200 (HPACK's static entry for `:status: 200`),
+    /// and the RST_STREAM and GOAWAY frames seen on the way, in words.
+    async fn get_ok(&mut self, stream: u32, port: u16) -> (bool, Vec<String>) {
+        self.send(&get(stream, false, &format!("127.0.0.1:{port}")))
+            .await;
+        let mut seen = Vec::new();
+        while let Some((kind, flags, id, payload)) = self.next().await {
+            if kind == HEADERS && id == stream {
+                return (payload.first() == Some(&0x88), seen);
+            }
+            if kind == RST_STREAM || kind == GOAWAY {
+                seen.push(describe(kind, flags, id, &payload));
+            }
+        }
+        (false, seen)
+    }
 }
 
 /// Issue 55 §6, RFC 9113 §8.1.1 and §6.9.1: a request whose handler has
@@ -361,6 +380,26 @@ async fn stream_errors_come_even_after_the_answer() {
     c.send(&frame(DATA, END_STREAM, 1, b"test")).await;
     assert_eq!(c.reset().await, Some(PROTOCOL_ERROR), "content-length");
 
+    // Trailers that end a body shorter than its content-length (h2 0.4.20
+    // closed the stream first and then sent no RST_STREAM:
+    // third_party/h2/WEIR-PATCH.md).
+    let mut c = Raw::open(port).await;
+    c.send(&open_post(port, Some("10"))).await;
+    c.answered().await;
+    c.send(&frame(DATA, 0, 1, b"test")).await;
+    c.send(&frame(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &literal("x-checksum", "1"),
+    ))
+    .await;
+    assert_eq!(
+        c.reset().await,
+        Some(PROTOCOL_ERROR),
+        "content-length, trailers"
+    );
+
     // A second HEADERS frame without END_STREAM.
     let mut c = Raw::open(port).await;
     c.send(&open_post(port, None)).await;
@@ -370,8 +409,8 @@ async fn stream_errors_come_even_after_the_answer() {
     assert_eq!(c.reset().await, Some(PROTOCOL_ERROR), "second HEADERS");
 
     // WINDOW_UPDATEs that take the window of a stream whose answer is
-    // still being sent past 2^31-1. (Once an answer has ended, h2 ignores
-    // a stream's WINDOW_UPDATE: `Prioritize::recv_stream_window_update`.)
+    // still being sent past 2^31-1 (after the answer:
+    // `a_window_overflow_after_the_answer_resets_an_open_stream`).
     let mut c = Raw::open(port).await;
     let mut block = vec![0x82, 0x04, 8];
     block.extend_from_slice(b"/big.bin");
@@ -397,6 +436,70 @@ async fn stream_errors_come_even_after_the_answer() {
     c.send(&frame(DATA, END_STREAM, 1, b"test")).await;
     let rst = c.reset().await;
     assert!(rst.is_none() || rst == Some(NO_ERROR), "{rst:?}");
+}
+
+/// Issue 55 §6, RFC 9113 §8.1: trailers MUST NOT carry pseudo-header
+/// fields, and a request whose trailers do is malformed (§8.1.1): a stream
+/// error of type PROTOCOL_ERROR, before the answer or after it. h2 0.4.20
+/// dropped the field and ended the stream cleanly; weir's h2
+/// (third_party/h2/WEIR-PATCH.md) resets it. The connection goes on.
+#[tokio::test]
+async fn a_pseudo_header_in_trailers_resets_the_stream() {
+    let p = start();
+    let port = p.plain;
+    for after_the_answer in [false, true] {
+        let mut c = Raw::open(port).await;
+        c.send(&open_post(port, None)).await;
+        if after_the_answer {
+            c.answered().await;
+        }
+        c.send(&frame(DATA, 0, 1, b"test")).await;
+        let trailers = [literal("x-checksum", "1"), literal(":path", "/other")].concat();
+        c.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &trailers))
+            .await;
+        assert_eq!(
+            c.reset().await,
+            Some(PROTOCOL_ERROR),
+            "after the answer: {after_the_answer}"
+        );
+        let (ok, seen) = c.get_ok(3, port).await;
+        assert!(ok, "after the answer: {after_the_answer}: {seen:?}");
+        assert_eq!(seen, Vec::<String>::new());
+    }
+}
+
+/// Issue 55 §6, RFC 9113 §6.9.1: a WINDOW_UPDATE that takes a stream's
+/// window past 2^31-1 is RST_STREAM FLOW_CONTROL_ERROR also after weir's
+/// answer has ended while the client's side of the stream is still open
+/// (half-closed (local), as in h2spec's `http2/6.9.1/3`); h2 0.4.20
+/// ignored it there. Once both sides have ended the stream it is closed,
+/// and §5.1 allows no RST_STREAM on a closed stream: the update is ignored
+/// and the connection goes on.
+#[tokio::test]
+async fn a_window_overflow_after_the_answer_resets_an_open_stream() {
+    let p = start();
+    let port = p.plain;
+    let update = frame(WINDOW_UPDATE, 0, 1, &0x7fff_ffffu32.to_be_bytes());
+    let overflow = [update.clone(), update].concat();
+
+    // Half-closed (local): the request's body is still to come.
+    let mut c = Raw::open(port).await;
+    c.send(&open_post(port, None)).await;
+    c.answered().await;
+    c.send(&overflow).await;
+    assert_eq!(c.reset().await, Some(FLOW_CONTROL_ERROR));
+    let (ok, seen) = c.get_ok(3, port).await;
+    assert!(ok, "{seen:?}");
+    assert_eq!(seen, Vec::<String>::new());
+
+    // Closed: the GET ended the client's side, the answer weir's.
+    let mut c = Raw::open(port).await;
+    c.send(&get(1, false, &format!("127.0.0.1:{port}"))).await;
+    c.answered().await;
+    c.send(&overflow).await;
+    let (ok, seen) = c.get_ok(3, port).await;
+    assert!(ok, "{seen:?}");
+    assert_eq!(seen, Vec::<String>::new(), "a closed stream is not reset");
 }
 
 /// Issue 55 §6, RFC 9113 §3.4: on a cleartext port a connection that opens
