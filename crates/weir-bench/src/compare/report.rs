@@ -286,6 +286,9 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
     if s == Scenario::App {
         o.push_str(&clean_runs(rows));
     }
+    if s == Scenario::Compress {
+        o.push_str(&bytes_per_response(rows));
+    }
     let mut cases: Vec<&str> = rows.iter().map(|r| r.case.as_str()).collect();
     cases.dedup();
     for case in cases {
@@ -310,6 +313,21 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
         }
     }
     o
+}
+
+/// Below the `compress` table: what each server sent per response, so a
+/// faster row that compressed less shows it.
+fn bytes_per_response(rows: &[Row]) -> String {
+    let sizes: Vec<String> = rows
+        .iter()
+        .filter(|r| r.status == "ok")
+        .map(|r| format!("{} {:.0}", r.server, r.bytes_per_response))
+        .collect();
+    format!(
+        "Bytes per response (median; head, compressed body and chunk framing, as the generator received them): \
+         {}.\n\n",
+        sizes.join(", ")
+    )
 }
 
 /// Columns of the clean-run table, in order (tests check them).
