@@ -1086,4 +1086,25 @@ mod tests {
         // A row that was not measured has no clean run to report.
         assert!(!md.contains("| nginx |"), "{md}");
     }
+
+    #[test]
+    fn the_compress_table_is_followed_by_each_servers_bytes_per_response() {
+        let mut rows = vec![
+            row("weir", &[14.0, 15.0, 14.5]),
+            row("nginx", &[16.0, 16.5, 15.5]),
+            Row {
+                status: "not installed".into(),
+                ..row("caddy", &[])
+            },
+        ];
+        rows[0].bytes_per_response = 4_301.6;
+        rows[1].bytes_per_response = 4_480.2;
+        let cfg = CompareConfig::for_tests(Scenario::Compress);
+        let md = markdown(Scenario::Compress, &rows, &cfg);
+        assert!(
+            md.contains("as the generator received them): weir 4302, nginx 4480.\n"),
+            "{md}"
+        );
+        assert!(!markdown(Scenario::Proxy, &rows, &cfg).contains("Bytes per response"));
+    }
 }

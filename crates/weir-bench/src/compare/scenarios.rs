@@ -189,8 +189,8 @@ impl Scenario {
                  through each proxy, 100 keep-alive connections over HTTP, every request sent with \
                  `Accept-Encoding: br, gzip` as browsers send it; each proxy compresses as its users turn it on, at \
                  its own default level: nginx `gzip on; gzip_types application/json;` (gzip level 1), Caddy \
-                 `encode gzip zstd` (gzip level 5; Caddy has no brotli encoder), weir `compress = true` (it \
-                 answers brotli to this client). Each answer must come back encoded; `bytes/resp` is what \
+                 `encode gzip zstd` (gzip level 5; Caddy has no brotli encoder), weir `compress = true` (gzip \
+                 level 2: at equal qvalue its streams take gzip over brotli). Each answer must come back encoded; `bytes/resp` is what \
                  the generator received per response, head and chunk framing included, so a server that \
                  compressed less shows it there (target: weir ≥ 0.8 × nginx)."
             }

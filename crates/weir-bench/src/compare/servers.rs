@@ -2050,4 +2050,43 @@ mod tests {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// Each compressing proxy turns compression on as its users do, at its
+    /// own default level; the others refuse the role.
+    #[test]
+    fn the_compressing_proxies_turn_it_on_as_their_users_do() {
+        let s = setup(Role::Compress(([127, 0, 0, 1], 28081).into()), false, false);
+        let weir = weir_config(&s);
+        assert!(
+            weir.contains("proxy = { to = [\"127.0.0.1:28081\"]"),
+            "{weir}"
+        );
+        assert!(weir.contains("\ncompress = true\n"), "{weir}");
+        let nginx = nginx_config(&s);
+        assert!(
+            nginx.contains("  gzip on;\n  gzip_types application/json;\n"),
+            "{nginx}"
+        );
+        assert!(
+            !nginx.contains("gzip_comp_level"),
+            "nginx's default level: {nginx}"
+        );
+        assert!(nginx.contains("proxy_pass http://backend;"), "{nginx}");
+        let caddy = caddy_config(&s);
+        assert!(
+            caddy.contains("  encode gzip zstd\n  reverse_proxy 127.0.0.1:28081"),
+            "{caddy}"
+        );
+        // Without the role, nobody compresses.
+        assert!(!nginx_config(&proxy(false)).contains("gzip"));
+        assert!(!weir_config(&proxy(false)).contains("compress"));
+        assert!(!caddy_config(&proxy(false)).contains("encode"));
+        for kind in [ServerKind::Haproxy, ServerKind::Varnish, ServerKind::Apache] {
+            let r = kind.prepare(&s, no_weir());
+            assert!(
+                matches!(r, Err(CompareError::NotApplicable(_))),
+                "{kind:?}: {r:?}"
+            );
+        }
+    }
 }
