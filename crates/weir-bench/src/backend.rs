@@ -2,7 +2,9 @@
 //! proxies (the role of the Go and Rust apps in seeds 002 and 003).
 //!
 //! Every request gets `200 OK` with a fixed body of `size` bytes after an
-//! optional delay. HTTP/1.1 with keep-alive and pipelining; one
+//! optional delay: `text/plain` letters, or for a path ending in `.json`
+//! ([`JSON_PATH`]) a JSON document of the same size ([`json_body`]), the
+//! kind of answer a proxy compresses. HTTP/1.1 with keep-alive and pipelining; one
 //! current-thread runtime per `threads`, each with its own `SO_REUSEPORT`
 //! listener. Request bodies (Content-Length) are read and discarded; chunked
 //! request bodies are not supported (answered with 411 and closed).
@@ -47,6 +49,10 @@ pub struct BackendConfig {
 /// The path the backend answers with its request count (module doc).
 pub const REQUESTS_PATH: &str = "/weir-bench/requests";
 
+/// A path the backend answers with [`json_body`] (any path ending in
+/// `.json` does).
+pub const JSON_PATH: &str = "/data.json";
+
 /// A running backend: its address and request counter.
 pub struct Backend {
     /// The bound address (useful with port 0).
@@ -55,14 +61,82 @@ pub struct Backend {
     pub requests: Arc<AtomicU64>,
 }
 
-/// Builds the canned response once.
-fn response(size: usize) -> Vec<u8> {
+/// Builds a canned response once.
+fn response(content_type: &str, body: &[u8]) -> Vec<u8> {
     let mut r = format!(
-        "HTTP/1.1 200 OK\r\nServer: weir-bench-backend\r\nContent-Type: text/plain\r\nContent-Length: {size}\r\n\r\n"
+        "HTTP/1.1 200 OK\r\nServer: weir-bench-backend\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
     )
     .into_bytes();
-    r.extend((0..size).map(|i| b'a' + (i % 26) as u8));
+    r.extend_from_slice(body);
     r
+}
+
+/// The text body of `size` bytes: the alphabet, repeated.
+pub fn text_body(size: usize) -> Vec<u8> {
+    (0..size).map(|i| b'a' + (i % 26) as u8).collect()
+}
+
+/// A JSON document of exactly `size` bytes (from 2 up), the same for the
+/// same size: an API's list of user records, varied as real ones are
+/// (names, e-mail addresses, numbers, dates from a fixed pseudo-random
+/// sequence), so it compresses about as much as real JSON does, not as a
+/// repeated string would.
+pub fn json_body(size: usize) -> Vec<u8> {
+    const NAMES: [&str; 12] = [
+        "Alice", "Bob", "Carol", "Dave", "Erin", "Frank", "Grace", "Heidi", "Ivan", "Judy",
+        "Olivia", "Walter",
+    ];
+    const CITIES: [&str; 8] = [
+        "Berlin", "Paris", "Lisbon", "Oslo", "Madrid", "Vienna", "Prague", "Dublin",
+    ];
+    const TAGS: [&str; 6] = ["admin", "user", "beta", "staff", "guest", "premium"];
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: usize| {
+        // xorshift64: fixed, dependency-free, good enough to vary records.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    // The closing note: `,"note":"…"}` around at least one filler byte.
+    const NOTE: usize = 12;
+    let mut out = b"{\"items\":[".to_vec();
+    for id in 1.. {
+        let first = NAMES[next(NAMES.len())];
+        let record = format!(
+            "{}{{\"id\":{id},\"name\":\"{first} {}son\",\"email\":\"{}{id}@example.com\",\"active\":{},\"score\":{}.{:02},\"city\":\"{}\",\"tags\":[\"{}\",\"{}\"],\"created\":\"2026-{:02}-{:02}T{:02}:{:02}:00Z\"}}",
+            if id == 1 { "" } else { "," },
+            NAMES[next(NAMES.len())],
+            first.to_ascii_lowercase(),
+            next(10) < 7,
+            next(100),
+            next(100),
+            CITIES[next(CITIES.len())],
+            TAGS[next(3)],
+            TAGS[3 + next(3)],
+            1 + next(12),
+            1 + next(28),
+            next(24),
+            next(60),
+        );
+        if out.len() + record.len() + 1 + NOTE > size {
+            break;
+        }
+        out.extend_from_slice(record.as_bytes());
+    }
+    out.push(b']');
+    if out.len() + NOTE > size {
+        // Too small for one record: a JSON string of the size.
+        let mut s = vec![b'"'; size.max(2)];
+        s[1..size.max(2) - 1].fill(b'x');
+        return s;
+    }
+    out.extend_from_slice(b",\"note\":\"");
+    let fill = size - out.len() - 2;
+    out.extend((0..fill).map(|i| b'a' + (i % 26) as u8));
+    out.extend_from_slice(b"\"}");
+    out
 }
 
 /// The answer to [`REQUESTS_PATH`]: `n` and a newline, never to be cached.
@@ -110,12 +184,15 @@ fn tcp_socket(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
 /// Starts the backend on background threads and returns once it listens.
 pub fn start(cfg: &BackendConfig) -> Result<Backend, StartError> {
     let requests = Arc::new(AtomicU64::new(0));
-    let resp: Arc<[u8]> = response(cfg.size).into();
+    let answers = Arc::new(Answers {
+        text: response("text/plain", &text_body(cfg.size)),
+        json: response("application/json", &json_body(cfg.size)),
+    });
     let counted = requests.clone();
     let delay = cfg.delay;
     let addr = serve_on_threads(cfg.listen, cfg.threads, "backend", move |s| {
         let _ = s.set_nodelay(true);
-        serve(s, resp.clone(), delay, counted.clone())
+        serve(s, answers.clone(), delay, counted.clone())
     })?;
     Ok(Backend { addr, requests })
 }
@@ -171,11 +248,17 @@ where
     Ok(addr)
 }
 
+/// The canned responses, each built once.
+struct Answers {
+    text: Vec<u8>,
+    json: Vec<u8>,
+}
+
 /// Serves one connection until the client closes it.
-async fn serve(mut s: TcpStream, resp: Arc<[u8]>, delay: Duration, requests: Arc<AtomicU64>) {
+async fn serve(mut s: TcpStream, answers: Arc<Answers>, delay: Duration, requests: Arc<AtomicU64>) {
     let mut buf = vec![0u8; 16 * 1024];
     let (mut start, mut end) = (0usize, 0usize);
-    let mut out = Vec::with_capacity(resp.len());
+    let mut out = Vec::with_capacity(answers.text.len().max(answers.json.len()));
     loop {
         // Answer every complete request in the buffer (pipelining), then write once.
         let mut close = false;
@@ -207,12 +290,15 @@ async fn serve(mut s: TcpStream, resp: Arc<[u8]>, delay: Duration, requests: Arc
                         break; // wait for the rest of the body
                     }
                     let count = req.path == Some(REQUESTS_PATH);
+                    let json = req
+                        .path
+                        .is_some_and(|p| p.split('?').next().unwrap_or(p).ends_with(".json"));
                     start += n + body;
                     if count {
                         let n = requests.load(Ordering::Relaxed);
                         out.extend_from_slice(count_response(n).as_bytes());
                     } else {
-                        out.extend_from_slice(&resp);
+                        out.extend_from_slice(if json { &answers.json } else { &answers.text });
                         requests.fetch_add(1, Ordering::Relaxed);
                     }
                     if close {
@@ -254,5 +340,45 @@ async fn serve(mut s: TcpStream, resp: Arc<[u8]>, delay: Duration, requests: Arc
             Ok(0) | Err(_) => return,
             Ok(n) => end += n,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_json_body_is_valid_json_of_exactly_the_size_asked() {
+        for size in [2, 3, 11, 40, 164, 1000, 20 * 1024, 100_000] {
+            let b = json_body(size);
+            assert_eq!(b.len(), size, "{size}");
+            let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+            if size >= 1000 {
+                assert!(v["items"].as_array().unwrap().len() > size / 250, "{size}");
+            }
+        }
+        assert_eq!(json_body(20 * 1024), json_body(20 * 1024));
+    }
+
+    #[test]
+    fn a_json_path_gets_the_json_document_and_any_other_the_text() {
+        let b = start(&BackendConfig {
+            listen: ([127, 0, 0, 1], 0).into(),
+            size: 500,
+            delay: Duration::ZERO,
+            threads: 1,
+        })
+        .unwrap();
+        let get = |path| crate::compare::process::fetch(b.addr.port(), false, path).unwrap();
+        assert_eq!(get(JSON_PATH), (200, json_body(500)));
+        assert_eq!(get("/api/users.json?page=2"), (200, json_body(500)));
+        assert_eq!(get("/"), (200, text_body(500)));
+        let head = response("application/json", b"{}");
+        assert!(head.starts_with(b"HTTP/1.1 200 OK\r\n"));
+        assert!(
+            std::str::from_utf8(&head)
+                .unwrap()
+                .ends_with("Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        );
     }
 }

@@ -336,12 +336,13 @@ fn run_load(a: LoadArgs) -> Result<()> {
 struct CompareArgs {
     /// Scenarios: static, proxy, sizes, concurrency, ab, startup, idle,
     /// cache, chain, php (needs php-fpm), tcp (TLS passthrough), app (an
-    /// app weir runs itself, nginx and HAProxy in front of the same)
+    /// app weir runs itself, nginx and HAProxy in front of the same),
+    /// compress (a JSON answer compressed through each proxy)
     /// (comma-separated).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "static,proxy,sizes,concurrency,ab,startup,idle,cache,chain,php,tcp,app"
+        default_value = "static,proxy,sizes,concurrency,ab,startup,idle,cache,chain,php,tcp,app,compress"
     )]
     scenarios: Vec<String>,
     /// Servers: weir, nginx, apache, caddy, haproxy, varnish, lighttpd,

@@ -1,12 +1,14 @@
 //! Content codings, the one copy every handler and filter uses: the codings
 //! weir speaks ([`Encoding`]), `Accept-Encoding` negotiation by qvalue
-//! ([`accept_q`], [`negotiate`]), which media types are worth compressing
+//! ([`accept_q`], [`negotiate`], and [`negotiate_streamed`] for answers
+//! compressed as they stream), which media types are worth compressing
 //! ([`type_listed`]), one-shot compression of a whole body
 //! ([`compress_once`]) and streaming compression of any response body
 //! ([`compress_body`]).
 //!
 //! Owns the quality levels: high for variants computed once and kept, fast
-//! for streams. Must never compress a whole body on the async threads in
+//! for streams; and each worker's few gzip compressors, reused from answer
+//! to answer. Must never compress a whole body on the async threads in
 //! one go (callers run [`compress_once`] under `spawn_blocking`), and a
 //! stream must never hold back bytes its source has already given while
 //! the source waits (server-sent events and long polls stay live).
@@ -17,6 +19,7 @@ use std::task::{Context, Poll, Waker};
 
 use async_compression::Level;
 use bytes::Bytes;
+use flate2::{Compress, Crc, FlushCompress, Status};
 use http::{HeaderMap, HeaderValue, header};
 use http_body::{Frame, SizeHint};
 use tokio::io::AsyncWriteExt;
@@ -119,6 +122,29 @@ pub fn accept_q(headers: &HeaderMap, enc: Encoding) -> u16 {
     explicit.or(star).unwrap_or(0)
 }
 
+/// The coding for an answer compressed as it streams: the acceptable one
+/// with the highest qvalue, as [`negotiate`]; at equal qvalue brotli comes
+/// after gzip whatever its place in `candidates`. At the levels a stream is
+/// compressed at, brotli's output is no smaller than gzip's and costs
+/// about twice the CPU; nginx and Caddy, which have no brotli encoder,
+/// answer such a client with gzip too. A client that prefers brotli by
+/// qvalue, or offers nothing else weir has, still gets it.
+pub fn negotiate_streamed(
+    headers: &HeaderMap,
+    candidates: impl Iterator<Item = Encoding>,
+) -> Option<Encoding> {
+    let mut order: Vec<Encoding> = candidates.collect();
+    if let (Some(br), Some(gz)) = (
+        order.iter().position(|&e| e == Encoding::Br),
+        order.iter().position(|&e| e == Encoding::Gzip),
+    ) && br < gz
+    {
+        let br = order.remove(br);
+        order.insert(gz, br);
+    }
+    negotiate(headers, order.into_iter())
+}
+
 /// Picks the acceptable coding with the highest qvalue; ties go to the
 /// earlier candidate (the server's preference order).
 pub fn negotiate(
@@ -187,19 +213,22 @@ enum Encoder {
     // Boxed: brotli's state is several KiB, the others' a pointer or two.
     Br(Box<async_compression::tokio::write::BrotliEncoder<Vec<u8>>>),
     Zstd(async_compression::tokio::write::ZstdEncoder<Vec<u8>>),
-    Gzip(async_compression::tokio::write::GzipEncoder<Vec<u8>>),
+    Gzip(Gzip),
 }
 
 impl Encoder {
     /// `len`: the body's length when known, which sizes brotli's window.
     fn new(enc: Encoding, fast: bool, out: Vec<u8>, len: Option<u64>) -> Self {
-        use async_compression::tokio::write::{BrotliEncoder, GzipEncoder, ZstdEncoder};
+        use async_compression::tokio::write::{BrotliEncoder, ZstdEncoder};
         // Streams run on the async threads chunk by chunk: their levels
-        // stay cheap. Kept variants are made once and served many times.
+        // stay cheap. gzip 2 is zlib-rs's greedy deflate, the algorithm of
+        // zlib's level 1 (nginx's default); its level 1 is a quicker mode
+        // with fixed Huffman codes whose output is much bigger. Kept
+        // variants are made once and served many times.
         let (br, zstd, gz) = if fast {
-            (Level::Precise(4), Level::Precise(3), Level::Precise(6))
+            (Level::Precise(4), Level::Precise(3), 2)
         } else {
-            (Level::Precise(9), Level::Precise(12), Level::Best)
+            (Level::Precise(9), Level::Precise(12), 9)
         };
         match enc {
             Encoding::Br => {
@@ -212,30 +241,30 @@ impl Encoder {
                 }
                 Encoder::Br(Box::new(BrotliEncoder::with_params(out, params)))
             }
-            Encoding::Zstd => Encoder::Zstd(ZstdEncoder::with_quality(out, zstd)),
-            Encoding::Gzip => Encoder::Gzip(GzipEncoder::with_quality(out, gz)),
+            Encoding::Zstd => Encoder::Zstd(match len {
+                // As brotli's: tables for the body, not for a 2 MiB window.
+                Some(n) => ZstdEncoder::with_quality_and_params(out, zstd, &zstd_window(n)),
+                None => ZstdEncoder::with_quality(out, zstd),
+            }),
+            Encoding::Gzip => Encoder::Gzip(Gzip::new(gz, out)),
         }
     }
 
     fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
-        run_ready(async {
-            match self {
-                Encoder::Br(e) => e.write_all(data).await,
-                Encoder::Zstd(e) => e.write_all(data).await,
-                Encoder::Gzip(e) => e.write_all(data).await,
-            }
-        })
+        match self {
+            Encoder::Br(e) => run_ready(e.write_all(data)),
+            Encoder::Zstd(e) => run_ready(e.write_all(data)),
+            Encoder::Gzip(g) => g.write(data),
+        }
     }
 
     /// Ends the current block so everything written so far can be decoded.
     fn flush(&mut self) -> std::io::Result<()> {
-        run_ready(async {
-            match self {
-                Encoder::Br(e) => e.flush().await,
-                Encoder::Zstd(e) => e.flush().await,
-                Encoder::Gzip(e) => e.flush().await,
-            }
-        })
+        match self {
+            Encoder::Br(e) => run_ready(e.flush()),
+            Encoder::Zstd(e) => run_ready(e.flush()),
+            Encoder::Gzip(g) => g.deflate(&[], FlushCompress::Sync),
+        }
     }
 
     /// The output produced so far, taken out.
@@ -243,24 +272,133 @@ impl Encoder {
         std::mem::take(match self {
             Encoder::Br(e) => e.get_mut(),
             Encoder::Zstd(e) => e.get_mut(),
-            Encoder::Gzip(e) => e.get_mut(),
+            Encoder::Gzip(g) => &mut g.out,
         })
     }
 
     /// Ends the stream; the output not yet taken.
-    fn finish(mut self) -> std::io::Result<Vec<u8>> {
-        run_ready(async {
-            match &mut self {
-                Encoder::Br(e) => e.shutdown().await,
-                Encoder::Zstd(e) => e.shutdown().await,
-                Encoder::Gzip(e) => e.shutdown().await,
+    fn finish(self) -> std::io::Result<Vec<u8>> {
+        match self {
+            Encoder::Br(mut e) => {
+                run_ready(e.shutdown())?;
+                Ok(e.into_inner())
             }
-        })?;
-        Ok(match self {
-            Encoder::Br(e) => (*e).into_inner(),
-            Encoder::Zstd(e) => e.into_inner(),
-            Encoder::Gzip(e) => e.into_inner(),
-        })
+            Encoder::Zstd(mut e) => {
+                run_ready(e.shutdown())?;
+                Ok(e.into_inner())
+            }
+            Encoder::Gzip(g) => g.finish(),
+        }
+    }
+}
+
+/// A gzip member (RFC 1952) around a raw deflate stream from
+/// [`DEFLATERS`]: header, deflate data, CRC-32 and length.
+struct Gzip {
+    level: u32,
+    /// `None` only once given back to the pool.
+    deflater: Option<Compress>,
+    crc: Crc,
+    out: Vec<u8>,
+}
+
+/// A gzip header without a name, time or extra fields, as flate2 writes it.
+const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
+
+/// Deflate compressors this thread has finished with, by level, reset and
+/// ready. A compressor's tables are a few hundred KiB; allocating them for
+/// every answer costs more than compressing a small answer (fresh pages
+/// each time), so each worker keeps a few.
+const POOLED_DEFLATERS: usize = 4;
+
+thread_local! {
+    static DEFLATERS: std::cell::RefCell<Vec<(u32, Compress)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Gzip {
+    fn new(level: u32, mut out: Vec<u8>) -> Gzip {
+        let pooled = DEFLATERS.with_borrow_mut(|pool| {
+            let at = pool.iter().position(|(l, _)| *l == level)?;
+            Some(pool.swap_remove(at).1)
+        });
+        let deflater =
+            pooled.unwrap_or_else(|| Compress::new(flate2::Compression::new(level), false));
+        out.extend_from_slice(&GZIP_HEADER);
+        Gzip {
+            level,
+            deflater: Some(deflater),
+            crc: Crc::new(),
+            out,
+        }
+    }
+
+    fn write(&mut self, data: &[u8]) -> std::io::Result<()> {
+        self.crc.update(data);
+        self.deflate(data, FlushCompress::None)
+    }
+
+    /// Feeds `input` with `flush`, growing `out` until the compressor has
+    /// taken all of it and has nothing more to give for that flush.
+    fn deflate(&mut self, mut input: &[u8], flush: FlushCompress) -> std::io::Result<()> {
+        let d = self
+            .deflater
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("gzip stream already finished"))?;
+        let finishing = matches!(flush, FlushCompress::Finish);
+        loop {
+            if self.out.capacity() - self.out.len() < 1024 {
+                self.out.reserve(1024.max(input.len() / 2));
+            }
+            let (before_in, before_out) = (d.total_in(), d.total_out());
+            let status = d
+                .compress_vec(input, &mut self.out, flush)
+                .map_err(std::io::Error::other)?;
+            input = &input[(d.total_in() - before_in) as usize..];
+            let room_left = self.out.len() < self.out.capacity();
+            let stuck = d.total_in() == before_in && d.total_out() == before_out;
+            match status {
+                Status::StreamEnd => return Ok(()),
+                // No progress with room to write: a flush with nothing
+                // left to flush is done; anything else would spin.
+                _ if stuck && room_left => {
+                    return if input.is_empty() && !finishing {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::other(
+                            "gzip: the compressor made no progress",
+                        ))
+                    };
+                }
+                _ if input.is_empty() && room_left && !finishing => return Ok(()),
+                _ => {}
+            }
+        }
+    }
+
+    /// Ends the member; the output not yet taken.
+    fn finish(mut self) -> std::io::Result<Vec<u8>> {
+        self.deflate(&[], FlushCompress::Finish)?;
+        let mut out = std::mem::take(&mut self.out);
+        out.extend_from_slice(&self.crc.sum().to_le_bytes());
+        out.extend_from_slice(&self.crc.amount().to_le_bytes());
+        Ok(out)
+    }
+}
+
+impl Drop for Gzip {
+    /// Gives the compressor back, reset, whether the stream ended or was
+    /// abandoned (the client went away).
+    fn drop(&mut self) {
+        if let Some(mut d) = self.deflater.take() {
+            d.reset();
+            let level = self.level;
+            DEFLATERS.with_borrow_mut(|pool| {
+                if pool.len() < POOLED_DEFLATERS {
+                    pool.push((level, d));
+                }
+            });
+        }
     }
 }
 
@@ -290,6 +428,21 @@ fn brotli_window(len: u64) -> i32 {
     let need = len.saturating_add(16);
     let bits = 64 - need.saturating_sub(1).leading_zeros();
     bits.clamp(10, 22) as i32
+}
+
+/// zstd's window for a body of `len` bytes, and its match tables no larger
+/// than that window needs, as zstd sizes them itself when told the length
+/// up front (its window from 2^10, its least, to 2^21, level 3's; the hash
+/// table one bit above the window, the chain table at it, within level
+/// 3's 17 and 16 bits).
+fn zstd_window(len: u64) -> [async_compression::zstd::CParameter; 3] {
+    use async_compression::zstd::CParameter;
+    let bits = (64 - len.saturating_sub(1).leading_zeros()).clamp(10, 21);
+    [
+        CParameter::window_log(bits),
+        CParameter::hash_log((bits + 1).min(17)),
+        CParameter::chain_log(bits.min(16)),
+    ]
 }
 
 /// The body [`compress_body`] makes.
@@ -389,6 +542,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_zstd_stream_of_known_length_roundtrips_in_a_window_sized_to_it() {
+        for n in [0usize, 1, 1000, 20 * 1024, 300_000] {
+            let data: Vec<u8> = (0..n).map(|i| b"weir zstd "[i % 10]).collect();
+            let mut e = Encoder::new(Encoding::Zstd, true, Vec::new(), Some(n as u64));
+            e.write(&data).unwrap();
+            let c = e.finish().unwrap();
+            assert_eq!(decode(Encoding::Zstd, &c), data, "{n}");
+            // The frame header's window descriptor (RFC 8878 §3.1.1.1.2):
+            // its exponent is the window's log above 10.
+            let want = match n {
+                0..=1024 => 10,
+                20480 => 15,
+                _ => 19,
+            };
+            if n > 0 {
+                assert_eq!(c[4] & 0x20, 0, "{n}: not a single segment");
+                assert_eq!(10 + (c[5] >> 3), want, "{n}");
+            }
+        }
+    }
+
+    #[test]
     fn brotli_windows_hold_the_body_and_stay_within_brotlis_range() {
         assert_eq!(brotli_window(0), 10);
         assert_eq!(brotli_window(1000), 10);
@@ -444,6 +619,62 @@ mod tests {
         assert_eq!(negotiate(&h("br;q=0, gzip;q=0"), all()), None);
         assert_eq!(negotiate(&h("deflate"), all()), None);
         assert_eq!(negotiate(&HeaderMap::new(), all()), None);
+    }
+
+    #[test]
+    fn a_stream_takes_gzip_over_brotli_at_equal_qvalue_only() {
+        let all = || Encoding::ALL.into_iter();
+        let s = |ae| negotiate_streamed(&h(ae), all());
+        assert_eq!(s("br, gzip"), Some(Encoding::Gzip));
+        assert_eq!(s("gzip, br"), Some(Encoding::Gzip));
+        assert_eq!(s("br, gzip, zstd"), Some(Encoding::Zstd));
+        assert_eq!(s("br, gzip;q=0.9"), Some(Encoding::Br));
+        assert_eq!(s("br"), Some(Encoding::Br));
+        assert_eq!(s("br, deflate"), Some(Encoding::Br));
+        assert_eq!(s("identity"), None);
+        // The candidates still bound what is offered.
+        let br_only = [Encoding::Br];
+        assert_eq!(
+            negotiate_streamed(&h("br, gzip"), br_only.into_iter()),
+            Some(Encoding::Br)
+        );
+        let gzip_first = [Encoding::Gzip, Encoding::Br];
+        assert_eq!(
+            negotiate_streamed(&h("br, gzip"), gzip_first.into_iter()),
+            Some(Encoding::Gzip)
+        );
+    }
+
+    /// Deflate compressors go back to the thread's pool when a stream ends
+    /// or is dropped unfinished, and a reused one starts a fresh stream.
+    #[test]
+    fn a_pooled_deflater_makes_a_fresh_stream_each_time() {
+        let data = b"{\"id\":1,\"name\":\"weir\"},".repeat(400);
+        std::thread::spawn(move || {
+            let pooled = || DEFLATERS.with_borrow(|p| p.len());
+            assert_eq!(pooled(), 0);
+            let mut abandoned = Encoder::new(Encoding::Gzip, true, Vec::new(), None);
+            abandoned.write(&data[..3000]).unwrap();
+            drop(abandoned);
+            assert_eq!(pooled(), 1);
+            for _ in 0..3 {
+                let c = compress_once(&data, Encoding::Gzip, true).unwrap();
+                assert_eq!(decode(Encoding::Gzip, &c), data);
+                assert_eq!(pooled(), 1);
+            }
+            // Many at once: the pool keeps only a few.
+            let many: Vec<Encoder> = (0..POOLED_DEFLATERS + 3)
+                .map(|_| Encoder::new(Encoding::Gzip, true, Vec::new(), None))
+                .collect();
+            assert_eq!(pooled(), 0);
+            drop(many);
+            assert_eq!(pooled(), POOLED_DEFLATERS);
+            // The kept level is a pool of its own.
+            let c = compress_once(&data, Encoding::Gzip, false).unwrap();
+            assert_eq!(decode(Encoding::Gzip, &c), data);
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -278,6 +278,9 @@ pub struct Row {
     /// one repeat's load (warm-up and measured), each a miss; every other
     /// response was a hit. `None` elsewhere and for `weir-static`.
     pub backend_requests_max: Option<u64>,
+    /// Median bytes received per response (head, body and chunk framing):
+    /// in `compress`, how much each server's coding made of the body.
+    pub bytes_per_response: f64,
 }
 
 /// One repeat's raw record.
@@ -444,7 +447,7 @@ fn prepare_assets(
     let p = docroot.join(name);
     write(
         &p,
-        &String::from_utf8(expected_backend(size)).unwrap_or_default(),
+        &String::from_utf8(crate::backend::text_body(size)).unwrap_or_default(),
     )?;
     open_perms(&p, false);
     let certs = out.join("tls");
@@ -476,11 +479,6 @@ pub fn expected_file(size: usize) -> Vec<u8> {
     v.extend((0..size - head.len() - tail.len()).map(|i| b'a' + (i % 26) as u8));
     v.extend_from_slice(tail);
     v
-}
-
-/// The backend's body of `size` bytes (see [`crate::backend`]).
-fn expected_backend(size: usize) -> Vec<u8> {
-    (0..size).map(|i| b'a' + (i % 26) as u8).collect()
 }
 
 /// Runs the comparison and writes the run folder. Returns the summary.
@@ -561,12 +559,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
             .iter()
             .any(|&s| scenario.applies_to(s) && scenario.proxied(s) && !missing.contains(&s));
         let backend = if needs_backend {
-            Some(start_backend(
-                cfg,
-                backend_port,
-                scenario.backend_delay(),
-                generator_cpu,
-            )?)
+            Some(start_backend(cfg, backend_port, scenario, generator_cpu)?)
         } else if scenario.tls_backend()
             && cfg
                 .servers
@@ -655,6 +648,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                 let upstream = ([127, 0, 0, 1], backend_port).into();
                 let role = match scenario {
                     Scenario::Proxy => Role::Proxy(upstream),
+                    Scenario::Compress => Role::Compress(upstream),
                     Scenario::Cache | Scenario::Chain => Role::Cache(upstream),
                     Scenario::Php => Role::Php(php_root.clone().unwrap_or_default()),
                     Scenario::Tcp => Role::Passthrough(upstream),
@@ -729,8 +723,9 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
             }
             let expected = match scenario {
                 Scenario::Proxy | Scenario::Cache | Scenario::Chain | Scenario::App => {
-                    expected_backend(case.body_size)
+                    crate::backend::text_body(case.body_size)
                 }
+                Scenario::Compress => crate::backend::json_body(case.body_size),
                 Scenario::Php => scenarios::PHP_BODY.as_bytes().to_vec(),
                 _ => expected_file(case.body_size),
             };
@@ -949,10 +944,11 @@ fn slug(s: &str) -> String {
         .collect()
 }
 
+/// Starts `weir-bench backend` for `scenario`: its answer's size and delay.
 fn start_backend(
     cfg: &CompareConfig,
     port: u16,
-    delay: Duration,
+    scenario: Scenario,
     cpu: Option<&[usize]>,
 ) -> Result<Running, CompareError> {
     if !process::port_free(port) {
@@ -966,9 +962,9 @@ fn start_backend(
             "--listen".into(),
             format!("127.0.0.1:{port}"),
             "--size".into(),
-            "164".into(),
+            scenario.backend_size().to_string(),
             "--delay".into(),
-            delay.as_millis().to_string(),
+            scenario.backend_delay().as_millis().to_string(),
         ],
         env: vec![],
         config: PathBuf::new(),
@@ -1153,8 +1149,14 @@ impl Measured {
             stolen_pct_max: self.stolen.iter().copied().fold(0.0, f64::max),
             rounds_remeasured: self.remeasured,
             backend_requests_max: self.backend_requests.iter().copied().max(),
+            bytes_per_response: med(&bytes_per_response),
         }
     }
+}
+
+/// What one response weighed on the wire, on average, in a repeat.
+fn bytes_per_response(r: &LoadReport) -> f64 {
+    r.bytes as f64 / r.responses.max(1) as f64
 }
 
 /// Whether a round whose repeats saw `stolen` % of the machine's CPU taken
@@ -1349,7 +1351,9 @@ fn wait_for_app(
     }
 }
 
-/// GETs the case's path once and checks the status and the exact body.
+/// GETs the case's path once and checks the status and the exact body;
+/// for a case whose answers must be encoded, GETs it again with the case's
+/// headers and checks that it comes back in a content coding and smaller.
 fn check_answer(setup: &ServerSetup, case: &Case, expected: &[u8]) -> Result<(), String> {
     let (status, body) = process::fetch_as(setup.port, setup.tls, case.host, &case.path)
         .map_err(|e| format!("failed check: {e}"))?;
@@ -1361,7 +1365,26 @@ fn check_answer(setup: &ServerSetup, case: &Case, expected: &[u8]) -> Result<(),
             expected.len()
         ));
     }
+    if case.encoded {
+        let f = process::fetch_with(setup.port, setup.tls, case.host, &case.path, &case.headers)
+            .map_err(|e| format!("failed check: {e}"))?;
+        encoded_answer(&f, expected.len())?;
+    }
     Ok(())
+}
+
+/// An answer that should have been compressed was: 200, a content coding,
+/// and fewer bytes than the identity's `identity_len`.
+fn encoded_answer(f: &process::Fetched, identity_len: usize) -> Result<(), String> {
+    match &f.content_encoding {
+        Some(coding) if f.status == 200 && f.body.len() < identity_len => Ok(()),
+        coding => Err(format!(
+            "failed check: not compressed: {} with Content-Encoding {coding:?} and {} body bytes \
+             (the identity has {identity_len})",
+            f.status,
+            f.body.len()
+        )),
+    }
 }
 
 /// Measures one repeat of a running server (`pids`: its processes, each
@@ -1704,7 +1727,7 @@ fn run_idle(
                     case.path.clone()
                 },
                 expected: if proxied {
-                    expected_backend(case.body_size)
+                    crate::backend::text_body(case.body_size)
                 } else {
                     expected_file(case.body_size)
                 },
@@ -1816,6 +1839,11 @@ fn load_config(cfg: &CompareConfig, setup: &ServerSetup, case: &Case) -> LoadCon
     l.insecure = true;
     l.sni = Some(case.host.into());
     l.headers = vec![("Host".into(), case.host.into())];
+    l.headers.extend(
+        case.headers
+            .iter()
+            .map(|&(k, v)| (k.to_string(), v.to_string())),
+    );
     l.timeout = case.timeout;
     l.warmup = case.warmed_for(cfg.warmup);
     l.copy_bodies = cfg.copy_bodies;

@@ -194,12 +194,46 @@ pub fn fetch_as(port: u16, tls: bool, host: &str, path: &str) -> Result<(u16, Ve
 /// Fetches `path` once with `Host: host` (and SNI `host` over TLS) on an
 /// already connected stream.
 pub fn fetch_on(
-    mut tcp: TcpStream,
+    tcp: TcpStream,
     tls: bool,
     host: &str,
     path: &str,
 ) -> Result<(u16, Vec<u8>), String> {
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    fetch_full(tcp, tls, host, path, &[]).map(|f| (f.status, f.body))
+}
+
+/// One answer as [`fetch_with`] gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    /// Status code.
+    pub status: u16,
+    /// Its `Content-Encoding`, if any.
+    pub content_encoding: Option<String>,
+    /// The body, de-chunked (still in its content coding).
+    pub body: Vec<u8>,
+}
+
+/// [`fetch_as`] sending `headers` too (an `Accept-Encoding`, say).
+pub fn fetch_with(
+    port: u16,
+    tls: bool,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<Fetched, String> {
+    let tcp = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    fetch_full(tcp, tls, host, path, headers)
+}
+
+fn fetch_full(
+    mut tcp: TcpStream,
+    tls: bool,
+    host: &str,
+    path: &str,
+    extra: &[(&str, &str)],
+) -> Result<Fetched, String> {
+    let extra: String = extra.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n");
     tcp.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
     let mut raw = Vec::new();
@@ -235,6 +269,11 @@ pub fn fetch_on(
         }
     };
     let status = resp.code.unwrap_or(0);
+    let content_encoding = resp
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-encoding"))
+        .map(|h| String::from_utf8_lossy(h.value).into_owned());
     let chunked = resp.headers.iter().any(|h| {
         h.name.eq_ignore_ascii_case("transfer-encoding") && h.value.eq_ignore_ascii_case(b"chunked")
     });
@@ -261,7 +300,11 @@ pub fn fetch_on(
         }
         body = out;
     }
-    Ok((status, body))
+    Ok(Fetched {
+        status,
+        content_encoding,
+        body,
+    })
 }
 
 #[cfg(test)]

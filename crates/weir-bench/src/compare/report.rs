@@ -286,6 +286,9 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
     if s == Scenario::App {
         o.push_str(&clean_runs(rows));
     }
+    if s == Scenario::Compress {
+        o.push_str(&bytes_per_response(rows));
+    }
     let mut cases: Vec<&str> = rows.iter().map(|r| r.case.as_str()).collect();
     cases.dedup();
     for case in cases {
@@ -310,6 +313,21 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
         }
     }
     o
+}
+
+/// Below the `compress` table: what each server sent per response, so a
+/// faster row that compressed less shows it.
+fn bytes_per_response(rows: &[Row]) -> String {
+    let sizes: Vec<String> = rows
+        .iter()
+        .filter(|r| r.status == "ok")
+        .map(|r| format!("{} {:.0}", r.server, r.bytes_per_response))
+        .collect();
+    format!(
+        "Bytes per response (median; head, compressed body and chunk framing, as the generator received them): \
+         {}.\n\n",
+        sizes.join(", ")
+    )
 }
 
 /// Columns of the clean-run table, in order (tests check them).
@@ -1067,5 +1085,26 @@ mod tests {
         assert!(md.contains("| http | haproxy | 0 | 3 | **no** |"), "{md}");
         // A row that was not measured has no clean run to report.
         assert!(!md.contains("| nginx |"), "{md}");
+    }
+
+    #[test]
+    fn the_compress_table_is_followed_by_each_servers_bytes_per_response() {
+        let mut rows = vec![
+            row("weir", &[14.0, 15.0, 14.5]),
+            row("nginx", &[16.0, 16.5, 15.5]),
+            Row {
+                status: "not installed".into(),
+                ..row("caddy", &[])
+            },
+        ];
+        rows[0].bytes_per_response = 4_301.6;
+        rows[1].bytes_per_response = 4_480.2;
+        let cfg = CompareConfig::for_tests(Scenario::Compress);
+        let md = markdown(Scenario::Compress, &rows, &cfg);
+        assert!(
+            md.contains("as the generator received them): weir 4302, nginx 4480.\n"),
+            "{md}"
+        );
+        assert!(!markdown(Scenario::Proxy, &rows, &cfg).contains("Bytes per response"));
     }
 }

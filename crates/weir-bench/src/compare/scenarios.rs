@@ -41,11 +41,14 @@ pub enum Scenario {
     /// app on the same machine, weir running the app itself (`app = …`)
     /// (seed 003's Tako rows).
     App,
+    /// A 20 KiB JSON answer through each proxy, compressed for a client that
+    /// accepts `br, gzip` (nginx `gzip on`, Caddy `encode`, weir `compress`).
+    Compress,
 }
 
 impl Scenario {
     /// All scenarios, in report order.
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::Static,
         Scenario::Proxy,
         Scenario::Sizes,
@@ -58,6 +61,7 @@ impl Scenario {
         Scenario::Php,
         Scenario::Tcp,
         Scenario::App,
+        Scenario::Compress,
     ];
 
     /// Name on the command line.
@@ -75,6 +79,7 @@ impl Scenario {
             Scenario::Php => "php",
             Scenario::Tcp => "tcp",
             Scenario::App => "app",
+            Scenario::Compress => "compress",
         }
     }
 
@@ -179,6 +184,16 @@ impl Scenario {
                  run on the server's CPUs. Every level must end with no non-2xx answer and no client error in any \
                  repeat (the table below the main one)."
             }
+            Scenario::Compress => {
+                "A 20 KiB JSON answer (`application/json`, a list of user records) from `weir-bench backend` \
+                 through each proxy, 100 keep-alive connections over HTTP, every request sent with \
+                 `Accept-Encoding: br, gzip` as browsers send it; each proxy compresses as its users turn it on, at \
+                 its own default level: nginx `gzip on; gzip_types application/json;` (gzip level 1), Caddy \
+                 `encode gzip zstd` (gzip level 5; Caddy has no brotli encoder), weir `compress = true` (gzip \
+                 level 2: at equal qvalue its streams take gzip over brotli). Each answer must come back encoded; `bytes/resp` is what \
+                 the generator received per response, head and chunk framing included, so a server that \
+                 compressed less shows it there (target: weir ≥ 0.8 × nginx)."
+            }
         }
     }
 
@@ -202,6 +217,7 @@ impl Scenario {
                 ServerKind::Weir | ServerKind::WeirB | ServerKind::Haproxy
             ),
             Scenario::App => server.fronts_apps(),
+            Scenario::Compress => server.compresses(),
             _ => server.serves_static(),
         }
     }
@@ -210,7 +226,7 @@ impl Scenario {
     /// (`tcp`'s backend is weir with TLS, [`Scenario::tls_backend`].)
     pub fn proxied(self, server: ServerKind) -> bool {
         match self {
-            Scenario::Proxy | Scenario::Cache | Scenario::Chain => true,
+            Scenario::Proxy | Scenario::Cache | Scenario::Chain | Scenario::Compress => true,
             Scenario::Idle => !server.serves_static(),
             _ => false,
         }
@@ -238,6 +254,15 @@ impl Scenario {
         }
     }
 
+    /// The size of the backend's answers: the JSON document's in
+    /// `compress`, elsewhere the 164-byte page's.
+    pub fn backend_size(self) -> usize {
+        match self {
+            Scenario::Compress => COMPRESS_BODY,
+            _ => 164,
+        }
+    }
+
     /// The ratios the scenario exists to check: (the row, the least weir's
     /// req/s over that row's should be). In `cache`, the `weir-static` row
     /// makes weir's ratio its cache over its own static-file rate.
@@ -247,6 +272,7 @@ impl Scenario {
             Scenario::Chain => &[("haproxy-varnish", 2.0)],
             Scenario::Php => &[("nginx", 1.0)],
             Scenario::Tcp => &[("haproxy", 1.0)],
+            Scenario::Compress => &[("nginx", 0.8)],
             _ => &[],
         }
     }
@@ -275,6 +301,13 @@ pub const PHP_PATH: &str = "/index.php?n=1";
 
 /// The body [`PHP_PATH`] answers.
 pub const PHP_BODY: &str = "hello from php 1\n";
+
+/// The size of the `compress` scenario's JSON answer.
+pub const COMPRESS_BODY: usize = 20 * 1024;
+
+/// What the `compress` scenario's client accepts: a browser's codings,
+/// brotli first.
+pub const COMPRESS_ACCEPT: &str = "br, gzip";
 
 /// The backend's answer time in the caching scenarios.
 pub const CACHE_BACKEND_DELAY: Duration = Duration::from_millis(5);
@@ -331,6 +364,11 @@ pub struct Case {
     pub min_warmup: Option<Duration>,
     /// The name the client sends, as SNI and Host.
     pub host: &'static str,
+    /// Headers the client sends beside Host, in every request.
+    pub headers: Vec<(&'static str, &'static str)>,
+    /// The answers must come back in a content coding (the server
+    /// compresses them); the body checked is the identity's.
+    pub encoded: bool,
 }
 
 impl Case {
@@ -379,6 +417,8 @@ fn case(label: &str, tls: bool, path: &str, size: usize, conns: usize) -> Case {
         min_duration: None,
         min_warmup: None,
         host: "localhost",
+        headers: Vec::new(),
+        encoded: false,
     }
 }
 
@@ -483,6 +523,17 @@ pub fn cases(s: Scenario, quick: bool) -> Vec<Case> {
                 })
                 .collect()
         }
+        Scenario::Compress => vec![Case {
+            headers: vec![("Accept-Encoding", COMPRESS_ACCEPT)],
+            encoded: true,
+            ..case(
+                &format!("{} JSON", human_size(COMPRESS_BODY)),
+                false,
+                crate::backend::JSON_PATH,
+                COMPRESS_BODY,
+                100,
+            )
+        }],
     }
 }
 
@@ -730,5 +781,47 @@ mod tests {
                 .contains("counted in every server's CPU and memory")
         );
         assert_eq!(max_connections(), 19_000);
+    }
+
+    #[test]
+    fn compress_is_one_c100_case_of_20_kib_of_json_asked_for_in_br_or_gzip() {
+        let [c] = &cases(Scenario::Compress, true)[..] else {
+            panic!("compress: one case");
+        };
+        assert_eq!(c.label, "20 KiB JSON");
+        assert_eq!((c.path.as_str(), c.body_size), ("/data.json", 20 * 1024));
+        assert_eq!((c.tls, c.connections, c.keepalive), (false, 100, true));
+        assert_eq!(c.headers, [("Accept-Encoding", "br, gzip")]);
+        assert!(c.encoded);
+        assert_eq!(Scenario::Compress.backend_size(), 20 * 1024);
+        assert_eq!(Scenario::Proxy.backend_size(), 164);
+        let takes_part: Vec<ServerKind> = ServerKind::ALL
+            .into_iter()
+            .filter(|&k| Scenario::Compress.applies_to(k))
+            .collect();
+        assert_eq!(
+            takes_part,
+            [
+                ServerKind::Weir,
+                ServerKind::WeirB,
+                ServerKind::Nginx,
+                ServerKind::Caddy
+            ]
+        );
+        assert!(takes_part.iter().all(|&k| Scenario::Compress.proxied(k)));
+        assert_eq!(Scenario::Compress.targets(), &[("nginx", 0.8)]);
+        assert_eq!(Scenario::parse("compress"), Some(Scenario::Compress));
+        // No other case sends a header of its own or expects a coding.
+        for s in Scenario::ALL
+            .into_iter()
+            .filter(|&s| s != Scenario::Compress)
+        {
+            assert!(
+                cases(s, false)
+                    .iter()
+                    .all(|c| c.headers.is_empty() && !c.encoded),
+                "{s:?}"
+            );
+        }
     }
 }

@@ -43,6 +43,11 @@
 //! As TLS passthroughs ([`Role::Passthrough`]) weir and HAProxy read the
 //! client hello's SNI and pass the stream on without terminating TLS.
 //!
+//! As compressing proxies ([`Role::Compress`]) each turns compression on
+//! as its users do and keeps its own default level: nginx `gzip on` with
+//! `gzip_types application/json` (level 1), Caddy `encode gzip zstd`
+//! (gzip level 5), weir `compress = true`.
+//!
 //! In front of an app ([`Role::App`]) every server has the same
 //! [`APP_INSTANCES`] processes of `weir-bench backend` behind it: weir
 //! starts them itself (`app = …`, on ports it chooses); nginx and HAProxy
@@ -126,6 +131,9 @@ pub enum Role {
     Proxy(std::net::SocketAddr),
     /// Proxy to this upstream address and cache its responses.
     Cache(std::net::SocketAddr),
+    /// Proxy to this upstream address and compress its answers for a
+    /// client that accepts a coding.
+    Compress(std::net::SocketAddr),
     /// Name-based virtual hosts on the one port: (host name, its root).
     Sites(Vec<(String, PathBuf)>),
     /// Serve the PHP pages of this directory through a php-fpm pool of the
@@ -362,6 +370,15 @@ impl ServerKind {
         )
     }
 
+    /// Can it compress what it proxies, as its users turn it on? (Apache's
+    /// mod_deflate is left out, as its cache is.)
+    pub fn compresses(self) -> bool {
+        matches!(
+            self,
+            ServerKind::Weir | ServerKind::WeirB | ServerKind::Nginx | ServerKind::Caddy
+        )
+    }
+
     /// Can it pass TLS through by SNI without terminating it?
     pub fn passes_tls_through(self) -> bool {
         matches!(
@@ -439,6 +456,12 @@ impl ServerKind {
         if matches!(s.role, Role::Passthrough(_)) && !self.passes_tls_through() {
             return Err(CompareError::NotApplicable(format!(
                 "{} does not pass TLS through",
+                self.name()
+            )));
+        }
+        if matches!(s.role, Role::Compress(_)) && !self.compresses() {
+            return Err(CompareError::NotApplicable(format!(
+                "{} does not compress here",
                 self.name()
             )));
         }
@@ -876,6 +899,14 @@ fn weir_config(s: &ServerSetup) -> String {
                 "proxy = {{ to = [\"{up}\"], forwarded = false, via = false, max_idle = {UPSTREAM_IDLE} }}"
             ),
         ),
+        Role::Compress(up) => site(
+            &mut o,
+            "localhost",
+            format!(
+                "proxy = {{ to = [\"{up}\"], forwarded = false, via = false, max_idle = {UPSTREAM_IDLE} }}\n\
+                 compress = true"
+            ),
+        ),
         // The backend gives no freshness: 2 minutes, Varnish's default TTL,
         // and Varnish's default grace, which weir serves only when told.
         Role::Cache(up) => site(
@@ -963,6 +994,14 @@ fn nginx_config(s: &ServerSetup) -> String {
                 "  upstream backend {{ server {up}; keepalive {UPSTREAM_IDLE}; }}"
             );
         }
+        // `gzip on` at its default level (1) for the type the backend
+        // answers; nginx has no brotli without a third-party module.
+        Role::Compress(up) => {
+            let _ = writeln!(
+                o,
+                "  upstream backend {{ server {up}; keepalive {UPSTREAM_IDLE}; }}\n  gzip on;\n  gzip_types application/json;"
+            );
+        }
         // The same upstream, one `server` per app process (round-robin).
         Role::App(_) => {
             let servers: String = app_ports(s.port)
@@ -1017,7 +1056,7 @@ fn nginx_config(s: &ServerSetup) -> String {
     };
     match &s.role {
         Role::Static(root) => server(&mut o, None, format!("    root {};", root.display())),
-        Role::Proxy(_) | Role::App(_) => server(
+        Role::Proxy(_) | Role::Compress(_) | Role::App(_) => server(
             &mut o,
             None,
             "    location / {\n      proxy_pass http://backend;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n\
@@ -1149,7 +1188,11 @@ fn apache_config(s: &ServerSetup) -> String {
                 max = php_conns_per_worker(s.workers),
             );
         }
-        Role::Proxy(_) | Role::Cache(_) | Role::Passthrough(_) | Role::App(_) => {}
+        Role::Proxy(_)
+        | Role::Cache(_)
+        | Role::Compress(_)
+        | Role::Passthrough(_)
+        | Role::App(_) => {}
     }
     o
 }
@@ -1202,6 +1245,15 @@ fn caddy_config(s: &ServerSetup) -> String {
             "",
             format!(
                 "  reverse_proxy {up} {{\n    transport http {{\n      keepalive_idle_conns {UPSTREAM_IDLE}\n      \
+                 keepalive_idle_conns_per_host {UPSTREAM_IDLE}\n    }}\n  }}"
+            ),
+        ),
+        // `encode` with its documented pair and their default levels.
+        Role::Compress(up) => site(
+            &mut o,
+            "",
+            format!(
+                "  encode gzip zstd\n  reverse_proxy {up} {{\n    transport http {{\n      keepalive_idle_conns {UPSTREAM_IDLE}\n      \
                  keepalive_idle_conns_per_host {UPSTREAM_IDLE}\n    }}\n  }}"
             ),
         ),
@@ -1362,9 +1414,14 @@ fn varnish_config(s: &ServerSetup) -> Result<String, CompareError> {
             up.ip(),
             up.port()
         )),
-        Role::Static(_) | Role::Sites(_) | Role::Php(_) | Role::Passthrough(_) | Role::App(_) => {
-            Err(CompareError::NotApplicable("varnish only proxies".into()))
-        }
+        Role::Static(_)
+        | Role::Sites(_)
+        | Role::Php(_)
+        | Role::Passthrough(_)
+        | Role::App(_)
+        | Role::Compress(_) => Err(CompareError::NotApplicable(
+            "varnish does not compress; it only proxies".into(),
+        )),
     }
 }
 
@@ -1992,5 +2049,44 @@ mod tests {
             }
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Each compressing proxy turns compression on as its users do, at its
+    /// own default level; the others refuse the role.
+    #[test]
+    fn the_compressing_proxies_turn_it_on_as_their_users_do() {
+        let s = setup(Role::Compress(([127, 0, 0, 1], 28081).into()), false, false);
+        let weir = weir_config(&s);
+        assert!(
+            weir.contains("proxy = { to = [\"127.0.0.1:28081\"]"),
+            "{weir}"
+        );
+        assert!(weir.contains("\ncompress = true\n"), "{weir}");
+        let nginx = nginx_config(&s);
+        assert!(
+            nginx.contains("  gzip on;\n  gzip_types application/json;\n"),
+            "{nginx}"
+        );
+        assert!(
+            !nginx.contains("gzip_comp_level"),
+            "nginx's default level: {nginx}"
+        );
+        assert!(nginx.contains("proxy_pass http://backend;"), "{nginx}");
+        let caddy = caddy_config(&s);
+        assert!(
+            caddy.contains("  encode gzip zstd\n  reverse_proxy 127.0.0.1:28081"),
+            "{caddy}"
+        );
+        // Without the role, nobody compresses.
+        assert!(!nginx_config(&proxy(false)).contains("gzip"));
+        assert!(!weir_config(&proxy(false)).contains("compress"));
+        assert!(!caddy_config(&proxy(false)).contains("encode"));
+        for kind in [ServerKind::Haproxy, ServerKind::Varnish, ServerKind::Apache] {
+            let r = kind.prepare(&s, no_weir());
+            assert!(
+                matches!(r, Err(CompareError::NotApplicable(_))),
+                "{kind:?}: {r:?}"
+            );
+        }
     }
 }

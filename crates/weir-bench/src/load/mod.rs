@@ -150,16 +150,22 @@ impl LoadConfig {
         self
     }
 
-    /// Parses `Name: value` into a header.
+    /// Parses `Name: value` into a header. The name must be an HTTP token
+    /// and the value free of control characters: both go into the request
+    /// bytes as they are, so a CR or LF would split the request.
     pub fn parse_header(s: &str) -> Result<(String, String), LoadError> {
-        let (name, value) = s
-            .split_once(':')
-            .ok_or_else(|| LoadError::BadHeader(s.to_string()))?;
+        let bad = || LoadError::BadHeader(s.to_string());
+        let (name, value) = s.split_once(':').ok_or_else(bad)?;
         let name = name.trim();
-        if name.is_empty() || name.contains(char::is_whitespace) {
-            return Err(LoadError::BadHeader(s.to_string()));
+        let value = value.trim();
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if name.is_empty()
+            || !name.bytes().all(token)
+            || value.bytes().any(|b| b.is_ascii_control() && b != b'\t')
+        {
+            return Err(bad());
         }
-        Ok((name.to_string(), value.trim().to_string()))
+        Ok((name.to_string(), value.to_string()))
     }
 }
 
@@ -808,5 +814,46 @@ fn thread_main(
     match Rc::try_unwrap(ctx) {
         Ok(ctx) => ctx.stats.into_inner(),
         Err(ctx) => std::mem::take(&mut *ctx.stats.borrow_mut()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_option_is_name_colon_value_trimmed() {
+        let h = |s| LoadConfig::parse_header(s).ok();
+        assert_eq!(
+            h("Accept-Encoding: br, gzip"),
+            Some(("Accept-Encoding".into(), "br, gzip".into()))
+        );
+        assert_eq!(h("x-a:b:c"), Some(("x-a".into(), "b:c".into())));
+        assert_eq!(h("X-Empty:"), Some(("X-Empty".into(), "".into())));
+        for bad in [
+            "no colon",
+            ": value",
+            "Two Words: x",
+            "X-A: one\r\nX-B: two",
+            "X-A: nul\0",
+            "X(A): y",
+        ] {
+            assert!(
+                matches!(LoadConfig::parse_header(bad), Err(LoadError::BadHeader(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_request_is_serialised_once_with_every_header() {
+        let mut cfg = LoadConfig::new("http://127.0.0.1:8080/data.json");
+        cfg.headers = vec![LoadConfig::parse_header("Accept-Encoding: br, gzip").unwrap()];
+        let target = Target::parse(&cfg.url).unwrap();
+        let req = String::from_utf8(h1::serialize_request(&cfg, &target)).unwrap();
+        assert_eq!(
+            req,
+            "GET /data.json HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAccept-Encoding: br, gzip\r\n\r\n"
+        );
     }
 }
