@@ -5,12 +5,13 @@
 //! with no boxing and no allocation beyond the response itself; only streamed
 //! bodies (large files, compression on the fly, proxied bodies) pay for a box.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
+
+use crate::deadline::Deadline;
 
 /// Errors a streamed body can yield; hyper closes the connection on them.
 pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
@@ -113,14 +114,16 @@ pin_project_lite::pin_project! {
     /// The connection-level timer in `server::io` deliberately does not time
     /// reads while a request is in flight (hyper polls reads then too); the
     /// stall is measured here, where the body is actually consumed. One timer
-    /// per body, made at its first wait and moved (not remade) after data.
+    /// per body ([`Deadline`]), made at its first wait and moved (not remade)
+    /// after data.
     pub struct TimedBody<B> {
         #[pin]
         inner: B,
         timeout: std::time::Duration,
-        sleep: Option<Pin<Box<tokio::time::Sleep>>>,
-        // Data came since the timer was last set: the next wait moves it.
-        moved: bool,
+        timer: Deadline,
+        // The end of the current wait; `None`: data came since, and the next
+        // wait starts a new one.
+        until: Option<tokio::time::Instant>,
     }
 }
 
@@ -129,8 +132,8 @@ impl<B> TimedBody<B> {
         TimedBody {
             inner,
             timeout,
-            sleep: None,
-            moved: false,
+            timer: Deadline::new(),
+            until: None,
         }
     }
 }
@@ -168,26 +171,18 @@ where
         let this = self.project();
         match this.inner.poll_frame(cx) {
             Poll::Ready(r) => {
-                *this.moved = true;
+                *this.until = None;
                 Poll::Ready(r.map(|f| f.map_err(Into::into)))
             }
             Poll::Pending => {
                 let timeout = *this.timeout;
-                let sleep = match this.sleep {
-                    Some(s) => {
-                        if std::mem::take(this.moved) {
-                            s.as_mut().reset(tokio::time::Instant::now() + timeout);
-                        }
-                        s
-                    }
-                    None => {
-                        *this.moved = false;
-                        this.sleep.insert(Box::pin(tokio::time::sleep(timeout)))
-                    }
-                };
-                match sleep.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimeout(timeout))))),
-                    Poll::Pending => Poll::Pending,
+                let until = *this
+                    .until
+                    .get_or_insert_with(|| tokio::time::Instant::now() + timeout);
+                if this.timer.expired(until, cx) {
+                    Poll::Ready(Some(Err(Box::new(BodyTimeout(timeout)))))
+                } else {
+                    Poll::Pending
                 }
             }
         }

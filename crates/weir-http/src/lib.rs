@@ -4,7 +4,7 @@
 //! ([`response`]), content codings and their negotiation ([`encoding`]),
 //! the tag that lets a cached file go out with `sendfile`
 //! ([`file_region`]), the per-thread stock of header maps, the coarse
-//! clock, the HTTP/1.1 codec shared by the server and the upstream client
+//! clock, the one re-armed timer of every timeout ([`deadline`]), the HTTP/1.1 codec shared by the server and the upstream client
 //! (the strict framing rules that refuse smuggling shapes, the body decoder
 //! and request body: [`h1`]), the connection hand-over after a
 //! protocol switch ([`upgrade`]), and the worker a connection runs on with
@@ -23,6 +23,7 @@ pub mod clock;
 pub mod conditional;
 pub mod conn;
 pub mod date;
+pub mod deadline;
 pub mod encoding;
 pub mod fields;
 pub mod file_region;

@@ -43,9 +43,6 @@ impl Present {
     pub const CONNECTION: u8 = 4;
     pub const TE: u8 = 8;
     pub const UPGRADE: u8 = 16;
-    /// Any field [`strip_hop_by_hop`] removes from a response that is not a
-    /// tunnel (Upgrade included); set by [`Present::add_raw`] only.
-    pub const HOP_BY_HOP: u8 = 32;
 
     pub fn of(h: &HeaderMap) -> Self {
         let mut p = Present::default();
@@ -69,28 +66,6 @@ impl Present {
             Self::UPGRADE
         } else {
             0
-        };
-    }
-
-    /// Notes a field by its name as it arrived (any case, already checked
-    /// to be a token), before a `HeaderName` is made of it. Also notes
-    /// whether it is hop-by-hop, so a response without any (nearly all)
-    /// skips [`strip_hop_by_hop`]'s walk: comparing each name with the
-    /// eight hop-by-hop ones costs hundreds of instructions a response; a
-    /// switch on the length is a few.
-    pub fn add_raw(&mut self, name: &[u8]) {
-        let is = |s: &[u8]| name.eq_ignore_ascii_case(s);
-        self.0 |= match name.len() {
-            2 if is(b"te") => Self::TE | Self::HOP_BY_HOP,
-            7 if is(b"upgrade") => Self::UPGRADE | Self::HOP_BY_HOP,
-            10 if is(b"connection") => Self::CONNECTION | Self::HOP_BY_HOP,
-            10 if is(b"keep-alive") => Self::HOP_BY_HOP,
-            14 if is(b"content-length") => Self::CONTENT_LENGTH,
-            16 if is(b"proxy-connection") => Self::HOP_BY_HOP,
-            17 if is(b"transfer-encoding") => Self::TRANSFER_ENCODING | Self::HOP_BY_HOP,
-            18 if is(b"proxy-authenticate") => Self::HOP_BY_HOP,
-            19 if is(b"proxy-authorization") => Self::HOP_BY_HOP,
-            _ => 0,
         };
     }
 
@@ -606,12 +581,6 @@ fn joined(h: &HeaderMap, name: &HeaderName) -> Option<String> {
     out
 }
 
-/// Whether `HeaderValue::to_str` takes these bytes (visible ASCII, space
-/// and tab), for a value seen as raw bytes.
-pub fn is_text(v: &[u8]) -> bool {
-    v.iter().all(|&b| b == b'\t' || (b' '..0x7f).contains(&b))
-}
-
 fn is_token(s: &str) -> bool {
     !s.is_empty()
         && s.bytes()
@@ -676,18 +645,8 @@ mod tests {
         ];
         for raw in names {
             let name = HeaderName::from_bytes(raw.as_bytes()).unwrap();
-            let mut by_raw = Present::default();
-            by_raw.add_raw(raw.as_bytes());
-            let mut by_name = Present::default();
-            by_name.add(&name);
-            let all = Present::TRANSFER_ENCODING
-                | Present::CONTENT_LENGTH
-                | Present::CONNECTION
-                | Present::TE
-                | Present::UPGRADE;
-            assert_eq!(by_raw.0 & all, by_name.0, "{raw}");
             assert_eq!(
-                by_raw.has(Present::HOP_BY_HOP),
+                weir_http::h1::parse::is_hop_by_hop_raw(raw.as_bytes()),
                 is_hop_by_hop(&name, false),
                 "{raw}"
             );

@@ -12,15 +12,16 @@
 //! weir's own user time. Here the client connection's task drives the upstream
 //! connection itself: the request head is encoded into a reused per-thread
 //! buffer and written with the body in one call, the response head is parsed
-//! with httparse from the connection's buffer, and a body that has already
+//! from the connection's buffer (`weir_http::h1::parse::parse_response`, the
+//! one head parser of both roles), and a body that has already
 //! arrived is handed on as one `Bytes` without a copy.
 //!
 //! Owns: request encoding (the head, and a streamed body written as it
 //! arrives while the response is read, so an early answer such as a 413
-//! ends the upload), response head parsing, response framing (RFC 9112
-//! §6.3: no body, Content-Length, chunked with trailers through
-//! `weir_http::h1::Decoder`, or until close), whether the connection can be
-//! reused, and reading the body. Never decides which upstream to use, never
+//! ends the upload), reading the response as its head frames it (no body,
+//! Content-Length, chunked with trailers through `weir_http::h1::Decoder`,
+//! or until close), whether the connection can be reused, and reading the
+//! body. Never decides which upstream to use, never
 //! retries, never touches the pool: it says how far a failed exchange got
 //! (nothing written, the body untouched), and `proxy` decides.
 
@@ -30,26 +31,24 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use bytes::{Buf, Bytes, BytesMut};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
-use http::{StatusCode, Version};
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderMap, HeaderName};
+
 use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use weir_http::body::{Body, BodyError};
-use weir_http::h1::{Decoded, Decoder};
-
-use crate::forward::Present;
+use weir_http::deadline::Deadline;
+use weir_http::h1::parse::{self, HeadError, Response as Parsed, parse_response};
+pub use weir_http::h1::parse::{ResponseFraming as Framing, ResponseHead as Head};
+use weir_http::h1::{Chunk, Decoded, Decoder};
 
 /// Any byte stream an upstream connection runs on (TCP, Unix, TLS).
 pub trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
-/// The largest response head accepted (hyper's client allows about 400 KiB;
-/// nginx's default proxy_buffer_size is 4–8 KiB and fails above it).
-pub const MAX_HEAD: usize = 64 * 1024;
-/// Header fields accepted in a response head (hyper's default).
-const MAX_HEADERS: usize = 100;
+/// The largest response head accepted.
+pub const MAX_HEAD: usize = parse::MAX_RESPONSE_HEAD;
 /// How much is read from the upstream at a time.
 const READ_CHUNK: usize = 16 * 1024;
 
@@ -64,16 +63,8 @@ pub enum ClientError {
     Closed,
     #[error("the upstream closed the connection in the middle of the response head")]
     ClosedInHead,
-    #[error("malformed response head: {0}")]
-    BadHead(httparse::Error),
-    #[error("malformed response header field")]
-    BadField,
-    #[error("response head larger than {MAX_HEAD} bytes")]
-    HeadTooLarge,
-    #[error("unexpected 101 Switching Protocols")]
-    UnexpectedSwitch,
-    #[error("invalid Content-Length in the response")]
-    BadLength,
+    #[error("response head: {0}")]
+    Head(#[from] HeadError),
     #[error("malformed response body: {0}")]
     BadChunk(#[from] weir_http::h1::DecodeError),
     #[error("the upstream closed the connection in the middle of the body")]
@@ -98,17 +89,6 @@ impl ClientError {
     }
 }
 
-/// How the response body is delimited (RFC 9112 §6.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// HEAD, 204, 304: nothing follows the head.
-    None,
-    Length(u64),
-    Chunked,
-    /// Everything until the upstream closes.
-    Close,
-}
-
 /// One HTTP/1.1 connection to an upstream.
 pub struct Conn {
     io: Box<dyn Io>,
@@ -117,17 +97,12 @@ pub struct Conn {
     /// It has served a request before (it came from the pool).
     reused: bool,
     /// The response timer, made at the first exchange and kept for the next.
-    timer: Option<Deadline>,
+    timer: Option<ResponseTimer>,
 }
 
-/// A response timeout that lives as long as the upstream connection.
-///
-/// Why not `tokio::time::timeout`: that makes a timer per request, and
-/// registering it in the runtime's timer wheel and taking it out again is
-/// paid by every request. This one is armed once; a later request only moves its
-/// deadline in a field, and the timer, when it fires before that deadline,
-/// is re-armed to it: one wheel operation per timeout period, not per
-/// request (the same scheme as `server::io::TimedIo`).
+/// A response timeout that lives as long as the upstream connection: the
+/// one re-armed timer (`weir_http::deadline`), armed once and moved in a
+/// field per request rather than made per request.
 ///
 /// The timer is registered with the connection's own [`Relay`] waker, not
 /// with a request's: a request only puts its waker in the relay and takes
@@ -138,19 +113,12 @@ pub struct Conn {
 /// All of it sits behind one pointer: the request future that holds it is
 /// boxed per request, and every byte it grows by counts against glibc's
 /// per-thread cache of small blocks (see `Proxy::serve`).
-pub struct Deadline(Pin<Box<Timer>>);
+pub struct ResponseTimer(Box<Timer>);
 
-pin_project_lite::pin_project! {
-    struct Timer {
-        #[pin]
-        sleep: tokio::time::Sleep,
-        // When the timer is set to fire.
-        armed: tokio::time::Instant,
-        // The sleep was polled with `relay_waker` since it was last armed.
-        registered: bool,
-        relay: Arc<Relay>,
-        relay_waker: Waker,
-    }
+struct Timer {
+    deadline: Deadline,
+    relay: Arc<Relay>,
+    relay_waker: Waker,
 }
 
 /// Passes the timer's wake-up on to the request waiting on the connection.
@@ -166,15 +134,11 @@ impl Wake for Relay {
     }
 }
 
-impl Deadline {
-    fn new() -> Deadline {
-        // Far off: the first `within` brings it forward.
-        let armed = tokio::time::Instant::now() + std::time::Duration::from_secs(86_400 * 365);
+impl ResponseTimer {
+    fn new() -> ResponseTimer {
         let relay = Arc::new(Relay(futures_util::task::AtomicWaker::new()));
-        Deadline(Box::pin(Timer {
-            sleep: tokio::time::sleep_until(armed),
-            armed,
-            registered: false,
+        ResponseTimer(Box::new(Timer {
+            deadline: Deadline::new(),
             relay_waker: Waker::from(relay.clone()),
             relay,
         }))
@@ -192,15 +156,10 @@ impl Deadline {
         mut fut: Pin<&mut F>,
     ) -> Option<F::Output> {
         let deadline = weir_http::tokio_now!() + limit;
-        let mut t = self.0.as_mut().project();
-        if deadline < *t.armed {
-            *t.armed = deadline;
-            t.sleep.as_mut().reset(deadline);
-            *t.registered = false;
-        }
+        let t = &mut *self.0;
         // However this ends (even dropped mid-way), an idle connection
         // keeps no request's task alive.
-        let _clear = ClearOnDrop(t.relay);
+        let _clear = ClearOnDrop(&t.relay);
         std::future::poll_fn(|cx| {
             if let Poll::Ready(v) = fut.as_mut().poll(cx) {
                 return Poll::Ready(Some(v));
@@ -208,25 +167,11 @@ impl Deadline {
             // First the waker, then the check: a timer that fires after
             // the check wakes this task through the relay.
             t.relay.0.register(cx.waker());
-            loop {
-                if *t.registered && !t.sleep.is_elapsed() {
-                    return Poll::Pending;
-                }
-                if t.sleep
-                    .as_mut()
-                    .poll(&mut Context::from_waker(t.relay_waker))
-                    .is_pending()
-                {
-                    *t.registered = true;
-                    return Poll::Pending;
-                }
-                *t.registered = false;
-                if tokio::time::Instant::now() >= deadline {
-                    return Poll::Ready(None);
-                }
-                // Fired for an earlier request's deadline: move it on.
-                *t.armed = deadline;
-                t.sleep.as_mut().reset(deadline);
+            let mut relayed = Context::from_waker(&t.relay_waker);
+            if t.deadline.expired(deadline, &mut relayed) {
+                Poll::Ready(None)
+            } else {
+                Poll::Pending
             }
         })
         .await
@@ -257,13 +202,13 @@ impl Conn {
         }
     }
 
-    /// The connection's response timer, to run an exchange [`Deadline::within`]
+    /// The connection's response timer, to run an exchange [`ResponseTimer::within`]
     /// its timeout; give it back with [`Conn::put_timer`].
-    pub fn take_timer(&mut self) -> Deadline {
-        self.timer.take().unwrap_or_else(Deadline::new)
+    pub fn take_timer(&mut self) -> ResponseTimer {
+        self.timer.take().unwrap_or_else(ResponseTimer::new)
     }
 
-    pub fn put_timer(&mut self, t: Deadline) {
+    pub fn put_timer(&mut self, t: ResponseTimer) {
         self.timer = Some(t);
     }
 
@@ -329,9 +274,6 @@ impl Conn {
                     Some(Parsed::Final(head)) => return Ok(head),
                     None => {}
                 }
-                if self.buf.len() > MAX_HEAD {
-                    return Err(ClientError::HeadTooLarge);
-                }
             }
             let n = std::future::poll_fn(|cx| self.poll_fill(cx))
                 .await
@@ -385,59 +327,18 @@ pub enum StreamError {
     },
 }
 
-/// The part of the request body being written: a chunk-size line, data, and
-/// what ends the chunk (all empty for a Content-Length body but the data).
-struct Out {
-    line: [u8; 18],
-    /// Where the unwritten part of `line` starts (18: nothing left).
-    line_at: usize,
-    data: Bytes,
-    end: &'static [u8],
-}
-
-impl Out {
-    fn new() -> Self {
-        Out {
-            line: [0; 18],
-            line_at: 18,
-            data: Bytes::new(),
-            end: b"",
-        }
+/// One write of what is left of `c`, in a single vectored call.
+fn poll_write_chunk(
+    c: &mut Chunk,
+    io: &mut dyn Io,
+    cx: &mut Context<'_>,
+) -> Poll<std::io::Result<()>> {
+    let n = std::task::ready!(Pin::new(io).poll_write_vectored(cx, &c.slices()))?;
+    if n == 0 {
+        return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
     }
-
-    fn is_empty(&self) -> bool {
-        self.line_at == 18 && self.data.is_empty() && self.end.is_empty()
-    }
-
-    fn set(&mut self, data: Bytes, chunked: bool) {
-        if chunked {
-            let n = weir_http::h1::chunk_size_line(data.len(), &mut self.line).len();
-            self.line_at = 18 - n;
-            self.end = b"\r\n";
-        }
-        self.data = data;
-    }
-
-    /// One write of what is left, in a single vectored call.
-    fn poll_write(&mut self, io: &mut dyn Io, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let parts = [
-            std::io::IoSlice::new(&self.line[self.line_at..]),
-            std::io::IoSlice::new(&self.data),
-            std::io::IoSlice::new(self.end),
-        ];
-        let mut n = std::task::ready!(Pin::new(io).poll_write_vectored(cx, &parts))?;
-        if n == 0 {
-            return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
-        }
-        let k = n.min(18 - self.line_at);
-        self.line_at += k;
-        n -= k;
-        let k = n.min(self.data.len());
-        self.data.advance(k);
-        n -= k;
-        self.end = &self.end[n..];
-        Poll::Ready(Ok(()))
-    }
+    c.advance(n);
+    Poll::Ready(Ok(()))
 }
 
 /// What the request makes of its response.
@@ -481,7 +382,7 @@ fn stopped_reading(e: &std::io::Error) -> bool {
 /// body then goes on writing it ([`ResponseBody::new`]).
 pub struct Uploading {
     body: Body,
-    out: Out,
+    out: Chunk,
     state: Upload,
     chunked: bool,
     /// The trailer fields the request's `Trailer` declared (hyper's client
@@ -500,7 +401,7 @@ impl Uploading {
         };
         Uploading {
             body,
-            out: Out::new(),
+            out: Chunk::default(),
             state,
             chunked,
             trailers,
@@ -531,7 +432,7 @@ impl Uploading {
             let written = match self.state {
                 Upload::Done | Upload::Gone => return Poll::Ready(Ok(())),
                 Upload::Body | Upload::Last if !self.out.is_empty() => {
-                    std::task::ready!(self.out.poll_write(io, cx))
+                    std::task::ready!(poll_write_chunk(&mut self.out, io, cx))
                 }
                 Upload::Last => {
                     self.state = Upload::Flush;
@@ -551,21 +452,22 @@ impl Uploading {
                     match frame {
                         None => {
                             if self.chunked {
-                                self.out.set(Bytes::from_static(b"0\r\n\r\n"), false);
+                                self.out = Chunk::plain(Bytes::from_static(b"0\r\n\r\n"));
                             }
                             self.state = Upload::Last;
                         }
                         Some(Err(e)) => return Poll::Ready(Err(Err(e))),
                         Some(Ok(frame)) => match frame.into_data() {
                             Ok(data) if data.is_empty() => {}
-                            Ok(data) => self.out.set(data, self.chunked),
+                            Ok(data) if self.chunked => self.out = Chunk::framed(data),
+                            Ok(data) => self.out = Chunk::plain(data),
                             Err(frame) => {
                                 // The trailer section ends a chunked body; a
                                 // body of known length has nowhere to put it.
                                 if let Ok(t) = frame.into_trailers()
                                     && self.chunked
                                 {
-                                    self.out.set(trailer_section(&t, &self.trailers), false);
+                                    self.out = Chunk::plain(trailer_section(&t, &self.trailers));
                                     self.state = Upload::Last;
                                 }
                             }
@@ -631,11 +533,8 @@ impl Conn {
                 match parse_response(&mut self.buf, head_request, upgrade) {
                     Ok(Some(Parsed::Interim)) => continue,
                     Ok(Some(Parsed::Final(head))) => return Poll::Ready(Ok(head)),
-                    Ok(None) if self.buf.len() > MAX_HEAD => {
-                        return Poll::Ready(Err(Ok(ClientError::HeadTooLarge)));
-                    }
                     Ok(None) => {}
-                    Err(e) => return Poll::Ready(Err(Ok(e))),
+                    Err(e) => return Poll::Ready(Err(Ok(e.into()))),
                 }
             }
             match self.poll_fill(cx) {
@@ -743,245 +642,6 @@ impl Encoded<'static> {
         let chunked = req.encode_for(&mut out, len);
         (Encoded { out, body: None }, chunked)
     }
-}
-
-/// A final response head, read.
-#[derive(Debug)]
-pub struct Head {
-    pub parts: http::response::Parts,
-    pub framing: Framing,
-    /// The connection can take another request once the body is read.
-    pub keep_alive: bool,
-    /// A hop-by-hop field is among `parts.headers` (rarely: the proxy
-    /// strips them only then).
-    pub hop_by_hop: bool,
-}
-
-thread_local! {
-    static NAMES: RefCell<Names> = const { RefCell::new(Names { known: Vec::new(), next: 0 }) };
-}
-
-/// The field names met in upstream response heads, as they were spelled,
-/// each with the `HeaderName` made of it (its `Present` class is taken by
-/// `Present::add_raw`, a switch on the length, for every head).
-///
-/// Why by hand: `HeaderName::from_bytes` lowercases a name into a scratch
-/// buffer and matches it against http's standard names for every field;
-/// an upstream spells the same few names the
-/// same way in every response, and comparing their bytes is a few dozen.
-/// At most [`NAMES_KEPT`] per worker, replaced in turn, so an upstream
-/// that sends ever new names costs a miss each, never memory.
-struct Names {
-    known: Vec<(Box<[u8]>, HeaderName)>,
-    /// The entry a new name replaces once `known` is full.
-    next: usize,
-}
-
-const NAMES_KEPT: usize = 32;
-
-impl Names {
-    /// `raw`: a field name as httparse found it (a token, any case).
-    fn get(&mut self, raw: &[u8]) -> Result<HeaderName, ClientError> {
-        if let Some((_, name)) = self.known.iter().find(|(k, _)| **k == *raw) {
-            return Ok(name.clone());
-        }
-        let name = HeaderName::from_bytes(raw).map_err(|_| ClientError::BadField)?;
-        let entry = (Box::from(raw), name.clone());
-        if self.known.len() < NAMES_KEPT {
-            self.known.push(entry);
-        } else {
-            self.known[self.next] = entry;
-            self.next = (self.next + 1) % NAMES_KEPT;
-        }
-        Ok(name)
-    }
-}
-
-enum Parsed {
-    Interim,
-    Final(Head),
-}
-
-fn raw_fields<'h>(
-    head: &'h [u8],
-    spans: &'h [(u32, u32, u32, u32)],
-) -> impl Iterator<Item = (&'h [u8], &'h [u8])> + Clone + 'h {
-    spans.iter().map(move |&(na, nl, va, vl)| {
-        let (na, nl, va, vl) = (na as usize, nl as usize, va as usize, vl as usize);
-        (&head[na..na + nl], &head[va..va + vl])
-    })
-}
-
-/// Parses one response head off the front of `buf`. `None`: incomplete.
-fn parse_head(buf: &mut BytesMut, head_request: bool) -> Result<Option<Parsed>, ClientError> {
-    parse_response(buf, head_request, false)
-}
-
-/// [`parse_head`]; `upgrade`: the request asked to switch protocols, so a
-/// 101 is its final answer (and nothing after it is HTTP).
-fn parse_response(
-    buf: &mut BytesMut,
-    head_request: bool,
-    upgrade: bool,
-) -> Result<Option<Parsed>, ClientError> {
-    let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
-    let mut resp = httparse::Response::new(&mut []);
-    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
-        &mut resp,
-        &buf[..],
-        &mut fields,
-    );
-    let len = match parsed {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(e) => return Err(ClientError::BadHead(e)),
-    };
-    let code = resp.code.unwrap_or(0);
-    let switched = code == 101 && upgrade;
-    if (100..200).contains(&code) && !switched {
-        if code == 101 {
-            return Err(ClientError::UnexpectedSwitch);
-        }
-        buf.advance(len);
-        return Ok(Some(Parsed::Interim));
-    }
-    let status = StatusCode::from_u16(code).map_err(|_| ClientError::BadField)?;
-    let version = if resp.version == Some(0) {
-        Version::HTTP_10
-    } else {
-        Version::HTTP_11
-    };
-    // Offsets into the head, so names and values can share its bytes. An
-    // empty slice may not point into the buffer at all (httparse returns a
-    // static one for an empty reason): it is (0, 0).
-    let base = buf.as_ptr() as usize;
-    // u32 offsets (a head is far below 4 GiB): half the array to clear per
-    // response.
-    let offset = |s: &[u8]| -> (u32, u32) {
-        if s.is_empty() {
-            (0, 0)
-        } else {
-            ((s.as_ptr() as usize - base) as u32, s.len() as u32)
-        }
-    };
-    let reason = resp.reason.map(|r| offset(r.as_bytes()));
-    let mut spans = [(0u32, 0u32, 0u32, 0u32); MAX_HEADERS];
-    let n = resp.headers.len();
-    for (s, h) in spans.iter_mut().zip(resp.headers.iter()) {
-        let (name_at, name_len) = offset(h.name.as_bytes());
-        let (value_at, value_len) = offset(h.value);
-        *s = (name_at, name_len, value_at, value_len);
-    }
-    let spans = &spans[..n];
-    let mut present = Present::default();
-    for (name, _) in raw_fields(&buf[..len], spans) {
-        present.add_raw(name);
-    }
-    let fields = || raw_fields(&buf[..len], spans);
-    let (framing, mut keep_alive) = if switched {
-        (Framing::None, false)
-    } else {
-        framing(fields(), present, status, head_request)?
-    };
-    // Only `Connection` can end a keep-alive HTTP/1.1 response's connection.
-    if version == Version::HTTP_10 || present.has(Present::CONNECTION) {
-        let connection = fields()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(b"connection"))
-            .map(|(_, v)| v);
-        keep_alive &= weir_http::h1::keeps_alive(version == Version::HTTP_10, connection);
-    }
-    let head = buf.split_to(len).freeze();
-
-    // Room for the two fields the proxy adds on the way out (Server, Via):
-    // a full map grows by reallocating and rehashing, about 1,000
-    // instructions, on every response.
-    let mut headers = weir_http::header_maps::take(n + 2);
-    NAMES.with_borrow_mut(|names| {
-        for &(name_at, name_len, value_at, value_len) in spans {
-            let (name_at, name_len) = (name_at as usize, name_len as usize);
-            let (value_at, value_len) = (value_at as usize, value_len as usize);
-            let name = names.get(&head[name_at..name_at + name_len])?;
-            let value = HeaderValue::from_maybe_shared(head.slice(value_at..value_at + value_len))
-                .map_err(|_| ClientError::BadField)?;
-            headers.append(name, value);
-        }
-        Ok::<_, ClientError>(())
-    })?;
-
-    let mut parts = http::Response::new(()).into_parts().0;
-    parts.status = status;
-    parts.version = version;
-    if let Some((at, len)) = reason.map(|(a, l)| (a as usize, l as usize)) {
-        let r = &head[at..at + len];
-        if status.canonical_reason().map(str::as_bytes) != Some(r)
-            && let Some(p) = weir_http::h1::ReasonPhrase::new(head.slice(at..at + len))
-        {
-            parts.extensions.insert(p);
-        }
-    }
-    parts.headers = headers;
-    Ok(Some(Parsed::Final(Head {
-        parts,
-        framing,
-        keep_alive,
-        hop_by_hop: present.has(Present::HOP_BY_HOP),
-    })))
-}
-
-/// The body's framing, and whether it leaves the connection reusable.
-/// `fields`: the head's fields as sent (names in any case).
-fn framing<'h>(
-    fields: impl Iterator<Item = (&'h [u8], &'h [u8])> + Clone,
-    present: Present,
-    status: StatusCode,
-    head_request: bool,
-) -> Result<(Framing, bool), ClientError> {
-    if head_request || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
-        return Ok((Framing::None, true));
-    }
-    if present.has(Present::TRANSFER_ENCODING) {
-        // The last coding decides; with a Content-Length too, the message
-        // is suspect and the connection is not reused (RFC 9112 §6.3). A
-        // value that is not visible ASCII names no coding weir knows.
-        let last = fields
-            .filter(|(n, _)| n.eq_ignore_ascii_case(b"transfer-encoding"))
-            .last()
-            .map(|(_, v)| v)
-            .filter(|v| crate::forward::is_text(v))
-            .and_then(|v| v.rsplit(|&b| b == b',').next())
-            .map(<[u8]>::trim_ascii);
-        let reuse = !present.has(Present::CONTENT_LENGTH);
-        return Ok(match last {
-            Some(c) if c.eq_ignore_ascii_case(b"chunked") => (Framing::Chunked, reuse),
-            _ => (Framing::Close, false),
-        });
-    }
-    let mut len: Option<u64> = None;
-    // Without a Content-Length the walk stops at once.
-    let lengths = fields
-        .take_while(|_| present.has(Present::CONTENT_LENGTH))
-        .filter(|(n, _)| n.eq_ignore_ascii_case(b"content-length"))
-        .map(|(_, v)| v);
-    for v in lengths {
-        for part in v.split(|&b| b == b',') {
-            let part = part.trim_ascii();
-            if part.is_empty() || !part.iter().all(u8::is_ascii_digit) || part.len() > 19 {
-                return Err(ClientError::BadLength);
-            }
-            let n: u64 = std::str::from_utf8(part)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or(ClientError::BadLength)?;
-            if len.is_some_and(|l| l != n) {
-                return Err(ClientError::BadLength);
-            }
-            len = Some(n);
-        }
-    }
-    Ok(match len {
-        Some(n) => (Framing::Length(n), true),
-        None => (Framing::Close, false),
-    })
 }
 
 /// Told once when a streamed response body is over: with the connection if
@@ -1186,7 +846,7 @@ fn decode_in_steps(input: &[u8], step: usize) -> Outcome {
         true
     };
     let (parts, framing, keep_alive) = loop {
-        match parse_head(&mut buf, false) {
+        match parse_response(&mut buf, false, false) {
             Ok(Some(Parsed::Final(h))) => break (h.parts, h.framing, h.keep_alive),
             Ok(Some(Parsed::Interim)) => continue,
             Ok(None) => {

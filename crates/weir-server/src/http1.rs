@@ -17,7 +17,8 @@
 //!
 //! The path of a request, top to bottom in [`serve`]:
 //! 1. read whatever the client sent (through the timeouts of `server::io`);
-//! 2. [`parse`] the head with httparse, hyper's own parser, by hyper's
+//! 2. [`parse`] the head (`weir_http::h1::parse::parse_request`, the one
+//!    head parser of both roles) with httparse, hyper's own parser, by hyper's
 //!    rules (`hyper::proto::h1::role::Server::parse`): keep-alive, body
 //!    framing, `Expect`, `Upgrade`; and by the strict reading of framing
 //!    (`weir_http::h1::framing`): a smuggling shape is answered 400, logged,
@@ -44,15 +45,14 @@
 use std::cell::{Cell, RefCell};
 use std::future::{Future, poll_fn};
 use std::io::{self, IoSlice};
-use std::mem::MaybeUninit;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{self, HeaderName, HeaderValue};
-use http::{Method, Request, StatusCode, Version};
+use http::header::{self, HeaderValue};
+use http::{Method, Request, StatusCode};
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 
@@ -62,19 +62,14 @@ use super::zero_copy::{FileRegion, Regions};
 use crate::pipeline::{Current, Listener};
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
-use weir_http::h1::framing::{self, BodyFraming, RequestFraming, Violation};
+use weir_http::h1::framing::{self, Violation};
 use weir_http::h1::head::{
     BodyLength, Framing, ResponseKind as Kind, encode_response_head as encode_head, has_token,
 };
-use weir_http::h1::{Decoded, Decoder, Feed, Incoming, IncomingError, Sender, chunk_size_line};
+use weir_http::h1::parse::{self, HeadError, MAX_HEADERS};
+pub use weir_http::h1::parse::{Head, HeadLimits};
+use weir_http::h1::{Chunk, Decoded, Decoder, Feed, Incoming, IncomingError, Sender};
 use weir_http::upgrade;
-
-/// hyper's request-target limit (`MAX_URI_LEN`): longer targets get 414.
-const MAX_URI_LEN: usize = (u16::MAX - 1) as usize;
-
-/// Header lines parsed into an array on the stack (hyper's default); a
-/// configured limit above it parses into one on the heap.
-const MAX_HEADERS: usize = 100;
 
 /// The per-thread read buffer: one read takes a typical head, or several
 /// pipelined ones, whole.
@@ -125,34 +120,6 @@ fn in_head_block(bytes: &[u8]) -> BytesMut {
         block.extend_from_slice(bytes);
         block.split()
     })
-}
-
-/// The limits a head is parsed under (hyper's, from `server.limits`).
-#[derive(Debug, Clone, Copy)]
-pub struct HeadLimits {
-    /// A head still incomplete at this many bytes is answered 431 (hyper's
-    /// `max_buf_size`).
-    pub max_buf: usize,
-    /// More field lines than this are answered 431.
-    pub max_headers: usize,
-    /// The largest trailer section of a chunked body.
-    pub max_trailers: usize,
-}
-
-impl HeadLimits {
-    /// As `server::conn` configures hyper from the `header_size` and
-    /// `headers` limits.
-    pub fn new(header_size: usize, headers: usize) -> Self {
-        HeadLimits {
-            max_buf: (header_size * 2).max(16 * 1024),
-            max_headers: if headers > MAX_HEADERS {
-                headers + 1
-            } else {
-                MAX_HEADERS
-            },
-            max_trailers: header_size,
-        }
-    }
 }
 
 /// What one connection's requests share.
@@ -709,19 +676,6 @@ where
     .await
 }
 
-/// What one request head says beyond the request itself.
-#[derive(Debug)]
-pub struct Head {
-    /// Whether the connection may carry another request after this one.
-    pub keep_alive: bool,
-    pub http10: bool,
-    /// How the body follows the head; `None`: it has none.
-    pub body: Option<Decoder>,
-    pub expect_continue: bool,
-    /// An HTTP/1.1 `Upgrade`, or a `CONNECT`.
-    pub upgrade: bool,
-}
-
 // Returned by value once per request and matched at once: boxing the large
 // variant would cost an allocation per request for nothing.
 #[allow(clippy::large_enum_variant)]
@@ -757,123 +711,21 @@ pub fn parse(pending: &mut BytesMut, limits: HeadLimits) -> Parsed {
     if pending.starts_with(&H2_PREFACE[..H2_PREFACE_LINE]) {
         return Parsed::BadPreface;
     }
-    let buf = std::mem::take(pending).freeze();
-    let (parsed, used) = if limits.max_headers <= MAX_HEADERS {
-        let mut headers = [const { MaybeUninit::uninit() }; MAX_HEADERS];
-        parse_head(&buf, limits, &mut headers)
-    } else {
-        let mut headers = vec![MaybeUninit::uninit(); limits.max_headers];
-        parse_head(&buf, limits, &mut headers)
+    let parsed = match parse::parse_request(pending, limits) {
+        Ok(Some((req, head))) => Parsed::Request(req, head),
+        Ok(None) => Parsed::NeedMore,
+        Err(HeadError::Framing(v)) => Parsed::Smuggling(v),
+        Err(e) => Parsed::Refused(e.status()),
     };
-    *pending = match parsed {
-        // Usually nothing is left and `pending` holds no memory; a pipelined
-        // remainder is copied out so the served head's memory can go.
-        Parsed::Request(..) if used == buf.len() => BytesMut::new(),
-        Parsed::Request(..) => BytesMut::from(&buf[used..]),
-        _ => BytesMut::from(buf),
+    // Usually nothing is left and `pending` holds no memory; a pipelined
+    // remainder, or a head not taken, is copied out so the block the head
+    // was read into can go (a stalled client does not hold it alive).
+    *pending = if pending.is_empty() {
+        BytesMut::new()
+    } else {
+        BytesMut::from(&pending[..])
     };
     parsed
-}
-
-/// The request at the start of `buf` and the length of its head, by
-/// `hyper::proto::h1::role::Server::parse`'s rules.
-fn parse_head<'b>(
-    buf: &'b Bytes,
-    limits: HeadLimits,
-    headers: &mut [MaybeUninit<httparse::Header<'b>>],
-) -> (Parsed, usize) {
-    let refused = |s| (Parsed::Refused(s), 0);
-    let mut req = httparse::Request::new(&mut []);
-    let len = match httparse::ParserConfig::default()
-        .parse_request_with_uninit_headers(&mut req, buf, headers)
-    {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if buf.len() < limits.max_buf => {
-            return (Parsed::NeedMore, 0);
-        }
-        Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => {
-            return refused(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
-        }
-        Err(_) => return refused(StatusCode::BAD_REQUEST),
-    };
-    // The strict reading (weir_http::smuggling) as the head is read: httparse
-    // takes a bare LF for a line ending, and keeps several framing fields.
-    if let Err(v) = framing::check_line_endings(&buf[..len]) {
-        return (Parsed::Smuggling(v), 0);
-    }
-    let (Some(method), Some(path), Some(version)) = (req.method, req.path, req.version) else {
-        return refused(StatusCode::BAD_REQUEST);
-    };
-    if path.len() > MAX_URI_LEN {
-        return refused(StatusCode::URI_TOO_LONG);
-    }
-    let method = match method {
-        "GET" => Method::GET,
-        "HEAD" => Method::HEAD,
-        "POST" => Method::POST,
-        m => match Method::from_bytes(m.as_bytes()) {
-            Ok(m) => m,
-            Err(_) => return refused(StatusCode::BAD_REQUEST),
-        },
-    };
-    let Ok(uri) = http::Uri::from_maybe_shared(buf.slice_ref(path.as_bytes())) else {
-        return refused(StatusCode::BAD_REQUEST);
-    };
-    let http11 = version == 1;
-    let mut head = Head {
-        keep_alive: http11,
-        http10: !http11,
-        body: None,
-        expect_continue: false,
-        upgrade: method == Method::CONNECT,
-    };
-    let mut saw_close = false;
-    let mut framing = RequestFraming::default();
-    let mut map = weir_http::header_maps::take(req.headers.len());
-    for h in req.headers.iter() {
-        let Ok(name) = HeaderName::from_bytes(h.name.as_bytes()) else {
-            return refused(StatusCode::BAD_REQUEST);
-        };
-        match name {
-            header::TRANSFER_ENCODING => framing.transfer_encoding(h.value.trim_ascii()),
-            header::CONTENT_LENGTH => {
-                if let Err(v) = framing.content_length(h.value.trim_ascii()) {
-                    return (Parsed::Smuggling(v), 0);
-                }
-            }
-            header::CONNECTION => {
-                if saw_close || has_token(h.value, b"close") {
-                    saw_close = true;
-                    head.keep_alive = false;
-                } else if !head.keep_alive {
-                    head.keep_alive = has_token(h.value, b"keep-alive");
-                }
-            }
-            header::EXPECT => head.expect_continue = h.value.eq_ignore_ascii_case(b"100-continue"),
-            header::UPGRADE => head.upgrade = http11,
-            _ => {}
-        }
-        let Ok(value) = HeaderValue::from_maybe_shared(buf.slice_ref(h.value)) else {
-            return refused(StatusCode::BAD_REQUEST);
-        };
-        map.append(name, value);
-    }
-    head.body = match framing.finish(!http11) {
-        Ok(BodyFraming::Chunked) => Some(Decoder::chunked(limits.max_trailers)),
-        Ok(BodyFraming::Length(n)) => Some(Decoder::length(n)),
-        Ok(BodyFraming::None) => None,
-        Err(v) => return (Parsed::Smuggling(v), 0),
-    };
-    let mut r = Request::new(Incoming::empty());
-    *r.method_mut() = method;
-    *r.uri_mut() = uri;
-    *r.version_mut() = if http11 {
-        Version::HTTP_11
-    } else {
-        Version::HTTP_10
-    };
-    *r.headers_mut() = map;
-    (Parsed::Request(r, head), len)
 }
 
 /// The worker's spare head buffer, empty (a new one if it is lent out).
@@ -1045,18 +897,9 @@ where
                 head.clear();
             }
             Framing::Chunked => {
-                let mut size = [0u8; 18];
-                let size = chunk_size_line(data.len(), &mut size);
-                write_all(
-                    io,
-                    &mut [
-                        IoSlice::new(head),
-                        IoSlice::new(size),
-                        IoSlice::new(&data),
-                        IoSlice::new(b"\r\n"),
-                    ],
-                )
-                .await?;
+                let chunk = Chunk::framed(data);
+                let [size, data, crlf] = chunk.slices();
+                write_all(io, &mut [IoSlice::new(head), size, data, crlf]).await?;
                 head.clear();
             }
         }

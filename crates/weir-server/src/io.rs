@@ -20,7 +20,8 @@ use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
+use weir_http::deadline::Deadline;
 
 /// Writes `bufs` to a socket: a single slice (nearly always: a whole small
 /// response, or one sealed TLS record) with a plain `send`, several with
@@ -128,13 +129,8 @@ pub struct TimedIo<T> {
     limits: Limits,
     /// Whether a canned HTTP/1.1 408 may be written when a head is too slow.
     h1: bool,
-    timer: Pin<Box<Sleep>>,
-    armed: Instant,
-    /// The waker the armed timer last registered, while it has not fired:
-    /// a read that finds nothing polls the timer only if this changed. A
-    /// timer poll costs about 240 instructions (task budget, driver state)
-    /// and a proxied request has two such reads.
-    timer_waker: Option<Waker>,
+    /// The one timer of every deadline below, re-armed lazily.
+    timer: Deadline,
     last_activity: Instant,
     /// When the first byte of the current head arrived, and the request count then.
     head_started: Option<(Instant, u64)>,
@@ -150,55 +146,16 @@ impl<T> TimedIo<T> {
     }
 
     pub fn new(inner: T, state: Arc<ConnState>, limits: Limits, h1: bool) -> Self {
-        let now = Instant::now();
-        let armed = now + limits.keepalive.min(limits.header);
         TimedIo {
             inner,
             state,
             limits,
             h1,
-            timer: Box::pin(tokio::time::sleep_until(armed)),
-            armed,
-            timer_waker: None,
-            last_activity: now,
+            timer: Deadline::new(),
+            last_activity: Instant::now(),
             head_started: None,
             write_waiting_since: None,
             seen_bytes: false,
-        }
-    }
-
-    /// Whether the armed timer is in the wheel and will wake this task.
-    fn timer_will_wake(&self, cx: &Context<'_>) -> bool {
-        self.timer_waker
-            .as_ref()
-            .is_some_and(|w| w.will_wake(cx.waker()))
-            && !self.timer.is_elapsed()
-    }
-
-    /// Polls the timer against `deadline`; true once it has passed.
-    fn expired(&mut self, deadline: Instant, cx: &mut Context<'_>) -> bool {
-        if deadline < self.armed {
-            self.armed = deadline;
-            self.timer.as_mut().reset(deadline);
-            self.timer_waker = None;
-        } else if self.timer_will_wake(cx) {
-            // It fires at or before `deadline` and wakes this task then.
-            return false;
-        }
-        loop {
-            if self.timer.as_mut().poll(cx).is_pending() {
-                if !self.timer_will_wake(cx) {
-                    self.timer_waker = Some(cx.waker().clone());
-                }
-                return false;
-            }
-            self.timer_waker = None;
-            // The armed deadline passed; the real one may have moved later.
-            if Instant::now() >= deadline {
-                return true;
-            }
-            self.armed = deadline;
-            self.timer.as_mut().reset(deadline);
         }
     }
 }
@@ -271,16 +228,21 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncRead for TimedIo<T> {
                     Phase::Busy => {
                         // Armed no later than one keep-alive period from
                         // now, and set to wake this task: nothing to do.
-                        if this.armed <= this.last_activity + this.limits.keepalive
-                            && this.timer_will_wake(cx)
+                        if this
+                            .timer
+                            .armed()
+                            .is_some_and(|a| a <= this.last_activity + this.limits.keepalive)
+                            && this.timer.will_wake(cx)
                         {
                             return Poll::Pending;
                         }
-                        let _ = this.expired(Instant::now() + this.limits.keepalive, cx);
+                        let _ = this
+                            .timer
+                            .expired(Instant::now() + this.limits.keepalive, cx);
                         return Poll::Pending;
                     }
                 };
-                if !this.expired(deadline, cx) {
+                if !this.timer.expired(deadline, cx) {
                     return Poll::Pending;
                 }
                 let what = match phase {
@@ -319,7 +281,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> TimedIo<T> {
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
                 let since = *self.write_waiting_since.get_or_insert_with(Instant::now);
-                if self.expired(since + self.limits.write, cx) {
+                if self.timer.expired(since + self.limits.write, cx) {
                     tracing::debug!("closing connection: write timeout");
                     return Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,

@@ -1,8 +1,9 @@
 //! HTTP/1.1 message bodies and connection rules shared by weir's server and
-//! its upstream client: head encoding for both roles ([`head`]), the strict
+//! its upstream client: head parsing ([`parse`]) and head encoding
+//! ([`head`]) for both roles, the strict
 //! framing rules ([`framing`]), the body [`Decoder`] (Content-Length and chunked,
-//! with extensions and trailers) over bytes in memory, the chunk-size line
-//! a sender writes ([`chunk_size_line`]), the keep-alive rule
+//! with extensions and trailers) over bytes in memory, the data chunks and
+//! last chunk a sender writes ([`Chunk`], [`encode_last_chunk`]), the keep-alive rule
 //! ([`keeps_alive`]), the fields a trailer may carry ([`trailer_may_carry`]), and the request body a handler receives
 //! ([`Incoming`]), fed by the connection loop through its [`Sender`].
 //!
@@ -11,10 +12,13 @@
 //! there is one strict reading of HTTP/1.1 framing. Never does I/O, never
 //! buffers more than one chunk line or one trailer section.
 
+use bytes::Bytes;
+
 mod body;
 mod decode;
 pub mod framing;
 pub mod head;
+pub mod parse;
 
 pub use body::{Feed, Incoming, IncomingError, Sender, channel};
 pub use decode::{DecodeError, Decoded, Decoder, chunk_size};
@@ -42,7 +46,7 @@ impl ReasonPhrase {
 }
 
 /// `{len:X}\r\n` into `buf`: the line in front of a chunk of `len` bytes.
-pub fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
+fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut i = 16;
     let mut n = len;
@@ -57,6 +61,72 @@ pub fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
     buf[16] = b'\r';
     buf[17] = b'\n';
     &buf[i..]
+}
+
+/// A piece of a body on its way out, framed as one chunk of a chunked body
+/// (size line, data, CRLF) or as it is: the one writer of data chunks for
+/// both roles. The framing is a few bytes of its own around the caller's
+/// `Bytes`, written together as slices of one vectored write, so a body is
+/// never copied; [`Chunk::advance`] keeps the place across partial writes.
+#[derive(Debug)]
+pub struct Chunk {
+    line: [u8; 18],
+    /// Where the unwritten part of `line` starts (18: nothing left).
+    line_at: usize,
+    data: Bytes,
+    end: &'static [u8],
+}
+
+impl Default for Chunk {
+    fn default() -> Self {
+        Chunk::plain(Bytes::new())
+    }
+}
+
+impl Chunk {
+    /// `data` as one chunk of a chunked body (`data` not empty: an empty
+    /// chunk would end the body).
+    pub fn framed(data: Bytes) -> Self {
+        let mut c = Chunk::plain(data);
+        c.line_at = 18 - chunk_size_line(c.data.len(), &mut c.line).len();
+        c.end = b"\r\n";
+        c
+    }
+
+    /// `data` as it is: a body of known length, or an encoded last chunk.
+    pub fn plain(data: Bytes) -> Self {
+        Chunk {
+            line: [0; 18],
+            line_at: 18,
+            data,
+            end: b"",
+        }
+    }
+
+    /// Everything has been written.
+    pub fn is_empty(&self) -> bool {
+        self.line_at == 18 && self.data.is_empty() && self.end.is_empty()
+    }
+
+    /// What is left to write, in order.
+    pub fn slices(&self) -> [std::io::IoSlice<'_>; 3] {
+        [
+            std::io::IoSlice::new(&self.line[self.line_at..]),
+            std::io::IoSlice::new(&self.data),
+            std::io::IoSlice::new(self.end),
+        ]
+    }
+
+    /// `n` more bytes were written.
+    pub fn advance(&mut self, mut n: usize) {
+        let k = n.min(18 - self.line_at);
+        self.line_at += k;
+        n -= k;
+        let k = n.min(self.data.len());
+        bytes::Buf::advance(&mut self.data, k);
+        n -= k;
+        self.end = &self.end[n.min(self.end.len())..];
+    }
 }
 
 /// The end of a chunked body into `dst`: `0\r\n`, every field of
@@ -139,6 +209,37 @@ mod tests {
         out.clear();
         encode_last_chunk(&HeaderMap::new(), |_| true, &mut out);
         assert_eq!(out, b"0\r\n\r\n");
+    }
+
+    #[test]
+    fn chunk_size_lines_are_hex() {
+        let mut b = [0u8; 18];
+        assert_eq!(chunk_size_line(0, &mut b), b"0\r\n");
+        assert_eq!(chunk_size_line(0x10c0, &mut b), b"10C0\r\n");
+        assert_eq!(chunk_size_line(usize::MAX, &mut b), b"FFFFFFFFFFFFFFFF\r\n");
+    }
+
+    /// A chunk is its size line, the caller's bytes (not a copy) and CRLF,
+    /// and comes out whole however the writes split it.
+    #[test]
+    fn a_chunk_frames_the_callers_bytes_across_partial_writes() {
+        let data = Bytes::from_static(b"hello, world");
+        let c = Chunk::framed(data.clone());
+        assert_eq!(c.slices()[1].as_ptr(), data.as_ptr());
+        for step in 1..20 {
+            let mut c = Chunk::framed(data.clone());
+            let mut out = Vec::new();
+            while !c.is_empty() {
+                let all: Vec<u8> = c.slices().iter().flat_map(|s| s.iter().copied()).collect();
+                let n = step.min(all.len());
+                out.extend_from_slice(&all[..n]);
+                c.advance(n);
+            }
+            assert_eq!(out, b"C\r\nhello, world\r\n", "step {step}");
+        }
+        let c = Chunk::plain(Bytes::from_static(b"0\r\n\r\n"));
+        let all: Vec<u8> = c.slices().iter().flat_map(|s| s.iter().copied()).collect();
+        assert_eq!(all, b"0\r\n\r\n");
     }
 
     #[test]
