@@ -13,6 +13,7 @@
 //! reloads the config file ([`Server::reload`]).
 
 mod accept;
+pub(crate) mod ask;
 pub mod access_log;
 mod conn;
 mod drain;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use weir_config::Config;
 use weir_http::worker::Worker;
 
-pub use conn::ConnCtx;
+pub use conn::{ConnCtx, serve_one};
 pub use server::{ReloadError, ReloadRecord, ReloadReport, Server};
 
 #[derive(Debug, thiserror::Error)]
