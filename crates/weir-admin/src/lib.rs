@@ -316,6 +316,9 @@ pub mod client {
         let (head, c) =
             one_shot::send(io, &http::Method::POST, path, &host, &fields, Some(&body)).await?;
         let bytes = one_shot::read_body(c, head.framing, MAX_ANSWER).await?;
-        Ok((head.parts.status, String::from_utf8_lossy(&bytes).into_owned()))
+        Ok((
+            head.parts.status,
+            String::from_utf8_lossy(&bytes).into_owned(),
+        ))
     }
 }

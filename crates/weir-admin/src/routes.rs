@@ -467,12 +467,7 @@ fn list_upstreams(ctx: &Ctx) -> Resp {
 /// `POST /upstreams/{name}/drain|ready|maint|weight`: every upstream of that
 /// name (in every site, or in `?site=NAME`'s). `weight` takes
 /// `{"weight": N}`.
-async fn set_upstream(
-    req: Request<Incoming>,
-    ctx: &Arc<Ctx>,
-    name: &str,
-    action: &str,
-) -> Resp {
+async fn set_upstream(req: Request<Incoming>, ctx: &Arc<Ctx>, name: &str, action: &str) -> Resp {
     let site = req.uri().query().and_then(|q| {
         q.split('&')
             .find_map(|kv| kv.strip_prefix("site=").map(str::to_string))

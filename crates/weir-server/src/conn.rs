@@ -622,7 +622,12 @@ mod tests {
             limits: http1::HeadLimits::new(ctx.limits.header_size, ctx.limits.headers),
         };
         let stream = std::mem::size_of_val(&io);
-        let inner = std::mem::size_of_val(&http1::serve(&mut io, shared, http1::Sites::new(&ctx.listener), &signal));
+        let inner = std::mem::size_of_val(&http1::serve(
+            &mut io,
+            shared,
+            http1::Sites::new(&ctx.listener),
+            &signal,
+        ));
 
         let conn = serve_plain(
             server,

@@ -13,8 +13,8 @@
 //! reloads the config file ([`Server::reload`]).
 
 mod accept;
-pub(crate) mod ask;
 pub mod access_log;
+pub(crate) mod ask;
 mod conn;
 mod drain;
 pub mod http1;

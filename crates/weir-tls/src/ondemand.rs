@@ -220,9 +220,10 @@ impl OnDemand {
         let Some(ask) = &self.cfg.ask else {
             return Err(OnDemandError::NotAllowed);
         };
-        let status = tokio::time::timeout(Duration::from_secs(10), ask_status(&*self.ask, ask, name))
-            .await
-            .map_err(|_| OnDemandError::Ask("timed out".into()))??;
+        let status =
+            tokio::time::timeout(Duration::from_secs(10), ask_status(&*self.ask, ask, name))
+                .await
+                .map_err(|_| OnDemandError::Ask("timed out".into()))??;
         if status == 200 {
             Ok(())
         } else {

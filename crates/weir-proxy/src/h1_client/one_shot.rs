@@ -4,8 +4,8 @@
 //! codec as the proxy. Never pools: the connection ends with its answer.
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderMap, HeaderValue};
 use http::Method;
+use http::header::{HeaderMap, HeaderValue};
 use http_body_util::BodyExt;
 
 use super::{ClientError, Conn, Encoded, Finish, Framing, Head, Io, RequestHead, ResponseBody};
