@@ -160,35 +160,39 @@ enum Listening {
 impl Listening {
     /// Accepts one connection and serves it on a task of its own.
     async fn accept(&self, ctx: &Arc<Ctx>) -> std::io::Result<()> {
-        use hyper_util::rt::TokioIo;
         match self {
             Listening::Tcp(l) => {
-                let (s, _) = l.accept().await?;
-                tokio::spawn(connection(TokioIo::new(s), ctx.clone()));
+                let (s, peer) = l.accept().await?;
+                let local = s.local_addr()?;
+                tokio::spawn(connection(s, peer, local, ctx.clone()));
             }
             Listening::Unix(l) => {
                 let (s, _) = l.accept().await?;
-                tokio::spawn(connection(TokioIo::new(s), ctx.clone()));
+                // A Unix socket's peer has no address; the log shows this one.
+                let none = SocketAddr::from(([0, 0, 0, 0], 0));
+                tokio::spawn(connection(s, none, none, ctx.clone()));
             }
         }
         Ok(())
     }
 }
 
-async fn connection<I>(io: I, ctx: Arc<Ctx>)
+/// Serves one connection with weir's own HTTP/1 server.
+async fn connection<T>(io: T, peer: SocketAddr, local: SocketAddr, ctx: Arc<Ctx>)
 where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let svc = hyper::service::service_fn(move |req| {
+    let info = weir_http::conn::ConnInfo {
+        peer,
+        local,
+        tls: false,
+        worker: Default::default(),
+    };
+    weir_server::serve_one(io, info, |req| {
         let ctx = ctx.clone();
-        async move { Ok::<_, std::convert::Infallible>(routes::handle(req, &ctx).await) }
-    });
-    if let Err(e) = hyper::server::conn::http1::Builder::new()
-        .serve_connection(io, svc)
-        .await
-    {
-        tracing::debug!("admin API connection: {e}");
-    }
+        async move { routes::handle(req, &ctx).await }
+    })
+    .await;
 }
 
 /// One upstream of one proxy, with where it is configured.
@@ -247,10 +251,13 @@ pub(crate) fn upstreams(server: &Server) -> Vec<UpstreamRef> {
 /// A client for the admin API, for the `weir reload` command.
 pub mod client {
     use bytes::Bytes;
-    use http_body_util::{BodyExt, Full};
-    use hyper_util::rt::TokioIo;
+    use http::header::{self, HeaderMap, HeaderValue};
 
     use weir_config::admin::AdminListen;
+    use weir_proxy::h1_client::one_shot;
+
+    /// The largest answer read (a reload's report lists every site).
+    const MAX_ANSWER: usize = 16 * 1024 * 1024;
 
     /// Sends `POST path` with a JSON `body` to the admin API at `at`;
     /// returns the status and the answer's text.
@@ -271,43 +278,47 @@ pub mod client {
                     let s = tokio::net::TcpStream::connect(a)
                         .await
                         .map_err(|e| format!("cannot reach the admin API at {a}: {e}"))?;
-                    send(TokioIo::new(s), a.to_string(), path, body, token).await
+                    let host = HeaderValue::try_from(a.to_string())
+                        .expect("an address is a valid field value");
+                    send(s, host, path, body, token).await
                 }
                 AdminListen::Unix(p) => {
                     let s = tokio::net::UnixStream::connect(p).await.map_err(|e| {
                         format!("cannot reach the admin API at unix:{}: {e}", p.display())
                     })?;
-                    send(TokioIo::new(s), "localhost".into(), path, body, token).await
+                    let host = HeaderValue::from_static("localhost");
+                    send(s, host, path, body, token).await
                 }
             };
             r.map_err(|e| format!("admin API: {e}"))
         })
     }
 
-    async fn send<I>(
-        io: I,
-        host: String,
+    async fn send(
+        io: impl weir_proxy::h1_client::Io,
+        host: HeaderValue,
         path: &str,
         body: String,
         token: Option<&str>,
-    ) -> Result<(http::StatusCode, String), hyper::Error>
-    where
-        I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-    {
-        let (mut tx, conn) = hyper::client::conn::http1::handshake(io).await?;
-        tokio::spawn(conn);
-        let mut req = http::Request::post(path)
-            .header(http::header::HOST, host)
-            .header(http::header::CONTENT_TYPE, "application/json");
-        if let Some(t) = token {
-            req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+    ) -> Result<(http::StatusCode, String), one_shot::BodyReadError> {
+        let mut fields = HeaderMap::new();
+        fields.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        fields.insert(header::CONNECTION, HeaderValue::from_static("close"));
+        if let Some(t) = token
+            && let Ok(v) = HeaderValue::from_str(&format!("Bearer {t}"))
+        {
+            fields.insert(header::AUTHORIZATION, v);
         }
-        let req = req
-            .body(Full::new(Bytes::from(body)))
-            .expect("a valid request");
-        let resp = tx.send_request(req).await?;
-        let status = resp.status();
-        let bytes = resp.into_body().collect().await?.to_bytes();
-        Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+        let body = Bytes::from(body);
+        let (head, c) =
+            one_shot::send(io, &http::Method::POST, path, &host, &fields, Some(&body)).await?;
+        let bytes = one_shot::read_body(c, head.framing, MAX_ANSWER).await?;
+        Ok((
+            head.parts.status,
+            String::from_utf8_lossy(&bytes).into_owned(),
+        ))
     }
 }

@@ -8,11 +8,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use serde_json::json;
 
 use crate::{Ctx, upstreams};
 use weir_cache::Invalidation;
+use weir_http::body::Body;
+use weir_http::h1::Incoming;
 use weir_proxy::AdminState;
 use weir_server::ReloadError;
 
@@ -22,10 +24,10 @@ const PURGE_ACKS_WITHIN: std::time::Duration = std::time::Duration::from_secs(1)
 /// The largest config `POST /load` takes.
 const MAX_CONFIG: usize = 4 * 1024 * 1024;
 
-type Resp = Response<Full<Bytes>>;
+type Resp = Response<Body>;
 
 fn reply(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Resp {
-    let mut r = Response::new(Full::new(body.into()));
+    let mut r = Response::new(Body::full(body));
     *r.status_mut() = status;
     r.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
@@ -45,7 +47,7 @@ fn error(status: StatusCode, msg: impl std::fmt::Display) -> Resp {
     json(status, json!({ "error": msg.to_string() }))
 }
 
-pub(crate) async fn handle(req: Request<hyper::body::Incoming>, ctx: &Arc<Ctx>) -> Resp {
+pub(crate) async fn handle(req: Request<Incoming>, ctx: &Arc<Ctx>) -> Resp {
     if let Err(r) = ctx.guard.check(req.headers()) {
         tracing::warn!(
             "admin API: {} {} refused: {}",
@@ -160,7 +162,7 @@ async fn restart_app(ctx: &Ctx, name: &str) -> Resp {
 
 /// `GET /cache[?limit=N]`: the store's numbers and up to N (default 100)
 /// stored responses.
-fn cache_list(req: &Request<hyper::body::Incoming>, ctx: &Ctx) -> Resp {
+fn cache_list(req: &Request<Incoming>, ctx: &Ctx) -> Resp {
     let limit = req
         .uri()
         .query()
@@ -179,7 +181,7 @@ fn cache_list(req: &Request<hyper::body::Incoming>, ctx: &Ctx) -> Resp {
 
 /// `POST /cache/purge` with `{"url": …}`, `{"prefix": …}`, `{"pattern": …}`
 /// or `{"tag": …}`: removes what it names from the store.
-async fn cache_purge(req: Request<hyper::body::Incoming>, ctx: &Arc<Ctx>) -> Resp {
+async fn cache_purge(req: Request<Incoming>, ctx: &Arc<Ctx>) -> Resp {
     let (_, b) = match body(req).await {
         Ok(b) => b,
         Err(r) => return r,
@@ -291,7 +293,7 @@ fn refused_comment(app: &str, st: &weir_apps::supervisor::Status) -> String {
     )
 }
 
-async fn body(req: Request<hyper::body::Incoming>) -> Result<(Option<String>, Bytes), Resp> {
+async fn body(req: Request<Incoming>) -> Result<(Option<String>, Bytes), Resp> {
     let ct = req
         .headers()
         .get(CONTENT_TYPE)
@@ -337,7 +339,7 @@ where
 /// `POST /load`: a whole config in the body, TOML (any content type) or
 /// JSON (`application/json`, the same structure). Relative paths in it are
 /// taken from the running config file's directory.
-async fn load(req: Request<hyper::body::Incoming>, ctx: &Arc<Ctx>) -> Resp {
+async fn load(req: Request<Incoming>, ctx: &Arc<Ctx>) -> Resp {
     let (ct, bytes) = match body(req).await {
         Ok(b) => b,
         Err(r) => return r,
@@ -388,7 +390,7 @@ fn json_to_toml(text: &str) -> Result<String, String> {
 
 /// `POST /reload`: reads the config file again; `{"config": "PATH"}` reads
 /// another one (it becomes the file SIGHUP reads).
-async fn reload(req: Request<hyper::body::Incoming>, ctx: &Arc<Ctx>) -> Resp {
+async fn reload(req: Request<Incoming>, ctx: &Arc<Ctx>) -> Resp {
     let (_, bytes) = match body(req).await {
         Ok(b) => b,
         Err(r) => return r,
@@ -465,12 +467,7 @@ fn list_upstreams(ctx: &Ctx) -> Resp {
 /// `POST /upstreams/{name}/drain|ready|maint|weight`: every upstream of that
 /// name (in every site, or in `?site=NAME`'s). `weight` takes
 /// `{"weight": N}`.
-async fn set_upstream(
-    req: Request<hyper::body::Incoming>,
-    ctx: &Arc<Ctx>,
-    name: &str,
-    action: &str,
-) -> Resp {
+async fn set_upstream(req: Request<Incoming>, ctx: &Arc<Ctx>, name: &str, action: &str) -> Resp {
     let site = req.uri().query().and_then(|q| {
         q.split('&')
             .find_map(|kv| kv.strip_prefix("site=").map(str::to_string))

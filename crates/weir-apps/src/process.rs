@@ -256,43 +256,23 @@ async fn check_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin
     s: S,
     path: &str,
 ) -> bool {
-    use weir_proxy::h1_client::{Conn, Encoded, RequestHead, ResponseBody};
-    let mut c = Conn::new(Box::new(s));
+    use weir_proxy::h1_client::one_shot;
     let host = http::HeaderValue::from_static("localhost");
-    let connection = http::header::CONNECTION;
-    let req = Encoded::new(
-        RequestHead {
-            method: &http::Method::GET,
-            target: path,
-            host: &host,
-            fields: std::iter::once((&connection, &b"close"[..])),
-        },
-        None,
+    let mut fields = http::HeaderMap::new();
+    fields.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
     );
-    let once = async {
-        c.send(req).await.ok()?;
-        c.read_head(false).await.ok()
-    };
-    let Ok(Some(head)) = tokio::time::timeout(Duration::from_secs(1), once).await else {
+    let once = one_shot::send(s, &http::Method::GET, path, &host, &fields, None);
+    let Ok(Ok((head, c))) = tokio::time::timeout(Duration::from_secs(1), once).await else {
         return false;
     };
     // The rest of the answer is read (a little of it, briefly) so the app
     // does not see its check hang up on it mid-write.
-    if c.take_buffered(head.framing).is_none() {
-        use http_body_util::BodyExt;
-        let body = ResponseBody::new(c, head.framing, false, Discard);
-        let rest = http_body_util::Limited::new(body, 64 * 1024).collect();
-        let _ = tokio::time::timeout(Duration::from_millis(200), rest).await;
-    }
+    let rest = one_shot::read_body(c, head.framing, 64 * 1024);
+    let _ = tokio::time::timeout(Duration::from_millis(200), rest).await;
     let status = head.parts.status;
     status.is_success() || status.is_redirection()
-}
-
-/// A check's connection is closed after its one request.
-struct Discard;
-
-impl weir_proxy::h1_client::Finish for Discard {
-    fn finish(self, _: Option<weir_proxy::h1_client::Conn>) {}
 }
 
 /// Stops an instance: SIGTERM to its process group `pgid` (its first

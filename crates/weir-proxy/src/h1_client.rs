@@ -924,6 +924,8 @@ pub fn check_response(input: &[u8], step: usize) {
     }
 }
 
+pub mod one_shot;
+
 #[cfg(test)]
 mod differential;
 #[cfg(test)]

@@ -508,13 +508,12 @@ fn serve_http1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 ) -> impl Future<Output = ()> + Send {
     async move {
         let shared = http1::Shared {
-            listener: &ctx.listener,
             info: &info,
             state: &state,
             regions: regions.as_ref(),
             limits: http1::HeadLimits::new(ctx.limits.header_size, ctx.limits.headers),
         };
-        match http1::serve(&mut io, shared, &signal).await {
+        match http1::serve(&mut io, shared, http1::Sites::new(&ctx.listener), &signal).await {
             http1::Outcome::Closed => {}
             http1::Outcome::H2(read) => {
                 open.speaks(Proto::Http2);
@@ -529,6 +528,33 @@ fn serve_http1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
             http1::Outcome::Upgrade(to, read) => to.fulfil(upgrade::Upgraded::boxed(io, read)),
         }
         drop(open);
+    }
+}
+
+/// Serves the HTTP/1 requests of one connection with `handler`, a service
+/// beside the pipeline (the admin API): weir's HTTP/1 loop with its framing
+/// rules, head limits and timeouts at their defaults (`server.limits`,
+/// `server.timeouts`). An HTTP/2 preface or an upgrade ends the connection.
+pub async fn serve_one<T, F, Fut>(transport: T, info: ConnInfo, handler: F)
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+    F: FnMut(http::Request<weir_http::h1::Incoming>) -> Fut,
+    Fut: Future<Output = http::Response<weir_http::body::Body>>,
+{
+    let (limits, timeouts) = (Limits::default(), weir_config::Timeouts::default());
+    let state = Arc::new(ConnState::default());
+    let mut io = TimedIo::new(transport, state.clone(), tio::Limits::from(&timeouts), true);
+    // Never drained: it lives as long as the connection (a dropped one
+    // reads as shutdown).
+    let drain = Drain::new();
+    let shared = http1::Shared {
+        info: &info,
+        state: &state,
+        regions: None,
+        limits: http1::HeadLimits::new(limits.header_size, limits.headers),
+    };
+    if let http1::Outcome::H2(_) = http1::serve(&mut io, shared, handler, &drain.signal()).await {
+        tracing::debug!("connection from {}: HTTP/2 is not served here", info.peer);
     }
 }
 
@@ -591,14 +617,18 @@ mod tests {
         );
         let signal = drain.signal();
         let shared = http1::Shared {
-            listener: &ctx.listener,
             info: &info,
             state: &state,
             regions: Some(&regions),
             limits: http1::HeadLimits::new(ctx.limits.header_size, ctx.limits.headers),
         };
         let stream = std::mem::size_of_val(&io);
-        let inner = std::mem::size_of_val(&http1::serve(&mut io, shared, &signal));
+        let inner = std::mem::size_of_val(&http1::serve(
+            &mut io,
+            shared,
+            http1::Sites::new(&ctx.listener),
+            &signal,
+        ));
 
         let conn = serve_plain(
             server,

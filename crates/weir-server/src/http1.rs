@@ -122,11 +122,53 @@ fn in_head_block(bytes: &[u8]) -> BytesMut {
     })
 }
 
+/// What answers the requests [`serve`] reads, one at a time in order:
+/// the pipeline's sites ([`Sites`]), or any function from a request to its
+/// answer (the admin API's, through `serve_one`).
+pub trait Service {
+    fn call(
+        &mut self,
+        req: Request<Incoming>,
+        info: &ConnInfo,
+    ) -> impl Future<Output = http::Response<Body>>;
+}
+
+/// The pipeline: each request takes the current sites (one load; a
+/// reload's apply from the next request on).
+pub struct Sites<'a>(arc_swap::Cache<&'a Current, Arc<Listener>>);
+
+impl<'a> Sites<'a> {
+    pub fn new(listener: &'a Current) -> Self {
+        Sites(arc_swap::Cache::new(listener))
+    }
+}
+
+impl Service for Sites<'_> {
+    fn call(
+        &mut self,
+        req: Request<Incoming>,
+        info: &ConnInfo,
+    ) -> impl Future<Output = http::Response<Body>> {
+        self.0.load().handle(req, info)
+    }
+}
+
+impl<F, Fut> Service for F
+where
+    F: FnMut(Request<Incoming>) -> Fut,
+    Fut: Future<Output = http::Response<Body>>,
+{
+    fn call(
+        &mut self,
+        req: Request<Incoming>,
+        _: &ConnInfo,
+    ) -> impl Future<Output = http::Response<Body>> {
+        self(req)
+    }
+}
+
 /// What one connection's requests share.
 pub struct Shared<'a> {
-    /// The sites; each request takes the current ones (a reload's apply
-    /// from the next request on).
-    pub listener: &'a Current,
     pub info: &'a ConnInfo,
     pub state: &'a Arc<ConnState>,
     pub regions: Option<&'a Arc<Regions>>,
@@ -153,11 +195,12 @@ enum Next {
     Upgrade(upgrade::Pending),
 }
 
-/// Serves requests until the connection ends, switches protocols or turns
-/// out to be HTTP/2.
-pub async fn serve<IO>(io: &mut IO, sh: Shared<'_>, signal: &Signal) -> Outcome
+/// Serves requests with `service` until the connection ends, switches
+/// protocols or turns out to be HTTP/2.
+pub async fn serve<IO, S>(io: &mut IO, sh: Shared<'_>, mut service: S, signal: &Signal) -> Outcome
 where
     IO: AsyncRead + AsyncWrite + Unpin,
+    S: Service,
 {
     // Owned clone for the idle wait, so `signal` stays free.
     let mut drained = pin!({
@@ -168,9 +211,6 @@ where
     let mut drain_waker: Option<Waker> = None;
     let mut pending = BytesMut::new();
     let mut first = true;
-    // The connection's sites, checked against the current ones (one load)
-    // at each request.
-    let mut sites = arc_swap::Cache::new(sh.listener);
     loop {
         // Every complete request already read, in order (pipelining).
         while !pending.is_empty() {
@@ -197,7 +237,7 @@ where
                 Parsed::Request(req, head) => (req, head),
             };
             first = false;
-            match exchange(io, &sh, sites.load(), signal, &mut pending, req, head).await {
+            match exchange(io, &sh, &mut service, signal, &mut pending, req, head).await {
                 Next::KeepAlive => {}
                 Next::Close => return Outcome::Closed,
                 Next::Upgrade(p) => return Outcome::Upgrade(p, pending.freeze()),
@@ -326,10 +366,10 @@ where
 }
 
 /// One request: the handler, its body, its answer.
-async fn exchange<IO>(
+async fn exchange<IO, S: Service>(
     io: &mut IO,
     sh: &Shared<'_>,
-    sites: &Listener,
+    service: &mut S,
     signal: &Signal,
     pending: &mut BytesMut,
     mut req: Request<Incoming>,
@@ -376,7 +416,7 @@ where
     // Pinned here and lent to `handle_reading`: passed by value, the
     // handler's future would be stored twice in this connection's state.
     let handled = {
-        let handler = pin!(sites.handle(req, sh.info));
+        let handler = pin!(service.call(req, sh.info));
         handle_reading(handler, io, pending, sh.limits.max_buf, inbound.as_mut()).await
     };
     sh.state.request_done();

@@ -14,6 +14,7 @@
 
 mod accept;
 pub mod access_log;
+pub(crate) mod ask;
 mod conn;
 mod drain;
 pub mod http1;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use weir_config::Config;
 use weir_http::worker::Worker;
 
-pub use conn::ConnCtx;
+pub use conn::{ConnCtx, serve_one};
 pub use server::{ReloadError, ReloadRecord, ReloadReport, Server};
 
 #[derive(Debug, thiserror::Error)]

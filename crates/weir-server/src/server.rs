@@ -829,7 +829,7 @@ fn describe(cfg: &Config, l: &ListenerConfig) -> String {
 /// The certificate manager for `cfg`; a failure is named by its first
 /// listening address.
 fn start_certs(cfg: &Config) -> Result<Arc<CertManager>, ServerError> {
-    CertManager::start(cfg)
+    CertManager::start(cfg, Arc::new(crate::ask::Ask))
         .map(Arc::new)
         .map_err(|source| ServerError::Tls {
             addr: cfg

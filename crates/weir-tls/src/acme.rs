@@ -480,23 +480,24 @@ impl AcmeClient {
     }
 }
 
-/// `e` with the cause a user can act on. A failed connection shows as
-/// hyper-util's `client error (Connect)`; the reason (the CA's certificate
+/// `e` with the cause a user can act on. A failed connection shows as the
+/// HTTP client's `client error (Connect)`; the reason (the CA's certificate
 /// refused, the connection refused) is deeper in the source chain, where an
 /// `io::Error` wraps the rustls error (and its `source()` skips it, so the
-/// wrapped error is taken with `get_ref`).
+/// wrapped error is taken with `get_ref`). The chain is walked through
+/// `std::error::Error` alone: no client's error type is named.
 pub fn describe(e: &instant_acme::Error) -> String {
     use std::error::Error as _;
     // `Other` is `#[error(transparent)]`: its `source()` would skip the
-    // hyper-util error itself.
+    // client's error itself.
     let top: &(dyn std::error::Error + 'static) = match e {
         instant_acme::Error::Other(inner) => inner.as_ref(),
-        instant_acme::Error::Hyper(inner) => inner,
         other => other,
     };
-    let connect = top
-        .downcast_ref::<hyper_util::client::legacy::Error>()
-        .is_some_and(|h| h.is_connect());
+    // An I/O error other than a file's means the transport failed: the
+    // server was never reached (refused, unreachable, no such host), or not
+    // as HTTPS.
+    let mut connect = false;
     let mut innermost = top;
     let mut cur = Some(top);
     while let Some(err) = cur {
@@ -510,10 +511,13 @@ pub fn describe(e: &instant_acme::Error) -> String {
         }
         innermost = err;
         cur = match err.downcast_ref::<std::io::Error>() {
-            Some(io) => match io.get_ref() {
-                Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
-                None => io.source(),
-            },
+            Some(io) => {
+                connect |= !is_file_error(io.kind());
+                match io.get_ref() {
+                    Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+                    None => io.source(),
+                }
+            }
             None => err.source(),
         };
     }
@@ -522,6 +526,15 @@ pub fn describe(e: &instant_acme::Error) -> String {
         (false, true) => top.to_string(),
         (false, false) => format!("{top}: {innermost}"),
     }
+}
+
+/// An error of reading a file (`ca_root`), not of reaching the server.
+fn is_file_error(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        kind,
+        K::NotFound | K::PermissionDenied | K::IsADirectory | K::InvalidData | K::InvalidInput
+    )
 }
 
 /// Why the ACME server's certificate was refused, in the words an operator

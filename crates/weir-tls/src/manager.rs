@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use super::acme::AcmeClient;
 use super::certs::{Challenges, DynamicCerts, Resolver, Slot, new_slot};
 use super::internal_ca::LocalCa;
-use super::ondemand::{OdIssuer, OnDemand};
+use super::ondemand::{AskClient, OdIssuer, OnDemand};
 use super::reload::{self, FileWatch};
 use super::renew::{self, Backoff};
 use super::storage::Storage;
@@ -122,8 +122,9 @@ impl CertManager {
     }
 
     /// Builds every slot and starts the background work. Fails only on
-    /// local problems (storage not writable, local CA unreadable).
-    pub fn start(cfg: &Config) -> Result<CertManager, TlsError> {
+    /// local problems (storage not writable, local CA unreadable). `ask`:
+    /// the HTTP client of on-demand TLS's `ask` check.
+    pub fn start(cfg: &Config, ask: Arc<dyn AskClient>) -> Result<CertManager, TlsError> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("weir-tls")
@@ -243,6 +244,7 @@ impl CertManager {
                     cfg.tls.on_demand.clone(),
                     od_issuer,
                     dynamic.clone(),
+                    ask,
                     handle.clone(),
                 ))
             }

@@ -122,6 +122,7 @@ pub struct OnDemand {
     limiter: Mutex<RateLimiter>,
     dynamic: Arc<DynamicCerts>,
     inflight: Mutex<HashMap<String, Pending>>,
+    ask: Arc<dyn AskClient>,
     rt: tokio::runtime::Handle,
 }
 
@@ -130,6 +131,7 @@ impl OnDemand {
         cfg: OnDemandConfig,
         issuer: OdIssuer,
         dynamic: Arc<DynamicCerts>,
+        ask: Arc<dyn AskClient>,
         rt: tokio::runtime::Handle,
     ) -> Arc<Self> {
         let limiter = RateLimiter::new(cfg.burst, cfg.refill, cfg.name_interval, Instant::now());
@@ -139,6 +141,7 @@ impl OnDemand {
             limiter: Mutex::new(limiter),
             dynamic,
             inflight: Mutex::new(HashMap::new()),
+            ask,
             rt: rt.clone(),
         });
         rt.spawn(od.clone().renew_loop());
@@ -217,9 +220,10 @@ impl OnDemand {
         let Some(ask) = &self.cfg.ask else {
             return Err(OnDemandError::NotAllowed);
         };
-        let status = tokio::time::timeout(Duration::from_secs(10), ask_status(ask, name))
-            .await
-            .map_err(|_| OnDemandError::Ask("timed out".into()))??;
+        let status =
+            tokio::time::timeout(Duration::from_secs(10), ask_status(&*self.ask, ask, name))
+                .await
+                .map_err(|_| OnDemandError::Ask("timed out".into()))??;
         if status == 200 {
             Ok(())
         } else {
@@ -260,37 +264,34 @@ impl OnDemand {
     }
 }
 
-/// `GET <ask>?domain=<name>` over plain HTTP/1.1; the status code.
-async fn ask_status(ask: &str, name: &str) -> Result<u16, OnDemandError> {
-    let err = |e: &dyn std::fmt::Display| OnDemandError::Ask(e.to_string());
+/// The HTTP client the `ask` check goes through. weir-tls has none of its
+/// own: the server passes weir's (the proxy's HTTP/1.1 client), which sits
+/// above this crate.
+pub trait AskClient: Send + Sync {
+    /// `GET uri` (an `http://` URL with a host) over plain HTTP/1.1; the
+    /// answer's status code, or why there is none.
+    fn status<'a>(&'a self, uri: &'a http::Uri) -> AskFuture<'a>;
+}
+
+/// What [`AskClient::status`] returns.
+pub type AskFuture<'a> = Pin<Box<dyn Future<Output = Result<u16, String>> + Send + 'a>>;
+
+/// `GET <ask>?domain=<name>` through `client`; the status code.
+async fn ask_status(client: &dyn AskClient, ask: &str, name: &str) -> Result<u16, OnDemandError> {
     let sep = if ask.contains('?') { '&' } else { '?' };
     let url = format!("{ask}{sep}domain={name}");
-    let uri: http::Uri = url.parse().map_err(|e| err(&e))?;
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| OnDemandError::Ask(e.to_string()))?;
     if uri.scheme_str() != Some("http") {
         return Err(OnDemandError::Ask(
             "only http:// ask URLs are supported".into(),
         ));
     }
-    let host = uri.host().ok_or_else(|| err(&"no host"))?.to_string();
-    let port = uri.port_u16().unwrap_or(80);
-    let stream = tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port))
-        .await
-        .map_err(|e| err(&e))?;
-    let (mut send, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|e| err(&e))?;
-    tokio::spawn(conn);
-    let req = http::Request::get(uri.path_and_query().map_or("/", |p| p.as_str()))
-        .header(
-            http::header::HOST,
-            uri.authority().map_or("", |a| a.as_str()),
-        )
-        .header(http::header::USER_AGENT, "weir on-demand TLS")
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .map_err(|e| err(&e))?;
-    let resp = send.send_request(req).await.map_err(|e| err(&e))?;
-    Ok(resp.status().as_u16())
+    if uri.host().is_none() {
+        return Err(OnDemandError::Ask("no host".into()));
+    }
+    client.status(&uri).await.map_err(OnDemandError::Ask)
 }
 
 /// Loads every certificate stored under `certs/<issuer_key>/` into `dynamic`;

@@ -460,13 +460,12 @@ fn drain_conn() -> (
         };
         let state = Arc::new(ConnState::default());
         let sh = Shared {
-            listener: &listener,
             info: &info,
             state: &state,
             regions: None,
             limits: LIMITS,
         };
-        serve(&mut server, sh, &signal).await;
+        serve(&mut server, sh, Sites::new(&listener), &signal).await;
     });
     (client, drain, task)
 }

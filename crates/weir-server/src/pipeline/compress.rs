@@ -23,8 +23,19 @@ use weir_http::conn::ConnInfo;
 use weir_http::encoding::{self, Encoding};
 
 use super::content_length;
+use super::{Exchange, ResponseFilter};
 
 static VARY_AE: HeaderValue = HeaderValue::from_static("Accept-Encoding");
+
+/// Compression as a response filter, registered for a route or site whose
+/// `compress` applies to its handler (`response::chain`).
+pub(super) struct Compress(pub Arc<CompressOptions>);
+
+impl ResponseFilter for Compress {
+    fn response(&self, ex: &Exchange<'_>, resp: &mut Response<Body>) {
+        filter(&self.0, &ex.req.parts.method, &ex.req.parts.headers, resp);
+    }
+}
 
 /// Compresses `resp` for the request (`method`, `req`) if `opts` and the
 /// client allow it; adds `Vary: Accept-Encoding` to any answer whose

@@ -1,9 +1,10 @@
-//! The request and response filters of a site or route, between the route
-//! and the handler: address lists (403), limits (429 with `Retry-After`, or
-//! a delay), basic authentication (401), forward authentication (the auth
+//! The request filters of a site or route, between the route and the
+//! handler: address lists (403), limits (429 with `Retry-After`, or a
+//! delay), basic authentication (401), forward authentication (the auth
 //! service's own answer), the body limit (413) and request header rules;
-//! after the handler, what limits count of the answer, the `RateLimit`
-//! fields and response header rules.
+//! and the response filter of their limits ([`LimitFields`]: what they
+//! count of the answer, the `RateLimit` fields). The response header rules
+//! are a response filter of their own (`response_headers`).
 //!
 //! Answers only to refuse; never serves content. A site or route without
 //! filters has none of this built (`Option<Filters>` is `None`), so the
@@ -28,6 +29,8 @@ use weir_http::response::error;
 use weir_traffic::clock::now_ms;
 use weir_traffic::limit::{Decision, Held, Limiter, Quota};
 use weir_traffic::password::{Check, Users};
+
+use super::{Exchange, ResponseFilter};
 
 /// The filters of one site or route, with their state.
 pub(super) struct Filters {
@@ -58,7 +61,7 @@ pub(super) struct Owed {
 }
 
 /// Nothing owed (a refused request).
-pub(super) static NOTHING_OWED: Owed = Owed {
+static NOTHING_OWED: Owed = Owed {
     counted: Vec::new(),
     quota: None,
 };
@@ -217,26 +220,33 @@ impl Filters {
         }
         Err(r)
     }
+}
 
-    /// The response filters: what limits count of the answer, the
-    /// `RateLimit` fields, the header rules.
-    pub fn response(&self, owed: &Owed, resp: &mut Response<Body>, view: &RequestView<'_>) {
+/// Where a layer's filters keep what they owe in [`Passed::owed`].
+pub(super) const SITE: usize = 0;
+pub(super) const ROUTE: usize = 1;
+
+/// The response filter of a layer's limits: what they count of the answer
+/// (status, bytes) and the `RateLimit` fields.
+pub(super) struct LimitFields {
+    pub filters: Arc<Filters>,
+    /// [`SITE`] or [`ROUTE`].
+    pub layer: usize,
+}
+
+impl ResponseFilter for LimitFields {
+    fn response(&self, ex: &Exchange<'_>, resp: &mut Response<Body>) {
+        let owed = ex.passed.map_or(&NOTHING_OWED, |p| &p.owed[self.layer]);
         if !owed.counted.is_empty() {
             let now = now_ms();
             let bytes = super::content_length(resp.headers()).unwrap_or(0);
             for (i, key) in &owed.counted {
-                self.limiters[*i].answered(*key, resp.status().as_u16(), bytes, now);
+                self.filters.limiters[*i].answered(*key, resp.status().as_u16(), bytes, now);
             }
         }
         if let Some((i, q)) = owed.quota {
-            quota_fields(&self.limiters[i], q, resp.headers_mut());
+            quota_fields(&self.filters.limiters[i], q, resp.headers_mut());
         }
-        apply(
-            &self.cfg.response_headers,
-            resp.headers_mut(),
-            Some(view),
-            &[],
-        );
     }
 }
 

@@ -51,7 +51,9 @@ pub(super) enum Handler {
 pub(super) struct Route {
     pub cfg: weir_config::routes::RouteConfig,
     pub handler: Handler,
-    pub filters: Option<super::filter::Filters>,
+    pub filters: Option<Arc<super::filter::Filters>>,
+    /// The response filters of its answers (the site's layer included).
+    pub response: super::ResponseFilters,
     pub counts: Arc<weir_http::metrics::RequestCounts>,
 }
 
@@ -160,13 +162,15 @@ impl Handler {
 
 /// `cache`: the site's cache policy, for the site's own proxy, and
 /// `compress` the compression of its answers; `route`: the route it
-/// answers (`*`: the site's own handler).
+/// answers (`*`: the site's own handler); `site_filters`: the site's, whose
+/// response filters follow a route's own.
 pub(super) fn build_handler(
     site: &str,
     route: &str,
     h: &HandlerConfig,
     cache: Option<&Arc<weir_config::cache::CachePolicy>>,
     compress: Option<&Arc<weir_config::files::CompressOptions>>,
+    site_filters: Option<&Arc<super::filter::Filters>>,
     b: &Build<'_>,
 ) -> Result<Handler, SiteError> {
     Ok(match h {
@@ -246,27 +250,41 @@ pub(super) fn build_handler(
                 .iter()
                 .map(|r| {
                     let label = super::route_label(&r.pattern);
+                    let handler = build_handler(
+                        site,
+                        &label,
+                        &r.handler,
+                        r.cache.as_ref(),
+                        r.compress.as_ref(),
+                        site_filters,
+                        b,
+                    )?;
+                    let filters = super::filter::Filters::build(
+                        &r.filters,
+                        format!("site \"{site}\" route {label}"),
+                        b.workers,
+                    )
+                    .map(Arc::new);
+                    let compress = r.compress.as_ref().filter(|_| handler.filter_compresses());
                     Ok(Route {
                         cfg: r.clone(),
-                        handler: build_handler(
-                            site,
-                            &label,
-                            &r.handler,
-                            r.cache.as_ref(),
-                            r.compress.as_ref(),
-                            b,
-                        )?,
-                        filters: super::filter::Filters::build(
-                            &r.filters,
-                            format!("site \"{site}\" route {label}"),
-                            b.workers,
-                        ),
+                        response: super::response::chain(compress, filters.as_ref(), site_filters),
+                        handler,
+                        filters,
                         counts: b.registry.counts(site, &label),
                     })
                 })
                 .collect::<Result<_, SiteError>>()?,
             fallback: match fallback {
-                Some(f) => Some(Box::new(build_handler(site, "*", f, cache, compress, b)?)),
+                Some(f) => Some(Box::new(build_handler(
+                    site,
+                    "*",
+                    f,
+                    cache,
+                    compress,
+                    site_filters,
+                    b,
+                )?)),
                 None => None,
             },
         },
@@ -609,24 +627,25 @@ fn redirect_https(parts: &http::request::Parts, port: u16) -> Response<Body> {
 }
 
 impl<'a> Target<'a> {
-    /// The compression the response filter applies to this target's
-    /// answer: the route's or the site's, for the handlers that do not
-    /// compress by themselves (static files negotiate their own coding; a
-    /// cache's answers were compressed before it stored them).
-    pub(super) fn compression(
-        &self,
-        site: &'a weir_config::SiteConfig,
-    ) -> Option<&'a weir_config::files::CompressOptions> {
-        let applies = |h: &Handler| {
-            !matches!(
-                h,
-                Handler::Static(_) | Handler::Cached(..) | Handler::Routes { .. }
-            )
-        };
+    /// The response filters this target's answer passes.
+    pub(super) fn response_filters(&self, site: &'a super::Site) -> &'a super::ResponseFilters {
         match self {
-            Target::Route { route, .. } if applies(&route.handler) => route.cfg.compress.as_deref(),
-            Target::Handler(h) if applies(h) => site.compress.as_deref(),
-            _ => None,
+            Target::Route { route, .. } => &route.response,
+            Target::Handler(_) => &site.response,
+            Target::NotFound => &site.not_found,
         }
+    }
+}
+
+impl Handler {
+    /// Whether the compression response filter takes this handler's
+    /// answers: not those of static files (they negotiate their own
+    /// coding), of a cache (compressed before it stored them) or of routes
+    /// (each has its own).
+    pub(super) fn filter_compresses(&self) -> bool {
+        !matches!(
+            self,
+            Handler::Static(_) | Handler::Cached(..) | Handler::Routes { .. }
+        )
     }
 }

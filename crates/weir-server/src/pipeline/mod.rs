@@ -4,7 +4,8 @@
 //! bottom: request head ([`request_head`]: limits, ACME tokens) → route
 //! ([`route`]: site by Host, route by path) → request filters (where limits,
 //! access control and rewrites plug in) → handler ([`handler`]) → response
-//! filters ([`response`], then compression: [`compress`]) → log ([`log`]).
+//! filters ([`response`]: the site's base, then the filters registered for
+//! the route or site, such as [`compress`]) → log ([`log`]).
 //!
 //! Never blocks and never allocates on the cached static path beyond the
 //! response itself: sites are chosen by comparing bytes, headers that never
@@ -23,6 +24,7 @@ mod handler;
 mod log;
 mod request_head;
 mod response;
+mod response_headers;
 mod route;
 
 use crate::access_log::AccessLog;
@@ -41,7 +43,11 @@ pub struct Site {
     /// Requests its own handler answered (routes count their own).
     counts: Arc<RequestCounts>,
     /// Its limits, access control and header rules (`None`: it has none).
-    filters: Option<filter::Filters>,
+    filters: Option<Arc<filter::Filters>>,
+    /// The response filters of its own handler's (or fallback's) answers,
+    /// and of a routed site's 404 (no handler's).
+    response: ResponseFilters,
+    not_found: ResponseFilters,
     /// The proxies whose `X-Forwarded-For` is believed: the client address
     /// limits and address lists see is the one the site's proxies see.
     trusted: Vec<ipnet::IpNet>,
@@ -223,6 +229,44 @@ pub enum SiteError {
     },
 }
 
+/// What a response filter may read of the exchange it filters.
+struct Exchange<'a> {
+    /// The request as it reached the handler (after the request filters'
+    /// header rules and the route's rewrite).
+    pub req: &'a RequestView<'a>,
+    /// What the request filters' limits owe the answer (`None`: nothing).
+    pub passed: Option<&'a filter::Passed>,
+}
+
+/// One response filter: a step every answer of the routes and sites it is
+/// registered for passes, whichever handler made it (a refusal of a
+/// request filter included).
+trait ResponseFilter: Send + Sync {
+    /// Changes the answer's head, or wraps its body.
+    fn response(&self, ex: &Exchange<'_>, resp: &mut Response<Body>);
+}
+
+/// The response filters of one route, or of a site's own handler, in the
+/// order they run.
+#[derive(Default)]
+struct ResponseFilters(Box<[Box<dyn ResponseFilter>]>);
+
+impl ResponseFilters {
+    pub fn new(list: Vec<Box<dyn ResponseFilter>>) -> Self {
+        ResponseFilters(list.into_boxed_slice())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn run(&self, ex: &Exchange<'_>, resp: &mut Response<Body>) {
+        for f in &self.0 {
+            f.response(ex, resp);
+        }
+    }
+}
+
 /// The sites of one listening address as connections read them: replaced
 /// whole by a reload; a connection takes the current one at each request.
 pub type Current = arc_swap::ArcSwap<Listener>;
@@ -251,16 +295,28 @@ pub fn build_sites(
             if let Some(same) = previous.iter().find(|p| p.cfg == *s && p.caches_in(cache)) {
                 return Ok(same.clone());
             }
+            let filters =
+                filter::Filters::build(&s.filters, format!("site \"{}\"", s.name), b.workers)
+                    .map(Arc::new);
             let handler = handler::build_handler(
                 &s.name,
                 "*",
                 &s.handler,
                 s.cache.as_ref(),
                 s.compress.as_ref(),
+                filters.as_ref(),
                 &b,
             )?;
-            let filters =
-                filter::Filters::build(&s.filters, format!("site \"{}\"", s.name), b.workers);
+            let own = match &handler {
+                Handler::Routes { fallback, .. } => fallback.as_deref(),
+                h => Some(h),
+            };
+            let compress = s
+                .compress
+                .as_ref()
+                .filter(|_| own.is_some_and(Handler::filter_compresses));
+            let response = response::chain(compress, None, filters.as_ref());
+            let not_found = response::chain(None, None, filters.as_ref());
             let relay = s.passthrough.as_ref().map(|p| {
                 let same = previous
                     .iter()
@@ -287,6 +343,8 @@ pub fn build_sites(
                 access_log,
                 counts,
                 filters,
+                response,
+                not_found,
                 trusted,
                 relay,
             }))
@@ -404,7 +462,7 @@ impl Listener {
             },
         );
         let (counts, route_filters) = match &target {
-            handler::Target::Route { route, .. } => (&route.counts, route.filters.as_ref()),
+            handler::Target::Route { route, .. } => (&route.counts, route.filters.as_deref()),
             _ => (&site.counts, None),
         };
         let bytes_in = content_length(&parts.headers);
@@ -415,7 +473,7 @@ impl Listener {
             handler::Target::Route { captures, .. } => captures,
             _ => &[],
         };
-        let filtered = match (site.filters.as_ref(), route_filters) {
+        let filtered = match (site.filters.as_deref(), route_filters) {
             (None, None) => Ok(None),
             (s, r)
                 if !s.is_some_and(filter::Filters::waits)
@@ -435,7 +493,7 @@ impl Listener {
             // without it must not pay for moving it.
             (s, r) => Box::pin(filter::run([s, r], &mut parts, conn, client, captures)).await,
         };
-        let max_body = [site.filters.as_ref(), route_filters]
+        let max_body = [site.filters.as_deref(), route_filters]
             .into_iter()
             .flatten()
             .filter_map(|f| f.cfg.max_body)
@@ -458,9 +516,9 @@ impl Listener {
             ),
             Err(refused) => (refused, None),
         };
-        // Response filters: error pages, the Server and extra headers,
-        // Alt-Svc; compression of what the handler did not encode itself;
-        // then the filters' (limits' counts and fields, header rules,
+        // Response filters: the site's base (error pages, the Server and
+        // extra headers, Alt-Svc), then those registered for the route or
+        // site (compression, the limits' counts and fields, header rules,
         // which may remove any of those).
         response::finish(
             &site.cfg,
@@ -468,27 +526,19 @@ impl Listener {
             &mut resp,
             parts.method == http::Method::HEAD,
         );
-        if let Some(opts) = target.compression(&site.cfg) {
-            compress::filter(opts, &parts.method, &parts.headers, &mut resp);
-        }
-        if site.filters.is_some() || route_filters.is_some() {
+        let registered = target.response_filters(site);
+        if !registered.is_empty() {
             let view = RequestView {
                 parts: &parts,
                 host: request_head::request_host(&parts),
                 client,
                 tls: conn.tls,
             };
-            let owed = |i: usize| {
-                passed
-                    .as_ref()
-                    .map_or(&filter::NOTHING_OWED, |p| &p.owed[i])
+            let ex = Exchange {
+                req: &view,
+                passed: passed.as_deref(),
             };
-            if let Some(f) = route_filters {
-                f.response(owed(1), &mut resp, &view);
-            }
-            if let Some(f) = &site.filters {
-                f.response(owed(0), &mut resp, &view);
-            }
+            registered.run(&ex, &mut resp);
         }
         drop(passed);
         // Log: the metrics, then the access log.
@@ -599,6 +649,78 @@ mod tests {
         let size = std::mem::size_of_val(&fut);
         eprintln!("request future: {size} bytes");
         assert!(size <= 1600, "request future is {size} bytes");
+    }
+
+    /// The registration table (`response::chain`) builds each list once:
+    /// a site whose filters have nothing to do after the handler gets an
+    /// empty one (its answers pay one branch); a proxy with `compress` gets
+    /// compression; a route runs its header rules before its site's, so the
+    /// site has the last word, and a routed site's 404 is never compressed.
+    #[test]
+    fn response_filters_are_registered_once_per_route_and_site() {
+        let cfg = weir_config::load_str(
+            "t.toml",
+            "[site.\"a\"]\nlisten = [\"127.0.0.1:1\"]\nroot = \".\"\n\
+             request_headers = { set = { X-In = \"1\" } }\n\
+             [site.\"b\"]\nlisten = [\"127.0.0.1:1\"]\ncompress = true\n\
+             response_headers = { set = { X-Who = \"site\" }, add = { X-Seen = \"site\" } }\n\
+             [[site.\"b\".route]]\npath = \"/api/\"\nproxy = { to = [\"127.0.0.1:2\"] }\ncompress = true\n\
+             response_headers = { set = { X-Who = \"route\" }, add = { X-Seen = \"route\" } }\n",
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let sites = build_sites(&cfg, &[], &Registry::new(1), &test_store()).unwrap();
+        assert!(sites[0].response.is_empty() && sites[0].not_found.is_empty());
+        let Handler::Routes { routes, .. } = &sites[1].handler else {
+            panic!("not a routed site");
+        };
+        let (parts, _) = Request::get("/api/x").body(()).unwrap().into_parts();
+        let view = RequestView {
+            parts: &parts,
+            host: "b",
+            client: [127, 0, 0, 1].into(),
+            tls: false,
+        };
+        let ex = Exchange {
+            req: &view,
+            passed: None,
+        };
+        let mut resp = Response::new(Body::empty());
+        routes[0].response.run(&ex, &mut resp);
+        assert_eq!(resp.headers()["x-who"], "site");
+        let seen: Vec<_> = resp.headers().get_all("x-seen").iter().collect();
+        assert_eq!(seen, ["route", "site"]);
+        // Compression is the route's first filter: a text answer is coded.
+        let (mut parts, _) = Request::get("/api/x").body(()).unwrap().into_parts();
+        parts.headers.insert(
+            http::header::ACCEPT_ENCODING,
+            HeaderValue::from_static("gzip"),
+        );
+        let view = RequestView {
+            parts: &parts,
+            host: "b",
+            client: [127, 0, 0, 1].into(),
+            tls: false,
+        };
+        let ex = Exchange {
+            req: &view,
+            passed: None,
+        };
+        let text = || {
+            let mut r = Response::new(Body::from("x".repeat(4096)));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html"),
+            );
+            r
+        };
+        let mut resp = text();
+        routes[0].response.run(&ex, &mut resp);
+        assert_eq!(resp.headers()["content-encoding"], "gzip");
+        let mut resp = text();
+        sites[1].not_found.run(&ex, &mut resp);
+        assert!(!resp.headers().contains_key("content-encoding"));
+        assert_eq!(resp.headers()["x-who"], "site");
     }
 
     /// The proxy's future is boxed per request (see `leaf`), so its size is
