@@ -16,7 +16,7 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::task::{Context, Poll, Waker, ready};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -335,6 +335,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::task::Waker;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     const LIMITS: Limits = Limits {
