@@ -290,7 +290,7 @@ impl Cache {
         };
         let mut up = fetch::upstream_request(parts, policy, stale.as_deref());
         let request_time = now();
-        let resp = self
+        let mut resp = self
             .inner
             .origin
             .fetch(&mut up, Body::empty(), conn, path)
@@ -298,143 +298,153 @@ impl Cache {
         let response_time = now();
         let status = resp.status();
         store.count(conn.worker, counter::MISS, 1);
-
-        if let Some(old) = &stale {
-            // §4.3.3, §4.3.4: the stored response is still good: freshen it.
-            if status == StatusCode::NOT_MODIFIED {
-                let mut headers = old.headers.clone();
-                rules::freshen(&mut headers, resp.headers(), policy);
-                let cc = CacheControl::parse(&headers);
-                let mut fresh = Freshness::new(
-                    old.status,
-                    &headers,
-                    &cc,
-                    request_time,
-                    response_time,
-                    policy,
-                );
-                // The age counts from this validation, as the 304 gives it.
-                fresh.initial_age = rules::initial_age(resp.headers(), request_time, response_time);
-                let mut new = old.with(headers, fresh, old.share_body());
-                if resp.headers().contains_key(&policy.tags_header) {
-                    new.tags = fetch::tags(resp.headers(), policy);
-                }
-                let new = Arc::new(new);
-                store.replace(primary, old, new.clone());
-                land(Landing::Stored(new.clone()));
-                store.count(conn.worker, counter::REVALIDATED, 1);
-                return from_object(
-                    parts,
-                    &new,
-                    response_time,
-                    forward("stale", Some(304), true, false, None),
-                )
-                .unwrap_or_else(gone);
-            }
-            // The origin fails and allowed a stale copy to stand in
-            // (RFC 5861 `stale-if-error`, or the policy's), or no upstream
-            // could be reached at all (§4.2.4: disconnected).
-            let disconnected = rules::is_origin_error(status)
-                && resp.extensions().get::<weir_proxy::Unreachable>().is_some();
-            let why = if !rules::is_origin_error(status) {
-                None
-            } else if old.fresh.serves_on_error(response_time, req_cc) {
-                Some("stale-if-error")
-            } else if disconnected && old.fresh.serves_disconnected() {
-                Some("unreachable")
-            } else {
-                None
-            };
-            if why.is_none()
-                && disconnected
-                && let Some(directive) = CacheControl::parse(&old.headers).must_revalidate_shared()
-            {
-                land(Landing::Pass);
-                return self.must_revalidate_error(parts, primary, status, directive);
-            }
-            if let Some(why) = why {
-                land(Landing::Stored(old.clone()));
-                store.count(conn.worker, counter::STALE_ERROR, 1);
-                let st = forward("stale", Some(status.as_u16()), false, false, Some(why));
-                if let Some(r) = from_object(parts, old, response_time, st) {
-                    return r;
-                }
-            }
-        }
-
-        let cc = CacheControl::parse(resp.headers());
-        let verdict = rules::storable(
-            &rules::Exchange {
-                method: &up.method,
-                req: &parts.headers,
-                req_cc,
-                status,
-                resp: resp.headers(),
-                cc: &cc,
-            },
-            policy,
-        )
-        .and_then(
-            |()| match weir_http::fields::content_length(resp.headers()) {
-                Ok(Some(n)) if n > store.max_object_size() => Err(rules::Uncacheable::TooLarge),
-                _ => Ok(()),
-            },
-        )
-        .and_then(|()| {
-            // Never fresh and nothing to validate with: storing it would
-            // only serve it stale.
-            let h = resp.headers();
-            let lifetime = rules::freshness_lifetime(status, h, &cc, response_time, policy);
-            if lifetime == 0
-                && !h.contains_key(header::ETAG)
-                && !h.contains_key(header::LAST_MODIFIED)
-            {
-                Err(rules::Uncacheable::NoFreshness)
-            } else {
-                Ok(())
-            }
-        });
-        let fwd = if stale.is_some() { "stale" } else { "miss" };
-        match verdict {
-            Err(why) => {
-                // A failing origin is not an uncacheable URL, and leaves
-                // the stored response to validate again later.
-                if !rules::is_origin_error(status) {
-                    if let Some(old) = &stale {
-                        store.remove(primary, old);
+        // The proxy's attempts (for the access log) stay with whichever
+        // answer the cache gives, built from the object or passed on.
+        let attempts = resp.extensions_mut().remove::<weir_proxy::Attempts>();
+        let mut answer = (|| {
+            if let Some(old) = &stale {
+                // §4.3.3, §4.3.4: the stored response is still good: freshen it.
+                if status == StatusCode::NOT_MODIFIED {
+                    let mut headers = old.headers.clone();
+                    rules::freshen(&mut headers, resp.headers(), policy);
+                    let cc = CacheControl::parse(&headers);
+                    let mut fresh = Freshness::new(
+                        old.status,
+                        &headers,
+                        &cc,
+                        request_time,
+                        response_time,
+                        policy,
+                    );
+                    // The age counts from this validation, as the 304 gives it.
+                    fresh.initial_age =
+                        rules::initial_age(resp.headers(), request_time, response_time);
+                    let mut new = old.with(headers, fresh, old.share_body());
+                    if resp.headers().contains_key(&policy.tags_header) {
+                        new.tags = fetch::tags(resp.headers(), policy);
                     }
-                    store.mark_uncacheable(primary, why);
+                    let new = Arc::new(new);
+                    store.replace(primary, old, new.clone());
+                    land(Landing::Stored(new.clone()));
+                    store.count(conn.worker, counter::REVALIDATED, 1);
+                    return from_object(
+                        parts,
+                        &new,
+                        response_time,
+                        forward("stale", Some(304), true, false, None),
+                    )
+                    .unwrap_or_else(gone);
                 }
-                land(Landing::Pass);
-                self.passed(
-                    parts,
-                    resp,
-                    forward(fwd, Some(status.as_u16()), false, false, Some(why.as_str())),
-                )
-            }
-            Ok(()) => {
-                let head =
-                    fetch::object(&up, extra, resp, &cc, policy, request_time, response_time);
-                let obj = Arc::new(head.obj);
-                store.insert(primary, obj.clone());
-                land(Landing::Stored(obj.clone()));
-                if let ObjBody::Filling(_) = &obj.body {
-                    tokio::spawn(fetch::pump(
-                        store.clone(),
-                        primary.clone(),
-                        obj.clone(),
-                        head.body,
-                    ));
+                // The origin fails and allowed a stale copy to stand in
+                // (RFC 5861 `stale-if-error`, or the policy's), or no upstream
+                // could be reached at all (§4.2.4: disconnected).
+                let disconnected = rules::is_origin_error(status)
+                    && resp.extensions().get::<weir_proxy::Unreachable>().is_some();
+                let why = if !rules::is_origin_error(status) {
+                    None
+                } else if old.fresh.serves_on_error(response_time, req_cc) {
+                    Some("stale-if-error")
+                } else if disconnected && old.fresh.serves_disconnected() {
+                    Some("unreachable")
+                } else {
+                    None
+                };
+                if why.is_none()
+                    && disconnected
+                    && let Some(directive) =
+                        CacheControl::parse(&old.headers).must_revalidate_shared()
+                {
+                    land(Landing::Pass);
+                    return self.must_revalidate_error(parts, primary, status, directive);
                 }
-                from_object(
-                    parts,
-                    &obj,
-                    response_time,
-                    forward(fwd, Some(status.as_u16()), true, false, None),
-                )
-                .unwrap_or_else(gone)
+                if let Some(why) = why {
+                    land(Landing::Stored(old.clone()));
+                    store.count(conn.worker, counter::STALE_ERROR, 1);
+                    let st = forward("stale", Some(status.as_u16()), false, false, Some(why));
+                    if let Some(r) = from_object(parts, old, response_time, st) {
+                        return r;
+                    }
+                }
             }
+
+            let cc = CacheControl::parse(resp.headers());
+            let verdict = rules::storable(
+                &rules::Exchange {
+                    method: &up.method,
+                    req: &parts.headers,
+                    req_cc,
+                    status,
+                    resp: resp.headers(),
+                    cc: &cc,
+                },
+                policy,
+            )
+            .and_then(
+                |()| match weir_http::fields::content_length(resp.headers()) {
+                    Ok(Some(n)) if n > store.max_object_size() => Err(rules::Uncacheable::TooLarge),
+                    _ => Ok(()),
+                },
+            )
+            .and_then(|()| {
+                // Never fresh and nothing to validate with: storing it would
+                // only serve it stale.
+                let h = resp.headers();
+                let lifetime = rules::freshness_lifetime(status, h, &cc, response_time, policy);
+                if lifetime == 0
+                    && !h.contains_key(header::ETAG)
+                    && !h.contains_key(header::LAST_MODIFIED)
+                {
+                    Err(rules::Uncacheable::NoFreshness)
+                } else {
+                    Ok(())
+                }
+            });
+            let fwd = if stale.is_some() { "stale" } else { "miss" };
+            match verdict {
+                Err(why) => {
+                    // A failing origin is not an uncacheable URL, and leaves
+                    // the stored response to validate again later.
+                    if !rules::is_origin_error(status) {
+                        if let Some(old) = &stale {
+                            store.remove(primary, old);
+                        }
+                        store.mark_uncacheable(primary, why);
+                    }
+                    land(Landing::Pass);
+                    self.passed(
+                        parts,
+                        resp,
+                        forward(fwd, Some(status.as_u16()), false, false, Some(why.as_str())),
+                    )
+                }
+                Ok(()) => {
+                    let head =
+                        fetch::object(&up, extra, resp, &cc, policy, request_time, response_time);
+                    let obj = Arc::new(head.obj);
+                    store.insert(primary, obj.clone());
+                    land(Landing::Stored(obj.clone()));
+                    if let ObjBody::Filling(_) = &obj.body {
+                        tokio::spawn(fetch::pump(
+                            store.clone(),
+                            primary.clone(),
+                            obj.clone(),
+                            head.body,
+                        ));
+                    }
+                    from_object(
+                        parts,
+                        &obj,
+                        response_time,
+                        forward(fwd, Some(status.as_u16()), true, false, None),
+                    )
+                    .unwrap_or_else(gone)
+                }
+            }
+        })();
+        if let Some(a) = attempts {
+            answer.extensions_mut().insert(a);
         }
+        answer
     }
 
     /// RFC 9111 §5.2.2.2 (§5.2.2.8, §5.2.2.10 for `proxy-revalidate` and

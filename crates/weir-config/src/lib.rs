@@ -15,6 +15,7 @@ pub mod error;
 pub mod fastcgi;
 pub mod files;
 mod introspect;
+pub mod log_format;
 mod parse;
 pub mod proxy;
 pub mod raw;
@@ -146,6 +147,8 @@ pub struct SiteConfig {
     /// Extra response headers.
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub access_log: Option<AccessLogConfig>,
+    /// An ID per request, sent upstream, logged and shown on error pages.
+    pub request_id: Option<log_format::RequestIdConfig>,
     /// The cache in front of the site's own proxy, and of routes that say
     /// nothing about caching.
     pub cache: Option<Arc<cache::CachePolicy>>,
@@ -240,18 +243,7 @@ impl HandlerConfig {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct AccessLogConfig {
-    /// `None`: standard output.
-    pub path: Option<PathBuf>,
-    pub format: AccessLogFormat,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AccessLogFormat {
-    Combined,
-    Json,
-}
+pub use log_format::{AccessLogConfig, LogFormat, LogSink};
 
 impl Default for Timeouts {
     fn default() -> Self {
@@ -421,10 +413,12 @@ pub fn load_str_with(
         );
     }
 
+    let log_formats = named_log_formats(&mut c, &raw.log_format);
     let ctx = SiteContext {
         base,
         bind_ip,
         tls: &tls_global,
+        log_formats: &log_formats,
     };
     let mut sites = Sites::default();
     let doc = toml::de::DeTable::parse(src).ok();
@@ -474,6 +468,8 @@ struct SiteContext<'a> {
     base: &'a Path,
     bind_ip: IpAddr,
     tls: &'a TlsGlobal,
+    /// `[log_format.NAME]`, compiled.
+    log_formats: &'a HashMap<String, Arc<LogFormat>>,
 }
 
 /// The sites validated so far and the addresses they listen on.
@@ -529,6 +525,7 @@ fn bare_site(name: String, host: HostPattern, handler: HandlerConfig) -> SiteCon
         error_pages: HashMap::new(),
         headers: Vec::new(),
         access_log: None,
+        request_id: None,
         cache: None,
         compress: None,
         filters: Default::default(),
@@ -625,6 +622,19 @@ fn load_site(
     }
     let redirect_from =
         http_redirect_from(c, ctx.bind_ip, name, raw_site, has_tls, &addrs, name_port);
+    let access_log = access_log(c, ctx, name, raw_site);
+    let request_id = request_id(c, name, raw_site);
+    let mut handler = handler;
+    let attempts = access_log
+        .as_ref()
+        .is_some_and(|a| a.format.uses_upstream());
+    if attempts || request_id.is_some() {
+        tell_proxies(
+            &mut handler,
+            attempts,
+            request_id.as_ref().map(|r| &r.header),
+        );
+    }
 
     out.sites.push(SiteConfig {
         name: name.to_string(),
@@ -633,7 +643,8 @@ fn load_site(
         tls,
         error_pages: load_error_pages(c, ctx.base, name, raw_site),
         headers: parse_headers(c, name, raw_site),
-        access_log: access_log(c, ctx.base, name, raw_site),
+        access_log,
+        request_id,
         cache: site_cache,
         compress: site_compress,
         filters: Arc::new(filters),
@@ -797,36 +808,217 @@ fn http_redirect_from(
     }
 }
 
-/// A site's `access_log`.
-fn access_log(
+/// Tells every proxy of `h` what the site's log needs of it: its attempts
+/// recorded, the request ID field its own log lines name.
+fn tell_proxies(h: &mut HandlerConfig, attempts: bool, request_id: Option<&http::HeaderName>) {
+    match h {
+        HandlerConfig::Proxy(p) => {
+            let p = Arc::make_mut(p);
+            p.record_attempts = attempts;
+            p.request_id = request_id.cloned();
+        }
+        HandlerConfig::Routes { routes, fallback } => {
+            for r in routes {
+                tell_proxies(&mut r.handler, attempts, request_id);
+            }
+            if let Some(f) = fallback {
+                tell_proxies(f, attempts, request_id);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A site's `request_id`.
+fn request_id(
     c: &mut Collector<'_>,
-    base: &Path,
     name: &str,
     raw_site: &RawSite,
-) -> Option<AccessLogConfig> {
-    let a = raw_site.access_log.as_ref()?;
-    let (path, format) = match a.get_ref() {
-        RawAccessLog::Path(p) => (p.clone(), None),
-        RawAccessLog::Full { path, format } => (path.clone(), format.clone()),
+) -> Option<log_format::RequestIdConfig> {
+    let r = raw_site.request_id.as_ref()?;
+    let (header, response) = match r.get_ref() {
+        raw::RawRequestId::On(false) => return None,
+        raw::RawRequestId::On(true) => (None, false),
+        raw::RawRequestId::Full { header, response } => {
+            (header.as_deref(), response.unwrap_or(false))
+        }
     };
-    let format = match format.as_deref() {
-        None | Some("combined") => AccessLogFormat::Combined,
-        Some("json") => AccessLogFormat::Json,
-        Some(other) => {
+    let header = match http::HeaderName::from_bytes(header.unwrap_or("x-request-id").as_bytes()) {
+        Ok(h) => h,
+        Err(_) => {
             c.at(
-                a.span(),
+                r.span(),
                 format!(
-                    "site \"{name}\": access_log format `{other}` is unknown; use \"combined\" or \"json\""
+                    "site \"{name}\": request_id: `{}` is not a header name",
+                    header.unwrap_or_default()
                 ),
             );
             return None;
         }
     };
-    let path = match path.as_str() {
-        "stdout" | "-" => None,
-        p => Some(base.join(p)),
+    Some(log_format::RequestIdConfig { header, response })
+}
+
+/// `[log_format.NAME]`, each compiled once.
+fn named_log_formats(
+    c: &mut Collector<'_>,
+    raw: &indexmap::IndexMap<String, serde_spanned::Spanned<raw::RawLogFormat>>,
+) -> HashMap<String, Arc<LogFormat>> {
+    let mut out = HashMap::new();
+    for (name, f) in raw {
+        let f = f.get_ref();
+        if LogFormat::builtin(name).is_some() {
+            c.at(
+                f.format.span(),
+                format!("log_format.{name}: `{name}` is a built-in format's name; choose another"),
+            );
+            continue;
+        }
+        let escape = match f
+            .escape
+            .as_ref()
+            .map(|e| (e.span(), log_format::escape(e.get_ref())))
+        {
+            None => log_format::Escape::Default,
+            Some((_, Ok(e))) => e,
+            Some((span, Err(e))) => {
+                c.at(span, format!("log_format.{name}: {e}"));
+                continue;
+            }
+        };
+        match LogFormat::template(f.format.get_ref(), escape) {
+            Ok(t) => {
+                out.insert(name.clone(), Arc::new(t));
+            }
+            Err(e) => c.at(f.format.span(), format!("log_format.{name}: {e}")),
+        }
+    }
+    out
+}
+
+/// A site's `access_log`.
+fn access_log(
+    c: &mut Collector<'_>,
+    ctx: &SiteContext<'_>,
+    name: &str,
+    raw_site: &RawSite,
+) -> Option<AccessLogConfig> {
+    use log_format as lf;
+    let a = raw_site.access_log.as_ref()?;
+    let span = a.span();
+    let fail = |c: &mut Collector<'_>, msg: String| {
+        c.at(span.clone(), format!("site \"{name}\": access_log: {msg}"));
     };
-    Some(AccessLogConfig { path, format })
+    let (path, format, escape, syslog, facility, tag, cond, sample) = match a.get_ref() {
+        RawAccessLog::Path(p) => (Some(p), None, None, None, None, None, None, None),
+        RawAccessLog::Full {
+            path,
+            format,
+            escape,
+            syslog,
+            facility,
+            tag,
+            condition,
+            sample,
+        } => (
+            path.as_ref(),
+            format.as_deref(),
+            escape.as_deref(),
+            syslog.as_deref(),
+            facility.as_deref(),
+            tag.as_deref(),
+            condition.as_deref(),
+            *sample,
+        ),
+    };
+    let escape = match escape.map(lf::escape).transpose() {
+        Ok(e) => e,
+        Err(e) => {
+            fail(c, e);
+            return None;
+        }
+    };
+    let format = match format.unwrap_or("combined") {
+        t if t.contains(['{', '}']) => {
+            match LogFormat::template(t, escape.unwrap_or(lf::Escape::Default)) {
+                Ok(f) => Arc::new(f),
+                Err(e) => {
+                    fail(c, e);
+                    return None;
+                }
+            }
+        }
+        n => match (LogFormat::builtin(n), ctx.log_formats.get(n)) {
+            (Some(f), _) => Arc::new(f),
+            (None, Some(f)) => f.clone(),
+            (None, None) => {
+                let mut known: Vec<&str> = vec!["combined", "common", "json"];
+                known.extend(ctx.log_formats.keys().map(String::as_str));
+                let hint = match error::suggest(n, &known) {
+                    Some(s) => format!("did you mean `{s}`?"),
+                    None => format!(
+                        "use \"combined\", \"common\", \"json\", a [log_format] name or a template with {{variables}} (known: {})",
+                        known.join(", ")
+                    ),
+                };
+                fail(c, format!("format `{n}` is unknown; {hint}"));
+                return None;
+            }
+        },
+    };
+    let sink = match (path, syslog) {
+        (Some(_), Some(_)) => {
+            fail(c, "`path` and `syslog` exclude each other".into());
+            return None;
+        }
+        (None, None) => {
+            fail(
+                c,
+                "give a `path` (a file or \"stdout\") or a `syslog` address".into(),
+            );
+            return None;
+        }
+        (Some(p), None) => match p.as_str() {
+            "stdout" | "-" => LogSink::Stdout,
+            p => LogSink::File(ctx.base.join(p)),
+        },
+        (None, Some(to)) => {
+            let to = lf::syslog_target(to);
+            let facility = lf::facility(facility.unwrap_or("local7"));
+            match (to, facility) {
+                (Ok(to), Ok(facility)) => LogSink::Syslog(lf::SyslogConfig {
+                    to,
+                    facility,
+                    tag: tag.unwrap_or("weir").to_string(),
+                }),
+                (Err(e), _) | (_, Err(e)) => {
+                    fail(c, e);
+                    return None;
+                }
+            }
+        }
+    };
+    if !matches!(sink, LogSink::Syslog(_)) && (facility.is_some() || tag.is_some()) {
+        fail(c, "`facility` and `tag` are for `syslog`".into());
+    }
+    let condition = match cond.map(lf::condition).transpose() {
+        Ok(c) => c,
+        Err(e) => {
+            fail(c, e);
+            return None;
+        }
+    };
+    let sample = sample.unwrap_or(1.0);
+    if !(0.0..=1.0).contains(&sample) {
+        fail(c, format!("sample {sample} is not between 0 and 1"));
+        return None;
+    }
+    Some(AccessLogConfig {
+        sink,
+        format,
+        condition,
+        sample,
+    })
 }
 
 fn validate_server(c: &mut Collector<'_>, s: &RawServer) -> ServerConfig {
@@ -1978,7 +2170,7 @@ mod tests {
                 "weir.toml:8:7: site \":8081\": `passthrough` routes by the TLS server name; name the site by a host",
                 "weir.toml:8:7: site \":8081\": a `passthrough` site never answers HTTP, so it cannot be the `default`",
                 "weir.toml:13:17: site \":8082\": http_redirect needs `tls` on the site",
-                "weir.toml:14:14: site \":8082\": access_log format `xml` is unknown; use \"combined\" or \"json\"",
+                "weir.toml:14:14: site \":8082\": access_log: format `xml` is unknown; use \"combined\", \"common\", \"json\", a [log_format] name or a template with {variables} (known: combined, common, json)",
                 "weir.toml:16:7: site \":8083\": `app` is the site's handler; remove `root` (use a route for some paths)",
                 "weir.toml:20:9: site \":8084\": `cache` keeps responses of a proxy; add `proxy = { to = [...] }` or a route",
                 "weir.toml:21:1: site \":8085\" has nothing to serve: add `root = \"/path/to/files\"`",

@@ -45,6 +45,14 @@ pub struct ProxyConfig {
     pub tls_verify: bool,
     pub sni: Option<String>,
     pub dns_ttl: Duration,
+    /// Each attempt's upstream, status and times are kept with the answer
+    /// for the access log (set when the site's log format uses them).
+    pub record_attempts: bool,
+    /// The field holding the request's ID, named in the proxy's log lines.
+    pub request_id: Option<http::HeaderName>,
+    /// Send W3C `traceparent` upstream (the client's trace continued, a
+    /// new span per attempt).
+    pub traceparent: bool,
 }
 
 impl ProxyConfig {
@@ -79,6 +87,9 @@ impl ProxyConfig {
             tls_verify: true,
             sni: None,
             dns_ttl: Duration::from_secs(30),
+            record_attempts: false,
+            request_id: None,
+            traceparent: false,
         }
     }
 }
@@ -307,6 +318,7 @@ pub(crate) fn proxy_config(c: &mut Collector<'_>, key: &str, p: &Spanned<RawProx
         via: raw.via.unwrap_or(true),
         tls_verify: raw.tls_verify.unwrap_or(true),
         sni: raw.sni.clone(),
+        traceparent: raw.traceparent.unwrap_or(false),
         ..ProxyConfig::defaults()
     };
 

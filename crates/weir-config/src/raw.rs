@@ -36,6 +36,18 @@ pub struct RawConfig {
     pub tcp: IndexMap<String, Spanned<RawStream>>,
     /// Several weir processes as one, through Redis: `[cluster]`.
     pub cluster: Option<RawCluster>,
+    /// Named access-log formats sites use by name: `[log_format.main]`.
+    #[serde(default)]
+    pub log_format: IndexMap<String, Spanned<RawLogFormat>>,
+}
+
+/// `[log_format.NAME]`.
+#[derive(Debug, Deserialize)]
+pub struct RawLogFormat {
+    /// The template: `'{client_ip} "{method} {uri}" {status}'`. Required.
+    pub format: Spanned<String>,
+    /// `"default"` (nginx's), `"json"` or `"none"`; default `"default"`.
+    pub escape: Option<Spanned<String>>,
 }
 
 /// `[cluster]`.
@@ -359,6 +371,9 @@ pub struct RawSite {
     pub headers: Option<IndexMap<String, Spanned<String>>>,
     /// Access log; off by default. `"stdout"`, a file path, or `{ path, format }`.
     pub access_log: Option<Spanned<RawAccessLog>>,
+    /// An ID per request, sent upstream and logged: `true`, or
+    /// `{ header = "X-Request-ID", response = true }`. Default off.
+    pub request_id: Option<Spanned<RawRequestId>>,
     /// Routes by path, tried in file order before the site's own handler:
     /// `[[site."x".route]]` with `path = "/api/*"` and `proxy = { ... }`. None by default.
     pub route: Option<Vec<Spanned<RawRoute>>>,
@@ -761,6 +776,9 @@ pub struct RawProxy {
     pub tls_verify: Option<bool>,
     /// TLS server name sent to upstreams; default: the upstream's host.
     pub sni: Option<String>,
+    /// Send W3C `traceparent` upstream: the client's trace continued with
+    /// a new span per attempt, or a new trace; default false.
+    pub traceparent: Option<bool>,
     /// Upstream host names are resolved again after this; default 30s.
     pub dns_ttl: Option<Spanned<Value>>,
 }
@@ -793,6 +811,7 @@ impl RawProxy {
             send_proxy_protocol: None,
             tls_verify: None,
             sni: None,
+            traceparent: None,
             dns_ttl: None,
         }
     }
@@ -999,12 +1018,39 @@ pub struct RawFileCache {
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
+pub enum RawRequestId {
+    On(bool),
+    Full {
+        /// The request field that carries it; default `"X-Request-ID"`.
+        header: Option<String>,
+        /// Send it back in the response too; default false.
+        response: Option<bool>,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
 pub enum RawAccessLog {
     Path(String),
     Full {
-        path: String,
-        /// `"combined"` (default) or `"json"`.
+        /// A file, or `"stdout"`; not with `syslog`.
+        path: Option<String>,
+        /// `"combined"` (default), `"common"`, `"json"`, a `[log_format]`
+        /// name, or a template with `{variables}`.
         format: Option<String>,
+        /// An inline template's escaping: `"default"`, `"json"` or `"none"`.
+        escape: Option<String>,
+        /// `"udp://HOST:PORT"` or `"unix:///dev/log"`: RFC 5424 syslog.
+        syslog: Option<String>,
+        /// The syslog facility; default `"local7"`.
+        facility: Option<String>,
+        /// The syslog APP-NAME; default `"weir"`.
+        tag: Option<String>,
+        /// Only log answers for which it holds: `"status >= 400"`.
+        #[serde(rename = "if")]
+        condition: Option<String>,
+        /// The share of requests logged (after `if`), 0 to 1; default 1.
+        sample: Option<f64>,
     },
 }
 

@@ -8,6 +8,11 @@ use http::{Response, StatusCode};
 use crate::body::Body;
 
 /// A short plain-text error response.
+/// Marks an error answer whose text weir wrote (not an upstream's, not a
+/// custom page), with that text: a request ID can be added to it.
+#[derive(Clone, Copy, Debug)]
+pub struct OwnError(pub &'static str);
+
 pub fn error(status: StatusCode) -> Response<Body> {
     let text = match status {
         StatusCode::URI_TOO_LONG => "414 URI Too Long\n",
@@ -30,6 +35,7 @@ pub fn error(status: StatusCode) -> Response<Body> {
     };
     let mut r = Response::new(Body::full(Bytes::from_static(text.as_bytes())));
     *r.status_mut() = status;
+    r.extensions_mut().insert(OwnError(text));
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),

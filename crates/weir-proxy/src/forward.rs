@@ -209,6 +209,8 @@ pub struct Forwarding<'a> {
     pub x_forwarded: bool,
     pub forwarded: bool,
     pub via: Option<&'static str>,
+    /// Send W3C `traceparent`: the client's trace continued, or a new one.
+    pub traceparent: bool,
 }
 
 // Which of the client's forwarding fields do not go upstream: replaced by
@@ -218,6 +220,73 @@ const DROP_XFP: u8 = 2;
 const DROP_XFH: u8 = 4;
 const DROP_FORWARDED: u8 = 8;
 const DROP_VIA: u8 = 16;
+const DROP_TRACEPARENT: u8 = 32;
+
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+
+/// A W3C `traceparent` value (Trace Context §3.2): `00-TRACE-SPAN-FLAGS`,
+/// kept as the bytes that go upstream.
+#[derive(Clone, Copy)]
+pub struct TraceParent([u8; 55]);
+
+impl TraceParent {
+    /// The client's trace (a valid version-00 `traceparent`) with a span
+    /// of weir's as its parent, or a new trace when it sent none valid.
+    pub fn continue_or_start(client: Option<&HeaderValue>) -> TraceParent {
+        const H: &[u8; 16] = b"0123456789abcdef";
+        let mut b = *b"00-00000000000000000000000000000000-0000000000000000-00";
+        match client
+            .map(HeaderValue::as_bytes)
+            .filter(|v| valid_traceparent(v))
+        {
+            Some(v) => {
+                b[3..35].copy_from_slice(&v[3..35]);
+                b[53..55].copy_from_slice(&v[53..55]);
+            }
+            None => {
+                // Never all zeros (an invalid trace ID).
+                let id = fastrand::u128(1..);
+                for (i, d) in b[3..35].iter_mut().enumerate() {
+                    *d = H[((id >> (124 - 4 * i)) & 15) as usize];
+                }
+            }
+        }
+        let mut t = TraceParent(b);
+        t.new_span();
+        t
+    }
+
+    /// A new span ID (one per upstream attempt).
+    pub fn new_span(&mut self) {
+        const H: &[u8; 16] = b"0123456789abcdef";
+        let id = fastrand::u64(1..);
+        for (i, d) in self.0[36..52].iter_mut().enumerate() {
+            *d = H[((id >> (60 - 4 * i)) & 15) as usize];
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// A version-00 `traceparent`: lowercase hex, neither ID all zeros.
+fn valid_traceparent(v: &[u8]) -> bool {
+    let hex = |s: &[u8]| {
+        s.iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+    };
+    let nonzero = |s: &[u8]| s.iter().any(|&c| c != b'0');
+    v.len() == 55
+        && &v[..3] == b"00-"
+        && v[35] == b'-'
+        && v[52] == b'-'
+        && hex(&v[3..35])
+        && hex(&v[36..52])
+        && hex(&v[53..55])
+        && nonzero(&v[3..35])
+        && nonzero(&v[36..52])
+}
 
 /// The header fields a request carries upstream, worked out without copying
 /// the client's header map: the client's fields minus the hop-by-hop ones,
@@ -243,6 +312,9 @@ pub struct UpstreamFields<'a> {
     xfh: bool,
     forwarded: Option<HeaderValue>,
     via: Option<HeaderValue>,
+    /// Boxed: only proxies with `traceparent` pay for its 55 bytes in
+    /// every request's future.
+    trace: Option<Box<TraceParent>>,
 }
 
 static TRAILERS: HeaderValue = HeaderValue::from_static("trailers");
@@ -288,6 +360,7 @@ impl<'a> UpstreamFields<'a> {
             xfh: false,
             forwarded: None,
             via: None,
+            trace: None,
         };
         out.forwarding(f);
         out
@@ -346,6 +419,21 @@ impl<'a> UpstreamFields<'a> {
             self.via = Some(via_value(self.joined(&header::VIA), via));
             self.drop |= DROP_VIA;
         }
+        if f.traceparent {
+            let client = self
+                .client
+                .get(&TRACEPARENT)
+                .filter(|_| self.has(&TRACEPARENT));
+            self.trace = Some(Box::new(TraceParent::continue_or_start(client)));
+            self.drop |= DROP_TRACEPARENT;
+        }
+    }
+
+    /// A new span for the next upstream attempt (with `traceparent` on).
+    pub fn new_span(&mut self) {
+        if let Some(t) = &mut self.trace {
+            t.new_span();
+        }
     }
 
     /// The Host the client asked for (its `Host`, else the HTTP/2
@@ -382,6 +470,10 @@ impl<'a> UpstreamFields<'a> {
             ),
             (&header::FORWARDED, value(self.forwarded.as_ref())),
             (&header::VIA, value(self.via.as_ref())),
+            (
+                &TRACEPARENT,
+                self.trace.as_deref().map(TraceParent::as_bytes),
+            ),
         ]
         .into_iter()
         .filter_map(|(n, v)| Some((n, v?)))
@@ -413,6 +505,7 @@ impl<'a> UpstreamFields<'a> {
                 || d(DROP_XFH, &X_FORWARDED_HOST)
                 || d(DROP_FORWARDED, &header::FORWARDED)
                 || d(DROP_VIA, &header::VIA)
+                || d(DROP_TRACEPARENT, &TRACEPARENT)
             {
                 return false;
             }
@@ -711,6 +804,7 @@ mod tests {
             x_forwarded: true,
             forwarded: true,
             via: Some("1.1 weir"),
+            traceparent: false,
         }
     }
 
@@ -912,5 +1006,34 @@ mod tests {
             check_smuggling(V::HTTP_10, &map(&[("transfer-encoding", "chunked")])),
             Err(Violation::TransferEncodingOnHttp10)
         );
+    }
+
+    /// W3C Trace Context: a valid parent's trace ID and flags are kept
+    /// under a span of weir's; anything else starts a new trace.
+    #[test]
+    fn traceparent_continues_or_starts_a_trace() {
+        let sent =
+            HeaderValue::from_static("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        let mut t = TraceParent::continue_or_start(Some(&sent));
+        let first = t.as_bytes().to_vec();
+        assert!(valid_traceparent(&first));
+        assert_eq!(&first[..36], &sent.as_bytes()[..36]);
+        assert_eq!(&first[52..], b"-01");
+        assert_ne!(&first[36..52], &sent.as_bytes()[36..52]);
+        t.new_span();
+        assert_eq!(&t.as_bytes()[..36], &first[..36]);
+        assert_ne!(&t.as_bytes()[36..52], &first[36..52]);
+        for bad in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-zz",
+        ] {
+            let t = TraceParent::continue_or_start(Some(&HeaderValue::from_static(bad)));
+            assert!(valid_traceparent(t.as_bytes()), "{bad}");
+            assert_ne!(&t.as_bytes()[3..35], &bad.as_bytes()[3..35.min(bad.len())]);
+            assert!(t.as_bytes().ends_with(b"-00"), "{bad}");
+        }
     }
 }

@@ -16,6 +16,7 @@
 //! whose streamed body has been sent; never shares mutable state between
 //! worker threads on the request path except a few atomics per upstream.
 
+mod attempts;
 pub mod balance;
 pub mod dns;
 mod error;
@@ -48,6 +49,7 @@ use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 use weir_http::worker::{PerWorker, Worker};
 
+pub use attempts::{Attempt, Attempts};
 pub use error::{Blame, Failed, ProxyError, Retry, Unreachable, timed_out, too_large};
 
 /// What one worker keeps for one proxy: its idle upstream connections, its
@@ -345,7 +347,7 @@ impl Proxy {
             trusted: &self.cfg.trusted_proxies,
         };
         let client_ip = client.resolve(&parts.headers);
-        let fields = self.upstream_fields(parts, conn, client, false);
+        let mut fields = self.upstream_fields(parts, conn, client, false);
         let pq = path_and_query(parts, path);
         let key = self.hash_key(parts, client_ip);
         let sticky = self.sticky_choice(&parts.headers);
@@ -378,14 +380,16 @@ impl Proxy {
         // none is left, the client and the log get it (a 502 "cannot
         // connect" naming the upstream), not "no upstream is available".
         let mut last: Option<(usize, ProxyError)> = None;
+        let mut rec = attempts::Recorder::new(self.cfg.record_attempts);
         loop {
             let Some(idx) = self.pick(conn.worker, key, sticky, &tried) else {
-                return match last {
+                return rec.attach(match last {
                     Some((i, e)) => self.fail(parts, Some(&self.ups[i]), e),
                     None => self.fail(parts, None, ProxyError::NoneAvailable),
-                };
+                });
             };
             let up = &self.ups[idx];
+            rec.begin(up);
             up.counts.add(conn.worker, counter::REQUESTS, 1);
             if last.is_some() {
                 up.counts.add(conn.worker, counter::RETRIES, 1);
@@ -404,7 +408,7 @@ impl Proxy {
                     Ok(p) => p,
                     Err(e) => {
                         up.count_error(conn.worker, &e);
-                        return self.fail(parts, Some(up), e);
+                        return rec.attach(self.fail(parts, Some(up), e));
                     }
                 }
             };
@@ -425,9 +429,14 @@ impl Proxy {
                         last = Some((idx, failed.error));
                         continue;
                     }
-                    return self.fail(parts, Some(up), failed.error);
+                    return rec.attach(self.fail(parts, Some(up), failed.error));
                 }
             };
+            rec.connected();
+            if last.is_some() {
+                // Each attempt is a span of its own (W3C Trace Context).
+                fields.new_span();
+            }
             let sent = match (sender, &mut body) {
                 (Sender::Own(c), Replay::Stream(b)) => {
                     Box::pin(self.send_streamed(c, parts, &pq, &fields, up, b, idempotent)).await
@@ -460,6 +469,7 @@ impl Proxy {
             };
             match sent {
                 Ok((rp, from)) => {
+                    rec.answered(rp.status.as_u16());
                     self.passive_success(up);
                     let done = Done {
                         local: self.local(conn.worker).clone(),
@@ -470,7 +480,14 @@ impl Proxy {
                         _active: active,
                     };
                     let set_sticky = self.cfg.sticky_cookie.is_some() && sticky != Some(idx);
-                    return self.respond_from(rp, from, done, up, parts.version, set_sticky);
+                    return rec.attach(self.respond_from(
+                        rp,
+                        from,
+                        done,
+                        up,
+                        parts.version,
+                        set_sticky,
+                    ));
                 }
                 Err((failed, returned)) => {
                     // A shared HTTP/2 connection closed by the upstream as
@@ -503,7 +520,7 @@ impl Proxy {
                         last = Some((idx, failed.error));
                         continue;
                     }
-                    return self.fail(parts, Some(up), failed.error);
+                    return rec.attach(self.fail(parts, Some(up), failed.error));
                 }
             }
         }
@@ -526,6 +543,7 @@ impl Proxy {
                 x_forwarded: self.cfg.x_forwarded,
                 forwarded: self.cfg.forwarded,
                 via: self.cfg.via.then_some(via_for(parts.version)),
+                traceparent: self.cfg.traceparent,
             },
             tunnel,
         )
@@ -1040,13 +1058,26 @@ impl Proxy {
     ) -> Response<Body> {
         let status = e.status();
         let name = up.map_or("-", |u| u.cfg.name.as_str());
-        tracing::warn!(
-            upstream = name,
-            status = status.as_u16(),
-            "proxy {} {}: {e}",
-            parts.method,
-            parts.uri.path()
-        );
+        let id = (self.cfg.request_id.as_ref())
+            .and_then(|h| parts.headers.get(h))
+            .and_then(|v| v.to_str().ok());
+        match id {
+            Some(id) => tracing::warn!(
+                upstream = name,
+                status = status.as_u16(),
+                request_id = id,
+                "proxy {} {}: {e}",
+                parts.method,
+                parts.uri.path()
+            ),
+            None => tracing::warn!(
+                upstream = name,
+                status = status.as_u16(),
+                "proxy {} {}: {e}",
+                parts.method,
+                parts.uri.path()
+            ),
+        }
         error_response(&e)
     }
 }
@@ -1138,6 +1169,8 @@ pub fn error_response(e: &ProxyError) -> Response<Body> {
     let text = e.client_text();
     let mut r = Response::new(Body::full(Bytes::from_static(text.as_bytes())));
     *r.status_mut() = e.status();
+    r.extensions_mut()
+        .insert(weir_http::response::OwnError(text));
     let h = r.headers_mut();
     h.insert(
         header::CONTENT_TYPE,

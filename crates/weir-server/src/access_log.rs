@@ -1,26 +1,37 @@
-//! Per-site access logs (combined log format or JSON lines), off by default.
+//! Per-site access logs, off by default: a line per request in the site's
+//! format (a template compiled at config load, or the JSON object), to a
+//! file, standard output or syslog, for the answers its condition and
+//! sample keep.
 //!
-//! The request path formats a line by hand into one buffer (no JSON value
-//! tree, the time formatted once a second per thread) and hands it to a
-//! channel; one writer thread per log file does the blocking writes. The
-//! writer wakes for the first line after a quiet spell, then gathers for
-//! `GATHER` before it writes, so under load a worker never wakes it per
-//! line and lines go out in one write per batch (nginx's `buffer=` and
-//! `flush=` do the same in the worker itself). Never writes to the file
-//! from a worker thread.
+//! The request path writes a line into one buffer by walking the compiled
+//! segments (no JSON value tree, no per-variable allocation; the time is
+//! formatted once a second per thread) and hands it to a channel; one
+//! writer thread per log does the blocking writes. The writer wakes for
+//! the first line after a quiet spell, then gathers for `GATHER` before it
+//! writes, so under load a worker never wakes it per line and lines go out
+//! in one write per batch (nginx's `buffer=` and `flush=` do the same in
+//! the worker itself). Never writes to a file or socket from a worker
+//! thread.
 //!
-//! [`reopen`] (SIGUSR1, after log rotation) has every writer open its path
-//! again before its next batch, as nginx does on USR1.
+//! [`reopen`] (SIGUSR1, after log rotation) has every file writer open its
+//! path again before its next batch, as nginx does on USR1.
 
-use std::fmt::Write as _;
 use std::io::Write;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use weir_config::{AccessLogConfig, AccessLogFormat};
+use http::Response;
+use weir_config::AccessLogConfig;
+use weir_config::log_format::{
+    Escape, LogFormat, LogSink, Segment, StatusCond, SyslogConfig, SyslogTarget, Var,
+};
+use weir_config::routes::PathPattern;
+use weir_http::body::Body;
+use weir_http::conn::ConnInfo;
 use weir_http::date;
 
 /// How long the writer gathers lines after the first one of a batch: at
@@ -38,26 +49,36 @@ pub fn reopen() {
 
 /// What is logged about one request.
 pub struct Entry<'a> {
-    pub peer: SocketAddr,
-    pub method: &'a str,
-    pub target: &'a str,
-    pub version: http::Version,
-    pub status: u16,
-    pub bytes: Option<u64>,
-    pub referer: Option<&'a str>,
-    pub user_agent: Option<&'a str>,
+    pub conn: &'a ConnInfo,
+    /// The client after the site's trusted proxies.
+    pub client: IpAddr,
+    pub parts: &'a http::request::Parts,
+    pub resp: &'a Response<Body>,
+    /// The Host without its port.
     pub host: &'a str,
-    pub duration: Duration,
+    pub site: &'a str,
+    /// The route's pattern; `None` for the site's own handler.
+    pub route: Option<&'a PathPattern>,
+    pub took: Duration,
+    pub bytes_in: Option<u64>,
+    pub bytes_out: Option<u64>,
+    /// The request's ID, if it has one.
+    pub request_id: Option<&'a [u8]>,
 }
 
 pub struct AccessLog {
-    format: AccessLogFormat,
+    format: Arc<LogFormat>,
+    condition: Option<StatusCond>,
+    sample: f64,
+    /// The longest line so far: each line's buffer starts that large, so
+    /// it is allocated once and never grown.
+    longest: AtomicUsize,
     tx: mpsc::Sender<Vec<u8>>,
 }
 
 impl AccessLog {
     pub fn open(cfg: &AccessLogConfig) -> std::io::Result<AccessLog> {
-        let mut out = Out::open(cfg.path.clone())?;
+        let mut out = Out::open(&cfg.sink)?;
         let (tx, rx) = mpsc::channel::<Vec<u8>>();
         std::thread::Builder::new()
             .name("weir-access-log".into())
@@ -66,71 +87,496 @@ impl AccessLog {
                 // worker's send wakes this thread once per batch at most.
                 while let Ok(line) = rx.recv() {
                     out.reopen_if_asked();
-                    let _ = out.w.write_all(&line);
+                    out.write(&line);
                     loop {
                         std::thread::sleep(GATHER);
                         let mut more = false;
                         while let Ok(line) = rx.try_recv() {
-                            let _ = out.w.write_all(&line);
+                            out.write(&line);
                             more = true;
                         }
                         if !more {
                             break;
                         }
                     }
-                    let _ = out.w.flush();
+                    out.flush();
                 }
-                let _ = out.w.flush();
+                out.flush();
             })?;
         Ok(AccessLog {
-            format: cfg.format,
+            format: cfg.format.clone(),
+            condition: cfg.condition,
+            sample: cfg.sample,
+            longest: AtomicUsize::new(256),
             tx,
         })
     }
 
+    /// Writes the line of `e`, if the condition and the sample keep it.
     pub fn log(&self, e: &Entry<'_>) {
-        let line = match self.format {
-            AccessLogFormat::Combined => combined(e),
-            AccessLogFormat::Json => json(e),
-        };
+        if let Some(c) = &self.condition
+            && !c.holds(e.resp.status().as_u16())
+        {
+            return;
+        }
+        if self.sample < 1.0 && fastrand::f64() >= self.sample {
+            return;
+        }
+        let cap = self.longest.load(Ordering::Relaxed);
+        let mut line = Vec::with_capacity(cap);
+        render(&self.format, e, &mut line);
+        if line.len() > cap {
+            self.longest.store(line.len(), Ordering::Relaxed);
+        }
         let _ = self.tx.send(line);
     }
 }
 
-/// A writer's destination: standard output, or a file it may open again.
-struct Out {
-    path: Option<PathBuf>,
-    generation: u64,
-    w: std::io::BufWriter<Box<dyn Write + Send>>,
+/// Writes the line of `e` in `format`, newline included.
+pub fn render(format: &LogFormat, e: &Entry<'_>, out: &mut Vec<u8>) {
+    match format {
+        LogFormat::Json => json(e, out),
+        LogFormat::Template { segments, escape } => {
+            for s in segments {
+                match s {
+                    Segment::Lit(l) => out.extend_from_slice(l.as_bytes()),
+                    Segment::Var(v) => {
+                        let start = out.len();
+                        value(v, e, *escape, out);
+                        if out.len() == start && *escape != Escape::Json {
+                            out.push(b'-');
+                        }
+                    }
+                }
+            }
+            out.push(b'\n');
+        }
+    }
+}
+
+/// Appends `n` in decimal.
+fn num(out: &mut Vec<u8>, n: impl itoa::Integer) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// Appends `d` as seconds with milliseconds (`0.003`), as nginx's times.
+fn secs(out: &mut Vec<u8>, d: Duration) {
+    let ms = d.as_millis();
+    num(out, ms / 1000);
+    out.push(b'.');
+    let frac = (ms % 1000) as u16;
+    out.extend_from_slice(&[
+        b'0' + (frac / 100) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ]);
+}
+
+/// Appends `d` as milliseconds with microseconds (`3.042`).
+fn millis(out: &mut Vec<u8>, d: Duration) {
+    let us = d.as_micros();
+    num(out, us / 1000);
+    out.push(b'.');
+    let frac = (us % 1000) as u16;
+    out.extend_from_slice(&[
+        b'0' + (frac / 100) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ]);
+}
+
+fn hex(out: &mut Vec<u8>, prefix: &[u8], b: u8) {
+    const H: &[u8; 16] = b"0123456789abcdef";
+    out.extend_from_slice(prefix);
+    out.push(H[usize::from(b >> 4)]);
+    out.push(H[usize::from(b & 15)]);
+}
+
+/// Appends text a client may have chosen, escaped as `esc` says.
+fn text(out: &mut Vec<u8>, esc: Escape, s: &[u8]) {
+    match esc {
+        Escape::None => out.extend_from_slice(s),
+        Escape::Default => {
+            for &b in s {
+                match b {
+                    b'"' | b'\\' => hex(out, b"\\x", b),
+                    0x20..=0x7e => out.push(b),
+                    _ => hex(out, b"\\x", b),
+                }
+            }
+        }
+        Escape::Json => json_escaped(out, s),
+    }
+}
+
+/// `s` as inside a JSON string: quotes, backslashes and control
+/// characters escaped; bytes that are not UTF-8 as the code points of
+/// their Latin-1 reading, so every line stays valid JSON.
+fn json_escaped(out: &mut Vec<u8>, s: &[u8]) {
+    let valid = std::str::from_utf8(s).is_ok();
+    for &b in s {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0..0x20 | 0x7f => hex(out, b"\\u00", b),
+            0x80.. if !valid => hex(out, b"\\u00", b),
+            _ => out.push(b),
+        }
+    }
+}
+
+fn ip(out: &mut Vec<u8>, a: IpAddr) {
+    match a {
+        // Digits by hand: `Display` costs several times as much per line.
+        IpAddr::V4(v4) => {
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                num(out, o);
+            }
+        }
+        // Written into the line itself: no String per address.
+        IpAddr::V6(_) => {
+            let _ = write!(out, "{a}");
+        }
+    }
+}
+
+fn socket_addr(out: &mut Vec<u8>, a: SocketAddr) {
+    if a.is_ipv6() {
+        out.push(b'[');
+        ip(out, a.ip());
+        out.push(b']');
+    } else {
+        ip(out, a.ip());
+    }
+    out.push(b':');
+    num(out, a.port());
+}
+
+fn protocol(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_09 => "HTTP/0.9",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_2 => "HTTP/2.0",
+        http::Version::HTTP_3 => "HTTP/3.0",
+        _ => "HTTP/1.1",
+    }
+}
+
+/// A route's pattern as written in the config (the metrics label).
+fn route(out: &mut Vec<u8>, esc: Escape, p: Option<&PathPattern>) {
+    match p {
+        None => out.push(b'*'),
+        Some(PathPattern::Prefix(s) | PathPattern::Glob(s)) => text(out, esc, s.as_bytes()),
+        Some(PathPattern::Dir(d)) => {
+            text(out, esc, d.as_bytes());
+            out.push(b'*');
+        }
+        Some(PathPattern::Regex(r)) => {
+            out.push(b'~');
+            text(out, esc, r.src.as_bytes());
+        }
+        Some(PathPattern::Any) => out.extend_from_slice(b"(match)"),
+    }
+}
+
+/// The cache's verdict, from the answer's `Cache-Status` (RFC 9211):
+/// `HIT`, `STALE`, `MISS`, `REVALIDATED`, `EXPIRED` or `PASS`.
+pub(crate) fn cache_status(resp: &Response<Body>) -> Option<&'static str> {
+    let v = resp.headers().get("cache-status")?.as_bytes();
+    let has = |needle: &[u8]| v.windows(needle.len()).any(|w| w == needle);
+    Some(if has(b"; hit") {
+        if has(b"detail=") { "STALE" } else { "HIT" }
+    } else if has(b"fwd=stale") {
+        if has(b"detail=") {
+            "STALE"
+        } else if has(b"fwd-status=304") {
+            "REVALIDATED"
+        } else {
+            "EXPIRED"
+        }
+    } else if has(b"fwd=miss") || has(b"fwd=uri-miss") || has(b"fwd=vary-miss") {
+        "MISS"
+    } else {
+        "PASS"
+    })
+}
+
+/// Appends the upstream list `each` gives, `, `-separated as nginx's.
+fn list<T>(
+    out: &mut Vec<u8>,
+    e: &Entry<'_>,
+    sep: &[u8],
+    mut each: impl FnMut(&mut Vec<u8>, &weir_proxy::Attempt) -> T,
+) {
+    let Some(a) = e.resp.extensions().get::<weir_proxy::Attempts>() else {
+        return;
+    };
+    for (i, at) in a.0.iter().enumerate() {
+        if i > 0 {
+            out.extend_from_slice(sep);
+        }
+        each(out, at);
+    }
+}
+
+/// Appends the value of `v` (nothing when it has none).
+fn value(v: &Var, e: &Entry<'_>, esc: Escape, out: &mut Vec<u8>) {
+    let p = e.parts;
+    match v {
+        Var::ClientIp => ip(out, e.client),
+        Var::PeerPort => num(out, e.conn.peer.port()),
+        Var::PeerIp => ip(out, e.conn.peer.ip()),
+        Var::ServerAddr => socket_addr(out, e.conn.local),
+        Var::TimeLocal => date::extend_clf(out),
+        Var::TimeIso8601 => date::extend_iso8601(out),
+        Var::TimeHttp => date::extend(out),
+        Var::TimeUnix => {
+            let d = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            secs(out, d);
+        }
+        Var::Method => text(out, esc, p.method.as_str().as_bytes()),
+        Var::Uri => text(
+            out,
+            esc,
+            p.uri
+                .path_and_query()
+                .map_or("/", |x| x.as_str())
+                .as_bytes(),
+        ),
+        Var::Path => text(out, esc, p.uri.path().as_bytes()),
+        Var::Query => text(out, esc, p.uri.query().unwrap_or("").as_bytes()),
+        Var::Protocol => out.extend_from_slice(protocol(p.version).as_bytes()),
+        Var::Scheme => out.extend_from_slice(if e.conn.tls { b"https" } else { b"http" }),
+        Var::Host => text(out, esc, e.host.as_bytes()),
+        Var::Status => num(out, e.resp.status().as_u16()),
+        Var::BytesSent => {
+            if let Some(b) = e.bytes_out {
+                num(out, b);
+            }
+        }
+        Var::BytesReceived => num(out, e.bytes_in.unwrap_or(0)),
+        Var::RequestTime => secs(out, e.took),
+        Var::DurationMs => millis(out, e.took),
+        Var::Site => text(out, esc, e.site.as_bytes()),
+        Var::Route => route(out, esc, e.route),
+        Var::UpstreamAddr => list(out, e, b", ", |o, a| text(o, esc, a.addr().as_bytes())),
+        Var::UpstreamStatus => list(out, e, b", ", |o, a| match a.status {
+            Some(s) => num(o, s),
+            None => o.push(b'-'),
+        }),
+        Var::UpstreamConnectTime => list(out, e, b", ", |o, a| match a.connect {
+            Some(d) => secs(o, d),
+            None => o.push(b'-'),
+        }),
+        Var::UpstreamResponseTime => list(out, e, b", ", |o, a| match a.response {
+            Some(d) => secs(o, d),
+            None => o.push(b'-'),
+        }),
+        Var::CacheStatus => {
+            if let Some(s) = cache_status(e.resp) {
+                out.extend_from_slice(s.as_bytes());
+            }
+        }
+        Var::RequestId => {
+            if let Some(id) = e.request_id {
+                text(out, esc, id);
+            }
+        }
+        Var::ReqHeader(h) => {
+            if let Some(v) = p.headers.get(h) {
+                text(out, esc, v.as_bytes());
+            }
+        }
+        Var::RespHeader(h) => {
+            if let Some(v) = e.resp.headers().get(h) {
+                text(out, esc, v.as_bytes());
+            }
+        }
+        Var::Cookie(name) => {
+            if let Some(v) = weir_proxy::cookie(&p.headers, name) {
+                text(out, esc, v.as_bytes());
+            }
+        }
+    }
+}
+
+/// The JSON format: every plain variable under its own name, with
+/// numbers as numbers, the upstream lists as arrays and `null` for what
+/// the request did not have; `referer` and `user_agent` besides.
+fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
+    let j = Escape::Json;
+    let key = |out: &mut Vec<u8>, k: &str| {
+        out.extend_from_slice(if out.is_empty() { b"{\"" } else { b",\"" });
+        out.extend_from_slice(k.as_bytes());
+        out.extend_from_slice(b"\":");
+    };
+    // Strings: each value between quotes.
+    let quoted = |out: &mut Vec<u8>, v: &Var| {
+        out.push(b'"');
+        value(v, e, j, out);
+        out.push(b'"');
+    };
+    let opt_str = |out: &mut Vec<u8>, s: Option<&[u8]>| match s {
+        Some(s) => {
+            out.push(b'"');
+            json_escaped(out, s);
+            out.push(b'"');
+        }
+        None => out.extend_from_slice(b"null"),
+    };
+    key(out, "time");
+    quoted(out, &Var::TimeIso8601);
+    for (k, v) in [
+        ("client_ip", Var::ClientIp),
+        ("peer_ip", Var::PeerIp),
+        ("peer_port", Var::PeerPort),
+        ("server_addr", Var::ServerAddr),
+        ("scheme", Var::Scheme),
+        ("protocol", Var::Protocol),
+        ("method", Var::Method),
+        ("host", Var::Host),
+        ("uri", Var::Uri),
+        ("site", Var::Site),
+        ("route", Var::Route),
+    ] {
+        key(out, k);
+        if matches!(v, Var::PeerPort) {
+            value(&v, e, j, out);
+        } else {
+            quoted(out, &v);
+        }
+    }
+    key(out, "status");
+    num(out, e.resp.status().as_u16());
+    key(out, "bytes_sent");
+    match e.bytes_out {
+        Some(b) => num(out, b),
+        None => out.extend_from_slice(b"null"),
+    }
+    key(out, "bytes_received");
+    num(out, e.bytes_in.unwrap_or(0));
+    key(out, "request_time");
+    secs(out, e.took);
+    key(out, "duration_ms");
+    millis(out, e.took);
+    let h = |n: http::HeaderName| e.parts.headers.get(n).map(|v| v.as_bytes());
+    key(out, "referer");
+    opt_str(out, h(http::header::REFERER));
+    key(out, "user_agent");
+    opt_str(out, h(http::header::USER_AGENT));
+    key(out, "request_id");
+    opt_str(out, e.request_id);
+    key(out, "cache_status");
+    opt_str(out, cache_status(e.resp).map(str::as_bytes));
+    let attempts = e.resp.extensions().get::<weir_proxy::Attempts>();
+    let arr = |out: &mut Vec<u8>, f: &dyn Fn(&mut Vec<u8>, &weir_proxy::Attempt)| match attempts {
+        None => out.extend_from_slice(b"null"),
+        Some(a) => {
+            out.push(b'[');
+            for (i, at) in a.0.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                f(out, at);
+            }
+            out.push(b']');
+        }
+    };
+    key(out, "upstream_addr");
+    arr(out, &|o, a| {
+        o.push(b'"');
+        json_escaped(o, a.addr().as_bytes());
+        o.push(b'"');
+    });
+    key(out, "upstream_status");
+    arr(out, &|o, a| match a.status {
+        Some(s) => num(o, s),
+        None => o.extend_from_slice(b"null"),
+    });
+    key(out, "upstream_connect_time");
+    arr(out, &|o, a| match a.connect {
+        Some(d) => secs(o, d),
+        None => o.extend_from_slice(b"null"),
+    });
+    key(out, "upstream_response_time");
+    arr(out, &|o, a| match a.response {
+        Some(d) => secs(o, d),
+        None => o.extend_from_slice(b"null"),
+    });
+    out.extend_from_slice(b"}\n");
+}
+
+/// A writer's destination.
+enum Out {
+    /// Standard output, or a file it may open again.
+    Stream {
+        path: Option<PathBuf>,
+        generation: u64,
+        w: std::io::BufWriter<Box<dyn Write + Send>>,
+    },
+    /// One datagram per line.
+    Syslog(Syslog),
 }
 
 impl Out {
-    fn open(path: Option<PathBuf>) -> std::io::Result<Out> {
+    fn open(sink: &LogSink) -> std::io::Result<Out> {
         let generation = GENERATION.load(Ordering::Relaxed);
-        let file: Box<dyn Write + Send> = match &path {
-            None => Box::new(std::io::stdout()),
-            Some(p) => Box::new(open_append(p)?),
+        let (path, file): (_, Box<dyn Write + Send>) = match sink {
+            LogSink::Stdout => (None, Box::new(std::io::stdout())),
+            LogSink::File(p) => (Some(p.clone()), Box::new(open_append(p)?)),
+            LogSink::Syslog(s) => return Syslog::open(s).map(Out::Syslog),
         };
-        Ok(Out {
+        Ok(Out::Stream {
             path,
             generation,
             w: std::io::BufWriter::with_capacity(64 * 1024, file),
         })
     }
 
+    fn write(&mut self, line: &[u8]) {
+        match self {
+            Out::Stream { w, .. } => {
+                let _ = w.write_all(line);
+            }
+            Out::Syslog(s) => s.send(line),
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Out::Stream { w, .. } = self {
+            let _ = w.flush();
+        }
+    }
+
     /// Opens the path again if [`reopen`] was called since it last did;
     /// a file that cannot be opened leaves the old one in use (and says so).
     fn reopen_if_asked(&mut self) {
+        let Out::Stream {
+            path,
+            generation,
+            w,
+        } = self
+        else {
+            return;
+        };
         let now = GENERATION.load(Ordering::Relaxed);
-        if now == self.generation {
+        if now == *generation {
             return;
         }
-        self.generation = now;
-        let Some(p) = &self.path else { return };
+        *generation = now;
+        let Some(p) = path else { return };
         match open_append(p) {
             Ok(f) => {
-                let _ = self.w.flush();
-                self.w = std::io::BufWriter::with_capacity(64 * 1024, Box::new(f));
+                let _ = w.flush();
+                *w = std::io::BufWriter::with_capacity(64 * 1024, Box::new(f));
                 tracing::info!("access log {} reopened", p.display());
             }
             Err(e) => tracing::warn!(
@@ -148,164 +594,211 @@ fn open_append(p: &Path) -> std::io::Result<std::fs::File> {
         .open(p)
 }
 
-fn version(v: http::Version) -> &'static str {
-    match v {
-        http::Version::HTTP_09 => "HTTP/0.9",
-        http::Version::HTTP_10 => "HTTP/1.0",
-        http::Version::HTTP_2 => "HTTP/2.0",
-        http::Version::HTTP_3 => "HTTP/3.0",
-        _ => "HTTP/1.1",
-    }
+/// RFC 5424 messages over UDP or a Unix datagram socket (`/dev/log`).
+struct Syslog {
+    sock: SyslogSocket,
+    /// `<PRI>1 ` and, after the time, ` HOSTNAME APP-NAME PROCID - - `.
+    pri: Vec<u8>,
+    rest: Vec<u8>,
+    buf: Vec<u8>,
+    /// Whether the last send failed (said once, not per line).
+    failing: bool,
 }
 
-/// `127.0.0.1 - - [21/Nov/2026:15:03:00 +0000] "GET / HTTP/1.1" 200 164 "-" "curl/7.88.1"`
-fn combined(e: &Entry<'_>) -> Vec<u8> {
-    let mut now = String::with_capacity(26);
-    date::push_clf(&mut now);
-    let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
-    format!(
-        "{} - - [{}] \"{} {} {}\" {} {} \"{}\" \"{}\"\n",
-        e.peer.ip(),
-        now,
-        e.method,
-        esc(e.target),
-        version(e.version),
-        e.status,
-        e.bytes.map(|b| b.to_string()).unwrap_or_else(|| "-".into()),
-        esc(e.referer.unwrap_or("-")),
-        esc(e.user_agent.unwrap_or("-")),
-    )
-    .into_bytes()
+enum SyslogSocket {
+    Udp(std::net::UdpSocket, SocketAddr),
+    Unix(std::os::unix::net::UnixDatagram, PathBuf),
 }
 
-fn json(e: &Entry<'_>) -> Vec<u8> {
-    let mut out = String::with_capacity(256);
-    out.push_str("{\"time\":\"");
-    date::push_http(&mut out);
-    let _ = write!(out, "\",\"remote_addr\":\"{}\",\"host\":", e.peer.ip());
-    json_str(&mut out, Some(e.host));
-    out.push_str(",\"method\":");
-    json_str(&mut out, Some(e.method));
-    out.push_str(",\"uri\":");
-    json_str(&mut out, Some(e.target));
-    let _ = write!(
-        out,
-        ",\"protocol\":\"{}\",\"status\":{},\"bytes\":",
-        version(e.version),
-        e.status
-    );
-    match e.bytes {
-        Some(b) => {
-            let _ = write!(out, "{b}");
-        }
-        None => out.push_str("null"),
-    }
-    out.push_str(",\"referer\":");
-    json_str(&mut out, e.referer);
-    out.push_str(",\"user_agent\":");
-    json_str(&mut out, e.user_agent);
-    let _ = writeln!(
-        out,
-        ",\"duration_ms\":{}}}",
-        e.duration.as_secs_f64() * 1000.0
-    );
-    out.into_bytes()
-}
-
-/// `s` as a JSON string (`null` for `None`): quotes, backslashes and
-/// control characters escaped.
-fn json_str(out: &mut String, s: Option<&str>) {
-    let Some(s) = s else {
-        out.push_str("null");
-        return;
-    };
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
+impl Syslog {
+    fn open(cfg: &SyslogConfig) -> std::io::Result<Syslog> {
+        let sock = match &cfg.to {
+            SyslogTarget::Udp(a) => {
+                let local: SocketAddr = if a.is_ipv4() {
+                    ([0, 0, 0, 0], 0).into()
+                } else {
+                    (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+                };
+                SyslogSocket::Udp(std::net::UdpSocket::bind(local)?, *a)
             }
-            c => out.push(c),
+            SyslogTarget::Unix(p) => {
+                SyslogSocket::Unix(std::os::unix::net::UnixDatagram::unbound()?, p.clone())
+            }
+        };
+        // Severity 6: informational.
+        let pri = format!("<{}>1 ", u32::from(cfg.facility) * 8 + 6).into_bytes();
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_string())
+            .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
+            .unwrap_or_else(|| "-".into());
+        let tag: String = cfg
+            .tag
+            .chars()
+            .filter(char::is_ascii_graphic)
+            .take(48)
+            .collect();
+        let rest = format!(" {host} {tag} {} access - ", std::process::id()).into_bytes();
+        Ok(Syslog {
+            sock,
+            pri,
+            rest,
+            buf: Vec::with_capacity(1024),
+            failing: false,
+        })
+    }
+
+    fn send(&mut self, line: &[u8]) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let b = &mut self.buf;
+        b.clear();
+        b.extend_from_slice(&self.pri);
+        let iso = date::iso8601(now.as_secs());
+        // `…T08:49:37.123Z`: the second's form with milliseconds.
+        b.extend_from_slice(&iso[..19]);
+        let _ = write!(b, ".{:03}Z", now.subsec_millis());
+        b.extend_from_slice(&self.rest);
+        b.extend_from_slice(line.strip_suffix(b"\n").unwrap_or(line));
+        let sent = match &self.sock {
+            SyslogSocket::Udp(s, to) => s.send_to(b, to).map(drop),
+            SyslogSocket::Unix(s, to) => s.send_to(b, to).map(drop),
+        };
+        match sent {
+            Err(e) if !self.failing => {
+                self.failing = true;
+                tracing::warn!("access log to syslog: {e}; lines are dropped until it answers");
+            }
+            Ok(()) if self.failing => {
+                self.failing = false;
+                tracing::info!("access log to syslog: sending again");
+            }
+            _ => {}
         }
     }
-    out.push('"');
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::Request;
+
+    fn entry_parts(target: &str, ua: Option<&str>) -> http::request::Parts {
+        let mut b = Request::get(target);
+        if let Some(ua) = ua {
+            b = b.header("user-agent", ua);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    fn line(format: &LogFormat, parts: &http::request::Parts, resp: &Response<Body>) -> String {
+        let conn = ConnInfo {
+            peer: "10.0.0.1:5555".parse().unwrap(),
+            local: "127.0.0.1:80".parse().unwrap(),
+            tls: false,
+            worker: Default::default(),
+        };
+        let e = Entry {
+            conn: &conn,
+            client: "10.0.0.1".parse().unwrap(),
+            parts,
+            resp,
+            host: "x",
+            site: "x",
+            route: None,
+            took: Duration::from_micros(3042),
+            bytes_in: None,
+            bytes_out: Some(12),
+            request_id: Some(b"abc"),
+        };
+        let mut out = Vec::new();
+        render(format, &e, &mut out);
+        String::from_utf8(out).unwrap()
+    }
 
     #[test]
     fn combined_line_has_every_field() {
-        let e = Entry {
-            peer: "10.0.0.1:5555".parse().unwrap(),
-            method: "GET",
-            target: "/a\"b",
-            version: http::Version::HTTP_11,
-            status: 404,
-            bytes: Some(12),
-            referer: None,
-            user_agent: Some("curl/8"),
-            host: "x",
-            duration: Duration::from_millis(3),
-        };
-        let line = String::from_utf8(combined(&e)).unwrap();
-        assert!(line.starts_with("10.0.0.1 - - ["), "{line}");
+        let parts = entry_parts("/a?b=1", Some("curl/8"));
+        let mut resp = Response::new(Body::empty());
+        *resp.status_mut() = http::StatusCode::NOT_FOUND;
+        let l = line(&LogFormat::builtin("combined").unwrap(), &parts, &resp);
+        assert!(l.starts_with("10.0.0.1 - - ["), "{l}");
         assert!(
-            line.ends_with("\"GET /a\\\"b HTTP/1.1\" 404 12 \"-\" \"curl/8\"\n"),
-            "{line}"
+            l.ends_with("\"GET /a?b=1 HTTP/1.1\" 404 12 \"-\" \"curl/8\"\n"),
+            "{l}"
         );
-        let j: serde_json::Value = serde_json::from_slice(&json(&e)).unwrap();
+        let t = LogFormat::template(
+            "{status} {request_time} {duration_ms} {request_id} {route} {upstream_addr} {cache_status}",
+            Escape::Default,
+        )
+        .unwrap();
+        assert_eq!(line(&t, &parts, &resp), "404 0.003 3.042 abc * - -\n");
+        let j: serde_json::Value =
+            serde_json::from_str(&line(&LogFormat::Json, &parts, &resp)).unwrap();
         assert_eq!(j["status"], 404);
-        assert_eq!(j["uri"], "/a\"b");
-        assert_eq!(j["bytes"], 12);
+        assert_eq!(j["bytes_sent"], 12);
         assert_eq!(j["referer"], serde_json::Value::Null);
         assert_eq!(j["user_agent"], "curl/8");
-        assert_eq!(j["remote_addr"], "10.0.0.1");
-        assert_eq!(j["duration_ms"], 3.0);
-        assert!(j["time"].as_str().unwrap().ends_with(" GMT"));
+        assert_eq!(j["client_ip"], "10.0.0.1");
+        assert_eq!(j["peer_port"], 5555);
+        assert_eq!(j["duration_ms"], 3.042);
+        assert_eq!(j["request_id"], "abc");
+        assert_eq!(j["upstream_addr"], serde_json::Value::Null);
+        assert!(j["time"].as_str().unwrap().ends_with('Z'));
     }
 
     /// Whatever a client puts in a field, each JSON line parses and gives
-    /// the field back as it came.
+    /// the field back as it came; the default escaping keeps a line one
+    /// line of printable ASCII.
     #[test]
-    fn json_lines_escape_what_clients_send() {
-        for nasty in [
-            "\"",
-            "\\",
-            "a\nb",
-            "\u{1}\u{1f}",
-            "é ☃",
-            "}{\"x\":1",
-            "\t\r",
-        ] {
-            let e = Entry {
-                peer: "[::1]:1".parse().unwrap(),
-                method: "GET",
-                target: nasty,
-                version: http::Version::HTTP_2,
-                status: 200,
-                bytes: None,
-                referer: Some(nasty),
-                user_agent: None,
-                host: nasty,
-                duration: Duration::from_micros(1500),
-            };
-            let line = json(&e);
-            assert_eq!(line.last(), Some(&b'\n'));
-            assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);
-            let j: serde_json::Value = serde_json::from_slice(&line).unwrap();
-            assert_eq!(j["uri"], nasty);
-            assert_eq!(j["referer"], nasty);
-            assert_eq!(j["host"], nasty);
-            assert_eq!(j["bytes"], serde_json::Value::Null);
-            assert_eq!(j["protocol"], "HTTP/2.0");
-            assert_eq!(j["remote_addr"], "::1");
+    fn lines_escape_what_clients_send() {
+        for nasty in ["\"", "\\", "é ☃", "}{\"x\":1", "\t"] {
+            let mut parts = entry_parts("/", None);
+            parts.headers.insert(
+                "user-agent",
+                http::HeaderValue::from_bytes(nasty.as_bytes()).unwrap(),
+            );
+            let resp = Response::new(Body::empty());
+            let l = line(&LogFormat::Json, &parts, &resp);
+            assert_eq!(l.matches('\n').count(), 1);
+            let j: serde_json::Value = serde_json::from_str(&l).unwrap();
+            assert_eq!(j["user_agent"], nasty);
+            let t = LogFormat::template("\"{req.header.user-agent}\"", Escape::Json).unwrap();
+            let v: serde_json::Value =
+                serde_json::from_str(line(&t, &parts, &resp).trim()).unwrap();
+            assert_eq!(v, nasty);
+            let d = line(&LogFormat::builtin("combined").unwrap(), &parts, &resp);
+            assert!(
+                d.bytes().all(|b| b == b'\n' || (0x20..0x7f).contains(&b)),
+                "{d}"
+            );
+            assert_eq!(d.matches('"').count(), 6, "{d}");
         }
+        // Not UTF-8 at all: still one JSON line.
+        let mut parts = entry_parts("/", None);
+        parts.headers.insert(
+            "user-agent",
+            http::HeaderValue::from_bytes(b"a\xff\xfeb").unwrap(),
+        );
+        let resp = Response::new(Body::empty());
+        let j: serde_json::Value =
+            serde_json::from_str(&line(&LogFormat::Json, &parts, &resp)).unwrap();
+        assert_eq!(j["user_agent"], "a\u{ff}\u{fe}b");
+    }
+
+    #[test]
+    fn cache_status_from_the_cache_status_field() {
+        let with = |v: &'static str| {
+            let mut r = Response::new(Body::empty());
+            r.headers_mut()
+                .insert("cache-status", http::HeaderValue::from_static(v));
+            cache_status(&r)
+        };
+        assert_eq!(with("weir; hit; ttl=10"), Some("HIT"));
+        assert_eq!(with("weir; fwd=miss; stored"), Some("MISS"));
+        assert_eq!(with("weir; fwd=stale; fwd-status=304"), Some("REVALIDATED"));
+        assert_eq!(with("weir; fwd=method"), Some("PASS"));
+        assert_eq!(cache_status(&Response::new(Body::empty())), None);
     }
 }

@@ -6,35 +6,46 @@
 use std::time::Duration;
 
 use http::Response;
-use http::header;
 
 use crate::access_log::{AccessLog, Entry};
+use weir_config::routes::PathPattern;
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 
+use super::Site;
 use super::request_head::request_host;
 
-/// Logs the request in `parts` and its response, which `took` to answer
-/// with a body of `bytes` (as its `Content-Length` declared).
+/// What the log phase knows of a request besides its head and answer.
+pub(super) struct Facts<'a> {
+    pub client: std::net::IpAddr,
+    pub route: Option<&'a PathPattern>,
+    /// From the request head to the response head.
+    pub took: Duration,
+    /// The bodies' lengths as their `Content-Length` fields declared them.
+    pub bytes_in: Option<u64>,
+    pub bytes_out: Option<u64>,
+}
+
+/// Logs the request in `parts` and its response.
 pub(super) fn record(
     log: &AccessLog,
+    site: &Site,
     conn: &ConnInfo,
     parts: &http::request::Parts,
     resp: &Response<Body>,
-    took: Duration,
-    bytes: Option<u64>,
+    f: Facts<'_>,
 ) {
-    let field = |name| parts.headers.get(name).and_then(|v| v.to_str().ok());
     log.log(&Entry {
-        peer: conn.peer,
-        method: parts.method.as_str(),
-        target: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
-        version: parts.version,
-        status: resp.status().as_u16(),
-        bytes,
-        referer: field(header::REFERER),
-        user_agent: field(header::USER_AGENT),
+        conn,
+        client: f.client,
+        parts,
+        resp,
         host: request_host(parts),
-        duration: took,
+        site: &site.cfg.name,
+        route: f.route,
+        took: f.took,
+        bytes_in: f.bytes_in,
+        bytes_out: f.bytes_out,
+        request_id: super::request_id::of(site, &parts.headers),
     });
 }

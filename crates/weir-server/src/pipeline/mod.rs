@@ -23,6 +23,7 @@ mod filter;
 mod handler;
 mod log;
 mod request_head;
+mod request_id;
 mod response;
 mod response_headers;
 mod route;
@@ -452,6 +453,7 @@ impl Listener {
             return self.misdirected(parts, conn, started);
         }
         let client = site.client(conn, &parts.headers);
+        request_id::on_request(site, conn, &mut parts.headers);
         let target = route::target(
             &site.handler,
             &RequestView {
@@ -526,6 +528,7 @@ impl Listener {
             &mut resp,
             parts.method == http::Method::HEAD,
         );
+        request_id::on_response(site, &parts.headers, &mut resp);
         let registered = target.response_filters(site);
         if !registered.is_empty() {
             let view = RequestView {
@@ -553,7 +556,18 @@ impl Listener {
             bytes_out,
         );
         if let Some(log) = &site.access_log {
-            log::record(log, conn, &parts, &resp, took, bytes_out);
+            let route = match &target {
+                handler::Target::Route { route, .. } => Some(&route.cfg.pattern),
+                _ => None,
+            };
+            let facts = log::Facts {
+                client,
+                route,
+                took,
+                bytes_in,
+                bytes_out,
+            };
+            log::record(log, site, conn, &parts, &resp, facts);
         }
         weir_http::header_maps::give(parts.headers);
         resp
@@ -601,7 +615,14 @@ impl Listener {
             bytes_out,
         );
         if let Some(log) = &site.access_log {
-            log::record(log, conn, &parts, &resp, took, bytes_out);
+            let facts = log::Facts {
+                client: site.client(conn, &parts.headers),
+                route: None,
+                took,
+                bytes_in: content_length(&parts.headers),
+                bytes_out,
+            };
+            log::record(log, site, conn, &parts, &resp, facts);
         }
         weir_http::header_maps::give(parts.headers);
         resp

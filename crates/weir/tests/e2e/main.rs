@@ -2,6 +2,7 @@
 //! by real clients. One test binary, a module per area, so the suite links
 //! once instead of once per file.
 
+mod access_log;
 mod acme_pebble;
 mod admin;
 mod apps;
