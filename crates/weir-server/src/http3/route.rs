@@ -368,7 +368,10 @@ mod tests {
         }
         // Random IDs (a client's first Initial) almost never pass.
         let strangers = (0..10_000u64)
-            .filter(|i| key.worker_of(&i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes()).is_some())
+            .filter(|i| {
+                key.worker_of(&i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes())
+                    .is_some()
+            })
             .count();
         assert!(strangers < 5, "{strangers}");
         assert_eq!(key.worker_of(&[0; 5]), None);
@@ -408,7 +411,11 @@ mod tests {
                 meta[n] = m;
                 n += 1;
             }
-            if n == 0 { Poll::Pending } else { Poll::Ready(Ok(n)) }
+            if n == 0 {
+                Poll::Pending
+            } else {
+                Poll::Ready(Ok(n))
+            }
         }
         fn local_addr(&self) -> io::Result<std::net::SocketAddr> {
             Ok(([127, 0, 0, 1], 443).into())
@@ -457,7 +464,13 @@ mod tests {
         let mut routed: Vec<RoutedSocket> = Vec::new();
         for (w, inbox) in inboxes.drain(..).enumerate() {
             let inner: Arc<dyn AsyncUdpSocket> = sockets[w].clone();
-            routed.push(RoutedSocket::new(inner, w, key.clone(), routes.clone(), inbox));
+            routed.push(RoutedSocket::new(
+                inner,
+                w,
+                key.clone(),
+                routes.clone(),
+                inbox,
+            ));
         }
         // A GRO batch of three (the last one short): worker 0's, worker
         // 2's, worker 0's; then worker 1's long-header datagram; then a

@@ -60,11 +60,7 @@ fn start(workers: usize, server: &str) -> Site {
         root.display()
     );
     let weir = Weir::start_debug(WEIR, dir.path(), &cfg, port);
-    assert!(
-        weir.wait_log("(HTTP/3, udp", PATIENCE),
-        "{}",
-        weir.log()
-    );
+    assert!(weir.wait_log("(HTTP/3, udp", PATIENCE), "{}", weir.log());
     let roots = roots_from_pem(&std::fs::read(storage.join("local-ca/root.pem")).unwrap());
     Site {
         weir,
@@ -103,9 +99,10 @@ async fn quic_connections_spread_over_the_workers_and_each_is_served() {
         // to one of the workers' sockets.
         let (addr, roots, url) = (site.addr, site.roots.clone(), site.url());
         tasks.spawn(async move {
-            let mut h3 = tokio::time::timeout(PATIENCE, H3Client::connect(addr, "localhost", roots))
-                .await
-                .expect("QUIC handshake");
+            let mut h3 =
+                tokio::time::timeout(PATIENCE, H3Client::connect(addr, "localhost", roots))
+                    .await
+                    .expect("QUIC handshake");
             for _ in 0..REQUESTS {
                 get_page(&mut h3, &url).await;
             }
