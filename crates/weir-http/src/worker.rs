@@ -11,8 +11,8 @@
 //! to run on, not to a worker.
 
 /// One of the server's workers: with the per-core runtime, one thread and
-/// its listening sockets; with the shared runtime, a share of the
-/// connections; HTTP/3 has one of its own.
+/// its listening sockets (HTTP/3's UDP ones too); with the shared runtime,
+/// a share of the connections.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Worker(usize);
 

@@ -1,22 +1,30 @@
-//! HTTP/3: a QUIC endpoint (quinn) on the UDP port of every TLS listener,
+//! HTTP/3: QUIC endpoints (quinn) on the UDP port of every TLS listener,
 //! serving requests through the same [`pipeline::Listener::handle`] as HTTP/1.1
 //! and HTTP/2, so status, headers and bodies are the same.
 //!
-//! Runs on its own thread and current-thread runtime (`weir-h3`); the TCP
-//! workers are not touched. 0-RTT is off unless `tls.early_data` is on, and
-//! then a request that arrives before the handshake completes is served only
-//! for safe methods (GET, HEAD, OPTIONS); others get 425 Too Early, because
-//! early data can be replayed. Never sends connection-specific headers
-//! (RFC 9114 §4.2).
+//! Every worker serves HTTP/3 as it serves TCP: one UDP socket per worker
+//! in the address's SO_REUSEPORT group, and one endpoint per socket, driven
+//! on the worker's runtime with its connections. A connection stays on the
+//! worker that took it even when its datagrams reach another worker's
+//! socket (the client moved to a new address or port): connection IDs name
+//! their worker and the sockets pass datagrams on ([`route`]). 0-RTT is off
+//! unless `tls.early_data` is on, and then a request that arrives before
+//! the handshake completes is served only for safe methods (GET, HEAD,
+//! OPTIONS); others get 425 Too Early, because early data can be replayed.
+//! Never sends connection-specific headers (RFC 9114 §4.2).
 //!
-//! A reload gives an endpoint new sites (read per request, like TCP's),
+//! A reload gives an address new sites (read per request, like TCP's),
 //! new certificates for the connections to come, or stops it.
 //!
-//! Shutdown: the endpoint stops taking connections,
+//! Shutdown: the endpoints stop taking connections,
 //! every connection sends GOAWAY, answers the requests it already accepted
-//! and closes with H3_NO_ERROR, then the endpoint closes. An idle client
+//! and closes with H3_NO_ERROR, then the endpoints close. An idle client
 //! therefore does not hold the process; only requests in flight do, and
 //! never longer than the grace period.
+//!
+//! [`pipeline::Listener::handle`]: crate::pipeline::Listener::handle
+
+mod route;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,6 +41,7 @@ use tokio::sync::watch;
 use std::collections::HashMap;
 
 use crate::pipeline::{Current, Listener};
+use route::{CidKey, Inbox, RoutedSocket, Routes, WorkerCids};
 use weir_config::{Config, ListenerConfig};
 use weir_http::body::BodyError;
 use weir_http::conn::ConnInfo;
@@ -49,12 +58,14 @@ pub enum H3Error {
     },
     #[error("HTTP/3 TLS: {0}")]
     Tls(String),
-    #[error("cannot start the HTTP/3 thread: {0}")]
-    Thread(std::io::Error),
 }
 
+/// One worker's endpoint of an address.
 struct Endpoint {
     sock: std::net::UdpSocket,
+    routes: Arc<Routes>,
+    inbox: Inbox,
+    key: CidKey,
     server: watch::Receiver<quinn::ServerConfig>,
     listener: Arc<Current>,
     addr: SocketAddr,
@@ -64,24 +75,28 @@ struct Endpoint {
 
 /// What the running server keeps of one HTTP/3 address.
 struct EndpointCtl {
-    /// A duplicate of the UDP socket, for a binary upgrade to hand over.
-    socket: Option<std::net::UdpSocket>,
+    /// Duplicates of the workers' UDP sockets, for a binary upgrade to hand over.
+    sockets: Vec<std::net::UdpSocket>,
     server: watch::Sender<quinn::ServerConfig>,
     stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-/// HTTP/3 on its thread: endpoints are added, given new certificates and
+/// HTTP/3 on the workers: addresses are added, given new certificates and
 /// removed as the config is reloaded.
 pub struct H3 {
-    thread: Option<std::thread::JoinHandle<()>>,
-    rt: tokio::runtime::Handle,
-    /// Ends the thread's runtime once every endpoint has finished.
-    exit: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Where each worker's endpoints run: its own runtime (per-core), or
+    /// the shared one.
+    workers: Vec<tokio::runtime::Handle>,
     endpoints: HashMap<SocketAddr, EndpointCtl>,
+    /// Masks and signs the connection IDs of every endpoint of the process.
+    key: CidKey,
     early: bool,
     grace: Duration,
     counts: Arc<ConnCounts>,
+    /// Turns true once every endpoint has finished: a worker's runtime
+    /// (and its endpoints with it) ends only then.
+    done: watch::Sender<bool>,
 }
 
 /// The QUIC server config of the TLS listener `l`.
@@ -104,92 +119,121 @@ pub fn server_config(
 }
 
 impl H3 {
-    /// Starts the HTTP/3 thread, with no endpoint yet.
-    pub fn start(early: bool, grace: Duration, counts: Arc<ConnCounts>) -> Result<H3, H3Error> {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let (exit, exit_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name("weir-h3".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("tokio runtime");
-                let _ = tx.send(rt.handle().clone());
-                rt.block_on(async move {
-                    let _ = exit_rx.await;
-                });
-            })
-            .map_err(H3Error::Thread)?;
-        let rt = rx
-            .recv()
-            .map_err(|_| H3Error::Thread(std::io::Error::other("the HTTP/3 thread ended")))?;
-        Ok(H3 {
-            thread: Some(thread),
-            rt,
-            exit: Some(exit),
+    /// HTTP/3 on `workers` (one runtime handle per worker), with no
+    /// address yet. `done` turns true when [`H3::shutdown`] has finished.
+    pub fn new(
+        workers: Vec<tokio::runtime::Handle>,
+        early: bool,
+        grace: Duration,
+        counts: Arc<ConnCounts>,
+        done: watch::Sender<bool>,
+    ) -> H3 {
+        H3 {
+            workers,
             endpoints: HashMap::new(),
+            key: CidKey::new(),
             early,
             grace,
             counts,
-        })
-    }
-
-    /// Binds `addr` (UDP) without serving it yet: a reload binds every new
-    /// address before it changes anything.
-    pub fn bind(addr: SocketAddr) -> Result<std::net::UdpSocket, H3Error> {
-        bind_udp(addr).map_err(|source| H3Error::Bind { addr, source })
-    }
-
-    /// A socket handed over by the previous process (made non-blocking, as
-    /// quinn needs), or a new one.
-    pub fn bind_or_take(
-        addr: SocketAddr,
-        inherited: Option<std::net::UdpSocket>,
-    ) -> Result<std::net::UdpSocket, H3Error> {
-        match inherited {
-            Some(s) => {
-                s.set_nonblocking(true)
-                    .map_err(|source| H3Error::Bind { addr, source })?;
-                Ok(s)
-            }
-            None => Self::bind(addr),
+            done,
         }
     }
 
-    /// Serves HTTP/3 on `sock` (bound to `addr`) with the sites in `listener`.
+    /// Binds `addr` (UDP), one socket per worker in a SO_REUSEPORT group,
+    /// without serving it yet: a reload binds every new address before it
+    /// changes anything.
+    pub fn bind(addr: SocketAddr, workers: usize) -> Result<Vec<std::net::UdpSocket>, H3Error> {
+        let err = |source| H3Error::Bind { addr, source };
+        udp_unbound(addr).map_err(err)?;
+        (0..workers.max(1))
+            .map(|_| bind_udp(addr).map_err(err))
+            .collect()
+    }
+
+    /// The sockets handed over by the previous process (made non-blocking,
+    /// as quinn needs), one per worker, or new ones. A process that had
+    /// fewer workers leaves sockets to add to its group; one whose sockets
+    /// cannot have company (bound without SO_REUSEPORT) has them shared:
+    /// the workers reading one socket pass each other's datagrams on.
+    pub fn bind_or_take(
+        addr: SocketAddr,
+        inherited: Vec<std::net::UdpSocket>,
+        workers: usize,
+    ) -> Result<Vec<std::net::UdpSocket>, H3Error> {
+        let err = |source| H3Error::Bind { addr, source };
+        if inherited.is_empty() {
+            return Self::bind(addr, workers);
+        }
+        let workers = workers.max(1);
+        let mut socks = inherited;
+        for s in &socks {
+            s.set_nonblocking(true).map_err(err)?;
+        }
+        if socks.len() > workers {
+            tracing::info!(
+                "HTTP/3 on {addr}: {} sockets handed over for {workers} workers; the rest closed",
+                socks.len()
+            );
+            socks.truncate(workers);
+        }
+        let mut i = 0;
+        while socks.len() < workers {
+            let s = match bind_udp(addr) {
+                Ok(s) => s,
+                Err(_) => socks[i % socks.len()].try_clone().map_err(err)?,
+            };
+            socks.push(s);
+            i += 1;
+        }
+        Ok(socks)
+    }
+
+    /// Serves HTTP/3 on `socks` (bound to `addr`, one per worker) with the
+    /// sites in `listener`.
     pub fn serve(
         &mut self,
         addr: SocketAddr,
-        sock: std::net::UdpSocket,
+        socks: Vec<std::net::UdpSocket>,
         server: quinn::ServerConfig,
         listener: Arc<Current>,
-        worker: Worker,
     ) {
-        let socket = sock.try_clone().ok();
+        let sockets = socks.iter().filter_map(|s| s.try_clone().ok()).collect();
         let (server_tx, server_rx) = watch::channel(server);
         let (stop_tx, stop_rx) = watch::channel(false);
-        let ep = Endpoint {
-            sock,
-            server: server_rx,
-            listener,
-            addr,
-            worker,
-            stop: stop_rx,
-        };
-        let task = self.rt.spawn(serve_endpoint(
-            ep,
-            self.early,
-            self.grace,
-            self.counts.clone(),
-        ));
+        let (routes, inboxes) = route::routes(socks.len());
+        let n = socks.len();
+        let tasks = socks
+            .into_iter()
+            .zip(inboxes)
+            .enumerate()
+            .map(|(i, (sock, inbox))| {
+                let ep = Endpoint {
+                    sock,
+                    routes: routes.clone(),
+                    inbox,
+                    key: self.key.clone(),
+                    server: server_rx.clone(),
+                    listener: listener.clone(),
+                    addr,
+                    worker: Worker::new(i),
+                    stop: stop_rx.clone(),
+                };
+                self.workers[i % self.workers.len()].spawn(serve_endpoint(
+                    ep,
+                    self.early,
+                    self.grace,
+                    self.counts.clone(),
+                ))
+            })
+            .collect();
+        tracing::info!("listening on https://{addr} (HTTP/3, udp, {n} workers)");
         self.endpoints.insert(
             addr,
             EndpointCtl {
-                socket,
+                sockets,
                 server: server_tx,
                 stop: stop_tx,
-                task,
+                tasks,
             },
         );
     }
@@ -199,11 +243,11 @@ impl H3 {
         self.endpoints.keys()
     }
 
-    /// The UDP socket of every address, for a binary upgrade.
+    /// The UDP sockets of every address, for a binary upgrade.
     pub fn sockets(&self) -> impl Iterator<Item = (SocketAddr, &std::net::UdpSocket)> {
         self.endpoints
             .iter()
-            .filter_map(|(a, e)| e.socket.as_ref().map(|s| (*a, s)))
+            .flat_map(|(a, e)| e.sockets.iter().map(|s| (*a, s)))
     }
 
     /// New connections to `addr` get `server` (its certificates) from now on.
@@ -221,28 +265,38 @@ impl H3 {
         }
     }
 
-    /// Stops every endpoint gracefully and ends the thread.
+    /// Stops every endpoint gracefully and waits for them (they run on the
+    /// workers, which wait for this). Never call it on a runtime's thread.
     pub fn shutdown(mut self) {
         let tasks: Vec<_> = self
             .endpoints
             .drain()
-            .map(|(_, ep)| {
+            .flat_map(|(_, ep)| {
                 let _ = ep.stop.send(true);
-                ep.task
+                ep.tasks
             })
             .collect();
-        self.rt.block_on(async move {
-            for t in tasks {
-                let _ = t.await;
-            }
-        });
-        if let Some(exit) = self.exit.take() {
-            let _ = exit.send(());
+        match tokio::runtime::Builder::new_current_thread().build() {
+            Ok(rt) => rt.block_on(async move {
+                for t in tasks {
+                    let _ = t.await;
+                }
+            }),
+            Err(e) => tracing::warn!("HTTP/3 shutdown: {e}; not waiting for the endpoints"),
         }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let _ = self.done.send(true);
     }
+}
+
+/// Fails with `AddrInUse` if a UDP socket is bound to `addr` already:
+/// SO_REUSEPORT would otherwise let the group join another process's.
+fn udp_unbound(addr: SocketAddr) -> std::io::Result<()> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    sock.bind(&addr.into())
 }
 
 fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
@@ -251,6 +305,7 @@ fn bind_udp(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
     if addr.is_ipv6() {
         sock.set_only_v6(true)?;
     }
+    sock.set_reuse_port(true)?;
     sock.set_nonblocking(true)?;
     sock.bind(&addr.into())?;
     Ok(sock.into())
@@ -260,19 +315,25 @@ async fn serve_endpoint(ep: Endpoint, early: bool, grace: Duration, counts: Arc<
     let runtime: Arc<dyn quinn::Runtime> = Arc::new(quinn::TokioRuntime);
     let mut stop = ep.stop.clone();
     let mut server = ep.server.clone();
-    let endpoint = match quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
-        Some(server.borrow_and_update().clone()),
-        ep.sock,
-        runtime,
-    ) {
+    let index = ep.worker.index();
+    let endpoint = match runtime.wrap_udp_socket(ep.sock).and_then(|inner| {
+        let socket = RoutedSocket::new(inner, index, ep.key.clone(), ep.routes, ep.inbox);
+        let mut config = quinn::EndpointConfig::default();
+        let key = ep.key;
+        config.cid_generator(move || Box::new(WorkerCids::new(key.clone(), index)));
+        quinn::Endpoint::new_with_abstract_socket(
+            config,
+            Some(server.borrow_and_update().clone()),
+            Arc::new(socket),
+            runtime,
+        )
+    }) {
         Ok(e) => e,
         Err(e) => {
-            tracing::error!("HTTP/3 on {}: {e}", ep.addr);
+            tracing::error!("HTTP/3 on {} (worker {index}): {e}", ep.addr);
             return;
         }
     };
-    tracing::info!("listening on https://{} (HTTP/3, udp)", ep.addr);
     let mut conns = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -315,7 +376,7 @@ async fn serve_endpoint(ep: Endpoint, early: bool, grace: Duration, counts: Arc<
     .is_ok();
     if !drained {
         tracing::warn!(
-            "HTTP/3 on {}: grace period over, closing {} connections still open",
+            "HTTP/3 on {} (worker {index}): grace period over, closing {} connections still open",
             ep.addr,
             endpoint.open_connections()
         );
@@ -373,6 +434,11 @@ async fn serve_conn(
         connecting.await?
     };
     counts.handshake(worker, true);
+    tracing::debug!(
+        "HTTP/3 connection served by worker {} (from {})",
+        worker.index(),
+        conn.remote_address()
+    );
     let _open = Open::new(counts, worker);
     let quic = conn.clone();
     let info = ConnInfo {

@@ -4,8 +4,9 @@
 //! Two runtime shapes (`server.runtime`):
 //! - `per-core` (default): one OS thread per worker, each running a
 //!   current-thread tokio runtime with its own SO_REUSEPORT socket per
-//!   address. The kernel spreads connections; a connection never changes
-//!   thread, so nothing on the request path is shared between cores.
+//!   address (TCP, and UDP for HTTP/3). The kernel spreads connections; a
+//!   connection never changes thread, so nothing on the request path is
+//!   shared between cores.
 //! - `shared`: one multi-threaded work-stealing runtime, one socket per address.
 //!
 //! On SIGTERM or SIGINT every worker stops accepting, lets in-flight requests
@@ -33,7 +34,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use weir_config::Config;
-use weir_http::worker::Worker;
 
 pub use conn::{ConnCtx, serve_one};
 pub use server::{ReloadError, ReloadRecord, ReloadReport, Server};
@@ -61,15 +61,9 @@ pub enum ServerError {
 }
 
 /// Slots of per-worker state (`weir_http::worker::PerWorker`) an owner
-/// keeps: one per request worker, and one for HTTP/3, which runs on a
-/// thread of its own.
+/// keeps: one per worker (HTTP/3 runs on the workers too).
 pub(crate) fn worker_slots(cfg: &Config) -> usize {
-    cfg.server.workers.max(1) + 1
-}
-
-/// HTTP/3's worker: the slot after the request workers'.
-pub(crate) fn http3_worker(cfg: &Config) -> Worker {
-    Worker::new(cfg.server.workers.max(1))
+    cfg.server.workers.max(1)
 }
 
 /// Runs `cfg` until SIGTERM/SIGINT, then shuts down gracefully; SIGHUP

@@ -277,6 +277,10 @@ impl Server {
         }
 
         let (stop, stop_rx) = watch::channel(false);
+        // A worker's runtime ends once HTTP/3 has finished too (its
+        // endpoints run there); the sender goes to HTTP/3, or is dropped.
+        let (h3_done, h3_done_rx) = watch::channel(false);
+        let (handle_tx, handle_rx) = std::sync::mpsc::channel();
         let set = |assign| Settings {
             grace: cfg.server.grace_period,
             batch: cfg.server.limits.tls_handshakes,
@@ -291,6 +295,7 @@ impl Server {
                     workers.push(tx);
                     let stop = stop_rx.clone();
                     let set = set(Assign::One(Worker::new(i)));
+                    let (handle_tx, mut h3_done) = (handle_tx.clone(), h3_done_rx.clone());
                     let h = std::thread::Builder::new()
                         .name(format!("weir-worker-{i}"))
                         .spawn(move || {
@@ -299,7 +304,12 @@ impl Server {
                                 .max_blocking_threads(BLOCKING_THREADS)
                                 .build()
                                 .expect("tokio runtime");
-                            rt.block_on(accept::worker(socks, rx, stop, set));
+                            let _ = handle_tx.send((i, rt.handle().clone()));
+                            drop(handle_tx);
+                            rt.block_on(async move {
+                                accept::worker(socks, rx, stop, set).await;
+                                let _ = h3_done.wait_for(|d| *d).await;
+                            });
                         })
                         .map_err(ServerError::Worker)?;
                     threads.push(h);
@@ -312,6 +322,7 @@ impl Server {
                 let stop = stop_rx.clone();
                 let n = fixed.workers;
                 let set = set(Assign::ByPeer(n));
+                let (handle_tx, mut h3_done) = (handle_tx.clone(), h3_done_rx.clone());
                 let h = std::thread::Builder::new()
                     .name("weir-main".into())
                     .spawn(move || {
@@ -321,21 +332,46 @@ impl Server {
                             .max_blocking_threads(BLOCKING_THREADS * n)
                             .build()
                             .expect("tokio runtime");
-                        rt.block_on(accept::worker(socks, rx, stop, set));
+                        // Every HTTP/3 endpoint runs on the shared runtime.
+                        for i in 0..n {
+                            let _ = handle_tx.send((i, rt.handle().clone()));
+                        }
+                        drop(handle_tx);
+                        rt.block_on(async move {
+                            accept::worker(socks, rx, stop, set).await;
+                            let _ = h3_done.wait_for(|d| *d).await;
+                        });
                     })
                     .map_err(ServerError::Worker)?;
                 threads.push(h);
             }
         }
 
-        let h3 = if fixed.http3 {
-            let mut h3 = H3::start(cfg.tls.early_data, cfg.server.grace_period, conns.clone())?;
+        drop(handle_tx);
+        drop(h3_done_rx);
+        let mut handles: Vec<(usize, tokio::runtime::Handle)> = handle_rx.iter().collect();
+        handles.sort_by_key(|(i, _)| *i);
+        let handles: Vec<_> = handles.into_iter().map(|(_, h)| h).collect();
+        let h3 = if fixed.http3 && handles.len() == fixed.workers {
+            let mut h3 = H3::new(
+                handles,
+                cfg.tls.early_data,
+                cfg.server.grace_period,
+                conns.clone(),
+                h3_done,
+            );
             for (addr, server, listener) in quic {
-                let sock = H3::bind_or_take(addr, inherited.udp.remove(&addr))?;
-                h3.serve(addr, sock, server, listener, crate::http3_worker(&cfg));
+                let taken = inherited.udp.remove(&addr).unwrap_or_default();
+                let socks = H3::bind_or_take(addr, taken, fixed.workers)?;
+                h3.serve(addr, socks, server, listener);
             }
             Some(h3)
         } else {
+            if fixed.http3 {
+                return Err(ServerError::Worker(std::io::Error::other(
+                    "a worker ended before it started",
+                )));
+            }
             None
         };
 
@@ -567,7 +603,10 @@ impl Server {
                 .as_ref()
                 .is_some_and(|h| h.addrs().any(|a| *a == b.l.addr));
             if b.quic.is_some() && !serving_h3 {
-                fresh_udp.push((b.l.addr, H3::bind(b.l.addr).map_err(ServerError::from)?));
+                fresh_udp.push((
+                    b.l.addr,
+                    H3::bind(b.l.addr, self.fixed.workers).map_err(ServerError::from)?,
+                ));
             }
         }
 
@@ -624,13 +663,7 @@ impl Server {
             };
             if let (Some(server), Some(h3)) = (quic, h3.as_mut()) {
                 match fresh_udp.remove(&addr) {
-                    Some(sock) => h3.serve(
-                        addr,
-                        sock,
-                        server,
-                        entry.listener.clone(),
-                        crate::http3_worker(&cfg),
-                    ),
+                    Some(socks) => h3.serve(addr, socks, server, entry.listener.clone()),
                     None => h3.update(addr, server),
                 }
             }
@@ -763,11 +796,13 @@ impl Server {
         for a in lock(&self.state).addrs.values_mut() {
             a.socks.clear();
         }
+        // HTTP/3 drains alongside TCP, on the workers; they end after it.
+        let h3 = lock(&self.h3).take();
+        if let Some(h3) = h3 {
+            h3.shutdown();
+        }
         for h in std::mem::take(&mut *lock(&self.threads)) {
             let _ = h.join();
-        }
-        if let Some(h3) = lock(&self.h3).take() {
-            h3.shutdown();
         }
         if let Some(c) = &self.cluster {
             c.leave();

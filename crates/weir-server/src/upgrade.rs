@@ -52,7 +52,8 @@ pub struct Inherited {
     /// Listening TCP sockets by local address (several per address under
     /// the per-core runtime).
     pub tcp: HashMap<SocketAddr, Vec<TcpListener>>,
-    pub udp: HashMap<SocketAddr, UdpSocket>,
+    /// UDP sockets (HTTP/3) by local address: one per worker.
+    pub udp: HashMap<SocketAddr, Vec<UdpSocket>>,
     /// Listening Unix sockets by path (the admin API's).
     pub unix: HashMap<PathBuf, UnixListener>,
     /// Where to say "ready" when an upgrade started this process.
@@ -81,7 +82,7 @@ impl Inherited {
                 }
             } else if let Ok(Some(s)) = fds.take_udp_socket(i) {
                 if let Ok(a) = s.local_addr() {
-                    out.udp.insert(a, s);
+                    out.udp.entry(a).or_default().push(s);
                 }
             } else if let Ok(Some(s)) = fds.take_unix_listener(i) {
                 if let Some(p) = s

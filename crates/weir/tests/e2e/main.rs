@@ -14,6 +14,7 @@ mod compress;
 mod h2_parity;
 mod h3_proxy;
 mod h3_static;
+mod h3_workers;
 mod http1;
 mod layer4;
 mod lifecycle;
