@@ -14,6 +14,7 @@ mod h2_parity;
 mod h3_proxy;
 mod h3_static;
 mod http1;
+mod import;
 mod layer4;
 mod lifecycle;
 mod local_ca;
