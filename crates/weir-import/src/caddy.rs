@@ -312,14 +312,17 @@ pub fn import(path: &Path, _opts: &Options) -> Result<Imported, Error> {
     let mut acme = Table::new("tls.acme", false);
     let mut tls = Table::new("tls", false);
     let mut admin = Table::new("admin", false);
-    // A file of one site with no braces: its first line is the address.
-    if !top.is_empty() && top.iter().all(|l| l.block.is_none() || l.name().is_empty()) {
-        let first = top.remove(0);
-        let body: Vec<Line> = top.drain(..).filter(|l| !l.name().is_empty()).collect();
-        top = vec![Line {
+    // A file of one site with no braces: its first line (after any global
+    // options and snippets) is the address, the rest its body.
+    if let Some(i) = top.iter().position(|l| !l.name().is_empty())
+        && top[i].block.is_none()
+    {
+        let first = top.remove(i);
+        let body: Vec<Line> = top.drain(i..).collect();
+        top.push(Line {
             words: first.words,
             block: Some(body),
-        }];
+        });
     }
     let mut names: Vec<String> = Vec::new();
     for l in &top {
@@ -488,7 +491,6 @@ struct SiteState {
     headers: Vec<(String, String, V)>,
     basic_auth: Option<V>,
     try_files: Option<V>,
-    browse: bool,
     tls: Option<V>,
     access_log: Option<V>,
 }
@@ -578,9 +580,6 @@ fn site(name: &str, at: &Origin, body: &[Line], report: &mut Report) -> Vec<Tabl
             t.set("respond", V::I(200));
         }
     }
-    if st.browse {
-        t.set("browse", V::B(true));
-    }
     if let Some(a) = st.access_log.take() {
         t.set("access_log", a);
     }
@@ -658,7 +657,10 @@ fn site(name: &str, at: &Origin, body: &[Line], report: &mut Report) -> Vec<Tabl
                 rt.set("strip_prefix", V::B(true));
             }
             for (k, v) in &h.keys {
-                rt.set(k, v.clone());
+                // Listings are a site's setting in weir.
+                if k != "browse" {
+                    rt.set(k, v.clone());
+                }
             }
             out.push(rt);
         }
@@ -967,6 +969,7 @@ fn handler(l: &Line, args: &[&str], st: &SiteState, report: &mut Report) -> Opti
             };
             keys.push(("root".into(), V::s(root.clone())));
             if args.first() == Some(&"browse") {
+                keys.push(("browse".into(), V::B(true)));
                 report.approx(
                     l.at(),
                     l.text(),

@@ -28,7 +28,6 @@ pub(crate) struct Upstream {
     pub servers: Vec<UpServer>,
     /// weir's `balance` and `hash_key`.
     pub balance: Option<(String, Option<String>)>,
-    pub keepalive: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -277,7 +276,6 @@ fn upstream(d: &Directive, report: &mut Report) -> Option<Upstream> {
         at: d.at.clone(),
         servers: Vec::new(),
         balance: None,
-        keepalive: false,
     };
     for s in d.block.iter().flatten() {
         match s.name.as_str() {
@@ -367,7 +365,6 @@ fn upstream(d: &Directive, report: &mut Report) -> Option<Upstream> {
                 }
             }
             "keepalive" => {
-                u.keepalive = true;
                 report.mapped(
                     &s.at,
                     s.text(),

@@ -38,8 +38,6 @@ pub struct Scope {
     pub gzip_types: Vec<String>,
     pub gzip_min_length: Option<i64>,
     pub max_body: Option<V>,
-    /// weir `limit` entries.
-    pub limits: Vec<V>,
     pub limit_req_status: Option<u16>,
     pub limit_conn_status: Option<u16>,
     pub auth_realm: Option<String>,
@@ -117,7 +115,7 @@ pub fn size(s: &str) -> Option<V> {
     if s == "0" {
         return None;
     }
-    let (num, unit) = match s.as_bytes().last()? {
+    let (num, unit) = match *s.as_bytes().last()? {
         b'k' => (&s[..s.len() - 1], "KiB"),
         b'm' => (&s[..s.len() - 1], "MiB"),
         b'g' => (&s[..s.len() - 1], "GiB"),
@@ -263,7 +261,7 @@ impl Scope {
         d: &Directive,
         seen: &mut Seen,
         report: &mut Report,
-        reader: &Reader,
+        _reader: &Reader,
         level: Level,
     ) {
         let r = report;

@@ -609,7 +609,11 @@ impl Sites {
                 "weir answers a directory asked without its slash with 308 and a relative Location (nginx: 301, absolute), adds `; charset=utf-8` to textual types, and refuses dot-files (.git, .env) nginx would serve (`serve_hidden = true` serves them)",
             );
         }
-        let uniform = units.iter().all(|u| u.filters == fb_filters);
+        // Redirects by `rewrite` run before nginx's access checks: they carry none.
+        let uniform = units
+            .iter()
+            .filter(|u| u.compress.is_some())
+            .all(|u| u.filters == fb_filters);
         let mut route_tables = Vec::new();
         let all_units: Vec<&Unit> = redirect_units.iter().chain(units.iter()).collect();
         for u in &all_units {
@@ -965,16 +969,17 @@ fn ret(d: &Directive, sc: &Scope, cx: &Cx<'_>, report: &mut Report) -> Option<(&
     };
     if matches!(code, 301 | 302 | 303 | 307 | 308) {
         let url = arg.unwrap_or_default();
-        let url = if url.starts_with('/') {
-            format!("{}{url}", cx.origin_host)
+        // A relative URL is made absolute as nginx's absolute_redirect does.
+        let origin = if url.starts_with('/') {
+            cx.origin_host
         } else {
-            url
+            ""
         };
         return match scope::template(&url, cx.server_name) {
             Ok(to) => Some((
                 "redirect",
                 V::T(vec![
-                    ("to".into(), V::S(to)),
+                    ("to".into(), V::S(format!("{origin}{to}"))),
                     ("status".into(), V::I(code as i64)),
                 ]),
             )),
@@ -1031,11 +1036,12 @@ fn rewrite_redirect(d: &Directive, cx: &Cx<'_>, report: &mut Report) -> Option<U
         Some(r) => (r.to_string(), false),
         None => (repl.to_string(), true),
     };
-    let mut url = if repl.starts_with('/') {
-        format!("{}{repl}", cx.origin_host)
+    let origin = if repl.starts_with('/') {
+        cx.origin_host
     } else {
-        repl.clone()
+        ""
     };
+    let mut url = repl.clone();
     if keep_args {
         if url.contains('?') {
             report.approx(
@@ -1057,7 +1063,7 @@ fn rewrite_redirect(d: &Directive, cx: &Cx<'_>, report: &mut Report) -> Option<U
                 handler: vec![(
                     "redirect".into(),
                     V::T(vec![
-                        ("to".into(), V::S(to)),
+                        ("to".into(), V::S(format!("{origin}{to}"))),
                         ("status".into(), V::I(status)),
                     ]),
                 )],
