@@ -518,12 +518,20 @@ impl Sites {
         // The site's own handler.
         let mut fb_handler: Vec<(String, V)> = Vec::new();
         let mut fb_comment = format!("{}:{} server", s.at.file, s.at.line);
+        let mut fb_route: Option<((String, V), Vec<(String, V)>)> = None;
         match root_loc.map(|l| &l.handler) {
             Some(H::Proxy(d)) => {
                 let l = root_loc.unwrap();
                 fb_comment = format!("{}:{} location /", l.at.file, l.at.line);
-                if let Some((keys, _)) = proxy(d, l, &cx, report) {
-                    fb_handler.extend(keys.into_iter().filter(|(k, _)| k == "proxy"));
+                if let Some((keys, pat)) = proxy(d, l, &cx, report) {
+                    fb_handler.extend(keys.iter().filter(|(k, _)| k == "proxy").cloned());
+                    // A path rewrite or request fields are a route's keys:
+                    // the site keeps the proxy for validity, a last route
+                    // `/` answers with all of them.
+                    if pat.is_some() || keys.iter().any(|(k, _)| k != "proxy") {
+                        let pat = pat.unwrap_or(("path".into(), V::s("/")));
+                        fb_route = Some((pat, keys));
+                    }
                 }
             }
             Some(H::Return(d)) => {
@@ -647,7 +655,21 @@ impl Sites {
             for (k, v) in &fb_filters {
                 t.set(k, v.clone());
             }
-        } else if !fb_filters.is_empty() {
+        }
+        if let Some(((pk, pv), keys)) = &fb_route {
+            let mut rt = Table::new(format!("{key}.route"), true);
+            rt.comments.push(fb_comment.clone());
+            rt.set(pk, pv.clone());
+            for (k, v) in keys {
+                rt.set(k, v.clone());
+            }
+            if !uniform {
+                for (k, v) in &fb_filters {
+                    rt.set(k, v.clone());
+                }
+            }
+            route_tables.push(rt);
+        } else if !uniform && !fb_filters.is_empty() {
             let mut rt = Table::new(format!("{key}.route"), true);
             rt.comments.push(format!("{fb_comment} (its own access rules and headers, which nginx does not add to the other locations')"));
             rt.set("path", V::s("/"));
@@ -671,6 +693,7 @@ impl Sites {
         cx: &Cx<'_>,
         report: &mut Report,
         php_loc: Option<&Loc>,
+        exclude: Option<String>,
     ) -> Option<Unit> {
         let what = format!("location {} {}", modifier(l.m), l.uri).replace("  ", " ");
         let mut pattern = match l.m {
@@ -831,11 +854,12 @@ fn unsupported_regex(re: &str) -> Option<&'static str> {
     if re.contains("(?=") || re.contains("(?!") || re.contains("(?<=") || re.contains("(?<!") {
         return Some("look-around");
     }
-    let b = re.as_bytes();
-    for i in 0..b.len().saturating_sub(1) {
-        if b[i] == b'\\' && b[i + 1].is_ascii_digit() && b[i + 1] != b'0' {
-            return Some("back-references");
-        }
+    if re
+        .as_bytes()
+        .windows(2)
+        .any(|w| w[0] == b'\\' && w[1].is_ascii_digit() && w[1] != b'0')
+    {
+        return Some("back-references");
     }
     None
 }
