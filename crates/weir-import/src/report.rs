@@ -111,11 +111,11 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let groups: [(&str, fn(&Outcome) -> Option<&str>); 3] = [
             ("approximated (weir differs as said)", |o| match o {
-                Outcome::Approximated(w) => Some(w),
+                Outcome::Approximated(w) => Some(w.as_str()),
                 _ => None,
             }),
             ("no equivalent (left out)", |o| match o {
-                Outcome::NoEquivalent(w) => Some(w),
+                Outcome::NoEquivalent(w) => Some(w.as_str()),
                 _ => None,
             }),
             ("mapped", |o| match o {

@@ -120,7 +120,7 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
                 "server" | "upstream" | "limit_req_zone" | "limit_conn_zone" => {}
                 "client_max_body_size" => {
                     if let Some(v) = scope::size(d.arg(0)) {
-                        let mut limits = server_limits(&mut server);
+                        let mut limits = server_limits(&server);
                         limits.push(("body".into(), v));
                         server.set("limits", V::T(limits));
                         report.mapped(&d.at, d.text(), "server.limits.body");
@@ -176,7 +176,7 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
     })
 }
 
-fn server_limits(server: &mut Table) -> Vec<(String, V)> {
+fn server_limits(server: &Table) -> Vec<(String, V)> {
     match server.get("limits") {
         Some(V::T(t)) => t.clone(),
         _ => Vec::new(),

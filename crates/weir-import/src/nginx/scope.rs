@@ -514,6 +514,7 @@ impl Scope {
             | "postpone_output" | "port_in_redirect" | "absolute_redirect" | "etag" | "if_modified_since" => {
                 r.mapped(&d.at, d.text(), "none needed: weir does this itself")
             }
+            "keepalive_timeout" | "client_header_timeout" | "client_body_timeout" | "send_timeout" => r.approx(&d.at, d.text(), "[server.timeouts]", "weir has one value for the whole process: set it in [server.timeouts]"),
             "server_tokens" => r.approx(&d.at, d.text(), "Server field", "weir sends `Server: weir`; remove it with response_headers = { remove = [\"Server\"] }"),
             _ => {
                 let _ = level;
