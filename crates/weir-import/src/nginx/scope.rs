@@ -581,3 +581,43 @@ impl Scope {
         Some(V::T(t))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_in_weir_spelling() {
+        assert_eq!(size("10m"), Some(V::s("10MiB")));
+        assert_eq!(size("512K"), Some(V::s("512KiB")));
+        assert_eq!(size("4096"), Some(V::I(4096)));
+        assert_eq!(size("0"), None);
+        assert_eq!(duration("65").as_deref(), Some("65s"));
+        assert_eq!(duration("3m").as_deref(), Some("180s"));
+        assert_eq!(duration("1h30m").as_deref(), Some("5400s"));
+        assert_eq!(duration("500ms").as_deref(), Some("500ms"));
+        assert_eq!(seconds("30d"), Some(2_592_000));
+    }
+
+    #[test]
+    fn variables_become_placeholders() {
+        assert_eq!(
+            template("https://$host$request_uri", "").unwrap(),
+            "https://{host}{uri}"
+        );
+        assert_eq!(
+            template("/new/$1$is_args$args", "").unwrap(),
+            "/new/{1}{?query}"
+        );
+        assert_eq!(
+            template("https://$server_name/$uri?$args", "example.com").unwrap(),
+            "https://example.com/{path}?{query}"
+        );
+        assert!(
+            template("$http_user_agent", "")
+                .unwrap_err()
+                .contains("$http_user_agent")
+        );
+        assert!(template("{x}", "").is_err());
+    }
+}

@@ -1583,3 +1583,30 @@ fn filters(sc: &Scope, cx: &Cx<'_>, report: &mut Report, _proxy: bool) -> Vec<(S
     }
     f
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_but_not_those_under_it() {
+        let re = format!(
+            "^{}{}",
+            regex_escape("/static/"),
+            not_starting(&["deep/", "dx"])
+        );
+        assert_eq!(
+            re,
+            "^/static/(?:$|[^d]|d(?:$|[^ex]|e(?:$|[^e]|e(?:$|[^p]|p(?:$|[^/])))))"
+        );
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(listen_addr("80"), "0.0.0.0:80");
+        assert_eq!(listen_addr("[::]:443"), "[::]:443");
+        assert_eq!(listen_addr("127.0.0.1"), "127.0.0.1:80");
+        assert_eq!(listen_addr("localhost:8080"), "127.0.0.1:8080");
+        assert_eq!(listen_addr("*:8080"), "0.0.0.0:8080");
+    }
+}
