@@ -951,10 +951,8 @@ fn handler(l: &Line, args: &[&str], st: &SiteState, report: &mut Report) -> Opti
                 return None;
             };
             keys.push(("root".into(), V::s(root.clone())));
-            keys.push((
-                "php".into(),
-                V::A(args.iter().map(|a| V::S(upstream(a))).collect()),
-            ));
+            let to = V::A(args.iter().map(|a| V::S(upstream(a))).collect());
+            keys.push(("php".into(), crate::nginx::fcgi_value(to, Vec::new())));
             report.mapped(
                 l.at(),
                 l.text(),

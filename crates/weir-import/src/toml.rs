@@ -50,18 +50,66 @@ impl Table {
         }
     }
 
+    /// Puts the keys named in `first` first, in that order; the others keep theirs.
+    pub fn order(&mut self, first: &[&str]) {
+        let rank = |k: &str| first.iter().position(|f| *f == k).unwrap_or(first.len());
+        self.keys.sort_by_key(|(k, _)| rank(k));
+    }
+
     pub fn get(&self, key: &str) -> Option<&V> {
         self.keys.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 }
 
-/// The whole file.
+/// The order of a site's keys in the output: where, then what answers.
+pub const SITE_ORDER: &[&str] = &[
+    "listen",
+    "default",
+    "tls",
+    "root",
+    "proxy",
+    "php",
+    "fastcgi",
+    "redirect",
+    "respond",
+    "index",
+    "try_files",
+    "browse",
+];
+
+/// The order of a route's keys: what it matches, how the path changes, what answers.
+pub const ROUTE_ORDER: &[&str] = &[
+    "path",
+    "path_regex",
+    "match",
+    "strip_prefix",
+    "rewrite",
+    "root",
+    "proxy",
+    "php",
+    "fastcgi",
+    "redirect",
+    "respond",
+    "try_files",
+];
+
+/// The whole file, each site's and route's keys in their usual order.
 pub fn write(head: &[String], tables: &[Table]) -> String {
+    let tables: Vec<Table> = tables
+        .iter()
+        .cloned()
+        .map(|mut t| {
+            if t.header.starts_with("site.") {
+                t.order(if t.array { ROUTE_ORDER } else { SITE_ORDER });
+            }
+            t
+        })
+        .collect();
     let mut out = String::new();
     for c in head {
         comment(&mut out, c);
     }
-    for t in tables {
+    for t in &tables {
         if t.keys.is_empty() && !t.array {
             continue;
         }

@@ -10,6 +10,8 @@ pub mod parse;
 mod scope;
 mod site;
 
+pub(crate) use site::fcgi_value;
+
 use std::collections::HashMap;
 use std::path::Path;
 

@@ -232,6 +232,27 @@ impl Sites {
                 _ => s.scope.apply(x, &mut seen, report, reader, Level::Server),
             }
         }
+        // weir takes 0.0.0.0:P and [::]:P for one address (it refuses the
+        // pair); nginx's usual `listen 80; listen [::]:80;` keeps IPv4.
+        let v4_ports: Vec<u16> = s
+            .listens
+            .iter()
+            .filter(|l| l.addr.starts_with("0.0.0.0:"))
+            .map(|l| l.port)
+            .collect();
+        if s.listens
+            .iter()
+            .any(|l| l.addr.starts_with("[::]:") && v4_ports.contains(&l.port))
+        {
+            report.approx(
+                &s.at,
+                "listen [::]:… beside listen …",
+                "listen 0.0.0.0:…",
+                "weir refuses 0.0.0.0 and [::] on one port: the site listens on IPv4 only (write \"[::]:PORT\" alone for IPv6 only)",
+            );
+            s.listens
+                .retain(|l| !(l.addr.starts_with("[::]:") && v4_ports.contains(&l.port)));
+        }
         if s.listens.is_empty() {
             s.listens.push(Listen {
                 addr: "0.0.0.0:80".into(),
@@ -546,7 +567,10 @@ impl Sites {
                 let l = root_loc.unwrap();
                 fb_comment = format!("{}:{} location /", l.at.file, l.at.line);
                 fb_handler.push(("root".into(), root_of(&l.scope, report, &l.at)));
-                fb_handler.push(("fastcgi".into(), fastcgi_to(d, &cx, report)));
+                fb_handler.push((
+                    "fastcgi".into(),
+                    fcgi_value(fastcgi_to(d, &cx, report), Vec::new()),
+                ));
             }
             _ => {
                 if let Some(l) = root_loc {
@@ -567,7 +591,6 @@ impl Sites {
                         .and_then(|tf| tf.args.last())
                         .is_some_and(|a| a.starts_with("/index.php"));
                     let mut php = Vec::new();
-                    php.push(("to".to_string(), to.clone()));
                     if !front {
                         php.push(("front_controller".into(), V::s("")));
                     }
@@ -578,7 +601,7 @@ impl Sites {
                     if !env.is_empty() {
                         php.push(("env".into(), V::T(env)));
                     }
-                    fb_handler.push(("php".into(), if php.len() == 1 { to } else { V::T(php) }));
+                    fb_handler.push(("php".into(), fcgi_value(to, php)));
                     if let Some(tf) = fallback_tf {
                         report.mapped(
                             &tf.at,
@@ -745,11 +768,12 @@ impl Sites {
                 handler.push(("root".into(), root_of(&l.scope, report, &l.at)));
                 let is_php = php_loc.is_some_and(|p| std::ptr::eq(p, l)) || l.uri.contains("php");
                 let env = fastcgi_env(&l.scope, report, &l.at);
-                let v = if env.is_empty() {
-                    to
+                let extra = if env.is_empty() {
+                    Vec::new()
                 } else {
-                    V::T(vec![("to".into(), to), ("env".into(), V::T(env))])
+                    vec![("env".into(), V::T(env))]
                 };
+                let v = fcgi_value(to, extra);
                 handler.push((if is_php { "php" } else { "fastcgi" }.into(), v));
             }
             H::Static => {
@@ -1163,6 +1187,20 @@ fn fastcgi_to(d: &Directive, cx: &Cx<'_>, report: &mut Report) -> V {
         return upstream_list(u);
     }
     V::s(upstream_addr(a))
+}
+
+/// `php`/`fastcgi` as weir writes it: the address alone when it is one
+/// and nothing else is set, else a table with `to`.
+pub fn fcgi_value(to: V, mut extra: Vec<(String, V)>) -> V {
+    let to = match to {
+        V::A(mut a) if a.len() == 1 => a.remove(0),
+        other => other,
+    };
+    if extra.is_empty() && matches!(to, V::S(_)) {
+        return to;
+    }
+    extra.insert(0, ("to".into(), to));
+    V::T(extra)
 }
 
 /// fastcgi_param beyond the CGI variables weir sets itself, as `env`.
