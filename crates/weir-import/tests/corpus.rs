@@ -195,7 +195,7 @@ fn locations_in_nginx_order() {
         out.toml
     );
     assert!(
-        out.toml.contains("path_regex = '^/p4/(.*)$'"),
+        out.toml.contains("path_regex = \"^/p4/(.*)$\""),
         "{}",
         out.toml
     );
