@@ -1052,6 +1052,12 @@ fn ret(d: &Directive, sc: &Scope, cx: &Cx<'_>, report: &mut Report) -> Option<(&
                 .default_type
                 .clone()
                 .unwrap_or_else(|| "text/plain".into());
+            report.approx(
+                &d.at,
+                d.text(),
+                "respond",
+                format!("nginx names the answer's type from the request's extension (`/x.html`: text/html), else default_type; weir always sends {ct}"),
+            );
             Some((
                 "respond",
                 V::T(vec![
