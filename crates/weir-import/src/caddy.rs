@@ -234,9 +234,12 @@ impl Reader {
         let mut out = Vec::new();
         for l in lines {
             let name = l.name().to_string();
-            if name.starts_with('(') && name.ends_with(')') && l.block.is_some() {
+            if name.starts_with('(')
+                && name.ends_with(')')
+                && let Some(block) = l.block
+            {
                 self.snippets
-                    .insert(name[1..name.len() - 1].to_string(), l.block.unwrap());
+                    .insert(name[1..name.len() - 1].to_string(), block);
                 continue;
             }
             if name == "import" && l.words.len() >= 2 {

@@ -109,7 +109,8 @@ impl Report {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let groups: [(&str, fn(&Outcome) -> Option<&str>); 3] = [
+        type Pick = fn(&Outcome) -> Option<&str>;
+        let groups: [(&str, Pick); 3] = [
             ("approximated (weir differs as said)", |o| match o {
                 Outcome::Approximated(w) => Some(w.as_str()),
                 _ => None,

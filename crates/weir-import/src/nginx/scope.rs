@@ -169,7 +169,7 @@ pub fn duration(s: &str) -> Option<String> {
     if !num.is_empty() {
         total_ms += num.parse::<u64>().ok()? * 1000;
     }
-    Some(if total_ms % 1000 == 0 {
+    Some(if total_ms.is_multiple_of(1000) {
         format!("{}s", total_ms / 1000)
     } else {
         format!("{total_ms}ms")
@@ -533,9 +533,7 @@ impl Scope {
     /// The htpasswd file read into weir's `basic_auth`: bcrypt lines kept,
     /// others reported (weir checks bcrypt and argon2 only).
     fn users_from(&self, reader: &Reader, r: &mut Report) -> Option<V> {
-        let Some((file, at)) = self.auth_file.clone() else {
-            return None;
-        };
+        let (file, at) = self.auth_file.clone()?;
         let path = reader.resolve(&file);
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,

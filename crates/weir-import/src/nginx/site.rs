@@ -21,6 +21,9 @@ use crate::error::Origin;
 use crate::report::Report;
 use crate::toml::{Table, V};
 
+/// One key of a weir table and its value.
+type Key = (String, V);
+
 /// The sites made so far.
 #[derive(Default)]
 pub struct Sites {
@@ -440,7 +443,7 @@ impl Sites {
             .iter()
             .filter(|l| matches!(l.m, Mod::Prefix | Mod::NoRegex))
             .collect();
-        prefixes.sort_by(|a, b| b.uri.len().cmp(&a.uri.len()));
+        prefixes.sort_by_key(|l| std::cmp::Reverse(l.uri.len()));
         let regexes: Vec<&Loc> = s
             .locs
             .iter()
@@ -539,7 +542,7 @@ impl Sites {
         // The site's own handler.
         let mut fb_handler: Vec<(String, V)> = Vec::new();
         let mut fb_comment = format!("{}:{} server", s.at.file, s.at.line);
-        let mut fb_route: Option<((String, V), Vec<(String, V)>)> = None;
+        let mut fb_route: Option<(Key, Vec<Key>)> = None;
         match root_loc.map(|l| &l.handler) {
             Some(H::Proxy(d)) => {
                 let l = root_loc.unwrap();
@@ -1530,12 +1533,10 @@ fn filters(sc: &Scope, cx: &Cx<'_>, report: &mut Report, _proxy: bool) -> Vec<(S
     }
     match sc.basic_auth(cx.reader, report) {
         Some(Some(v)) => f.push(("basic_auth".into(), v)),
-        Some(None) => {
-            if !f.iter().any(|(k, _)| k == "deny") {
-                f.push(("deny".into(), V::A(vec![V::s("0.0.0.0/0"), V::s("::/0")])));
-            }
+        Some(None) if !f.iter().any(|(k, _)| k == "deny") => {
+            f.push(("deny".into(), V::A(vec![V::s("0.0.0.0/0"), V::s("::/0")])));
         }
-        None => {}
+        Some(None) | None => {}
     }
     let mut limits = Vec::new();
     for r in &sc.limit_refs {
