@@ -148,6 +148,27 @@ enum Command {
         #[arg(short, long, value_name = "PATH")]
         config: PathBuf,
     },
+    /// Write the weir.toml that does what an nginx config (with its
+    /// includes) or a Caddyfile does. The report on stderr lists each directive as mapped,
+    /// approximated (and how weir differs) or without equivalent (and what to
+    /// do). Exit 0: everything mapped; 3: something approximated or left out;
+    /// 1: the input could not be read (file:line:col: message).
+    Import {
+        /// "nginx" or "caddy", or the config's path (the kind is then
+        /// guessed and said). haproxy and apache are not read yet.
+        #[arg(value_name = "KIND|PATH")]
+        kind: String,
+        /// The config file: nginx.conf, a sites-enabled file, a Caddyfile.
+        #[arg(value_name = "PATH")]
+        path: Option<PathBuf>,
+        /// Write the weir.toml to FILE instead of standard output.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Read the config's absolute paths (includes, htpasswd files) under
+        /// DIR, for a copy of another machine's /etc.
+        #[arg(long, value_name = "DIR")]
+        sysroot: Option<PathBuf>,
+    },
     /// Install the local CA's root certificate into the system trust store
     /// (creating the CA if needed), so browsers and tools trust weir's
     /// certificates for localhost and private addresses.
@@ -176,6 +197,70 @@ struct TrustArgs {
     /// Storage directory holding the CA; overrides the config.
     #[arg(long, value_name = "DIR")]
     storage: Option<PathBuf>,
+}
+
+/// `weir import`: the weir.toml on stdout or in `output`, the report on
+/// stderr, and the output checked by the config loader as `weir validate`
+/// would check it here.
+fn import(
+    kind: &str,
+    path: Option<PathBuf>,
+    output: Option<PathBuf>,
+    sysroot: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let (kind, path) = match (weir_import::Kind::parse(kind), path) {
+        (Some(k), Some(p)) => (k, p),
+        (Some(_), None) => anyhow::bail!("weir import {kind}: give the config's path"),
+        (None, None) => {
+            let p = PathBuf::from(kind);
+            let Some(k) = weir_import::guess(&p) else {
+                anyhow::bail!(
+                    "{}: cannot tell which server's config this is; write `weir import nginx {}`",
+                    p.display(),
+                    p.display()
+                );
+            };
+            eprintln!(
+                "weir import: reading {} as a {} config",
+                p.display(),
+                k.name()
+            );
+            (k, p)
+        }
+        (None, Some(_)) => {
+            anyhow::bail!("weir import: `{kind}` is not nginx, caddy, haproxy or apache")
+        }
+    };
+    let opts = weir_import::Options { sysroot };
+    let out = match weir_import::import(kind, &path, &opts) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let shown = output
+        .as_ref()
+        .map_or_else(|| "weir.toml".to_string(), |o| o.display().to_string());
+    let base = output
+        .as_ref()
+        .and_then(|o| o.parent())
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let check = config::load_str_with(&shown, &out.toml, &base, &weir_tls::CertFiles);
+    match &output {
+        Some(o) => {
+            std::fs::write(o, &out.toml).with_context(|| format!("writing {}", o.display()))?
+        }
+        None => print!("{}", out.toml),
+    }
+    eprintln!("{}", out.report);
+    if let Err(errs) = check {
+        // Paths that exist on the imported server may not exist here.
+        eprintln!("weir validate on this machine:\n{errs}");
+        return Ok(ExitCode::from(3));
+    }
+    Ok(ExitCode::from(out.report.exit_code()))
 }
 
 /// Where Debian-family systems take extra roots from.
@@ -234,6 +319,12 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Trust(args) => trust(&args, true),
         Command::Untrust(args) => trust(&args, false),
         Command::HashPassword { algorithm, cost } => hash_password(&algorithm, cost),
+        Command::Import {
+            kind,
+            path,
+            output,
+            sysroot,
+        } => import(&kind, path, output, sysroot),
         Command::Version => {
             println!("weir {}", env!("CARGO_PKG_VERSION"));
             Ok(ExitCode::SUCCESS)

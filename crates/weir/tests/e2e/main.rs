@@ -16,6 +16,7 @@ mod h3_proxy;
 mod h3_static;
 mod h3_workers;
 mod http1;
+mod import;
 mod layer4;
 mod lifecycle;
 mod local_ca;

@@ -1,0 +1,1106 @@
+//! Caddyfiles into weir's config: the global options block, snippets and
+//! `import`, site blocks (one weir site per address), named and path
+//! matchers, and the directives a site is made of (`root`, `file_server`,
+//! `encode`, `reverse_proxy`, `php_fastcgi`, `header`, `redir`, `respond`,
+//! `try_files`, `basic_auth`, `handle`, `handle_path`, `route`, `tls`,
+//! `log`), with Caddy's directive order reproduced as weir's route order.
+//!
+//! Reads files only; never writes a weir key for what it cannot honour.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Origin};
+use crate::report::Report;
+use crate::toml::{Table, V};
+use crate::{Imported, Options};
+
+/// One word of a Caddyfile.
+#[derive(Debug, Clone)]
+struct Tok {
+    text: String,
+    at: Origin,
+}
+
+/// A line (its words) and the block it opens.
+#[derive(Debug, Clone)]
+struct Line {
+    words: Vec<Tok>,
+    block: Option<Vec<Line>>,
+}
+
+impl Line {
+    fn name(&self) -> &str {
+        self.words.first().map_or("", |t| t.text.as_str())
+    }
+    fn at(&self) -> &Origin {
+        &self.words[0].at
+    }
+    fn text(&self) -> String {
+        let mut s: Vec<String> = self.words.iter().map(|w| w.text.clone()).collect();
+        if self.block.is_some() {
+            s.push("{ … }".into());
+        }
+        s.join(" ")
+    }
+    fn args(&self) -> Vec<&str> {
+        self.words[1..].iter().map(|t| t.text.as_str()).collect()
+    }
+}
+
+fn lex(file: &str, src: &str) -> Result<Vec<(Vec<Tok>, bool)>, Error> {
+    // Each line as its words, with whether it ended a line (vs `{`/`}` alone).
+    let mut lines: Vec<(Vec<Tok>, bool)> = Vec::new();
+    let mut cur: Vec<Tok> = Vec::new();
+    let b = src.as_bytes();
+    let (mut i, mut line, mut col) = (0, 1, 1);
+    let at = |line, col| Origin {
+        file: file.to_string(),
+        line,
+        col,
+    };
+    while i < b.len() {
+        let c = b[i];
+        if c == b'\n' {
+            if !cur.is_empty() {
+                lines.push((std::mem::take(&mut cur), true));
+            }
+            i += 1;
+            line += 1;
+            col = 1;
+            continue;
+        }
+        if c == b' ' || c == b'\t' || c == b'\r' {
+            i += 1;
+            col += 1;
+            continue;
+        }
+        if c == b'#' {
+            while i < b.len() && b[i] != b'\n' {
+                i += 1;
+            }
+            continue;
+        }
+        let start = at(line, col);
+        let mut w = String::new();
+        if c == b'"' || c == b'`' {
+            let q = c;
+            i += 1;
+            col += 1;
+            loop {
+                if i >= b.len() {
+                    return Err(Error::new(start, "unterminated quoted string"));
+                }
+                let d = b[i];
+                if q == b'"' && d == b'\\' && i + 1 < b.len() && b[i + 1] == b'"' {
+                    w.push('"');
+                    i += 2;
+                    col += 2;
+                    continue;
+                }
+                i += 1;
+                if d == b'\n' {
+                    line += 1;
+                    col = 1;
+                } else {
+                    col += 1;
+                }
+                if d == q {
+                    break;
+                }
+                w.push(d as char);
+            }
+            // Re-read as UTF-8: bytes were pushed one by one.
+            let w = String::from_utf8_lossy(&w.chars().map(|c| c as u8).collect::<Vec<_>>())
+                .into_owned();
+            cur.push(Tok { text: w, at: start });
+            continue;
+        }
+        let s = i;
+        while i < b.len() && !matches!(b[i], b' ' | b'\t' | b'\r' | b'\n') {
+            i += 1;
+        }
+        w.push_str(&src[s..i]);
+        col += src[s..i].chars().count();
+        cur.push(Tok { text: w, at: start });
+    }
+    if !cur.is_empty() {
+        lines.push((cur, true));
+    }
+    Ok(lines)
+}
+
+/// Lines into a tree by their `{` and `}` words.
+fn tree(file: &str, lines: Vec<(Vec<Tok>, bool)>) -> Result<Vec<Line>, Error> {
+    let mut stack: Vec<(Vec<Line>, Option<Vec<Tok>>)> = vec![(Vec::new(), None)];
+    for (mut words, _) in lines {
+        // A `}` opening the line closes a block; `{` ending it opens one.
+        while words.first().is_some_and(|w| w.text == "}") {
+            let at = words.remove(0).at;
+            let (body, head) = stack.pop().unwrap();
+            let Some(head) = head else {
+                return Err(Error::new(at, "unexpected `}`"));
+            };
+            stack.last_mut().unwrap().0.push(Line {
+                words: head,
+                block: Some(body),
+            });
+        }
+        if words.is_empty() {
+            continue;
+        }
+        if words.last().is_some_and(|w| w.text == "{") {
+            let open = words.pop().unwrap();
+            if words.is_empty() {
+                // The global options block has no words before its `{`.
+                words.push(Tok {
+                    text: String::new(),
+                    at: open.at,
+                });
+            }
+            stack.push((Vec::new(), Some(words)));
+            continue;
+        }
+        if let Some(i) = words.iter().position(|w| w.text == "{" || w.text == "}") {
+            // `handle /x { respond "hi" }` on one line.
+            let (head, rest) = words.split_at(i);
+            if rest[0].text == "{" && rest.last().is_some_and(|w| w.text == "}") {
+                let inner: Vec<Tok> = rest[1..rest.len() - 1].to_vec();
+                let body = if inner.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![Line {
+                        words: inner,
+                        block: None,
+                    }]
+                };
+                stack.last_mut().unwrap().0.push(Line {
+                    words: head.to_vec(),
+                    block: Some(body),
+                });
+                continue;
+            }
+            return Err(Error::new(
+                rest[0].at.clone(),
+                format!("`{}` must end its line or stand alone", rest[0].text),
+            ));
+        }
+        stack
+            .last_mut()
+            .unwrap()
+            .0
+            .push(Line { words, block: None });
+    }
+    if stack.len() > 1 {
+        let at = stack.last().unwrap().1.as_ref().unwrap()[0].at.clone();
+        return Err(Error::new(
+            at,
+            format!("{file}: a block opened here is never closed"),
+        ));
+    }
+    Ok(stack.pop().unwrap().0)
+}
+
+struct Reader {
+    dir: PathBuf,
+    main: PathBuf,
+    snippets: HashMap<String, Vec<Line>>,
+    depth: usize,
+}
+
+impl Reader {
+    fn display(&self, p: &Path) -> String {
+        p.strip_prefix(&self.dir)
+            .map_or_else(|_| p.display().to_string(), |r| r.display().to_string())
+    }
+
+    fn file(&mut self, p: &Path, from: Option<&Origin>) -> Result<Vec<Line>, Error> {
+        let shown = self.display(p);
+        let src = std::fs::read_to_string(p).map_err(|e| {
+            Error::new(
+                from.cloned().unwrap_or(Origin {
+                    file: shown.clone(),
+                    line: 1,
+                    col: 1,
+                }),
+                format!("cannot read {}: {e}", p.display()),
+            )
+        })?;
+        tree(&shown, lex(&shown, &src)?)
+    }
+
+    /// Snippets taken out, `import` spliced in, at every depth.
+    fn expand(&mut self, lines: Vec<Line>, report: &mut Report) -> Result<Vec<Line>, Error> {
+        let mut out = Vec::new();
+        for l in lines {
+            let name = l.name().to_string();
+            if name.starts_with('(')
+                && name.ends_with(')')
+                && let Some(block) = l.block
+            {
+                self.snippets
+                    .insert(name[1..name.len() - 1].to_string(), block);
+                continue;
+            }
+            if name == "import" && l.words.len() >= 2 {
+                if self.depth > 16 {
+                    return Err(Error::new(l.at().clone(), "imports nested too deeply"));
+                }
+                let target = l.words[1].text.clone();
+                let args: Vec<String> = l.words[2..].iter().map(|w| w.text.clone()).collect();
+                let body = match self.snippets.get(&target) {
+                    Some(b) => b.clone(),
+                    None => {
+                        let p = self.main.parent().unwrap_or(Path::new(".")).join(&target);
+                        self.file(&p, Some(l.at()))?
+                    }
+                };
+                let body = substitute(body, &args);
+                self.depth += 1;
+                let r = self.expand(body, report);
+                self.depth -= 1;
+                report.mapped(l.at(), l.text(), "spliced in");
+                out.extend(r?);
+                continue;
+            }
+            let block = match l.block {
+                Some(b) => Some(self.expand(b, report)?),
+                None => None,
+            };
+            out.push(Line {
+                words: l.words,
+                block,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// `{args[0]}`, `{args.0}` in an imported snippet.
+fn substitute(lines: Vec<Line>, args: &[String]) -> Vec<Line> {
+    lines
+        .into_iter()
+        .map(|mut l| {
+            for w in &mut l.words {
+                for (i, a) in args.iter().enumerate() {
+                    w.text = w
+                        .text
+                        .replace(&format!("{{args[{i}]}}"), a)
+                        .replace(&format!("{{args.{i}}}"), a);
+                }
+            }
+            l.block = l.block.map(|b| substitute(b, args));
+            l
+        })
+        .collect()
+}
+
+/// Imports the Caddyfile at `path`.
+pub fn import(path: &Path, _opts: &Options) -> Result<Imported, Error> {
+    let dir = path
+        .parent()
+        .map(Path::to_path_buf)
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("."));
+    let mut r = Reader {
+        dir,
+        main: path.to_path_buf(),
+        snippets: HashMap::new(),
+        depth: 0,
+    };
+    let mut report = Report::default();
+    let top = r.file(path, None)?;
+    let mut top = r.expand(top, &mut report)?;
+    let mut tables: Vec<Table> = Vec::new();
+    let mut acme = Table::new("tls.acme", false);
+    let mut tls = Table::new("tls", false);
+    let mut admin = Table::new("admin", false);
+    // A file of one site with no braces: its first line (after any global
+    // options and snippets) is the address, the rest its body.
+    if let Some(i) = top.iter().position(|l| !l.name().is_empty())
+        && top[i].block.is_none()
+    {
+        let first = top.remove(i);
+        let body: Vec<Line> = top.drain(i..).collect();
+        top.push(Line {
+            words: first.words,
+            block: Some(body),
+        });
+    }
+    let mut names: Vec<String> = Vec::new();
+    for l in &top {
+        if l.name().is_empty() {
+            for o in l.block.iter().flatten() {
+                global(o, &mut report, &mut acme, &mut tls, &mut admin);
+            }
+            continue;
+        }
+        let Some(body) = &l.block else {
+            report.none(l.at(), l.text(), "not a site block");
+            continue;
+        };
+        let addrs: Vec<String> = l
+            .words
+            .iter()
+            .flat_map(|w| w.text.split(','))
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(str::to_string)
+            .collect();
+        for a in addrs {
+            let name = a.trim_end_matches('/').to_string();
+            if names.contains(&name) {
+                report.none(
+                    l.at(),
+                    format!("site {name}"),
+                    "the same address comes earlier",
+                );
+                continue;
+            }
+            names.push(name.clone());
+            tables.extend(site(&name, l.at(), body, &mut report));
+        }
+    }
+    let mut all = Vec::new();
+    for t in [admin, tls, acme] {
+        if !t.keys.is_empty() {
+            all.push(t);
+        }
+    }
+    all.extend(tables);
+    let head = vec![
+        format!("weir.toml made by `weir import caddy {}`.", path.display()),
+        "Each part says where it came from; the report on stderr says what differs.".into(),
+    ];
+    Ok(Imported {
+        toml: crate::toml::write(&head, &all),
+        report,
+    })
+}
+
+fn global(o: &Line, report: &mut Report, acme: &mut Table, tls: &mut Table, admin: &mut Table) {
+    let a = o.args();
+    match o.name() {
+        "email" if a.len() == 1 => {
+            acme.set("email", V::s(a[0]));
+            report.mapped(o.at(), o.text(), "[tls.acme] email");
+        }
+        "acme_ca" if a.len() == 1 => {
+            acme.set("directory", V::s(a[0]));
+            report.mapped(o.at(), o.text(), "[tls.acme] directory");
+        }
+        "admin" if a.first() == Some(&"off") => {
+            admin.set("listen", V::s("off"));
+            report.mapped(o.at(), o.text(), "[admin] listen = \"off\"");
+        }
+        "admin" if a.len() == 1 => {
+            admin.set("listen", V::s(a[0].trim_start_matches("tcp/")));
+            report.mapped(o.at(), o.text(), "[admin] listen");
+        }
+        "servers" => {
+            let protocols = o.block.iter().flatten().any(|x| x.name() == "protocols");
+            if protocols {
+                tls.set("http3", V::B(false));
+            }
+            report.approx(o.at(), o.text(), "weir's own server settings", "weir's timeouts and protocols are set in [server]; only HTTP/3 follows `protocols`");
+        }
+        "debug" => report.mapped(o.at(), o.text(), "weir run --log-level debug"),
+        "auto_https" => report.none(
+            o.at(),
+            o.text(),
+            "weir's automatic HTTPS is per site: give a site `tls` files, or an `http://` name",
+        ),
+        _ => report.none(o.at(), o.text(), "not known to weir import"),
+    }
+}
+
+/// A Caddy matcher as weir route keys: `path`/`path_regex` and `match`.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Matcher {
+    paths: Vec<String>,
+    regex: Option<String>,
+    cond: Vec<(String, V)>,
+}
+
+fn matcher_of(def: &[Line], at: &Origin, report: &mut Report) -> Option<Matcher> {
+    let mut m = Matcher::default();
+    for l in def {
+        let a = l.args();
+        match l.name() {
+            "path" => m.paths.extend(a.iter().map(|p| p.to_string())),
+            "path_regexp" => m.regex = a.last().map(|r| r.to_string()),
+            "method" => m.cond.push(("method".into(), V::strs(a.clone()))),
+            "host" => m.cond.push(("host".into(), V::strs(a.clone()))),
+            "remote_ip" | "client_ip" => m.cond.push((
+                "client".into(),
+                V::strs(a.iter().filter(|x| **x != "forwarded").copied()),
+            )),
+            "header" if a.len() == 2 => m
+                .cond
+                .push(("header".into(), V::T(vec![(a[0].to_string(), V::s(a[1]))]))),
+            "query" => {
+                let t = a
+                    .iter()
+                    .filter_map(|q| q.split_once('='))
+                    .map(|(k, v)| (k.to_string(), V::s(v)))
+                    .collect();
+                m.cond.push(("query".into(), V::T(t)));
+            }
+            "protocol" if a.len() == 1 => m.cond.push(("protocol".into(), V::s(a[0]))),
+            _ => {
+                report.none(l.at(), l.text(), "a matcher weir's routes cannot express (they match path, method, host, header, query, client and protocol)");
+                let _ = at;
+                return None;
+            }
+        }
+    }
+    Some(m)
+}
+
+/// Caddy's order of the directives weir maps (Caddy sorts a site's
+/// directives by it, whatever order they are written in).
+fn rank(name: &str) -> usize {
+    const ORDER: &[&str] = &[
+        "tls",
+        "root",
+        "header",
+        "encode",
+        "basic_auth",
+        "basicauth",
+        "redir",
+        "try_files",
+        "handle_path",
+        "handle",
+        "route",
+        "respond",
+        "reverse_proxy",
+        "php_fastcgi",
+        "file_server",
+    ];
+    ORDER.iter().position(|o| *o == name).unwrap_or(ORDER.len())
+}
+
+/// What a handler directive gives: keys of a route or site.
+struct Handler {
+    keys: Vec<(String, V)>,
+    /// `handle_path`: strip the matched prefix.
+    strip: bool,
+}
+
+#[derive(Default)]
+struct SiteState {
+    root: Option<String>,
+    compress: Option<V>,
+    headers: Vec<(String, String, V)>,
+    basic_auth: Option<V>,
+    try_files: Option<V>,
+    tls: Option<V>,
+    access_log: Option<V>,
+}
+
+fn site(name: &str, at: &Origin, body: &[Line], report: &mut Report) -> Vec<Table> {
+    let key = format!("site.\"{name}\"");
+    let mut t = Table::new(key.clone(), false);
+    t.comments.push(format!("{}:{} {name}", at.file, at.line));
+    let mut matchers: HashMap<String, Matcher> = HashMap::new();
+    let mut st = SiteState::default();
+    // Named matchers first: they may be used before they are defined.
+    for l in body {
+        if let Some(m) = l.name().strip_prefix('@') {
+            let def = match &l.block {
+                Some(b) => b.clone(),
+                None => vec![Line {
+                    words: l.words[1..].to_vec(),
+                    block: None,
+                }],
+            };
+            if let Some(mm) = matcher_of(&def, l.at(), report) {
+                matchers.insert(m.to_string(), mm);
+                report.mapped(l.at(), l.text(), "route conditions");
+            }
+        }
+    }
+    let mut lines: Vec<&Line> = body.iter().filter(|l| !l.name().starts_with('@')).collect();
+    lines.sort_by_key(|l| rank(l.name()));
+    let mut routes: Vec<(Matcher, Handler, String)> = Vec::new();
+    let mut own: Option<Handler> = None;
+    let mut filter_routes: Vec<(Matcher, SiteState, String)> = Vec::new();
+    for l in lines {
+        let (m, args) = split_matcher(l, &matchers, report);
+        let Some(m) = m else { continue };
+        let what = format!("{}:{} {}", l.at().file, l.at().line, l.text());
+        match l.name() {
+            "tls" | "root" | "header" | "encode" | "basic_auth" | "basicauth" | "try_files"
+            | "log" => {
+                if m != Matcher::default() && l.name() != "root" {
+                    if matches!(l.name(), "basic_auth" | "basicauth" | "header") {
+                        // A route of its own with the site's handler.
+                        let mut scoped = SiteState::default();
+                        setting(l, &args, &mut scoped, report);
+                        report.approx(l.at(), l.text(), "a route with the site's own handler", "paths it matches are answered by the site's own handler, not by another matched directive");
+                        filter_routes.push((m, scoped, what));
+                    } else {
+                        report.none(
+                            l.at(),
+                            l.text(),
+                            "weir applies this to the whole site: move it into a `handle` block",
+                        );
+                    }
+                    continue;
+                }
+                setting(l, &args, &mut st, report);
+            }
+            _ => {
+                let Some(h) = handler(l, &args, &st, report) else {
+                    continue;
+                };
+                if m == Matcher::default() {
+                    if own.is_none() {
+                        own = Some(h);
+                    }
+                } else {
+                    routes.push((m, h, what));
+                }
+            }
+        }
+    }
+    // Caddy puts longer paths first among directives of one kind.
+    routes.sort_by(|a, b| {
+        let len = |m: &Matcher| m.paths.iter().map(String::len).max().unwrap_or(0);
+        len(&b.0).cmp(&len(&a.0))
+    });
+    if let Some(tls) = st.tls.take() {
+        t.set("tls", tls);
+    }
+    match own {
+        Some(h) => {
+            for (k, v) in h.keys {
+                t.set(&k, v);
+            }
+        }
+        None => {
+            // Caddy answers an empty 200 when nothing handles a request.
+            t.set("respond", V::I(200));
+        }
+    }
+    if let Some(a) = st.access_log.take() {
+        t.set("access_log", a);
+    }
+    // Compression: off unless `encode` (weir compresses static files by default).
+    t.set("compress", st.compress.clone().unwrap_or(V::B(false)));
+    if let Some(tf) = &st.try_files
+        && t.get("root").is_some()
+        && t.get("php").is_none()
+    {
+        t.set("try_files", tf.clone());
+    }
+    if let Some(b) = st.basic_auth.take() {
+        t.set("basic_auth", b);
+    }
+    if !st.headers.is_empty() {
+        let mut ops: Vec<(String, Vec<(String, V)>)> = Vec::new();
+        for (op, n, v) in &st.headers {
+            match ops.iter_mut().find(|(o, _)| o == op) {
+                Some((_, list)) => list.push((n.clone(), v.clone())),
+                None => ops.push((op.clone(), vec![(n.clone(), v.clone())])),
+            }
+        }
+        let t2: Vec<(String, V)> = ops
+            .into_iter()
+            .map(|(op, list)| {
+                if op == "remove" {
+                    (op, V::A(list.into_iter().map(|(n, _)| V::S(n)).collect()))
+                } else {
+                    (op, V::T(list))
+                }
+            })
+            .collect();
+        t.set("response_headers", V::T(t2));
+    }
+    let own_keys: Vec<(String, V)> = out_keys(&t);
+    for (m, sc, what) in filter_routes {
+        let mut keys = own_keys.clone();
+        if let Some(b) = sc.basic_auth {
+            keys.push(("basic_auth".into(), b));
+        }
+        let set: Vec<(String, V)> = sc
+            .headers
+            .iter()
+            .filter(|h| h.0 == "set")
+            .map(|h| (h.1.clone(), h.2.clone()))
+            .collect();
+        if !set.is_empty() {
+            keys.push((
+                "response_headers".into(),
+                V::T(vec![("set".into(), V::T(set))]),
+            ));
+        }
+        routes.insert(0, (m, Handler { keys, strip: false }, what));
+    }
+    let mut out = vec![t];
+    for (m, h, what) in routes {
+        let paths: Vec<Option<String>> = if m.paths.is_empty() {
+            vec![None]
+        } else {
+            m.paths.iter().cloned().map(Some).collect()
+        };
+        for p in paths {
+            let mut rt = Table::new(format!("{key}.route"), true);
+            rt.comments.push(what.clone());
+            if let Some(p) = &p {
+                rt.set("path", V::s(p.clone()));
+            }
+            if let Some(r) = &m.regex {
+                rt.set("path_regex", V::s(r.clone()));
+            }
+            if !m.cond.is_empty() {
+                rt.set("match", V::T(m.cond.clone()));
+            }
+            if h.strip {
+                rt.set("strip_prefix", V::B(true));
+            }
+            for (k, v) in &h.keys {
+                // Listings are a site's setting in weir.
+                if k != "browse" {
+                    rt.set(k, v.clone());
+                }
+            }
+            out.push(rt);
+        }
+    }
+    out
+}
+
+/// A site's handler keys, for a route that must answer as the site does.
+fn out_keys(t: &Table) -> Vec<(String, V)> {
+    t.keys
+        .iter()
+        .filter(|(k, _)| {
+            matches!(
+                k.as_str(),
+                "root" | "proxy" | "php" | "redirect" | "respond"
+            )
+        })
+        .cloned()
+        .collect()
+}
+
+/// The matcher a directive's first argument names (`*`, `/path`, `@name`), and its other arguments.
+fn split_matcher<'a>(
+    l: &'a Line,
+    named: &HashMap<String, Matcher>,
+    report: &mut Report,
+) -> (Option<Matcher>, Vec<&'a str>) {
+    let args = l.args();
+    match args.first() {
+        Some(&"*") => (Some(Matcher::default()), args[1..].to_vec()),
+        Some(a)
+            if a.starts_with('/')
+                && l.name() != "redir"
+                && l.name() != "try_files"
+                && l.name() != "root" =>
+        {
+            (
+                Some(Matcher {
+                    paths: vec![a.to_string()],
+                    ..Matcher::default()
+                }),
+                args[1..].to_vec(),
+            )
+        }
+        Some(a) if a.starts_with('@') => match named.get(&a[1..]) {
+            Some(m) => (Some(m.clone()), args[1..].to_vec()),
+            None => {
+                report.none(
+                    l.at(),
+                    l.text(),
+                    format!("the matcher {a} is not defined or not expressible"),
+                );
+                (None, Vec::new())
+            }
+        },
+        _ => (Some(Matcher::default()), args),
+    }
+}
+
+fn setting(l: &Line, args: &[&str], st: &mut SiteState, report: &mut Report) {
+    match l.name() {
+        "root" => {
+            if let Some(r) = args.first() {
+                st.root = Some(r.to_string());
+                report.mapped(l.at(), l.text(), "root");
+            }
+        }
+        "tls" => match args {
+            ["internal"] => {
+                st.tls = Some(V::T(vec![("issuer".into(), V::s("internal"))]));
+                report.mapped(l.at(), l.text(), "tls = { issuer = \"internal\" }");
+            }
+            [cert, key] => {
+                st.tls = Some(V::T(vec![
+                    ("cert".into(), V::s(*cert)),
+                    ("key".into(), V::s(*key)),
+                ]));
+                report.mapped(l.at(), l.text(), "tls");
+            }
+            [email] if email.contains('@') => report.approx(
+                l.at(),
+                l.text(),
+                "[tls.acme] email",
+                "weir has one ACME e-mail for every site: set [tls.acme] email",
+            ),
+            _ => report.none(l.at(), l.text(), "a tls form weir import does not read"),
+        },
+        "encode" => {
+            let enc: Vec<&str> = args
+                .iter()
+                .copied()
+                .filter(|a| matches!(*a, "gzip" | "zstd" | "br"))
+                .collect();
+            let enc = if enc.is_empty() {
+                vec!["zstd", "gzip"]
+            } else {
+                enc
+            };
+            st.compress = Some(V::T(vec![("encodings".into(), V::strs(enc))]));
+            report.approx(
+                l.at(),
+                l.text(),
+                "compress",
+                "weir compresses from 1 KiB (Caddy from 512 bytes) and its own list of types",
+            );
+        }
+        "header" => {
+            let mut add = |spec: &str, value: Option<&str>| {
+                if let Some(n) = spec.strip_prefix('-') {
+                    st.headers
+                        .push(("remove".into(), n.to_string(), V::B(true)));
+                } else if let Some(n) = spec.strip_prefix('+') {
+                    st.headers
+                        .push(("add".into(), n.to_string(), V::s(value.unwrap_or(""))));
+                } else {
+                    st.headers.push((
+                        "set".into(),
+                        spec.trim_start_matches('>').to_string(),
+                        V::s(value.unwrap_or("")),
+                    ));
+                }
+            };
+            if let Some(b) = &l.block {
+                for h in b {
+                    let a = h.args();
+                    add(h.name(), a.first().copied());
+                }
+            } else if let Some(n) = args.first() {
+                add(n, args.get(1).copied());
+            }
+            report.mapped(l.at(), l.text(), "response_headers");
+        }
+        "basic_auth" | "basicauth" => {
+            let mut users = Vec::new();
+            for u in l.block.iter().flatten() {
+                let a = u.args();
+                if let Some(h) = a.first()
+                    && h.starts_with("$2")
+                {
+                    users.push((u.name().to_string(), V::s(*h)));
+                } else {
+                    report.none(
+                        u.at(),
+                        format!("basic_auth user {}", u.name()),
+                        "not a bcrypt hash: make one with `weir hash-password`",
+                    );
+                }
+            }
+            if users.is_empty() {
+                report.none(l.at(), l.text(), "no user weir can check");
+            } else {
+                st.basic_auth = Some(V::T(vec![("users".into(), V::T(users))]));
+                report.mapped(l.at(), l.text(), "basic_auth");
+            }
+        }
+        "try_files" => {
+            st.try_files = Some(V::strs(args.iter().copied()));
+            report.mapped(l.at(), l.text(), "try_files");
+        }
+        "log" => {
+            st.access_log = Some(V::T(vec![
+                ("path".into(), V::s("stdout")),
+                ("format".into(), V::s("json")),
+            ]));
+            report.approx(
+                l.at(),
+                l.text(),
+                "access_log = stdout, json",
+                "weir's JSON lines have their own fields",
+            );
+        }
+        _ => {}
+    }
+}
+
+fn upstream(a: &str) -> String {
+    if let Some(p) = a.strip_prefix("unix/") {
+        return format!("unix:{p}");
+    }
+    if let Some(p) = a.strip_prefix(':') {
+        return format!("127.0.0.1:{p}");
+    }
+    if a.starts_with("http://")
+        || a.starts_with("https://")
+        || a.starts_with("h2c://")
+        || a.contains(':')
+    {
+        return a.to_string();
+    }
+    format!("{a}:80")
+}
+
+fn handler(l: &Line, args: &[&str], st: &SiteState, report: &mut Report) -> Option<Handler> {
+    let mut keys: Vec<(String, V)> = Vec::new();
+    let mut strip = false;
+    match l.name() {
+        "reverse_proxy" => {
+            let mut to: Vec<V> = args.iter().map(|a| V::S(upstream(a))).collect();
+            let mut p: Vec<(String, V)> = Vec::new();
+            let mut health: Vec<(String, V)> = Vec::new();
+            let mut set: Vec<(String, V)> = Vec::new();
+            for o in l.block.iter().flatten() {
+                let a = o.args();
+                match o.name() {
+                    "to" => to.extend(a.iter().map(|x| V::S(upstream(x)))),
+                    "lb_policy" => match a.first().copied() {
+                        Some(b @ ("round_robin" | "least_conn" | "random" | "first" | "ip_hash")) => {
+                            p.push(("balance".into(), V::s(b)));
+                            report.mapped(o.at(), o.text(), "proxy balance");
+                        }
+                        Some("uri_hash") => {
+                            p.push(("balance".into(), V::s("hash")));
+                            p.push(("hash_key".into(), V::s("uri")));
+                            report.approx(o.at(), o.text(), "proxy balance = \"hash\"", "another ring: keys land on other upstreams than Caddy's");
+                        }
+                        Some("header") if a.len() == 2 => {
+                            p.push(("balance".into(), V::s("hash")));
+                            p.push(("hash_key".into(), V::S(format!("header:{}", a[1]))));
+                            report.approx(o.at(), o.text(), "proxy balance = \"hash\"", "another ring: keys land on other upstreams than Caddy's");
+                        }
+                        Some("cookie") => {
+                            p.push(("sticky_cookie".into(), V::s(a.get(1).copied().unwrap_or("lb"))));
+                            report.approx(o.at(), o.text(), "proxy sticky_cookie", "weir's cookie value is its own");
+                        }
+                        _ => report.none(o.at(), o.text(), "a policy weir has no equivalent of"),
+                    },
+                    "health_uri" => {
+                        health.push(("path".into(), V::s(a.first().copied().unwrap_or("/"))));
+                        report.mapped(o.at(), o.text(), "proxy health.path");
+                    }
+                    "health_interval" => {
+                        health.push(("interval".into(), V::s(a.first().copied().unwrap_or("30s"))));
+                        report.mapped(o.at(), o.text(), "proxy health.interval");
+                    }
+                    "health_timeout" => {
+                        health.push(("timeout".into(), V::s(a.first().copied().unwrap_or("5s"))));
+                        report.mapped(o.at(), o.text(), "proxy health.timeout");
+                    }
+                    "health_status" => {
+                        if let Some(Ok(s)) = a.first().map(|s| s.parse::<i64>()) {
+                            health.push(("status".into(), V::I(s)));
+                            report.mapped(o.at(), o.text(), "proxy health.status");
+                        }
+                    }
+                    "header_up" if a.len() == 2 && !a[0].starts_with('-') => {
+                        if a[0].eq_ignore_ascii_case("host") && a[1] == "{upstream_hostport}" {
+                            p.push(("host".into(), V::s("upstream")));
+                        } else if a[1].contains('{') && !a[1].starts_with("{remote") && !a[1].starts_with("{host") {
+                            report.none(o.at(), o.text(), "a placeholder weir has no equivalent of");
+                            continue;
+                        } else {
+                            set.push((a[0].trim_start_matches('+').to_string(), V::S(a[1].replace("{remote_host}", "{client_ip}").replace("{remote}", "{client_ip}"))));
+                        }
+                        report.mapped(o.at(), o.text(), "request_headers");
+                    }
+                    "transport" => report.approx(o.at(), o.text(), "proxy", "weir's upstream transport settings are its own (write https:// or h2c:// upstreams)"),
+                    _ => report.none(o.at(), o.text(), "not known to weir import"),
+                }
+            }
+            if to.is_empty() {
+                report.none(l.at(), l.text(), "no upstream");
+                return None;
+            }
+            let mut proxy = vec![("to".to_string(), V::A(to))];
+            proxy.extend(p);
+            if !health.is_empty() {
+                proxy.push(("health".into(), V::T(health)));
+            }
+            // Caddy sends X-Forwarded-*, but neither Forwarded nor Via.
+            proxy.push(("forwarded".into(), V::B(false)));
+            proxy.push(("via".into(), V::B(false)));
+            keys.push(("proxy".into(), V::T(proxy)));
+            if !set.is_empty() {
+                keys.push((
+                    "request_headers".into(),
+                    V::T(vec![("set".into(), V::T(set))]),
+                ));
+            }
+            report.mapped(l.at(), l.text(), "proxy");
+        }
+        "php_fastcgi" => {
+            let Some(root) = &st.root else {
+                report.none(
+                    l.at(),
+                    l.text(),
+                    "php_fastcgi needs a `root` before it in weir",
+                );
+                return None;
+            };
+            keys.push(("root".into(), V::s(root.clone())));
+            let to = V::A(args.iter().map(|a| V::S(upstream(a))).collect());
+            keys.push(("php".into(), crate::nginx::fcgi_value(to, Vec::new())));
+            report.mapped(
+                l.at(),
+                l.text(),
+                "php (Caddy's php_fastcgi defaults are weir's)",
+            );
+        }
+        "file_server" => {
+            let Some(root) = &st.root else {
+                report.approx(l.at(), l.text(), "root", "no root: Caddy serves the current directory; written as \".\" (weir.toml's directory)");
+                keys.push(("root".into(), V::s(".")));
+                return Some(Handler { keys, strip });
+            };
+            keys.push(("root".into(), V::s(root.clone())));
+            if args.first() == Some(&"browse") {
+                keys.push(("browse".into(), V::B(true)));
+                report.approx(
+                    l.at(),
+                    l.text(),
+                    "browse = true",
+                    "weir's listing is its own",
+                );
+            } else {
+                report.mapped(l.at(), l.text(), "root");
+            }
+        }
+        "redir" => {
+            let to = args.first().copied().unwrap_or("/");
+            let status = match args.get(1).copied() {
+                None | Some("temporary") => 302,
+                Some("permanent") => 301,
+                Some(c) => match c.parse::<i64>() {
+                    Ok(n) => n,
+                    Err(_) => {
+                        report.none(
+                            l.at(),
+                            l.text(),
+                            "weir redirects with a status, not an HTML page",
+                        );
+                        return None;
+                    }
+                },
+            };
+            keys.push((
+                "redirect".into(),
+                V::T(vec![
+                    (
+                        "to".into(),
+                        V::s(to.replace("{remote_host}", "{client_ip}")),
+                    ),
+                    ("status".into(), V::I(status)),
+                ]),
+            ));
+            report.mapped(l.at(), l.text(), "redirect");
+        }
+        "respond" => {
+            let (body, status) = match args {
+                [] => (None, 200),
+                [a] => match a.parse::<i64>() {
+                    Ok(n) => (None, n),
+                    Err(_) => (Some(a.to_string()), 200),
+                },
+                [b, s, ..] => (Some(b.to_string()), s.parse().unwrap_or(200)),
+            };
+            match body {
+                None => keys.push(("respond".into(), V::I(status))),
+                Some(b) => keys.push((
+                    "respond".into(),
+                    V::T(vec![
+                        ("status".into(), V::I(status)),
+                        ("body".into(), V::S(b)),
+                    ]),
+                )),
+            }
+            report.mapped(l.at(), l.text(), "respond");
+        }
+        "handle" | "handle_path" | "route" => {
+            strip = l.name() == "handle_path";
+            // The block's own terminal handler, with the site's root.
+            let mut inner = SiteState {
+                root: st.root.clone(),
+                ..SiteState::default()
+            };
+            let mut lines: Vec<&Line> = l.block.iter().flatten().collect();
+            lines.sort_by_key(|x| rank(x.name()));
+            let mut found = None;
+            for x in lines {
+                let xa = x.args();
+                let xa: Vec<&str> = if xa.first() == Some(&"*") {
+                    xa[1..].to_vec()
+                } else {
+                    xa
+                };
+                match x.name() {
+                    "root" | "header" | "encode" | "basic_auth" | "basicauth" | "try_files" => {
+                        setting(x, &xa, &mut inner, report)
+                    }
+                    _ if found.is_none() => found = handler(x, &xa, &inner, report),
+                    _ => report.none(
+                        x.at(),
+                        x.text(),
+                        "a second handler in one block: weir's routes have one",
+                    ),
+                }
+            }
+            let Some(h) = found else {
+                report.none(l.at(), l.text(), "no handler weir can express in it");
+                return None;
+            };
+            keys = h.keys;
+            if let Some(tf) = inner.try_files
+                && keys.iter().any(|(k, _)| k == "root")
+                && !keys.iter().any(|(k, _)| k == "php")
+            {
+                keys.push(("try_files".into(), tf));
+            }
+            if let Some(c) = inner.compress {
+                keys.push(("compress".into(), c));
+            }
+            if let Some(b) = inner.basic_auth {
+                keys.push(("basic_auth".into(), b));
+            }
+            if !inner.headers.is_empty() {
+                let set: Vec<(String, V)> = inner
+                    .headers
+                    .iter()
+                    .filter(|h| h.0 == "set")
+                    .map(|h| (h.1.clone(), h.2.clone()))
+                    .collect();
+                if !set.is_empty() {
+                    keys.push((
+                        "response_headers".into(),
+                        V::T(vec![("set".into(), V::T(set))]),
+                    ));
+                }
+            }
+            if l.name() == "route" {
+                report.approx(l.at(), l.text(), "route", "weir runs a route's filters in its own fixed order, not the order written in `route`");
+            } else {
+                report.mapped(l.at(), l.text(), "route");
+            }
+        }
+        _ => {
+            report.none(l.at(), l.text(), "not known to weir import");
+            return None;
+        }
+    }
+    Some(Handler { keys, strip })
+}

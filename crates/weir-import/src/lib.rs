@@ -1,0 +1,133 @@
+//! `weir import`: another server's config read and written as a weir.toml,
+//! with a [`Report`] of every directive (mapped, approximated, or without
+//! an equivalent). nginx is read (`include` with globs, `http`, `server`,
+//! `location` in nginx's matching order, `upstream`, `stream`), and Caddyfiles
+//! (site blocks, snippets and `import`, matchers, `handle`, the common
+//! directives).
+//!
+//! ```no_run
+//! let out = weir_import::import(weir_import::Kind::Nginx, "/etc/nginx/nginx.conf".as_ref(),
+//!                               &weir_import::Options::default()).unwrap();
+//! print!("{}", out.toml);
+//! eprintln!("{}", out.report);
+//! ```
+//!
+//! Reads the input files only: never writes a file, never validates the
+//! output (the binary does that with weir-config), and never writes a
+//! weir key for something weir would do differently without saying so.
+
+pub mod caddy;
+pub mod error;
+pub mod nginx;
+pub mod report;
+pub mod toml;
+
+use std::path::{Path, PathBuf};
+
+pub use error::{Error, Origin};
+pub use report::{Item, Outcome, Report};
+
+/// The server whose config is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Nginx,
+    Caddy,
+    Haproxy,
+    Apache,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Nginx => "nginx",
+            Kind::Caddy => "caddy",
+            Kind::Haproxy => "haproxy",
+            Kind::Apache => "apache",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Some(match s {
+            "nginx" => Kind::Nginx,
+            "caddy" => Kind::Caddy,
+            "haproxy" => Kind::Haproxy,
+            "apache" | "apache2" | "httpd" => Kind::Apache,
+            _ => return None,
+        })
+    }
+}
+
+/// How files are read.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Absolute paths in the config (includes, htpasswd files) are read
+    /// under this directory: a copy of a server's `/etc` elsewhere.
+    pub sysroot: Option<PathBuf>,
+}
+
+/// The weir.toml text and the report.
+#[derive(Debug)]
+pub struct Imported {
+    pub toml: String,
+    pub report: Report,
+}
+
+/// Imports the config of `kind` at `path`.
+pub fn import(kind: Kind, path: &Path, opts: &Options) -> Result<Imported, Error> {
+    match kind {
+        Kind::Nginx => nginx::import(path, opts),
+        Kind::Caddy => caddy::import(path, opts),
+        other => Err(Error::new(
+            Origin {
+                file: path.display().to_string(),
+                line: 1,
+                col: 1,
+            },
+            format!(
+                "weir import reads nginx configs and Caddyfiles so far; {} is not supported yet",
+                other.name()
+            ),
+        )),
+    }
+}
+
+/// The kind of config at `path`, from its name, then its first directives.
+pub fn guess(path: &Path) -> Option<Kind> {
+    let name = path.file_name()?.to_string_lossy().to_ascii_lowercase();
+    if name.starts_with("nginx") {
+        return Some(Kind::Nginx);
+    }
+    if name.starts_with("caddyfile") || name.ends_with(".caddyfile") {
+        return Some(Kind::Caddy);
+    }
+    if name.starts_with("haproxy") {
+        return Some(Kind::Haproxy);
+    }
+    if name.starts_with("apache") || name.starts_with("httpd") {
+        return Some(Kind::Apache);
+    }
+    let text = std::fs::read_to_string(path).ok()?;
+    let lines = || {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    };
+    if lines().any(|l| l.starts_with("<VirtualHost") || l.starts_with("DocumentRoot")) {
+        return Some(Kind::Apache);
+    }
+    if lines().any(|l| l.starts_with("frontend ") || l.starts_with("backend ") || l == "defaults") {
+        return Some(Kind::Haproxy);
+    }
+    if lines().any(|l| {
+        l.ends_with(';')
+            || l.starts_with("server {")
+            || l.starts_with("http {")
+            || l.starts_with("location ")
+    }) {
+        return Some(Kind::Nginx);
+    }
+    if lines().any(|l| l.ends_with('{')) {
+        return Some(Kind::Caddy);
+    }
+    None
+}
