@@ -739,6 +739,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                 Scenario::Proxy | Scenario::Cache | Scenario::Chain | Scenario::App => {
                     crate::backend::text_body(case.body_size)
                 }
+                Scenario::Seed001 if case.proxy => crate::backend::text_body(case.body_size),
                 Scenario::Compress => crate::backend::json_body(case.body_size),
                 Scenario::Php => scenarios::PHP_BODY.as_bytes().to_vec(),
                 _ => expected_file(case.body_size),

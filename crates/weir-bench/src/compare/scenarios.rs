@@ -794,6 +794,7 @@ mod tests {
                 ServerKind::Weir,
                 ServerKind::WeirB,
                 ServerKind::Nginx,
+                ServerKind::Apache,
                 ServerKind::Varnish
             ]
         );
@@ -929,6 +930,8 @@ mod tests {
                 ServerKind::Weir,
                 ServerKind::WeirB,
                 ServerKind::Nginx,
+                ServerKind::Apache,
+                ServerKind::Caddy,
                 ServerKind::Haproxy
             ]
         );

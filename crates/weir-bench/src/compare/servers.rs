@@ -1210,10 +1210,10 @@ fn apache_config(s: &ServerSetup) -> String {
         },
     );
     if let Some(log) = &s.access_log {
-        // Buffered, as nginx's and weir's are.
+        // Buffered, as nginx's and weir's are (mod_log_config is built in).
         let _ = write!(
             o,
-            "LoadModule log_config_module {m}/mod_log_config.so\nBufferedLogs On\n\
+            "BufferedLogs On\n\
              LogFormat \"%h %l %u %t \\\"%r\\\" %>s %O \\\"%{{Referer}}i\\\" \\\"%{{User-Agent}}i\\\"\" combined\n\
              CustomLog \"{}\" combined\n",
             log.display()
@@ -1273,13 +1273,21 @@ fn apache_config(s: &ServerSetup) -> String {
             if let Role::Cache(_) = s.role {
                 // mod_cache in its quick-handler form with the shared-memory
                 // store: 256 MiB, 2 minutes for a response with no
-                // freshness, one request per key upstream at a time.
+                // freshness, one request per key upstream at a time (its
+                // lock files in the default /tmp, which the www-data
+                // children can write; the run's folder they cannot).
+                if !s.tls {
+                    let _ = writeln!(
+                        o,
+                        "LoadModule socache_shmcb_module {m}/mod_socache_shmcb.so"
+                    );
+                }
                 let _ = write!(
                     o,
                     "LoadModule cache_module {m}/mod_cache.so\nLoadModule cache_socache_module {m}/mod_cache_socache.so\n\
                      CacheSocache \"shmcb:{d}/cache-shm(268435456)\"\nCacheSocacheMaxSize 102400\n\
                      CacheEnable socache /\nCacheQuickHandler On\nCacheDefaultExpire 120\nCacheIgnoreNoLastMod On\n\
-                     CacheLock On\nCacheLockPath \"{d}/cache-lock\"\nCacheLockMaxAge 5\n"
+                     CacheLock On\nCacheLockMaxAge 5\n"
                 );
             }
             let _ = writeln!(
