@@ -1130,6 +1130,30 @@ mod tests {
         assert!(!md.contains("| nginx |"), "{md}");
     }
 
+    /// The seed scenarios add the seed's own columns under the table:
+    /// mean and longest latency and failed requests, as ab prints them.
+    #[test]
+    fn a_seed_scenario_has_its_seeds_columns_under_the_table() {
+        let mut apache = row("apache", &[400.0, 450.0, 500.0]);
+        apache.case = "ab n1000 c50".into();
+        apache.mean_ms = 110.0;
+        apache.max_ms = 2197.0;
+        apache.non_2xx_max = 2;
+        apache.client_errors_max = 1;
+        let table = seed_table(&[apache.clone()]);
+        assert!(
+            table.contains("| case | server | requests/s | mean ms | longest ms | failed |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| ab n1000 c50 | apache | 450 | 110.00 | 2197.0 | 3 |"),
+            "{table}"
+        );
+        let cfg = CompareConfig::for_tests(Scenario::Seed004);
+        assert!(markdown(Scenario::Seed004, &[apache.clone()], &cfg).contains(&table));
+        assert!(!markdown(Scenario::Static, &[apache], &cfg).contains("longest ms"));
+    }
+
     #[test]
     fn the_compress_table_is_followed_by_each_servers_bytes_per_response() {
         let mut rows = vec![
