@@ -35,6 +35,7 @@ command -v objcopy >/dev/null 2>&1 || need+=(binutils)
 command -v logrotate >/dev/null 2>&1 || need+=(logrotate)
 compgen -G "/usr/sbin/php-fpm*" >/dev/null || need+=(php-fpm)
 [ -x /usr/sbin/apache2 ] || need+=(apache2)
+command -v caddy >/dev/null 2>&1 || need+=(caddy)
 if [ "${#need[@]}" -gt 0 ]; then
     echo "== installing: ${need[*]}"
     sudo=""

@@ -336,13 +336,15 @@ fn run_load(a: LoadArgs) -> Result<()> {
 struct CompareArgs {
     /// Scenarios: static, proxy, sizes, concurrency, ab, startup, idle,
     /// cache, chain, php (needs php-fpm), tcp (TLS passthrough), app (an
-    /// app weir runs itself, nginx and HAProxy in front of the same),
-    /// compress (a JSON answer compressed through each proxy)
+    /// app weir runs itself, nginx, Apache, Caddy and HAProxy in front of
+    /// the same), compress (a JSON answer compressed through each proxy),
+    /// seed-001 (nginx and Caddy at several concurrencies, static and
+    /// proxy), seed-004 (nginx and Apache in ab, hey, wrk and ramp shapes)
     /// (comma-separated).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "static,proxy,sizes,concurrency,ab,startup,idle,cache,chain,php,tcp,app,compress"
+        default_value = "static,proxy,sizes,concurrency,ab,startup,idle,cache,chain,php,tcp,app,compress,seed-001,seed-004"
     )]
     scenarios: Vec<String>,
     /// Servers: weir, nginx, apache, caddy, haproxy, varnish, lighttpd,

@@ -59,9 +59,10 @@ pub enum CompareError {
     /// The load generator refused the options.
     #[error(transparent)]
     Load(#[from] load::LoadError),
-    /// `--require` was given and a server is missing.
-    #[error("{0} is not installed (run bench/setup)")]
-    Required(String),
+    /// `--require` was given and a server is missing: its name, the
+    /// binary looked for, and how to install it.
+    #[error("{0} is not installed ({1} not found): {2}")]
+    Required(String, String, String),
     /// A server does not take part in this kind of case.
     #[error("not applicable: {0}")]
     NotApplicable(String),
@@ -238,6 +239,9 @@ pub struct Row {
     pub p99_corrected_ms: f64,
     /// Median mean latency, ms (ab's "time per request").
     pub mean_ms: f64,
+    /// The longest response of any repeat, ms (ab's "longest request").
+    #[serde(default)]
+    pub max_ms: f64,
     /// Median 2xx/3xx responses.
     pub ok_responses: u64,
     /// Median other responses.
@@ -510,7 +514,11 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
             .find(|b| !servers::installed(b));
         if let Some(bin) = absent {
             if cfg.require {
-                return Err(CompareError::Required(s.name().into()));
+                return Err(CompareError::Required(
+                    s.name().into(),
+                    bin.display().to_string(),
+                    s.install_hint(),
+                ));
             }
             eprintln!(
                 "weir-bench compare: *** {} is NOT INSTALLED ({}) and will be reported as such; run bench/setup ***",
@@ -529,7 +537,11 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
     let php_missing = cfg.scenarios.contains(&Scenario::Php) && !servers::installed(&php_fpm);
     if php_missing {
         if cfg.require {
-            return Err(CompareError::Required("php-fpm".into()));
+            return Err(CompareError::Required(
+                "php-fpm".into(),
+                php_fpm.display().to_string(),
+                "install it with `apt-get install php-fpm` (or run bench/setup)".into(),
+            ));
         }
         eprintln!(
             "weir-bench compare: *** php-fpm is NOT INSTALLED ({}): every row of the php scenario will be reported as such; run bench/setup ***",
@@ -648,6 +660,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                 let upstream = ([127, 0, 0, 1], backend_port).into();
                 let role = match scenario {
                     Scenario::Proxy => Role::Proxy(upstream),
+                    Scenario::Seed001 if case.proxy => Role::Proxy(upstream),
                     Scenario::Compress => Role::Compress(upstream),
                     Scenario::Cache | Scenario::Chain => Role::Cache(upstream),
                     Scenario::Php => Role::Php(php_root.clone().unwrap_or_default()),
@@ -665,6 +678,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                     ServerSetup {
                         access_log: case.access_log.then(|| dir.join("access.log")),
                         max_connections: scenarios::max_connections(),
+                        connections: case.connections,
                         dir,
                         port: cfg.port,
                         tls: case.tls,
@@ -725,6 +739,7 @@ pub fn run(cfg: &CompareConfig) -> Result<Summary, CompareError> {
                 Scenario::Proxy | Scenario::Cache | Scenario::Chain | Scenario::App => {
                     crate::backend::text_body(case.body_size)
                 }
+                Scenario::Seed001 if case.proxy => crate::backend::text_body(case.body_size),
                 Scenario::Compress => crate::backend::json_body(case.body_size),
                 Scenario::Php => scenarios::PHP_BODY.as_bytes().to_vec(),
                 _ => expected_file(case.body_size),
@@ -1012,6 +1027,7 @@ fn start_tls_backend(
         weir_sections: None,
         access_log: None,
         max_connections: scenarios::max_connections(),
+        connections: 100,
         tmp: assets.tmp.clone(),
     };
     let fail =
@@ -1127,6 +1143,7 @@ impl Measured {
             p99_ms: med(&|r| r.latency_ms.p99),
             p99_corrected_ms: med(&|r| r.latency_corrected_ms.map_or(r.latency_ms.p99, |p| p.p99)),
             mean_ms: med(&|r| r.latency_ms.mean),
+            max_ms: reports.iter().map(|r| r.latency_ms.max).fold(0.0, f64::max),
             ok_responses: med(&|r| r.successes as f64) as u64,
             non_2xx: med(&|r| (r.responses - r.successes) as f64) as u64,
             client_errors: med(&|r| r.errors.total() as f64) as u64,
@@ -1636,6 +1653,7 @@ fn run_startup(
             weir_sections: cfg.sections_for(server),
             access_log: None,
             max_connections: scenarios::max_connections(),
+            connections: 1,
             tmp: tmp.to_path_buf(),
         };
         let measured = usable.and_then(|()| {
@@ -1717,6 +1735,9 @@ fn run_idle(
                 weir_sections: cfg.sections_for(server),
                 access_log: None,
                 max_connections: scenarios::max_connections(),
+                connections: scenarios::cases(Scenario::Idle, cfg.quick)
+                    .first()
+                    .map_or(1, |c| c.connections),
                 tmp: assets.tmp.clone(),
             };
             let icase = IdleCase {
@@ -1960,6 +1981,7 @@ mod tests {
             weir_sections: None,
             access_log: None,
             max_connections: 19_000,
+            connections: 5000,
             tmp: PathBuf::new(),
         };
         let [c5000, _] = &scenarios::cases(Scenario::App, false)[..] else {

@@ -289,6 +289,9 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
     if s == Scenario::Compress {
         o.push_str(&bytes_per_response(rows));
     }
+    if matches!(s, Scenario::Seed001 | Scenario::Seed004) {
+        o.push_str(&seed_table(rows));
+    }
     let mut cases: Vec<&str> = rows.iter().map(|r| r.case.as_str()).collect();
     cases.dedup();
     for case in cases {
@@ -312,6 +315,30 @@ pub fn markdown(s: Scenario, rows: &[Row], cfg: &CompareConfig) -> String {
             );
         }
     }
+    o
+}
+
+/// Below a seed scenario's table: the figures its seed publishes, in its
+/// columns, so a reader can hold them against the seed's own table.
+pub fn seed_table(rows: &[Row]) -> String {
+    let mut o = String::from(
+        "In the seed's columns (requests/s and mean time per request: medians over the repeats; longest \
+         request: the longest of any repeat; failed: non-2xx answers and client errors, the worst repeat's):\n\n\
+         | case | server | requests/s | mean ms | longest ms | failed |\n|---|---|---|---|---|---|\n",
+    );
+    for r in rows.iter().filter(|r| r.status == "ok") {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {:.0} | {:.2} | {:.1} | {} |",
+            r.case,
+            r.server,
+            r.rps_median,
+            r.mean_ms,
+            r.max_ms,
+            r.non_2xx_max + r.client_errors_max
+        );
+    }
+    o.push('\n');
     o
 }
 
@@ -559,15 +586,28 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
          Apache `KeepAliveTimeout`, lighttpd `server.max-keep-alive-idle`, Varnish `timeout_idle`), no request cap.\n\
          - Upstream pool (proxy): up to {pool} idle connections to the backend on every proxy: weir `max_idle = {pool}` \
          (its default), nginx `keepalive {pool}` (per worker), HAProxy `http-reuse always` with `pool-max-conn {pool}`, \
-         Caddy `keepalive_idle_conns_per_host {pool}`; Varnish reuses backend connections without a cap. weir's and \
+         Caddy `keepalive_idle_conns_per_host {pool}`; Apache's mod_proxy_http keeps a pool per process of up to its \
+         threads (`enablereuse`, its default); Varnish reuses backend connections without a cap. weir's and \
          nginx's pools are per worker, HAProxy's and Caddy's per process; with 100 clients none fills its pool.\n\
+         - Apache: the event MPM, `StartServers` = `ServerLimit` = workers, `ThreadsPerChild` = the case's connections \
+         ÷ workers (at least 25, at most {amax}; `MaxRequestWorkers` = their product), `AsyncRequestWorkerFactor` \
+         raised so each process holds its share of the case's connections, `KeepAlive On`, `MaxKeepAliveRequests 0`, \
+         `EnableSendfile On`, mod_ssl with a shmcb session cache, no access log, mod_cache loaded in the cache \
+         scenario only. As a proxy: mod_proxy_http (`ProxyPass`), which sends X-Forwarded-For and -Host itself \
+         (and -Server), X-Forwarded-Proto set with mod_headers; in front of the app a `balancer://` of the two \
+         processes (by requests).\n\
+         - Caddy: its defaults (what its users run), a Caddyfile with `admin off` and `auto_https off` (the \
+         harness gives it the run's certificate with `tls cert key`), `GOMAXPROCS` = workers, idle timeout as the \
+         others, no access log (Caddy logs none unless asked); `file_server`, `reverse_proxy` (round-robin over the \
+         app's two processes in `app`), `encode gzip zstd` in `compress`. It has no cache in Debian's build.\n\
          - nginx static: `open_file_cache max=10000 inactive=60s; open_file_cache_valid 60s; \
          open_file_cache_min_uses 1; open_file_cache_errors on;` (weir serves small files from memory).\n\
          - HAProxy: `maxconn {mc}` (above the largest case's connections) in `global` and `defaults`, with \
          `no strict-limits`, so a descriptor limit below 2 × maxconn is a warning, not a refusal to start.\n\
          - Features-on proxy row (`http + log`): an access log line per request to a file on every proxy: weir's JSON \
          log, nginx `access_log … combined buffer=64k flush=1s` (buffered as weir's is), HAProxy `option httplog` \
-         to `log stdout` redirected to a file, Caddy `log {{ output file … format json }}`; Varnish (shared-memory \
+         to `log stdout` redirected to a file, Caddy `log {{ output file … format json }}`, Apache `CustomLog … combined` \
+         with `BufferedLogs On`; Varnish (shared-memory \
          log, `varnishncsa` not run) is not in it. Each repeat checks that the log was written, then deletes it.\n\
          - Caches (`cache`, `chain`): 256 MiB of memory and 2 minutes for a response that gives no freshness on \
          every cache: weir `[cache] memory = \"256MiB\"` and `cache = {{ default_ttl = \"2m\", grace = \"10s\" }}`; Varnish `-s \
@@ -575,7 +615,9 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
          file system (its manual's advice); nginx `proxy_cache_path … keys_zone=weir_bench:10m max_size=256m \
          use_temp_path=off` on the same RAM-backed folder, `proxy_cache_valid 200 2m`, `proxy_cache_lock on`, \
          `proxy_cache_use_stale updating`, `proxy_cache_background_update on`, its upstream pool as in `proxy` and \
-         `open_file_cache` as for files (a hit opens its cache file through it). Each round starts with empty \
+         `open_file_cache` as for files (a hit opens its cache file through it); Apache mod_cache with its \
+         shared-memory store (`CacheEnable socache /`, `CacheSocache shmcb:…(268435456)`, `CacheQuickHandler On`, \
+         `CacheDefaultExpire 120`, `CacheIgnoreNoLastMod On`, `CacheLock On`). Each round starts with empty \
          caches. The chain (`haproxy-varnish`): HAProxy as in `proxy` with TLS, `server … send-proxy-v2` to a \
          Varnish listening with `-a …,PROXY`; the two processes' CPU and memory are added up.\n\
          - PHP (`php`): each server in front of its own php-fpm master (counted as part of it) with the same pool: \
@@ -593,14 +635,15 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
          serving the docroot over TLS (`configs/tcp/backend`); `backend-direct` is that config on the front's port.\n\
          - App (`app`): {apps} processes of `weir-bench backend` (one thread each) behind every server, counted in \
          its CPU and memory: weir runs them itself (`app = {{ run = \"… backend --listen 127.0.0.1:$PORT …\", \
-         instances = {apps} }}`, its app proxy with weir's default settings); nginx and HAProxy get the same two, \
-         started before them on the two ports above theirs, as the servers of their `proxy` upstream and backend.\n",
+         instances = {apps} }}`, its app proxy with weir's default settings); nginx, Apache, Caddy and HAProxy get the \
+         same two, started before them on the two ports above theirs, as the servers of their `proxy` upstream and backend.\n",
         cert = s.certificate,
         ka = s.keepalive_s,
         pool = s.upstream_idle_pool,
         mc = s.haproxy_maxconn,
         php = super::scenarios::PHP_CHILDREN,
         apps = super::scenarios::APP_INSTANCES,
+        amax = super::servers::APACHE_MAX_THREADS,
     );
     o.push_str("| server | version |\n|---|---|\n");
     for (n, v) in &s.versions {
@@ -1085,6 +1128,30 @@ mod tests {
         assert!(md.contains("| http | haproxy | 0 | 3 | **no** |"), "{md}");
         // A row that was not measured has no clean run to report.
         assert!(!md.contains("| nginx |"), "{md}");
+    }
+
+    /// The seed scenarios add the seed's own columns under the table:
+    /// mean and longest latency and failed requests, as ab prints them.
+    #[test]
+    fn a_seed_scenario_has_its_seeds_columns_under_the_table() {
+        let mut apache = row("apache", &[400.0, 450.0, 500.0]);
+        apache.case = "ab n1000 c50".into();
+        apache.mean_ms = 110.0;
+        apache.max_ms = 2197.0;
+        apache.non_2xx_max = 2;
+        apache.client_errors_max = 1;
+        let table = seed_table(&[apache.clone()]);
+        assert!(
+            table.contains("| case | server | requests/s | mean ms | longest ms | failed |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| ab n1000 c50 | apache | 450 | 110.00 | 2197.0 | 3 |"),
+            "{table}"
+        );
+        let cfg = CompareConfig::for_tests(Scenario::Seed004);
+        assert!(markdown(Scenario::Seed004, &[apache.clone()], &cfg).contains(&table));
+        assert!(!markdown(Scenario::Static, &[apache], &cfg).contains("longest ms"));
     }
 
     #[test]

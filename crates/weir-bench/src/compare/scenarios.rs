@@ -44,11 +44,21 @@ pub enum Scenario {
     /// A 20 KiB JSON answer through each proxy, compressed for a client that
     /// accepts `br, gzip` (nginx `gzip on`, Caddy `encode`, weir `compress`).
     Compress,
+    /// Seed 001's table in its tools' shape: nginx and Caddy (and weir)
+    /// serving a page and proxying to a backend over HTTPS, closed loop at
+    /// several concurrencies.
+    #[serde(rename = "seed-001")]
+    Seed001,
+    /// Seed 004's table in its tools' shapes: nginx and Apache (and weir)
+    /// under ab, hey, wrk and a JMeter-like ramp, with mean and longest
+    /// latency and failed requests.
+    #[serde(rename = "seed-004")]
+    Seed004,
 }
 
 impl Scenario {
     /// All scenarios, in report order.
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 15] = [
         Scenario::Static,
         Scenario::Proxy,
         Scenario::Sizes,
@@ -62,6 +72,8 @@ impl Scenario {
         Scenario::Tcp,
         Scenario::App,
         Scenario::Compress,
+        Scenario::Seed001,
+        Scenario::Seed004,
     ];
 
     /// Name on the command line.
@@ -80,6 +92,8 @@ impl Scenario {
             Scenario::Tcp => "tcp",
             Scenario::App => "app",
             Scenario::Compress => "compress",
+            Scenario::Seed001 => "seed-001",
+            Scenario::Seed004 => "seed-004",
         }
     }
 
@@ -100,7 +114,7 @@ impl Scenario {
                  defaults) and no other forwarding field, and keeps up to 1,024 idle upstream connections. Varnish \
                  passes every request (no caching) and has no TLS. The `http + log` row is the features-on proxy, \
                  as proxies run in production: every proxy writes an access log line per request to a file \
-                 (weir's JSON log, nginx's `access_log`, HAProxy's `option httplog`, Caddy's `log`); Varnish, which \
+                 (weir's JSON log, nginx's `access_log`, HAProxy's `option httplog`, Caddy's `log`, Apache's `CustomLog`); Varnish, which \
                  logs to shared memory for `varnishncsa` to write out, is not in that row."
             }
             Scenario::Sizes => {
@@ -138,7 +152,8 @@ impl Scenario {
                  and says nothing of freshness, 100 keep-alive connections over HTTP (seed 002's `varnish_cache`). \
                  Each server keeps responses 2 minutes (Varnish's default TTL) in 256 MiB of memory: weir \
                  `cache = { default_ttl = \"2m\", grace = \"10s\" }`, Varnish's built-in VCL with `-s malloc,256m`, nginx `proxy_cache` \
-                 with `proxy_cache_valid 200 2m` and `proxy_cache_lock`. Every measured request is a hit: before \
+                 with `proxy_cache_valid 200 2m` and `proxy_cache_lock`, Apache mod_cache with its shared-memory store \
+                 (mod_cache_socache, `CacheDefaultExpire 120`, `CacheLock On`). Every measured request is a hit: before \
                  measuring, a first GET fills the cache and a second must come from it (the backend counts no request \
                  for it); the backend's count over the whole load (warm-up and measured) is in the table below and a \
                  repeat with more than a handful of misses fails. `weir-static` is weir serving the same 164 bytes as \
@@ -176,11 +191,11 @@ impl Scenario {
                  answer), 2 instances of 1 thread each behind every server, balanced round-robin: weir starts and \
                  supervises them itself (`app = { run = \"weir-bench backend --listen 127.0.0.1:$PORT …\", \
                  instances = 2 }`, each instance on a port weir chose, in traffic once `GET /` answers), and its \
-                 app proxy has weir's default proxy settings (it also sends `Forwarded` and `Via`); nginx and HAProxy \
+                 app proxy has weir's default proxy settings (it also sends `Forwarded` and `Via`); nginx, Apache, Caddy and HAProxy \
                  front the same 2 processes, started by the harness before them and stopped after them each round, \
                  with their `proxy` configs (an `upstream` / `backend` of the 2). So what is compared is the whole \
                  stack a user runs, proxy and app: the app's processes are counted in every server's CPU and memory \
-                 (weir's as its children, nginx's and HAProxy's as their companions), and in the pinned mode they \
+                 (weir's as its children, the others' as their companions), and in the pinned mode they \
                  run on the server's CPUs. Every level must end with no non-2xx answer and no client error in any \
                  repeat (the table below the main one)."
             }
@@ -194,12 +209,39 @@ impl Scenario {
                  the generator received per response, head and chunk framing included, so a server that \
                  compressed less shows it there (target: weir ≥ 0.8 × nginx)."
             }
+            Scenario::Seed001 => {
+                "Seed 001's comparison (nginx against Caddy, each as its users configure it, Caddy with its \
+                 defaults) in the shape of the `wrk`/`hey` runs it discusses: a closed loop over HTTPS keep-alive \
+                 connections at 10, 100 and 500 connections, the 164-byte page served as a file (`static`) and the \
+                 164-byte answer of `weir-bench backend` through each as a reverse proxy (`proxy`, the seed's \
+                 `reverse_proxy` to a hello container), weir beside them. The load is weir-bench's own generator in \
+                 that shape, not wrk, hey or vegeta (the seed's own 500 req/s vegeta attack measures latency at a \
+                 rate every server sustains; the closed loop measures how far each goes)."
+            }
+            Scenario::Seed004 => {
+                "Seed 004's comparison (nginx against Apache's event MPM on Debian 12, the 164-byte page over HTTP), \
+                 in its tools' shapes, with weir beside them: `ab` (its three runs, `ab -n 1000 -c 50`, \
+                 `-n 5000 -c 100`, `-n 10000 -c 200`: a new connection per request), `hey` (`hey -n 10000 -c 50`: \
+                 a fixed count over kept connections), `wrk` (`wrk -t1 -c100`: a closed loop for the run's \
+                 duration) and a JMeter-like ramp (thread groups of 10, 50, 100 and 200 users one after \
+                 another, each a closed loop for the run's duration). The seed reports requests/s, mean time per \
+                 request, the longest request and failed requests: they are the table below the main one. The \
+                 load is weir-bench's own generator in those shapes, not the tools themselves."
+            }
         }
     }
 
     /// Does `server` take part?
     pub fn applies_to(self, server: ServerKind) -> bool {
         match self {
+            Scenario::Seed001 => matches!(
+                server,
+                ServerKind::Weir | ServerKind::WeirB | ServerKind::Nginx | ServerKind::Caddy
+            ),
+            Scenario::Seed004 => matches!(
+                server,
+                ServerKind::Weir | ServerKind::WeirB | ServerKind::Nginx | ServerKind::Apache
+            ),
             Scenario::Proxy => server.proxies(),
             Scenario::Idle => server.serves_static() || server == ServerKind::Haproxy,
             // The chain is the TLS-capable Varnish: in the chain, not here.
@@ -226,7 +268,11 @@ impl Scenario {
     /// (`tcp`'s backend is weir with TLS, [`Scenario::tls_backend`].)
     pub fn proxied(self, server: ServerKind) -> bool {
         match self {
-            Scenario::Proxy | Scenario::Cache | Scenario::Chain | Scenario::Compress => true,
+            Scenario::Proxy
+            | Scenario::Cache
+            | Scenario::Chain
+            | Scenario::Compress
+            | Scenario::Seed001 => true,
             Scenario::Idle => !server.serves_static(),
             _ => false,
         }
@@ -369,6 +415,9 @@ pub struct Case {
     /// The answers must come back in a content coding (the server
     /// compresses them); the body checked is the identity's.
     pub encoded: bool,
+    /// The servers proxy to `weir-bench backend` in this case of a
+    /// scenario that mixes serving files and proxying (`seed-001`).
+    pub proxy: bool,
 }
 
 impl Case {
@@ -419,6 +468,7 @@ fn case(label: &str, tls: bool, path: &str, size: usize, conns: usize) -> Case {
         host: "localhost",
         headers: Vec::new(),
         encoded: false,
+        proxy: false,
     }
 }
 
@@ -534,6 +584,55 @@ pub fn cases(s: Scenario, quick: bool) -> Vec<Case> {
                 100,
             )
         }],
+        Scenario::Seed001 => {
+            let conns: &[usize] = if quick { &[50] } else { &[10, 100, 500] };
+            let mut v = Vec::new();
+            for proxy in [false, true] {
+                for &c in conns {
+                    let (what, path) = if proxy {
+                        ("proxy", "/")
+                    } else {
+                        ("static", "/index.html")
+                    };
+                    v.push(Case {
+                        proxy,
+                        threads: if c > 100 { 2 } else { 1 },
+                        ..case(&format!("{what} c{c}"), true, path, 164, c)
+                    });
+                }
+            }
+            v
+        }
+        Scenario::Seed004 => {
+            let mut v = Vec::new();
+            // ab: the seed's three runs.
+            let ab: &[(u64, usize)] = if quick {
+                &[(1000, 50)]
+            } else {
+                &[(1000, 50), (5000, 100), (10000, 200)]
+            };
+            for &(n, c) in ab {
+                v.push(Case {
+                    keepalive: false,
+                    amount: Amount::Requests(n),
+                    ..case(&format!("ab n{n} c{c}"), false, "/index.html", 164, c)
+                });
+            }
+            v.push(Case {
+                amount: Amount::Requests(10_000),
+                ..case("hey n10000 c50", false, "/index.html", 164, 50)
+            });
+            v.push(case("wrk c100", false, "/index.html", 164, 100));
+            let ramp: &[usize] = if quick {
+                &[10, 200]
+            } else {
+                &[10, 50, 100, 200]
+            };
+            for &c in ramp {
+                v.push(case(&format!("ramp c{c}"), false, "/index.html", 164, c));
+            }
+            v
+        }
     }
 }
 
@@ -589,6 +688,69 @@ mod tests {
     }
 
     #[test]
+    fn the_seed_scenarios_have_their_seeds_servers_and_tools_shapes() {
+        use ServerKind::*;
+        for k in ServerKind::ALL {
+            assert_eq!(
+                Scenario::Seed001.applies_to(k),
+                matches!(k, Weir | WeirB | Nginx | Caddy),
+                "{k:?}"
+            );
+            assert_eq!(
+                Scenario::Seed004.applies_to(k),
+                matches!(k, Weir | WeirB | Nginx | Apache),
+                "{k:?}"
+            );
+        }
+        assert_eq!(Scenario::parse("seed-001"), Some(Scenario::Seed001));
+        assert_eq!(Scenario::parse("seed-004"), Some(Scenario::Seed004));
+        let s1 = cases(Scenario::Seed001, false);
+        let labels: Vec<&str> = s1.iter().map(|c| c.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "static c10",
+                "static c100",
+                "static c500",
+                "proxy c10",
+                "proxy c100",
+                "proxy c500"
+            ]
+        );
+        for c in &s1 {
+            assert!(c.tls && c.keepalive, "{}", c.label);
+            assert_eq!(c.proxy, c.label.starts_with("proxy"));
+            assert_eq!(c.amount, Amount::Duration);
+        }
+        assert!(Scenario::Seed001.proxied(Nginx));
+        let s4 = cases(Scenario::Seed004, false);
+        let labels: Vec<&str> = s4.iter().map(|c| c.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "ab n1000 c50",
+                "ab n5000 c100",
+                "ab n10000 c200",
+                "hey n10000 c50",
+                "wrk c100",
+                "ramp c10",
+                "ramp c50",
+                "ramp c100",
+                "ramp c200"
+            ]
+        );
+        for c in &s4 {
+            assert!(!c.tls && !c.proxy, "{}", c.label);
+            // ab alone opens a connection per request.
+            assert_eq!(c.keepalive, !c.label.starts_with("ab"), "{}", c.label);
+        }
+        assert_eq!(s4[2].amount, Amount::Requests(10_000));
+        assert_eq!(s4[3].amount, Amount::Requests(10_000));
+        assert!(!Scenario::Seed004.proxied(Apache));
+        assert!(cases(Scenario::Seed004, true).len() < s4.len());
+    }
+
+    #[test]
     fn the_proxy_has_one_logged_row_outside_quick_runs() {
         let logged = |quick| {
             cases(Scenario::Proxy, quick)
@@ -632,6 +794,7 @@ mod tests {
                 ServerKind::Weir,
                 ServerKind::WeirB,
                 ServerKind::Nginx,
+                ServerKind::Apache,
                 ServerKind::Varnish
             ]
         );
@@ -767,6 +930,8 @@ mod tests {
                 ServerKind::Weir,
                 ServerKind::WeirB,
                 ServerKind::Nginx,
+                ServerKind::Apache,
+                ServerKind::Caddy,
                 ServerKind::Haproxy
             ]
         );

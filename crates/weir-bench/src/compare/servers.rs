@@ -200,6 +200,8 @@ pub struct ServerSetup {
     pub access_log: Option<PathBuf>,
     /// The most connections any case of the run opens at once.
     pub max_connections: usize,
+    /// The connections this case opens (Apache sizes its threads to them).
+    pub connections: usize,
     /// The run's temporary folder, RAM-backed where the machine has
     /// `/dev/shm`: Varnish's working directories and nginx's cache files.
     pub tmp: PathBuf,
@@ -321,6 +323,25 @@ impl ServerKind {
         }
     }
 
+    /// How to install it, for `--require`'s refusal: the Debian packages
+    /// bench/setup installs, or the build for weir.
+    pub fn install_hint(self) -> String {
+        let pkg = match self {
+            ServerKind::Weir | ServerKind::WeirB => {
+                return "build it with `cargo build --release -p weir` or give its path with --weir / --weir-b"
+                    .into()
+            }
+            ServerKind::Nginx => "nginx",
+            ServerKind::Apache => "apache2",
+            ServerKind::Caddy => "caddy",
+            ServerKind::Haproxy => "haproxy",
+            ServerKind::Varnish => "varnish",
+            ServerKind::Lighttpd => "lighttpd lighttpd-mod-openssl",
+            ServerKind::HaproxyVarnish => "haproxy varnish",
+        };
+        format!("install it with `apt-get install {pkg}` (or run bench/setup)")
+    }
+
     /// Can it serve files?
     pub fn serves_static(self) -> bool {
         !matches!(
@@ -342,21 +363,25 @@ impl ServerKind {
             ServerKind::Weir
                 | ServerKind::WeirB
                 | ServerKind::Nginx
+                | ServerKind::Apache
                 | ServerKind::Caddy
                 | ServerKind::Haproxy
                 | ServerKind::Varnish
         )
     }
 
-    /// Can it cache responses by itself, as its users configure it (Apache's
-    /// mod_cache_disk, Caddy's cache plugin and HAProxy's small-object cache
-    /// are left out)? The chain caches in its Varnish.
+    /// Can it cache responses by itself, as its users configure it?
+    /// Apache's fair form is mod_cache with its shared-memory store
+    /// (mod_cache_socache); Caddy's cache plugin (not in Debian's build)
+    /// and HAProxy's small-object cache are left out. The chain caches in
+    /// its Varnish.
     pub fn caches(self) -> bool {
         matches!(
             self,
             ServerKind::Weir
                 | ServerKind::WeirB
                 | ServerKind::Nginx
+                | ServerKind::Apache
                 | ServerKind::Varnish
                 | ServerKind::HaproxyVarnish
         )
@@ -392,7 +417,12 @@ impl ServerKind {
     pub fn fronts_apps(self) -> bool {
         matches!(
             self,
-            ServerKind::Weir | ServerKind::WeirB | ServerKind::Nginx | ServerKind::Haproxy
+            ServerKind::Weir
+                | ServerKind::WeirB
+                | ServerKind::Nginx
+                | ServerKind::Apache
+                | ServerKind::Caddy
+                | ServerKind::Haproxy
         )
     }
 
@@ -1126,23 +1156,69 @@ const NGINX_FASTCGI_PARAMS: &str = "\
       fastcgi_param REDIRECT_STATUS 200;
 ";
 
+/// Apache's threads per process: the case's connections spread over its
+/// processes (at least 25, its `ThreadsPerChild` default), at most
+/// [`APACHE_MAX_THREADS`] per process; beyond that the event MPM holds the
+/// idle keep-alive connections without a thread each
+/// ([`apache_async_factor`]).
+pub fn apache_threads(connections: usize, workers: usize) -> usize {
+    connections
+        .div_ceil(workers.max(1))
+        .clamp(25, APACHE_MAX_THREADS)
+}
+
+/// The most threads an Apache process gets: 10,000 connections in threads
+/// of their own would be 10,000 stacks.
+pub const APACHE_MAX_THREADS: usize = 1024;
+
+/// `AsyncRequestWorkerFactor`: how many connections per idle thread an
+/// event MPM process accepts (its default is 2), raised so that each
+/// process takes its share of the case's connections.
+pub fn apache_async_factor(connections: usize, workers: usize) -> usize {
+    let per_process = connections.div_ceil(workers.max(1));
+    per_process
+        .div_ceil(apache_threads(connections, workers))
+        .max(2)
+}
+
 fn apache_config(s: &ServerSetup) -> String {
     let d = s.dir.display();
     let m = "/usr/lib/apache2/modules";
+    let tpc = apache_threads(s.connections, s.workers);
     let mut o = format!(
-        "# weir-bench: Apache event MPM, {w} processes x 64 threads, keep-alive without a request cap, no access log.\n\
+        "# weir-bench: Apache event MPM, {w} processes x {tpc} threads (sized to the case's {c} connections), \
+         keep-alive without a request cap, sendfile on, {log}.\n\
          ServerRoot \"{d}\"\nServerName localhost\nDefaultRuntimeDir \"{d}\"\nPidFile \"{d}/apache.pid\"\n\
          ErrorLog \"{d}/apache-error.log\"\nLogLevel warn\nMutex posixsem\nUser www-data\nGroup www-data\n\
          LoadModule mpm_event_module {m}/mod_mpm_event.so\nLoadModule authz_core_module {m}/mod_authz_core.so\n\
          LoadModule mime_module {m}/mod_mime.so\nLoadModule dir_module {m}/mod_dir.so\n\
-         StartServers {w}\nServerLimit {w}\nThreadsPerChild 64\nThreadLimit 64\nMaxRequestWorkers {mrw}\n\
-         MinSpareThreads 64\nMaxSpareThreads {mrw}\nMaxConnectionsPerChild 0\n\
-         KeepAlive On\nMaxKeepAliveRequests 0\nKeepAliveTimeout {KEEPALIVE_SECS}\nEnableSendfile On\nTypesConfig /etc/mime.types\n\
+         StartServers {w}\nServerLimit {w}\nThreadsPerChild {tpc}\nThreadLimit {tpc}\nMaxRequestWorkers {mrw}\n\
+         MinSpareThreads {tpc}\nMaxSpareThreads {mrw}\nMaxConnectionsPerChild 0\nAsyncRequestWorkerFactor {arf}\n\
+         ListenBacklog 65535\n\
+         KeepAlive On\nMaxKeepAliveRequests 0\nKeepAliveTimeout {KEEPALIVE_SECS}\nEnableSendfile On\nEnableMMAP On\n\
+         TypesConfig /etc/mime.types\n\
          Listen 127.0.0.1:{p}\n",
         w = s.workers,
-        mrw = s.workers * 64,
-        p = s.port
+        c = s.connections,
+        mrw = s.workers * tpc,
+        arf = apache_async_factor(s.connections, s.workers),
+        p = s.port,
+        log = if s.access_log.is_some() {
+            "access log to a file"
+        } else {
+            "no access log"
+        },
     );
+    if let Some(log) = &s.access_log {
+        // Buffered, as nginx's and weir's are (mod_log_config is built in).
+        let _ = write!(
+            o,
+            "BufferedLogs On\n\
+             LogFormat \"%h %l %u %t \\\"%r\\\" %>s %O \\\"%{{Referer}}i\\\" \\\"%{{User-Agent}}i\\\"\" combined\n\
+             CustomLog \"{}\" combined\n",
+            log.display()
+        );
+    }
     if s.tls {
         let _ = write!(
             o,
@@ -1188,13 +1264,66 @@ fn apache_config(s: &ServerSetup) -> String {
                 max = php_conns_per_worker(s.workers),
             );
         }
-        Role::Proxy(_)
-        | Role::Cache(_)
-        | Role::Compress(_)
-        | Role::Passthrough(_)
-        | Role::App(_) => {}
+        // mod_proxy_http keeps its connections to the backend (a pool per
+        // process, `enablereuse` on by default) and sends X-Forwarded-For
+        // and -Host itself (and -Server, which it cannot leave out);
+        // -Proto is set as the others send it.
+        Role::Proxy(up) | Role::Cache(up) => {
+            apache_proxy_modules(&mut o, s);
+            if let Role::Cache(_) = s.role {
+                // mod_cache in its quick-handler form with the shared-memory
+                // store: 256 MiB, 2 minutes for a response with no
+                // freshness, one request per key upstream at a time (its
+                // lock files in the default /tmp, which the www-data
+                // children can write; the run's folder they cannot).
+                if !s.tls {
+                    let _ = writeln!(
+                        o,
+                        "LoadModule socache_shmcb_module {m}/mod_socache_shmcb.so"
+                    );
+                }
+                let _ = write!(
+                    o,
+                    "LoadModule cache_module {m}/mod_cache.so\nLoadModule cache_socache_module {m}/mod_cache_socache.so\n\
+                     CacheSocache \"shmcb:{d}/cache-shm(268435456)\"\nCacheSocacheMaxSize 102400\n\
+                     CacheEnable socache /\nCacheQuickHandler On\nCacheDefaultExpire 120\nCacheIgnoreNoLastMod On\n\
+                     CacheLock On\nCacheLockMaxAge 5\n"
+                );
+            }
+            let _ = writeln!(
+                o,
+                "ProxyPass \"/\" \"http://{up}/\"\nProxyPassReverse \"/\" \"http://{up}/\""
+            );
+        }
+        // The app's processes as a balancer's members, round-robin by
+        // request (mod_lbmethod_byrequests, its default).
+        Role::App(_) => {
+            apache_proxy_modules(&mut o, s);
+            let _ = write!(
+                o,
+                "LoadModule slotmem_shm_module {m}/mod_slotmem_shm.so\n\
+                 LoadModule proxy_balancer_module {m}/mod_proxy_balancer.so\n\
+                 LoadModule lbmethod_byrequests_module {m}/mod_lbmethod_byrequests.so\n<Proxy \"balancer://app\">\n"
+            );
+            for p in app_ports(s.port) {
+                let _ = writeln!(o, "  BalancerMember \"http://127.0.0.1:{p}\"");
+            }
+            o.push_str("</Proxy>\nProxyPass \"/\" \"balancer://app/\"\nProxyPassReverse \"/\" \"balancer://app/\"\n");
+        }
+        Role::Compress(_) | Role::Passthrough(_) => {}
     }
     o
+}
+
+/// The modules and headers every Apache proxy role loads.
+fn apache_proxy_modules(o: &mut String, s: &ServerSetup) {
+    let m = "/usr/lib/apache2/modules";
+    let _ = write!(
+        o,
+        "LoadModule proxy_module {m}/mod_proxy.so\nLoadModule proxy_http_module {m}/mod_proxy_http.so\n\
+         LoadModule headers_module {m}/mod_headers.so\nRequestHeader set X-Forwarded-Proto \"{}\"\n",
+        if s.tls { "https" } else { "http" }
+    );
 }
 
 fn caddy_config(s: &ServerSetup) -> String {
@@ -1266,8 +1395,22 @@ fn caddy_config(s: &ServerSetup) -> String {
                 );
             }
         }
+        // The app's processes, round-robin as the others balance them.
+        Role::App(_) => site(
+            &mut o,
+            "",
+            format!(
+                "  reverse_proxy {} {{\n    lb_policy round_robin\n    transport http {{\n      keepalive_idle_conns {UPSTREAM_IDLE}\n      \
+                 keepalive_idle_conns_per_host {UPSTREAM_IDLE}\n    }}\n  }}",
+                app_ports(s.port)
+                    .iter()
+                    .map(|p| format!("127.0.0.1:{p}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        ),
         // Never asked: `prepare` refuses them.
-        Role::Php(_) | Role::Passthrough(_) | Role::App(_) => {}
+        Role::Php(_) | Role::Passthrough(_) => {}
     }
     o
 }
@@ -1484,6 +1627,7 @@ mod tests {
             weir_sections: None,
             access_log: log.then(|| PathBuf::from("/run/x/access.log")),
             max_connections: 10_000,
+            connections: 100,
             tmp: PathBuf::from("/dev/shm/wb"),
         }
     }
@@ -2049,6 +2193,141 @@ mod tests {
             }
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Apache's event MPM gets a thread per connection of the case, up to
+    /// a cap per process, and holds the rest as idle keep-alive
+    /// connections; keep-alive and sendfile on, no cache outside `cache`.
+    #[test]
+    fn apache_is_sized_to_the_case_and_keeps_alive_with_sendfile() {
+        let sized = |connections, workers| ServerSetup {
+            connections,
+            workers,
+            ..statics()
+        };
+        let a = apache_config(&sized(100, 2));
+        has_lines(
+            &a,
+            &[
+                "LoadModule mpm_event_module /usr/lib/apache2/modules/mod_mpm_event.so",
+                "ServerLimit 2",
+                "StartServers 2",
+                "ThreadsPerChild 50",
+                "ThreadLimit 50",
+                "MaxRequestWorkers 100",
+                "AsyncRequestWorkerFactor 2",
+                "KeepAlive On",
+                "MaxKeepAliveRequests 0",
+                "KeepAliveTimeout 65",
+                "EnableSendfile On",
+                "SSLEngine on",
+                "SSLSessionCache \"shmcb:/run/x/ssl_scache(512000)\"",
+            ],
+        );
+        assert!(!a.contains("mod_cache"), "{a}");
+        assert!(!a.contains("CustomLog"), "{a}");
+        // One process at c10000: 1024 threads, each idle one holding ten.
+        let big = apache_config(&sized(10_000, 1));
+        has_lines(
+            &big,
+            &[
+                "ThreadsPerChild 1024",
+                "MaxRequestWorkers 1024",
+                "AsyncRequestWorkerFactor 10",
+            ],
+        );
+        assert_eq!(apache_threads(1, 2), 25);
+        assert_eq!(apache_threads(5000, 2), 1024);
+        assert!(
+            apache_async_factor(5000, 2) * apache_threads(5000, 2) + apache_threads(5000, 2)
+                >= 2500
+        );
+    }
+
+    #[test]
+    fn apache_proxies_caches_and_fronts_the_app_with_its_own_modules() {
+        let p = apache_config(&proxy(false));
+        has_lines(
+            &p,
+            &[
+                "LoadModule proxy_module /usr/lib/apache2/modules/mod_proxy.so",
+                "LoadModule proxy_http_module /usr/lib/apache2/modules/mod_proxy_http.so",
+                "RequestHeader set X-Forwarded-Proto \"http\"",
+                "ProxyPass \"/\" \"http://127.0.0.1:28081/\"",
+            ],
+        );
+        assert!(!p.contains("CacheEnable"), "{p}");
+        // The features-on row: a buffered combined log to the file.
+        let logged = apache_config(&proxy(true));
+        has_lines(
+            &logged,
+            &[
+                "BufferedLogs On",
+                "CustomLog \"/run/x/access.log\" combined",
+            ],
+        );
+        // Its fair cache: mod_cache over shared memory, 256 MiB, 2 minutes.
+        let c = apache_config(&cache(false));
+        has_lines(
+            &c,
+            &[
+                "LoadModule cache_module /usr/lib/apache2/modules/mod_cache.so",
+                "LoadModule cache_socache_module /usr/lib/apache2/modules/mod_cache_socache.so",
+                "CacheSocache \"shmcb:/run/x/cache-shm(268435456)\"",
+                "CacheEnable socache /",
+                "CacheQuickHandler On",
+                "CacheDefaultExpire 120",
+                "CacheIgnoreNoLastMod On",
+                "CacheLock On",
+            ],
+        );
+        let a = apache_config(&app());
+        has_lines(
+            &a,
+            &[
+                "<Proxy \"balancer://app\">",
+                "BalancerMember \"http://127.0.0.1:28081\"",
+                "BalancerMember \"http://127.0.0.1:28082\"",
+                "ProxyPass \"/\" \"balancer://app/\"",
+                "RequestHeader set X-Forwarded-Proto \"https\"",
+            ],
+        );
+        assert!(ServerKind::Apache.proxies() && ServerKind::Apache.caches());
+        assert!(!ServerKind::Apache.compresses());
+    }
+
+    #[test]
+    fn caddy_keeps_its_defaults_in_front_of_the_app() {
+        let c = caddy_config(&app());
+        has_lines(
+            &c,
+            &[
+                "reverse_proxy 127.0.0.1:28081 127.0.0.1:28082 {",
+                "lb_policy round_robin",
+                "keepalive_idle_conns 1024",
+                "tls /run/tls/cert.pem /run/tls/key.pem {",
+            ],
+        );
+        assert!(!c.contains("encode"), "{c}");
+        assert!(ServerKind::Caddy.fronts_apps() && !ServerKind::Caddy.caches());
+    }
+
+    #[test]
+    fn a_missing_server_says_what_to_install() {
+        assert_eq!(
+            ServerKind::Caddy.install_hint(),
+            "install it with `apt-get install caddy` (or run bench/setup)"
+        );
+        assert!(
+            ServerKind::Apache
+                .install_hint()
+                .contains("apt-get install apache2")
+        );
+        assert!(
+            ServerKind::Weir
+                .install_hint()
+                .contains("cargo build --release -p weir")
+        );
     }
 
     /// Each compressing proxy turns compression on as its users do, at its

@@ -8,10 +8,14 @@ use std::process::Command;
 // side, never start servers on the same port.
 use weir_test_support::ports;
 
-/// Debian's `package` must be installed (its `binary` in /usr/sbin);
-/// install it, or fail loudly saying how.
+/// Debian's `package` must be installed (its `binary` in /usr/sbin or
+/// /usr/bin); install it, or fail loudly saying how.
 fn ensure(package: &str, binary: &str) {
-    let present = || Path::new("/usr/sbin").join(binary).is_file();
+    let present = || {
+        ["/usr/sbin", "/usr/bin"]
+            .iter()
+            .any(|d| Path::new(d).join(binary).is_file())
+    };
     if present() {
         return;
     }
@@ -288,6 +292,94 @@ fn repeats_alternate_between_servers() {
         err.contains("cannot read /nonexistent-run/summary.json"),
         "{err}"
     );
+}
+
+/// Apache and Caddy take their rows with `--require`: Apache as a proxy
+/// and as its fair cache (mod_cache_socache, every measured request a hit,
+/// which the harness checks), Caddy as a proxy, each with its config and
+/// version in the run's README.
+#[test]
+fn quick_compare_runs_apache_and_caddy_with_require() {
+    ensure("apache2", "apache2");
+    ensure("caddy", "caddy");
+    let out = quick_compare(
+        "apache-caddy",
+        &weir_binary(),
+        &[
+            "--servers",
+            "weir,apache,caddy",
+            "--scenarios",
+            "proxy,cache",
+            "--require",
+        ],
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let rows = summary["rows"].as_array().unwrap();
+    let row = |scenario: &str, case: &str, server: &str| {
+        rows.iter()
+            .find(|r| r["scenario"] == scenario && r["case"] == case && r["server"] == server)
+            .unwrap_or_else(|| panic!("no {scenario} {case} {server} row in {rows:#?}"))
+    };
+    for (scenario, case, server) in [
+        ("proxy", "http", "apache"),
+        ("proxy", "https", "apache"),
+        ("proxy", "http", "caddy"),
+        ("proxy", "https", "caddy"),
+        ("cache", "http", "apache"),
+    ] {
+        let r = row(scenario, case, server);
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["repeats"], 3, "{r}");
+        assert!(r["rps_median"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["non_2xx_max"], 0, "{r}");
+    }
+    // Caddy has no cache of its own in Debian's build: no row there.
+    assert!(
+        !rows
+            .iter()
+            .any(|r| r["scenario"] == "cache" && r["server"] == "caddy")
+    );
+    // Apache's cache answered from memory: a handful of misses at most.
+    let misses = row("cache", "http", "apache")["backend_requests_max"]
+        .as_u64()
+        .unwrap();
+    assert!(misses <= 5, "{misses} backend requests");
+    let apache =
+        std::fs::read_to_string(out.join("configs/cache/http/apache/apache2.conf")).unwrap();
+    assert!(apache.contains("CacheEnable socache /"), "{apache}");
+    let caddy = std::fs::read_to_string(out.join("configs/proxy/https/caddy/Caddyfile")).unwrap();
+    assert!(caddy.contains("reverse_proxy 127.0.0.1:"), "{caddy}");
+    let readme = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(
+        readme.contains("| apache | Server version: Apache/2.4"),
+        "{readme}"
+    );
+    assert!(readme.contains("| caddy | 2."), "{readme}");
+}
+
+/// `--require` with a server missing fails before measuring anything,
+/// naming it and saying how to get it.
+#[test]
+fn require_names_what_to_install() {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("compare-require-{}", std::process::id()));
+    let port = ports::free_ports(3);
+    let run = Command::new(env!("CARGO_BIN_EXE_weir-bench"))
+        .args(["compare", "--quick", "--require", "--servers", "weir,caddy"])
+        .args(["--scenarios", "static", "--weir", "/nonexistent/weir"])
+        .arg("--out")
+        .arg(&out)
+        .args(["--port", &port.to_string()])
+        .output()
+        .expect("run weir-bench");
+    assert!(!run.status.success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        err.contains("weir is not installed (/nonexistent/weir not found): build it with `cargo build --release -p weir`"),
+        "{err}"
+    );
+    assert!(!out.join("summary.json").exists());
 }
 
 /// The weir binary of this workspace, built if it is not there yet.
