@@ -175,15 +175,16 @@ impl At<'_> {
 
 /// The registration table: `Variant(module::Type) = config pattern [if
 /// guard] => how it is built,` one line per handler, tried in order (so a
-/// guarded line comes before the plain one for the same config). Generates
+/// guarded line comes before the plain one for the same config), after
+/// the configs no handler takes. Generates
 /// [`Handler`], its dispatch to each type's [`Handle`] methods, and
 /// [`build`].
 macro_rules! handlers {
     (
         fn $build:ident($cfg:ident, $at:ident);
+        // A config that is no handler's, and the error it gets.
+        refuse $other:pat => $refuse:expr;
         $( $(#[$doc:meta])* $variant:ident($ty:ty) = $pat:pat $(if $guard:expr)? => $make:expr, )*
-        // Configs that are not one handler's (routes are the route phase's).
-        else $other:pat => $refuse:expr $(,)?
     ) => {
         /// A registered handler.
         pub(super) enum Handler {
@@ -233,6 +234,10 @@ macro_rules! handlers {
 
 handlers! {
     fn build(cfg, at);
+    // Routes are the route phase's (`build_site`), never a route's handler.
+    refuse HandlerConfig::Routes { .. } => Err(SiteError::NestedRoutes {
+        site: at.site.to_string(),
+    });
     /// Files under a root.
     Static(files::Files) = HandlerConfig::Static(opts) => files::Files::build(opts, at)?,
     /// The built-in welcome page.
@@ -253,9 +258,6 @@ handlers! {
     FastCgi(fastcgi::FastCgi) = HandlerConfig::FastCgi(f) => fastcgi::FastCgi::build(f, at)?,
     /// An application weir runs, proxied to.
     App(app::App) = HandlerConfig::App(a) => app::App::build(a, at)?,
-    else HandlerConfig::Routes { .. } => Err(SiteError::NestedRoutes {
-        site: at.site.to_string(),
-    }),
 }
 
 /// What answers the requests of a site: one handler, or routes.
