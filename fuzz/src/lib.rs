@@ -32,7 +32,7 @@ pub fn config_parse(data: &[u8]) {
         assert!(!errs.0.is_empty());
         let lines = src.lines().count().max(1) + 1;
         for d in &errs.0 {
-            assert!(d.line >= 1 && d.line <= lines, "{d} outside {lines} lines");
+            assert!((1..=lines).contains(&d.line), "{d} outside {lines} lines");
             assert!(d.col >= 1);
         }
     }
