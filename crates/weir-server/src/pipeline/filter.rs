@@ -364,7 +364,7 @@ mod tests {
              [[site.\"b\".route]]\npath = \"/api/\"\nrespond = { status = 200 }\nmax_body = \"10\"\n\
              request_headers = { set = { X-Who = \"route\" } }\n\
              [[site.\"b\".route]]\npath = \"/auth/\"\nrespond = { status = 200 }\n\
-             forward_auth = { url = \"127.0.0.1:9/x\" }\n",
+             forward_auth = { url = \"http://127.0.0.1:9/x\" }\n",
             std::path::Path::new("."),
         )
         .unwrap();
