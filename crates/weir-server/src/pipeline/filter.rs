@@ -1,522 +1,408 @@
-//! The request filters of a site or route, between the route and the
-//! handler: address lists (403), limits (429 with `Retry-After`, or a
-//! delay), basic authentication (401), forward authentication (the auth
-//! service's own answer), the body limit (413) and request header rules;
-//! and the response filter of their limits ([`LimitFields`]: what they
-//! count of the answer, the `RateLimit` fields). The response header rules
-//! are a response filter of their own (`response_headers`).
+//! The request-filter phase, between the route and the handler: the
+//! filters of the site, then of the route, each of which may answer
+//! instead of the handler (address lists, limits, authentication, the body
+//! limit), then their request header rules.
 //!
-//! Answers only to refuse; never serves content. A site or route without
-//! filters has none of this built (`Option<Filters>` is `None`), so the
-//! static path pays one branch.
+//! A request filter is a type implementing [`RequestFilter`] in a module of
+//! its own under `filter/`, and one line in [`request_filters!`]'s table
+//! below, which builds it from a layer's config when that config asks for
+//! it. A layer's filters are built once at config load ([`Filters::build`]),
+//! and each route's and site's list once from its layers ([`chain`]); a
+//! site or route without filters has an empty list, so the static path
+//! pays one branch. Dispatch is static (an enum the table generates).
+//!
+//! Answers only to refuse; never serves content.
 
 // A refusal is the answer itself, returned once and straight to the
 // client; boxing it would only add an allocation on that path.
 #![allow(clippy::result_large_err)]
 
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::header::{self, HeaderName, HeaderValue};
-use http::{Response, StatusCode};
-use ipnet::IpNet;
+use http::Response;
 
-use weir_config::traffic::{self, HeaderOps, RequestView};
+use weir_config::traffic;
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
-use weir_http::response::error;
-use weir_traffic::clock::now_ms;
-use weir_traffic::limit::{Decision, Held, Limiter, Quota};
-use weir_traffic::password::{Check, Users};
+use weir_traffic::limit::{Held, Limiter};
 
-use super::{Exchange, ResponseFilter};
+mod addresses;
+mod basic_auth;
+mod body_limit;
+mod forward_auth;
+mod limits;
+mod request_headers;
 
-/// The filters of one site or route, with their state.
+pub(super) use limits::LimitFields;
+pub(super) use request_headers::apply;
+
+/// One request filter: a step every request of the routes and sites it is
+/// registered for passes before the handler.
+pub(super) trait RequestFilter: Send + Sync {
+    /// Whether it rewrites the request instead of checking it: rewrites
+    /// run after the checks of every layer.
+    const REWRITES: bool = false;
+
+    /// Passes the request, with the delay (ms) it must wait before the
+    /// handler (0: none), or refuses it with the answer.
+    fn check(&self, req: &mut Checking<'_>) -> Result<u64, Response<Body>>;
+
+    /// Whether it waits on something but a delay ([`RequestFilter::wait`]):
+    /// a list with such a filter runs as a boxed future; the others run
+    /// without one.
+    fn waits(&self) -> bool {
+        false
+    }
+
+    /// What it waits on (after [`RequestFilter::check`]), if it
+    /// [`waits`](RequestFilter::waits).
+    fn wait(
+        &self,
+        _req: &mut Checking<'_>,
+    ) -> impl Future<Output = Result<(), Response<Body>>> + Send {
+        std::future::ready(Ok(()))
+    }
+}
+
+/// A request as a request filter sees it.
+pub(super) struct Checking<'a> {
+    pub parts: &'a mut http::request::Parts,
+    pub conn: &'a ConnInfo,
+    /// The client's address (after trusted proxies).
+    pub client: IpAddr,
+    /// A route's `path_regex` groups.
+    pub captures: &'a [String],
+    /// What the answer owes the filters that passed it.
+    pub passed: &'a mut Passed,
+}
+
+/// What one layer's filters are built from.
+pub(super) struct Layer<'a> {
+    pub cfg: &'a Arc<traffic::Filters>,
+    /// `site "x"` or `site "x" route /p`, for log lines.
+    pub label: &'a str,
+    /// [`SITE`] or [`ROUTE`]: where it keeps what the answer owes it.
+    pub index: usize,
+    pub workers: usize,
+    /// Its limits, shared with their response filter ([`LimitFields`]).
+    pub limiters: &'a Arc<[Arc<Limiter>]>,
+}
+
+/// The registration table: `Variant(module::Type) => how a layer's config
+/// makes one (None: it asks for none),` one line per filter, in the order
+/// they run within a layer. Generates [`Step`], its dispatch, and the
+/// function that builds a layer's steps.
+macro_rules! request_filters {
+    (
+        fn $build:ident($layer:ident);
+        $( $(#[$doc:meta])* $variant:ident($ty:ty) => $make:expr, )*
+    ) => {
+        /// A registered request filter, shared by the lists of its layer's
+        /// site and routes.
+        #[derive(Clone)]
+        pub(super) enum Step {
+            $( $(#[$doc])* $variant(Arc<$ty>), )*
+        }
+
+        impl Step {
+            fn check(&self, req: &mut Checking<'_>) -> Result<u64, Response<Body>> {
+                match self {
+                    $( Step::$variant(f) => f.check(req), )*
+                }
+            }
+
+            fn waits(&self) -> bool {
+                match self {
+                    $( Step::$variant(f) => f.waits(), )*
+                }
+            }
+
+            async fn wait(&self, req: &mut Checking<'_>) -> Result<(), Response<Body>> {
+                match self {
+                    $( Step::$variant(f) => f.wait(req).await, )*
+                }
+            }
+        }
+
+        /// The checks and the rewrites `layer` asks for, in table order.
+        fn $build($layer: &Layer<'_>) -> (Vec<Step>, Vec<Step>) {
+            let (mut checks, mut rewrites) = (Vec::new(), Vec::new());
+            $(
+                if let Some(f) = $make {
+                    let list = if <$ty as RequestFilter>::REWRITES {
+                        &mut rewrites
+                    } else {
+                        &mut checks
+                    };
+                    list.push(Step::$variant(Arc::new(f)));
+                }
+            )*
+            (checks, rewrites)
+        }
+    };
+}
+
+request_filters! {
+    fn steps(layer);
+    /// `allow` and `deny` (403).
+    Addresses(addresses::Addresses) => addresses::Addresses::build(layer),
+    /// `limit`s (429 with `Retry-After`, or a delay).
+    Limits(limits::Limits) => limits::Limits::build(layer),
+    /// `basic_auth` (401).
+    BasicAuth(basic_auth::BasicAuth) => basic_auth::BasicAuth::build(layer),
+    /// `forward_auth` (the auth service's own answer).
+    ForwardAuth(forward_auth::ForwardAuth) => forward_auth::ForwardAuth::build(layer),
+    /// `max_body` (413 for a declared length past it).
+    BodyLimit(body_limit::BodyLimit) => body_limit::BodyLimit::build(layer),
+    /// `request_headers` rules.
+    RequestHeaders(request_headers::RequestHeaders) =>
+        request_headers::RequestHeaders::build(layer),
+}
+
+/// The filters of one site or route (a layer), built once.
 pub(super) struct Filters {
     pub cfg: Arc<traffic::Filters>,
-    /// `site` or `site route`, for log lines.
-    label: String,
-    pub limiters: Vec<Arc<Limiter>>,
-    users: Option<Arc<Users>>,
-    forward_auth: Option<(Arc<traffic::ForwardAuth>, Arc<weir_proxy::Proxy>)>,
+    pub limiters: Arc<[Arc<Limiter>]>,
+    checks: Vec<Step>,
+    rewrites: Vec<Step>,
 }
 
 /// What a request that passed owes its answer: for the site's filters
-/// (`[0]`) and the route's (`[1]`).
+/// (`[SITE]`) and the route's (`[ROUTE]`).
 #[derive(Default)]
 pub(super) struct Passed {
     /// Connection-limit slots, released when the answer is done.
     pub held: Vec<Held>,
-    pub owed: [Owed; 2],
-}
-
-/// What one set of filters owes the answer.
-#[derive(Default)]
-pub(super) struct Owed {
-    /// (limiter index, key) of window limits that count the answer.
-    counted: Vec<(usize, Option<u64>)>,
-    /// The `RateLimit` fields of the first limit that sends them.
-    quota: Option<(usize, Quota)>,
-}
-
-/// Nothing owed (a refused request).
-static NOTHING_OWED: Owed = Owed {
-    counted: Vec::new(),
-    quota: None,
-};
-
-impl Filters {
-    /// `None` for an empty config: nothing to run.
-    pub fn build(cfg: &Arc<traffic::Filters>, label: String, workers: usize) -> Option<Filters> {
-        if cfg.is_empty() {
-            return None;
-        }
-        let limiters = cfg
-            .limits
-            .iter()
-            .map(|l| weir_traffic::shared::limiter(l.clone(), &label))
-            .collect();
-        Some(Filters {
-            label,
-            limiters,
-            users: cfg
-                .basic_auth
-                .as_ref()
-                .map(|b| Arc::new(Users::new(b.clone()))),
-            forward_auth: cfg.forward_auth.as_ref().map(|f| {
-                (
-                    f.clone(),
-                    weir_proxy::Proxy::after(f.upstream.clone(), workers, &[]),
-                )
-            }),
-            cfg: cfg.clone(),
-        })
-    }
-
-    /// Whether a request can wait here on something but a delay (a
-    /// password check, the auth service).
-    pub fn waits(&self) -> bool {
-        self.users.is_some() || self.forward_auth.is_some()
-    }
-
-    /// Address lists and limits: how long the request must wait (ms), or
-    /// the answer that refuses it.
-    fn admit(
-        &self,
-        parts: &http::request::Parts,
-        client: IpAddr,
-        held: &mut Vec<Held>,
-        owed: &mut Owed,
-    ) -> Result<u64, Response<Body>> {
-        let c = &self.cfg;
-        if listed(&c.deny, client) || (!c.allow.is_empty() && !listed(&c.allow, client)) {
-            return Err(error(StatusCode::FORBIDDEN));
-        }
-        if self.limiters.is_empty() {
-            return Ok(0);
-        }
-        let now = now_ms();
-        let mut delay = 0;
-        for (i, l) in self.limiters.iter().enumerate() {
-            let a = l.admit(l.key(parts, client), now);
-            if let Some(h) = a.held {
-                held.push(h);
-            }
-            if l.counts_answers() {
-                owed.counted.push((i, a.key));
-            }
-            if owed.quota.is_none()
-                && let Some(q) = a.quota
-            {
-                owed.quota = Some((i, q));
-            }
-            let evicted = l.take_evictions(now);
-            if evicted > 0 {
-                tracing::warn!(
-                    "{}: limit {}: {} keys tracked, the most it holds: {evicted} least recently seen forgotten (raise its `size`)",
-                    self.label,
-                    l.cfg.name,
-                    l.capacity()
-                );
-            }
-            match a.decision {
-                Decision::Pass => {}
-                Decision::Delay(ms) => delay = delay.max(ms),
-                Decision::Refuse(_) if l.cfg.dry_run => {
-                    tracing::info!(
-                        "{}: limit {} would refuse {client} {} {} (dry run)",
-                        self.label,
-                        l.cfg.name,
-                        parts.method,
-                        parts.uri.path()
-                    );
-                }
-                Decision::Refuse(ms) => {
-                    let mut r = refusal(l, ms);
-                    if let Some((qi, q)) = owed.quota.take() {
-                        quota_fields(&self.limiters[qi], q, r.headers_mut());
-                    }
-                    return Err(r);
-                }
-            }
-        }
-        Ok(delay)
-    }
-
-    /// Basic and forward authentication.
-    async fn authenticate(
-        &self,
-        parts: &mut http::request::Parts,
-        conn: &ConnInfo,
-    ) -> Result<(), Response<Body>> {
-        if let Some(users) = &self.users {
-            self.basic_auth(users, parts).await?;
-        }
-        if let Some((fa, proxy)) = &self.forward_auth {
-            forward_auth(fa, proxy, parts, conn).await?;
-        }
-        Ok(())
-    }
-
-    /// 413 for a declared body past `max_body`.
-    fn body_limit(&self, parts: &http::request::Parts) -> Result<(), Response<Body>> {
-        match self.cfg.max_body {
-            Some(max) if super::content_length(&parts.headers).is_some_and(|n| n > max) => {
-                Err(error(StatusCode::PAYLOAD_TOO_LARGE))
-            }
-            _ => Ok(()),
-        }
-    }
-
-    async fn basic_auth(
-        &self,
-        users: &Arc<Users>,
-        parts: &http::request::Parts,
-    ) -> Result<(), Response<Body>> {
-        let ok = match users.check(&parts.headers) {
-            Check::Known => true,
-            Check::Refused => false,
-            Check::Verify {
-                digest,
-                password,
-                hash,
-            } => {
-                let (users, hash) = (users.clone(), hash.to_string());
-                // Seconds of CPU at high costs: off the async threads.
-                tokio::task::spawn_blocking(move || users.verify(digest, &password, &hash))
-                    .await
-                    .unwrap_or(false)
-            }
-        };
-        if ok {
-            return Ok(());
-        }
-        let mut r = error(StatusCode::UNAUTHORIZED);
-        let realm = users.cfg.realm.replace('"', "'");
-        if let Ok(v) = HeaderValue::from_str(&format!("Basic realm=\"{realm}\", charset=\"UTF-8\""))
-        {
-            r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-        }
-        Err(r)
-    }
+    pub owed: [limits::Owed; 2],
 }
 
 /// Where a layer's filters keep what they owe in [`Passed::owed`].
 pub(super) const SITE: usize = 0;
 pub(super) const ROUTE: usize = 1;
 
-/// The response filter of a layer's limits: what they count of the answer
-/// (status, bytes) and the `RateLimit` fields.
-pub(super) struct LimitFields {
-    pub filters: Arc<Filters>,
-    /// [`SITE`] or [`ROUTE`].
-    pub layer: usize,
-}
-
-impl ResponseFilter for LimitFields {
-    fn response(&self, ex: &Exchange<'_>, resp: &mut Response<Body>) {
-        let owed = ex.passed.map_or(&NOTHING_OWED, |p| &p.owed[self.layer]);
-        if !owed.counted.is_empty() {
-            let now = now_ms();
-            let bytes = super::content_length(resp.headers()).unwrap_or(0);
-            for (i, key) in &owed.counted {
-                self.filters.limiters[*i].answered(*key, resp.status().as_u16(), bytes, now);
-            }
+impl Filters {
+    /// The filters of the layer `cfg` at `index` ([`SITE`] or [`ROUTE`]);
+    /// `None` for an empty config: nothing to run.
+    pub fn build(
+        cfg: &Arc<traffic::Filters>,
+        label: String,
+        index: usize,
+        workers: usize,
+    ) -> Option<Filters> {
+        if cfg.is_empty() {
+            return None;
         }
-        if let Some((i, q)) = owed.quota {
-            quota_fields(&self.filters.limiters[i], q, resp.headers_mut());
-        }
+        let limiters: Arc<[Arc<Limiter>]> = cfg
+            .limits
+            .iter()
+            .map(|l| weir_traffic::shared::limiter(l.clone(), &label))
+            .collect();
+        let (checks, rewrites) = steps(&Layer {
+            cfg,
+            label: &label,
+            index,
+            workers,
+            limiters: &limiters,
+        });
+        Some(Filters {
+            cfg: cfg.clone(),
+            limiters,
+            checks,
+            rewrites,
+        })
     }
 }
 
-/// Runs the request filters of the site, then of the route (each: address
-/// lists, limits, a delay, authentication, the body limit), then their
-/// request header rules: `Ok` with what the answer owes, or the answer
-/// that refuses the request.
-pub(super) async fn run(
-    filters: [Option<&Filters>; 2],
-    parts: &mut http::request::Parts,
-    conn: &ConnInfo,
-    client: IpAddr,
-    captures: &[String],
-) -> Result<Option<Box<Passed>>, Response<Body>> {
-    let mut passed = Passed::default();
-    let Passed { held, owed } = &mut passed;
-    for (f, owed) in filters.iter().zip(owed.iter_mut()) {
-        if let Some(f) = f {
-            let delay = f.admit(parts, client, held, owed)?;
+/// The request filters a route's (or a site's own handler's) requests
+/// pass, in order: the site's checks, the route's, then their rewrites.
+#[derive(Default)]
+pub(super) struct RequestFilters {
+    steps: Box<[Step]>,
+    /// Whether a step waits on something but a delay.
+    waits: bool,
+    /// The smallest `max_body` of the layers.
+    max_body: Option<u64>,
+}
+
+/// The registration of a route's (`route`) or a site's own handler's
+/// (`None`) request filters under those of its site: built once at
+/// config load.
+pub(super) fn chain(site: Option<&Filters>, route: Option<&Filters>) -> RequestFilters {
+    let layers = [site, route];
+    let steps: Box<[Step]> = layers
+        .iter()
+        .flatten()
+        .flat_map(|f| f.checks.iter())
+        .chain(layers.iter().flatten().flat_map(|f| f.rewrites.iter()))
+        .cloned()
+        .collect();
+    RequestFilters {
+        waits: steps.iter().any(Step::waits),
+        max_body: layers.iter().flatten().filter_map(|f| f.cfg.max_body).min(),
+        steps,
+    }
+}
+
+impl RequestFilters {
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Whether a filter can wait on something but a delay (a password
+    /// check, the auth service): then [`RequestFilters::run`], boxed.
+    pub fn waits(&self) -> bool {
+        self.waits
+    }
+
+    /// The smallest body limit of its layers, if any has one.
+    pub fn max_body(&self) -> Option<u64> {
+        self.max_body
+    }
+
+    /// Runs every filter in turn, each delay waited where it is asked for:
+    /// `Ok` with what the answer owes, or the answer that refuses the
+    /// request.
+    pub async fn run(
+        &self,
+        parts: &mut http::request::Parts,
+        conn: &ConnInfo,
+        client: IpAddr,
+        captures: &[String],
+    ) -> Result<Option<Box<Passed>>, Response<Body>> {
+        let mut passed = Passed::default();
+        let mut req = Checking {
+            parts,
+            conn,
+            client,
+            captures,
+            passed: &mut passed,
+        };
+        for s in &self.steps {
+            let delay = s.check(&mut req)?;
             if delay > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
             }
-            f.authenticate(parts, conn).await?;
-            f.body_limit(parts)?;
+            if s.waits() {
+                s.wait(&mut req).await?;
+            }
         }
+        Ok(passed.boxed())
     }
-    for f in filters.into_iter().flatten() {
-        request_headers(f, parts, client, conn.tls, captures);
-    }
-    Ok(passed.boxed())
-}
 
-/// [`run`] for filters that never wait on anything but a delay (no
-/// authentication): no future to box; the delay to wait is returned
-/// (the largest any limit asks for).
-pub(super) fn run_now(
-    filters: [Option<&Filters>; 2],
-    parts: &mut http::request::Parts,
-    conn: &ConnInfo,
-    client: IpAddr,
-    captures: &[String],
-) -> Result<(Option<Box<Passed>>, u64), Response<Body>> {
-    let mut passed = Passed::default();
-    let mut delay = 0;
-    let Passed { held, owed } = &mut passed;
-    for (f, owed) in filters.iter().zip(owed.iter_mut()) {
-        if let Some(f) = f {
-            delay = delay.max(f.admit(parts, client, held, owed)?);
-            f.body_limit(parts)?;
+    /// [`RequestFilters::run`] for a list that never waits on anything but
+    /// a delay: no future to box; the delay to wait is returned (the
+    /// largest any filter asks for).
+    pub fn run_now(
+        &self,
+        parts: &mut http::request::Parts,
+        conn: &ConnInfo,
+        client: IpAddr,
+        captures: &[String],
+    ) -> Result<(Option<Box<Passed>>, u64), Response<Body>> {
+        let mut passed = Passed::default();
+        let mut req = Checking {
+            parts,
+            conn,
+            client,
+            captures,
+            passed: &mut passed,
+        };
+        let mut delay = 0;
+        for s in &self.steps {
+            delay = delay.max(s.check(&mut req)?);
         }
+        Ok((passed.boxed(), delay))
     }
-    for f in filters.into_iter().flatten() {
-        request_headers(f, parts, client, conn.tls, captures);
-    }
-    Ok((passed.boxed(), delay))
 }
 
 impl Passed {
     /// Boxed when something is owed (no allocation otherwise).
     fn boxed(self) -> Option<Box<Passed>> {
-        let empty = self.held.is_empty()
-            && self
-                .owed
-                .iter()
-                .all(|o| o.counted.is_empty() && o.quota.is_none());
+        let empty = self.held.is_empty() && self.owed.iter().all(limits::Owed::is_empty);
         (!empty).then(|| Box::new(self))
     }
 }
 
-/// A filter's request header rules, its values filled from the request as
-/// it arrived (a route's with its regex groups).
-fn request_headers(
-    f: &Filters,
-    parts: &mut http::request::Parts,
-    client: std::net::IpAddr,
-    tls: bool,
-    captures: &[String],
-) {
-    let ops = &f.cfg.request_headers;
-    if ops.is_empty() {
-        return;
-    }
-    let fixed = |l: &[(HeaderName, traffic::Template)]| l.iter().all(|(_, t)| t.fixed().is_some());
-    if fixed(&ops.set) && fixed(&ops.add) {
-        // No placeholder: nothing to read from the request.
-        apply(ops, &mut parts.headers, None, &[]);
-        return;
-    }
-    let captures: smallvec::SmallVec<[&str; 4]> = captures.iter().map(String::as_str).collect();
-    // The values read the request's own fields: filled first, then set.
-    let mut h = std::mem::take(&mut parts.headers);
-    let before = http::request::Builder::new()
-        .method(parts.method.clone())
-        .uri(parts.uri.clone())
-        .version(parts.version)
-        .body(())
-        .map(|r| r.into_parts().0);
-    if let Ok(mut view_parts) = before {
-        if let Some(host) = h.get(http::header::HOST) {
-            view_parts.headers.insert(http::header::HOST, host.clone());
+#[cfg(test)]
+mod tests {
+    use http::StatusCode;
+
+    use super::super::tests::test_store;
+    use super::super::{Registry, build_sites, handler::SiteHandler};
+
+    fn conn() -> weir_http::conn::ConnInfo {
+        weir_http::conn::ConnInfo {
+            peer: ([127, 0, 0, 1], 1).into(),
+            local: ([127, 0, 0, 1], 2).into(),
+            tls: false,
+            worker: Default::default(),
         }
-        let view = RequestView {
-            parts: &view_parts,
-            host: super::request_head::request_host(&view_parts),
-            client,
-            tls,
+    }
+
+    fn parts(declared: Option<u64>) -> http::request::Parts {
+        let mut b = http::Request::get("/api/x").header("host", "a");
+        if let Some(n) = declared {
+            b = b.header("content-length", n);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    /// The registration table builds each list once: a site without
+    /// filters gets an empty one; a route's runs the site's checks, the
+    /// route's, then the site's and the route's header rules (the route's
+    /// last, so they win); the body limit is the smallest; only a list
+    /// with forward authentication waits.
+    #[test]
+    fn request_filters_are_registered_once_per_route_and_site() {
+        let cfg = weir_config::load_str(
+            "t.toml",
+            "[site.\"a\"]\nlisten = [\"127.0.0.1:1\"]\nroot = \".\"\n\
+             [site.\"b\"]\nlisten = [\"127.0.0.1:1\"]\ndeny = [\"10.0.0.0/8\"]\nmax_body = \"100\"\n\
+             request_headers = { set = { X-Who = \"site\", X-Site = \"1\" } }\n\
+             [[site.\"b\".route]]\npath = \"/api/\"\nrespond = { status = 200 }\nmax_body = \"10\"\n\
+             request_headers = { set = { X-Who = \"route\" } }\n\
+             [[site.\"b\".route]]\npath = \"/auth/\"\nrespond = { status = 200 }\n\
+             forward_auth = { url = \"http://127.0.0.1:9/x\" }\n",
+            std::path::Path::new("."),
+        )
+        .unwrap();
+        let sites = build_sites(&cfg, &[], &Registry::new(1), &test_store()).unwrap();
+        assert!(sites[0].request.is_empty());
+        let site = &sites[1];
+        assert!(!site.request.is_empty() && !site.request.waits());
+        assert_eq!(site.request.max_body(), Some(100));
+        let SiteHandler::Routes { routes, .. } = &site.handler else {
+            panic!("not a routed site");
         };
-        apply(ops, &mut h, Some(&view), &captures);
-    }
-    parts.headers = h;
-}
+        let (api, auth) = (&routes[0].request, &routes[1].request);
+        assert_eq!(api.max_body(), Some(10));
+        assert!(!api.waits() && auth.waits());
 
-fn listed(list: &[IpNet], ip: IpAddr) -> bool {
-    // An IPv4 client on a dual-stack socket arrives as ::ffff:a.b.c.d.
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    };
-    list.iter().any(|n| n.contains(&ip))
-}
-
-/// The answer of a limit that refuses: its status, `Retry-After` in whole
-/// seconds (at least 1), its body.
-fn refusal(l: &Limiter, retry_ms: u64) -> Response<Body> {
-    let status = StatusCode::from_u16(l.cfg.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-    let mut r = error(status);
-    if let Some(b) = &l.cfg.body {
-        r.headers_mut()
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(b.len()));
-        *r.body_mut() = Body::full(Bytes::from(b.clone()));
-    }
-    r.headers_mut().insert(
-        header::RETRY_AFTER,
-        HeaderValue::from(retry_ms.div_ceil(1000).max(1)),
-    );
-    r
-}
-
-/// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers).
-fn quota_fields(l: &Limiter, q: Quota, h: &mut http::HeaderMap) {
-    static POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-    static LIMIT: HeaderName = HeaderName::from_static("ratelimit");
-    let name = l.cfg.name.replace(['"', '\\'], "");
-    if let Ok(v) = HeaderValue::from_str(&format!("\"{name}\";q={};w={}", q.q, q.w)) {
-        h.insert(POLICY.clone(), v);
-    }
-    if let Ok(v) = HeaderValue::from_str(&format!("\"{name}\";r={};t={}", q.r, q.t)) {
-        h.insert(LIMIT.clone(), v);
-    }
-}
-
-/// `set`, `add`, `remove`, in that order; values filled from the request.
-pub(super) fn apply(
-    ops: &HeaderOps,
-    h: &mut http::HeaderMap,
-    view: Option<&RequestView<'_>>,
-    captures: &[&str],
-) {
-    if ops.is_empty() {
-        return;
-    }
-    // `view` is `None` only when every value is fixed.
-    let value = |t: &traffic::Template| match (t.fixed(), view) {
-        (Some(v), _) => Some(v.clone()),
-        (None, Some(view)) => {
-            let mut s = String::new();
-            t.render(view, captures, &mut s);
-            HeaderValue::from_str(&s).ok()
-        }
-        (None, None) => None,
-    };
-    for (name, t) in &ops.set {
-        match value(t) {
-            Some(v) if !v.is_empty() => {
-                h.insert(name.clone(), v);
-            }
-            // An empty value removes the field, as nginx's proxy_set_header does.
-            _ => {
-                h.remove(name);
-            }
-        }
-    }
-    for (name, t) in &ops.add {
-        if let Some(v) = value(t) {
-            h.append(name.clone(), v);
-        }
-    }
-    for name in &ops.remove {
-        h.remove(name);
-    }
-}
-
-/// Fields never sent to the auth service: they describe the client's body
-/// or connection, and the sub-request has neither.
-fn not_forwarded(name: &HeaderName) -> bool {
-    matches!(
-        name.as_str(),
-        "content-length"
-            | "transfer-encoding"
-            | "connection"
-            | "keep-alive"
-            | "te"
-            | "upgrade"
-            | "expect"
-            | "trailer"
-            | "proxy-connection"
-    )
-}
-
-/// Asks the auth service about the request: a 2xx lets it through with the
-/// chosen fields of the answer; anything else is the client's answer.
-async fn forward_auth(
-    fa: &traffic::ForwardAuth,
-    proxy: &weir_proxy::Proxy,
-    parts: &mut http::request::Parts,
-    conn: &ConnInfo,
-) -> Result<(), Response<Body>> {
-    static METHOD: HeaderName = HeaderName::from_static("x-forwarded-method");
-    static URI: HeaderName = HeaderName::from_static("x-forwarded-uri");
-    static ORIGINAL_URI: HeaderName = HeaderName::from_static("x-original-uri");
-    let (mut sub, ()) = http::Request::get(fa.path.as_str())
-        .body(())
-        .unwrap_or_default()
-        .into_parts();
-    for (name, v) in &parts.headers {
-        let wanted = match &fa.headers {
-            None => !not_forwarded(name),
-            Some(list) => list.contains(name) || name == header::HOST,
+        let conn = conn();
+        let mut p = parts(None);
+        let Ok((passed, delay)) = api.run_now(&mut p, &conn, [127, 0, 0, 1].into(), &[]) else {
+            panic!("a request the route's filters pass was refused");
         };
-        if wanted {
-            sub.headers.append(name.clone(), v.clone());
-        }
+        assert!(passed.is_none() && delay == 0);
+        assert_eq!(p.headers["x-who"], "route");
+        assert_eq!(p.headers["x-site"], "1");
+
+        let refused = |client: [u8; 4], declared| {
+            api.run_now(&mut parts(declared), &conn, client.into(), &[])
+                .err()
+                .map(|r| r.status())
+        };
+        assert_eq!(refused([10, 1, 2, 3], None), Some(StatusCode::FORBIDDEN));
+        assert_eq!(
+            refused([127, 0, 0, 1], Some(11)),
+            Some(StatusCode::PAYLOAD_TOO_LARGE)
+        );
+        assert_eq!(refused([127, 0, 0, 1], Some(10)), None);
+        // The site's three steps (address lists, body limit, header rules)
+        // are in each route's list too, around the route's own.
+        assert_eq!(site.request.steps.len(), 3);
+        assert_eq!(api.steps.len(), 5);
     }
-    // HTTP/2 and HTTP/3 carry the host in the URI.
-    if !sub.headers.contains_key(header::HOST)
-        && let Some(a) = parts.uri.authority()
-        && let Ok(v) = HeaderValue::from_str(a.as_str())
-    {
-        sub.headers.insert(header::HOST, v);
-    }
-    sub.headers.insert(
-        METHOD.clone(),
-        HeaderValue::from_str(parts.method.as_str()).unwrap_or(HeaderValue::from_static("GET")),
-    );
-    let uri = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    if let Ok(v) = HeaderValue::from_str(uri) {
-        sub.headers.insert(URI.clone(), v.clone());
-        sub.headers.insert(ORIGINAL_URI.clone(), v);
-    }
-    let answer =
-        tokio::time::timeout(fa.timeout, proxy.serve(&mut sub, Body::empty(), conn, None)).await;
-    let resp = match answer {
-        Ok(r) => r,
-        Err(_) => {
-            tracing::warn!(
-                "forward_auth: no answer from {} within {:?}",
-                fa.upstream.upstreams[0].name,
-                fa.timeout
-            );
-            return Err(error(StatusCode::GATEWAY_TIMEOUT));
-        }
-    };
-    if !resp.status().is_success() {
-        return Err(resp);
-    }
-    for name in &fa.copy {
-        parts.headers.remove(name);
-        for v in resp.headers().get_all(name) {
-            parts.headers.append(name.clone(), v.clone());
-        }
-    }
-    Ok(())
 }

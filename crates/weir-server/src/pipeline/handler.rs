@@ -1,12 +1,16 @@
-//! The handler phase: the one handler a route chose answers the request
-//! (static files, the reverse proxy, the welcome page, the HTTP → HTTPS
-//! redirect). Only answers; never adds site-wide headers or logs (the
-//! response filters and the log phase do).
+//! The handler phase: the one handler a route chose answers the request.
+//! A handler is a type implementing [`Handle`] in a module of its own under
+//! `handler/`, and one line in [`handlers!`]'s table below, which names
+//! its variant and the config it is built from; the table generates the
+//! [`Handler`] enum (static dispatch: no box, no virtual call), its
+//! dispatch and [`build`], called once per site and route at config load.
+//! Only answers; never adds site-wide headers or logs (the response
+//! filters and the log phase do).
 
+use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{self, HeaderValue};
 use http::{Response, StatusCode};
 
 use weir_config::HandlerConfig;
@@ -17,49 +21,92 @@ use weir_static::StaticFiles;
 
 use super::SiteError;
 
-/// What answers the requests of a site.
-pub(super) enum Handler {
-    Static(Arc<StaticFiles>),
-    Welcome,
-    RedirectHttps {
-        port: u16,
-    },
-    Proxy(Arc<weir_proxy::Proxy>),
-    /// The proxy behind the cache, and the compression its answers get
-    /// before they are stored.
-    Cached(
-        Arc<weir_proxy::Proxy>,
-        weir_cache::Cache,
-        Option<Arc<weir_config::files::CompressOptions>>,
-    ),
-    Redirect(weir_config::traffic::Redirect),
-    Respond(weir_config::traffic::Respond),
-    /// Scripts through FastCGI; the root's other files served by weir.
-    FastCgi(Arc<weir_fastcgi::FastCgi>, Arc<StaticFiles>),
-    /// An application weir runs, proxied to.
-    App(Arc<weir_apps::App>),
-    /// Routes by path, then the fallback (404 without one).
-    Routes {
-        routes: Vec<Route>,
-        fallback: Option<Box<Handler>>,
-    },
+mod app;
+mod cache;
+mod fastcgi;
+mod files;
+mod proxy;
+mod redirect;
+mod redirect_https;
+mod respond;
+mod welcome;
+
+/// One handler: what answers the requests of the routes and sites it is
+/// built for.
+pub(super) trait Handle: Send + Sync {
+    /// Answers one request. `body` is the request body, already held to
+    /// the body limit and the stall timeout; a handler that does not read
+    /// it drops it.
+    fn serve(&self, req: Req<'_>, body: Body) -> impl Future<Output = Response<Body>> + Send;
+
+    /// Whether it answers CONNECT (HTTP/2 extended CONNECT, WebSockets);
+    /// anything else's 2xx would open a tunnel to nowhere, so the handler
+    /// phase answers 405 for the others.
+    fn tunnels(&self) -> bool {
+        false
+    }
+
+    /// Whether the compression response filter takes its answers: not
+    /// when it encodes its own.
+    fn filter_compresses(&self) -> bool {
+        true
+    }
+
+    /// The state it runs that a reload may keep and the admin API reads.
+    fn owns(&self) -> Owns<'_> {
+        Owns::default()
+    }
 }
 
-/// A `[[site."x".route]]`: matching requests go through its filters to
-/// its handler (a proxy, maybe behind a cache; files; a redirect; a fixed
-/// answer).
-pub(super) struct Route {
-    pub cfg: weir_config::routes::RouteConfig,
-    pub handler: Handler,
-    pub filters: Option<Arc<super::filter::Filters>>,
-    /// The response filters of its answers (the site's layer included).
-    pub response: super::ResponseFilters,
-    pub counts: Arc<weir_http::metrics::RequestCounts>,
+/// What a handler runs, for those that look from outside (a reload keeping
+/// what is unchanged, the admin API, the metrics).
+#[derive(Default)]
+pub(super) struct Owns<'a> {
+    pub proxy: Option<&'a Arc<weir_proxy::Proxy>>,
+    pub cache: Option<&'a weir_cache::Cache>,
+    pub files: Option<&'a Arc<StaticFiles>>,
+    pub fastcgi: Option<&'a Arc<weir_fastcgi::FastCgi>>,
+    pub app: Option<&'a Arc<weir_apps::App>>,
 }
 
-/// How handlers are built: the worker slots, and the handlers of the
-/// config being replaced, whose state (idle upstream connections, health,
-/// balancer counters, file caches) a handler with the same settings keeps.
+/// One request as the handler phase gives it to a handler.
+pub(super) struct Req<'a> {
+    pub parts: &'a mut http::request::Parts,
+    pub conn: &'a ConnInfo,
+    /// The path (and query, after `?`) a route's rewrite made.
+    pub path: Option<&'a str>,
+    /// The client's address (after trusted proxies).
+    pub client: std::net::IpAddr,
+    /// A route's `path_regex` groups.
+    pub captures: &'a [String],
+}
+
+impl Req<'_> {
+    /// The path to answer: the rewritten one (without its query), else the
+    /// request's.
+    pub fn path(&self) -> &str {
+        self.path
+            .map_or(self.parts.uri.path(), |p| p.split('?').next().unwrap_or(p))
+    }
+}
+
+/// How handlers are built: where (site, route), what the config around
+/// the handler adds (the cache and compression of a proxy), the worker
+/// slots, and the sites of the config being replaced, whose state (idle
+/// upstream connections, health, balancer counters, file caches) a
+/// handler with the same settings keeps.
+pub(super) struct At<'a> {
+    pub site: &'a str,
+    /// The route it answers (`*`: the site's own handler).
+    pub route: &'a str,
+    /// The cache policy in front of a proxy here.
+    pub cache: Option<&'a Arc<weir_config::cache::CachePolicy>>,
+    /// The compression of answers here.
+    pub compress: Option<&'a Arc<weir_config::files::CompressOptions>>,
+    pub b: &'a Build<'a>,
+}
+
+/// What every handler built from one config shares.
 pub(super) struct Build<'a> {
     pub workers: usize,
     pub previous: &'a [Arc<super::Site>],
@@ -91,204 +138,227 @@ impl Build<'_> {
         weir_proxy::Proxy::after(cfg.clone(), self.workers, &before)
     }
 
-    /// The cache `policy` puts in front of `proxy`, in the shared store;
-    /// with `compress`, the proxy's answers are compressed before they are
-    /// stored (the cache keeps the variant it serves).
-    fn cache(
+    /// The first handler of the previous config (of site `site` only, if
+    /// given) for which `f` finds something.
+    pub(super) fn find_previous<T>(
         &self,
-        policy: Option<&Arc<weir_config::cache::CachePolicy>>,
-        proxy: &Arc<weir_proxy::Proxy>,
-        compress: Option<&Arc<weir_config::files::CompressOptions>>,
-    ) -> Option<weir_cache::Cache> {
-        let origin: Arc<dyn weir_cache::Origin> = match compress {
-            Some(opts) => Arc::new(super::compress::Compressing {
-                proxy: proxy.clone(),
-                opts: opts.clone(),
-            }),
-            None => proxy.clone(),
-        };
-        policy.map(|p| weir_cache::Cache::new(self.cache.clone(), p.clone(), origin))
+        site: Option<&str>,
+        mut f: impl FnMut(&Handler) -> Option<T>,
+    ) -> Option<T> {
+        self.previous
+            .iter()
+            .filter(|s| site.is_none_or(|n| s.cfg.name == n))
+            .find_map(|s| s.handler.all().find_map(|(_, h)| f(h)))
+    }
+}
+
+impl At<'_> {
+    /// The proxy for `cfg` here (see [`Build::proxy`]).
+    pub fn proxy(&self, cfg: &Arc<weir_config::proxy::ProxyConfig>) -> Arc<weir_proxy::Proxy> {
+        self.b.proxy(cfg, self.site, self.route)
     }
 
-    fn files(&self, opts: &weir_config::files::Options) -> Option<Arc<StaticFiles>> {
-        self.previous.iter().find_map(|s| match &s.handler {
-            Handler::Static(f) if f.options() == opts => Some(f.clone()),
-            Handler::Routes {
-                fallback: Some(f), ..
-            } => match &**f {
-                Handler::Static(f) if f.options() == opts => Some(f.clone()),
-                _ => None,
-            },
-            _ => None,
+    /// Static files with `opts`: those of the previous config with the same
+    /// options (their file cache with them), or new ones.
+    pub fn files(&self, opts: &weir_config::files::Options) -> Result<Arc<StaticFiles>, SiteError> {
+        if let Some(f) = self.b.find_previous(None, |h| {
+            h.owns().files.filter(|f| f.options() == opts).cloned()
+        }) {
+            return Ok(f);
+        }
+        StaticFiles::new(opts.clone()).map_err(|source| SiteError::Static {
+            site: self.site.to_string(),
+            source,
         })
     }
 }
 
-impl Handler {
-    /// Calls `f` with every FastCGI application this handler runs.
-    fn each_fastcgi(&self, f: &mut dyn FnMut(&Arc<weir_fastcgi::FastCgi>)) {
-        match self {
-            Handler::FastCgi(app, _) => f(app),
-            Handler::Routes { routes, fallback } => {
-                for r in routes {
-                    r.handler.each_fastcgi(f);
-                }
-                if let Some(h) = fallback {
-                    h.each_fastcgi(f);
+/// The registration table: `Variant(module::Type) = config pattern [if
+/// guard] => how it is built,` one line per handler, tried in order (so a
+/// guarded line comes before the plain one for the same config), after
+/// the configs no handler takes. Generates
+/// [`Handler`], its dispatch to each type's [`Handle`] methods, and
+/// [`build`].
+macro_rules! handlers {
+    (
+        fn $build:ident($cfg:ident, $at:ident);
+        // A config that is no handler's, and the error it gets.
+        refuse $other:pat => $refuse:expr;
+        $( $(#[$doc:meta])* $variant:ident($ty:ty) = $pat:pat $(if $guard:expr)? => $make:expr, )*
+    ) => {
+        /// A registered handler.
+        pub(super) enum Handler {
+            $( $(#[$doc])* $variant($ty), )*
+        }
+
+        impl Handler {
+            /// Answers one request (see [`Handle::serve`]).
+            async fn serve(&self, req: Req<'_>, body: Body) -> Response<Body> {
+                match self {
+                    $( Handler::$variant(h) => h.serve(req, body).await, )*
                 }
             }
-            _ => {}
+
+            /// See [`Handle::tunnels`].
+            pub(super) fn tunnels(&self) -> bool {
+                match self {
+                    $( Handler::$variant(h) => h.tunnels(), )*
+                }
+            }
+
+            /// See [`Handle::filter_compresses`].
+            pub(super) fn filter_compresses(&self) -> bool {
+                match self {
+                    $( Handler::$variant(h) => h.filter_compresses(), )*
+                }
+            }
+
+            /// See [`Handle::owns`].
+            pub(super) fn owns(&self) -> Owns<'_> {
+                match self {
+                    $( Handler::$variant(h) => h.owns(), )*
+                }
+            }
+        }
+
+        /// The handler `cfg` configures, built once (`at`: where, with
+        /// what around it).
+        pub(super) fn $build($cfg: &HandlerConfig, $at: &At<'_>) -> Result<Handler, SiteError> {
+            Ok(match $cfg {
+                $( $pat $(if $guard)? => Handler::$variant($make), )*
+                $other => return $refuse,
+            })
+        }
+    };
+}
+
+handlers! {
+    fn build(cfg, at);
+    // Routes are the route phase's (`build_site`), never a route's handler.
+    refuse HandlerConfig::Routes { .. } => Err(SiteError::NestedRoutes {
+        site: at.site.to_string(),
+    });
+    /// Files under a root.
+    Static(files::Files) = HandlerConfig::Static(opts) => files::Files::build(opts, at)?,
+    /// The built-in welcome page.
+    Welcome(welcome::Welcome) = HandlerConfig::Welcome => welcome::Welcome,
+    /// Every request to `https://host[:port]/path`.
+    RedirectHttps(redirect_https::RedirectHttps) = HandlerConfig::RedirectHttps { port } =>
+        redirect_https::RedirectHttps { port: *port },
+    /// A redirect to a URL made from the request.
+    Redirect(redirect::Redirect) = HandlerConfig::Redirect(r) => redirect::Redirect(r.clone()),
+    /// A fixed answer.
+    Respond(respond::Respond) = HandlerConfig::Respond(r) => respond::Respond(r.clone()),
+    /// The proxy behind the cache.
+    Cached(cache::Cached) = HandlerConfig::Proxy(p) if at.cache.is_some() =>
+        cache::Cached::build(p, at),
+    /// The reverse proxy.
+    Proxy(proxy::Proxied) = HandlerConfig::Proxy(p) => proxy::Proxied(at.proxy(p)),
+    /// Scripts through FastCGI; the root's other files served by weir.
+    FastCgi(fastcgi::FastCgi) = HandlerConfig::FastCgi(f) => fastcgi::FastCgi::build(f, at)?,
+    /// An application weir runs, proxied to.
+    App(app::App) = HandlerConfig::App(a) => app::App::build(a, at)?,
+}
+
+/// What answers the requests of a site: one handler, or routes.
+pub(super) enum SiteHandler {
+    One(Handler),
+    /// Routes by path, then the fallback (404 without one).
+    Routes {
+        routes: Vec<Route>,
+        fallback: Option<Handler>,
+    },
+}
+
+/// A `[[site."x".route]]`: matching requests go through its filters to
+/// its handler.
+pub(super) struct Route {
+    pub cfg: weir_config::routes::RouteConfig,
+    pub handler: Handler,
+    pub filters: Option<Arc<super::filter::Filters>>,
+    /// The request filters of its requests (the site's layer first).
+    pub request: super::filter::RequestFilters,
+    /// The response filters of its answers (the site's layer included).
+    pub response: super::ResponseFilters,
+    pub counts: Arc<weir_http::metrics::RequestCounts>,
+}
+
+impl SiteHandler {
+    /// The site's own handler, or its routes' fallback.
+    pub(super) fn own(&self) -> Option<&Handler> {
+        match self {
+            SiteHandler::One(h) => Some(h),
+            SiteHandler::Routes { fallback, .. } => fallback.as_ref(),
         }
     }
 
-    /// Calls `f` with every proxy this handler runs.
-    pub(super) fn each_proxy(&self, f: &mut dyn FnMut(&Arc<weir_proxy::Proxy>)) {
-        match self {
-            Handler::Proxy(p) | Handler::Cached(p, ..) => f(p),
-            Handler::FastCgi(app, _) => f(app.proxy()),
-            Handler::App(app) => f(&app.proxy),
-            Handler::Routes { routes, fallback } => {
-                for r in routes {
-                    r.handler.each_proxy(f);
-                }
-                if let Some(h) = fallback {
-                    h.each_proxy(f);
-                }
-            }
-            _ => {}
-        }
+    /// Every handler of the site, with its route (`None`: the site's own
+    /// or fallback).
+    pub(super) fn all(&self) -> impl Iterator<Item = (Option<&Route>, &Handler)> {
+        let routes = match self {
+            SiteHandler::Routes { routes, .. } => &routes[..],
+            SiteHandler::One(_) => &[],
+        };
+        routes
+            .iter()
+            .map(|r| (Some(r), &r.handler))
+            .chain(self.own().map(|h| (None, h)))
     }
 }
 
-/// `cache`: the site's cache policy, for the site's own proxy, and
-/// `compress` the compression of its answers; `route`: the route it
-/// answers (`*`: the site's own handler); `site_filters`: the site's, whose
-/// response filters follow a route's own.
-pub(super) fn build_handler(
-    site: &str,
-    route: &str,
-    h: &HandlerConfig,
-    cache: Option<&Arc<weir_config::cache::CachePolicy>>,
-    compress: Option<&Arc<weir_config::files::CompressOptions>>,
+/// The site's handler (`cfg`), with its routes and their filters;
+/// `site_filters`: the site's, whose response filters follow a route's own.
+pub(super) fn build_site(
+    site: &weir_config::SiteConfig,
     site_filters: Option<&Arc<super::filter::Filters>>,
     b: &Build<'_>,
-) -> Result<Handler, SiteError> {
-    Ok(match h {
-        HandlerConfig::Static(opts) => Handler::Static(match b.files(opts) {
-            Some(f) => f,
-            None => StaticFiles::new(opts.clone()).map_err(|source| SiteError::Static {
-                site: site.to_string(),
-                source,
-            })?,
-        }),
-        HandlerConfig::Welcome => Handler::Welcome,
-        HandlerConfig::RedirectHttps { port } => Handler::RedirectHttps { port: *port },
-        HandlerConfig::Proxy(p) => {
-            let proxy = b.proxy(p, site, route);
-            match b.cache(cache, &proxy, compress) {
-                Some(c) => Handler::Cached(proxy, c, compress.cloned()),
-                None => Handler::Proxy(proxy),
-            }
-        }
-        HandlerConfig::Redirect(r) => Handler::Redirect(r.clone()),
-        HandlerConfig::Respond(r) => Handler::Respond(r.clone()),
-        HandlerConfig::FastCgi(f) => {
-            let files = match b.files(&f.files) {
-                Some(s) => s,
-                None => StaticFiles::new(f.files.clone()).map_err(|source| SiteError::Static {
-                    site: site.to_string(),
-                    source,
-                })?,
-            };
-            let same = b
-                .previous
-                .iter()
-                .filter(|s| s.cfg.name == site)
-                .find_map(|s| {
-                    let mut found = None;
-                    s.handler.each_fastcgi(&mut |app| {
-                        if app.cfg == *f {
-                            found = Some(app.clone());
-                        }
-                    });
-                    found
-                });
-            let app = same.unwrap_or_else(|| {
-                Arc::new(weir_fastcgi::FastCgi::new(
-                    f.clone(),
-                    b.proxy(&f.upstream, site, route),
-                    b.workers,
-                ))
-            });
-            Handler::FastCgi(app, files)
-        }
-        HandlerConfig::App(cfg) => {
-            let same = b
-                .previous
-                .iter()
-                .filter(|s| s.cfg.name == site)
-                // Kept, and rolled to the new settings once the reload is
-                // in force (Server::reload).
-                .find_map(|s| s.app().filter(|a| a.can_become(cfg)).cloned());
-            match same {
-                Some(a) => Handler::App(a),
-                None => Handler::App(
-                    weir_apps::App::start(
-                        cfg.clone(),
-                        &weir_config::proxy::ProxyConfig::defaults(),
-                        b.workers,
-                    )
-                    .map_err(|source| SiteError::App {
-                        site: site.to_string(),
-                        source,
-                    })?,
-                ),
-            }
-        }
-        HandlerConfig::Routes { routes, fallback } => Handler::Routes {
-            routes: routes
-                .iter()
-                .map(|r| {
-                    let label = super::route_label(&r.pattern);
-                    let handler = build_handler(
-                        site,
-                        &label,
-                        &r.handler,
-                        r.cache.as_ref(),
-                        r.compress.as_ref(),
-                        site_filters,
-                        b,
-                    )?;
-                    let filters = super::filter::Filters::build(
-                        &r.filters,
-                        format!("site \"{site}\" route {label}"),
-                        b.workers,
-                    )
-                    .map(Arc::new);
-                    let compress = r.compress.as_ref().filter(|_| handler.filter_compresses());
-                    Ok(Route {
-                        cfg: r.clone(),
-                        response: super::response::chain(compress, filters.as_ref(), site_filters),
-                        handler,
-                        filters,
-                        counts: b.registry.counts(site, &label),
-                    })
-                })
-                .collect::<Result<_, SiteError>>()?,
-            fallback: match fallback {
-                Some(f) => Some(Box::new(build_handler(
-                    site,
-                    "*",
-                    f,
-                    cache,
-                    compress,
-                    site_filters,
-                    b,
-                )?)),
-                None => None,
-            },
-        },
-    })
+) -> Result<SiteHandler, SiteError> {
+    let at = At {
+        site: &site.name,
+        route: "*",
+        cache: site.cache.as_ref(),
+        compress: site.compress.as_ref(),
+        b,
+    };
+    let HandlerConfig::Routes { routes, fallback } = &site.handler else {
+        return Ok(SiteHandler::One(build(&site.handler, &at)?));
+    };
+    let routes = routes
+        .iter()
+        .map(|r| {
+            let label = super::route_label(&r.pattern);
+            let handler = build(
+                &r.handler,
+                &At {
+                    route: &label,
+                    cache: r.cache.as_ref(),
+                    compress: r.compress.as_ref(),
+                    ..at
+                },
+            )?;
+            let filters = super::filter::Filters::build(
+                &r.filters,
+                format!("site \"{}\" route {label}", site.name),
+                super::filter::ROUTE,
+                b.workers,
+            )
+            .map(Arc::new);
+            let compress = r.compress.as_ref().filter(|_| handler.filter_compresses());
+            Ok(Route {
+                cfg: r.clone(),
+                request: super::filter::chain(site_filters.map(|f| &**f), filters.as_deref()),
+                response: super::response::chain(compress, filters.as_ref(), site_filters),
+                handler,
+                filters,
+                counts: b.registry.counts(&site.name, &label),
+            })
+        })
+        .collect::<Result<_, SiteError>>()?;
+    let fallback = match fallback {
+        Some(f) => Some(build(f, &at)?),
+        None => None,
+    };
+    Ok(SiteHandler::Routes { routes, fallback })
 }
 
 /// What the handler phase is to run.
@@ -319,31 +389,26 @@ where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<weir_http::body::BodyError>,
 {
-    match target {
-        Target::Handler(h) => {
-            let given = Given {
-                path: None,
-                client,
-                captures: &[],
-                body_limits,
-            };
-            leaf(h, parts, body, conn, &given).await
-        }
+    let (handler, path, captures) = match target {
+        Target::Handler(h) => (*h, None, &[][..]),
         Target::Route {
             route,
             path,
             captures,
-        } => {
-            let given = Given {
-                path: path.as_deref(),
-                client,
-                captures,
-                body_limits,
-            };
-            leaf(&route.handler, parts, body, conn, &given).await
-        }
-        Target::NotFound => error(StatusCode::NOT_FOUND),
+        } => (&route.handler, path.as_deref(), &captures[..]),
+        Target::NotFound => return error(StatusCode::NOT_FOUND),
+    };
+    if parts.method == http::Method::CONNECT && !handler.tunnels() {
+        return method_not_allowed();
     }
+    let req = Req {
+        parts,
+        conn,
+        path,
+        client,
+        captures,
+    };
+    handler.serve(req, request_body(body, body_limits)).await
 }
 
 /// What a request body is held to on its way to a handler.
@@ -355,12 +420,12 @@ pub(super) struct BodyLimits {
     pub stall: std::time::Duration,
 }
 
-/// A request body as the proxy sends it on: no box for a request without
-/// one; cut off past `max` bytes (a body that declared its length was
-/// checked before; a chunked one is counted as it streams, and the proxy
-/// answers 413 when it overflows); failed when the client stalls longer
-/// than `stall` (the proxy answers 408).
-fn upstream_body<B>(body: B, limits: BodyLimits) -> Body
+/// A request body as handlers read it: no box for a request without one;
+/// cut off past `max` bytes (a body that declared its length was checked
+/// before; a chunked one is counted as it streams, and the proxy answers
+/// 413 when it overflows); failed when the client stalls longer than
+/// `stall` (the proxy answers 408).
+fn request_body<B>(body: B, limits: BodyLimits) -> Body
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<weir_http::body::BodyError>,
@@ -376,257 +441,18 @@ where
     }
 }
 
-/// What the phases before the handler worked out for it.
-struct Given<'a> {
-    /// The path (and query) a route's rewrite made.
-    path: Option<&'a str>,
-    client: std::net::IpAddr,
-    /// A route's `path_regex` groups.
-    captures: &'a [String],
-    /// What the request body is held to.
-    body_limits: BodyLimits,
-}
-
-/// The handlers that answer by themselves (everything but `Routes`).
-async fn leaf<B>(
-    handler: &Handler,
-    parts: &mut http::request::Parts,
-    body: B,
-    conn: &ConnInfo,
-    given: &Given<'_>,
-) -> Response<Body>
-where
-    B: http_body::Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<weir_http::body::BodyError>,
-{
-    // Only the proxy tunnels (HTTP/2 extended CONNECT for WebSockets); a
-    // 2xx from anything else would open an HTTP/2 tunnel to nowhere.
-    if parts.method == http::Method::CONNECT
-        && !matches!(handler, Handler::Proxy(_) | Handler::Cached(..))
-    {
-        return method_not_allowed();
-    }
-    let Given {
-        path,
-        client,
-        captures,
-        body_limits,
-    } = *given;
-    match handler {
-        Handler::Static(files) => {
-            let path = path.map_or(parts.uri.path(), |p| p.split('?').next().unwrap_or(p));
-            let try_files = &files.options().try_files;
-            if try_files.is_empty() {
-                files.serve(parts, path).await
-            } else {
-                // Boxed: it holds a file lookup and an answer at once.
-                Box::pin(self::try_files(files, try_files, parts, path)).await
-            }
-        }
-        Handler::Redirect(r) => {
-            let view = weir_config::traffic::RequestView {
-                parts,
-                host: super::request_head::request_host(parts),
-                client,
-                tls: conn.tls,
-            };
-            let groups: smallvec::SmallVec<[&str; 4]> =
-                captures.iter().map(String::as_str).collect();
-            redirect(r, &view, &groups)
-        }
-        Handler::Respond(r) => respond(r, parts.method == http::Method::HEAD),
-        Handler::Welcome => welcome(parts),
-        Handler::RedirectHttps { port } => redirect_https(parts, *port),
-        // Boxed: the proxy's future is large, and hyper moves the request
-        // future into place on every request; static requests must not pay
-        // for copying it.
-        Handler::Proxy(p) => {
-            Box::pin(p.serve(parts, upstream_body(body, body_limits), conn, path)).await
-        }
-        Handler::Cached(_, c, compress) => {
-            if let Some(opts) = compress {
-                super::compress::narrow_accept_encoding(opts, &mut parts.headers);
-            }
-            Box::pin(c.serve(parts, upstream_body(body, body_limits), conn, path)).await
-        }
-        Handler::App(app) => {
-            if let Err(why) = Box::pin(app.ready_for_request()).await {
-                // Say why: starting, a full queue, or the last start's failure.
-                let mut r = Response::new(Body::full(format!(
-                    "503 Service Unavailable: app \"{}\" has no ready instance ({why})\n",
-                    app.name
-                )));
-                *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-                r.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/plain; charset=utf-8"),
-                );
-                r.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-                return r;
-            }
-            Box::pin(
-                app.proxy
-                    .serve(parts, upstream_body(body, body_limits), conn, path),
-            )
-            .await
-        }
-        Handler::FastCgi(app, files) => {
-            let body = upstream_body(body, body_limits);
-            Box::pin(fastcgi(app, files, parts, body, conn, path, client)).await
-        }
-        Handler::Routes { .. } => error(StatusCode::NOT_FOUND),
-    }
-}
-
-/// A `php`/`fastcgi` handler: the script the path names (or the front
-/// controller) through FastCGI, another file of the root as a static file.
-async fn fastcgi(
-    app: &Arc<weir_fastcgi::FastCgi>,
-    files: &StaticFiles,
-    parts: &mut http::request::Parts,
-    body: Body,
-    conn: &ConnInfo,
-    path: Option<&str>,
-    client: std::net::IpAddr,
-) -> Response<Body> {
-    use weir_fastcgi::Resolved;
-    let raw = path.map_or(parts.uri.path(), |p| p.split('?').next().unwrap_or(p));
-    match &*app.resolve(conn.worker, raw).await {
-        Resolved::Script {
-            script_name,
-            path_info,
-            filename,
-        } => {
-            let script = weir_fastcgi::params::Script {
-                script_name,
-                path_info,
-                filename,
-                root: &app.cfg.root,
-            };
-            app.run(&script, parts, body, conn, client).await
-        }
-        Resolved::Static => {
-            let raw = raw.to_string();
-            files.serve(parts, &raw).await
-        }
-        // The static files' rule, so a directory gets the same answer
-        // whether a script or a file serves it.
-        Resolved::AddSlash => weir_static::redirect_to_slash(parts),
-        Resolved::NotFound => error(StatusCode::NOT_FOUND),
-        Resolved::BadPath => error(StatusCode::BAD_REQUEST),
-    }
-}
-
-/// nginx's and Caddy's `try_files`: each candidate (`{path}` the
-/// request's) served in turn while it is not found; the last answers
-/// whatever it gives, `=404` a status.
-async fn try_files(
-    files: &StaticFiles,
-    candidates: &[String],
-    parts: &http::request::Parts,
-    path: &str,
-) -> Response<Body> {
-    let mut last = error(StatusCode::NOT_FOUND);
-    for (i, c) in candidates.iter().enumerate() {
-        if let Some(code) = c.strip_prefix('=') {
-            return error(
-                code.parse()
-                    .ok()
-                    .and_then(|n| StatusCode::from_u16(n).ok())
-                    .unwrap_or(StatusCode::NOT_FOUND),
-            );
-        }
-        let candidate = c.replace("{path}", path);
-        last = files.serve(parts, &candidate).await;
-        if last.status() != StatusCode::NOT_FOUND || i == candidates.len() - 1 {
-            break;
-        }
-    }
-    last
-}
-
-fn redirect(
-    r: &weir_config::traffic::Redirect,
-    view: &weir_config::traffic::RequestView<'_>,
-    captures: &[&str],
-) -> Response<Body> {
-    let mut to = String::new();
-    r.to.render(view, captures, &mut to);
-    let Ok(loc) = HeaderValue::from_str(&to) else {
-        return error(StatusCode::BAD_REQUEST);
-    };
-    let mut resp = Response::new(Body::empty());
-    *resp.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::FOUND);
-    resp.headers_mut().insert(header::LOCATION, loc);
-    resp.headers_mut()
-        .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
-    resp
-}
-
-fn respond(r: &weir_config::traffic::Respond, head: bool) -> Response<Body> {
-    let mut resp = Response::new(if head || r.body.is_empty() {
-        Body::empty()
-    } else {
-        Body::full(r.body.clone())
-    });
-    *resp.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK);
-    if let Some(t) = &r.content_type {
-        resp.headers_mut().insert(header::CONTENT_TYPE, t.clone());
-    }
-    resp.headers_mut()
-        .insert(header::CONTENT_LENGTH, HeaderValue::from(r.body.len()));
-    resp
-}
-
-fn welcome(parts: &http::request::Parts) -> Response<Body> {
-    use http::Method;
-    if parts.method != Method::GET && parts.method != Method::HEAD {
-        return method_not_allowed();
-    }
-    if parts.uri.path() != "/" {
-        return error(StatusCode::NOT_FOUND);
-    }
-    let body = if parts.method == Method::HEAD {
-        Body::empty()
-    } else {
-        Body::full(Bytes::from_static(crate::welcome::PAGE.as_bytes()))
-    };
-    let mut r = Response::new(body);
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    r.headers_mut().insert(
-        header::CONTENT_LENGTH,
-        HeaderValue::from(crate::welcome::PAGE.len()),
-    );
-    r
-}
-
-fn redirect_https(parts: &http::request::Parts, port: u16) -> Response<Body> {
-    let host = super::request_head::request_host(parts);
-    if host.is_empty() {
-        return error(StatusCode::BAD_REQUEST);
-    }
-    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let location = if port == 443 {
-        format!("https://{host}{pq}")
-    } else {
-        format!("https://{host}:{port}{pq}")
-    };
-    let Ok(loc) = HeaderValue::from_str(&location) else {
-        return error(StatusCode::BAD_REQUEST);
-    };
-    let mut r = Response::new(Body::empty());
-    *r.status_mut() = StatusCode::PERMANENT_REDIRECT;
-    r.headers_mut().insert(header::LOCATION, loc);
-    r.headers_mut()
-        .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
-    r
-}
-
 impl<'a> Target<'a> {
+    /// The request filters this target's request passes.
+    pub(super) fn request_filters(
+        &self,
+        site: &'a super::Site,
+    ) -> &'a super::filter::RequestFilters {
+        match self {
+            Target::Route { route, .. } => &route.request,
+            Target::Handler(_) | Target::NotFound => &site.request,
+        }
+    }
+
     /// The response filters this target's answer passes.
     pub(super) fn response_filters(&self, site: &'a super::Site) -> &'a super::ResponseFilters {
         match self {
@@ -637,15 +463,97 @@ impl<'a> Target<'a> {
     }
 }
 
-impl Handler {
-    /// Whether the compression response filter takes this handler's
-    /// answers: not those of static files (they negotiate their own
-    /// coding), of a cache (compressed before it stored them) or of routes
-    /// (each has its own).
-    pub(super) fn filter_compresses(&self) -> bool {
-        !matches!(
-            self,
-            Handler::Static(_) | Handler::Cached(..) | Handler::Routes { .. }
+#[cfg(test)]
+mod tests {
+    use http::StatusCode;
+
+    use super::super::tests::test_store;
+    use super::super::{Registry, build_sites};
+    use super::{BodyLimits, Handler, SiteHandler, Target};
+
+    /// The table builds each config's handler once: a proxy behind a cache
+    /// is the cache's, without one the proxy's; only those tunnel, and
+    /// those that encode their own answers are left by the compression
+    /// filter. A registered handler answers through `serve`.
+    #[tokio::test]
+    async fn handlers_are_registered_and_dispatched() {
+        let cfg = weir_config::load_str(
+            "t.toml",
+            "[site.\"a\"]\nlisten = [\"127.0.0.1:1\"]\nroot = \".\"\n\
+             [[site.\"a\".route]]\npath = \"/c/\"\nproxy = { to = [\"127.0.0.1:2\"] }\ncache = true\n\
+             [[site.\"a\".route]]\npath = \"/p/\"\nproxy = { to = [\"127.0.0.1:3\"] }\n\
+             [[site.\"a\".route]]\npath = \"/r/\"\nrespond = { status = 418, body = \"tea\" }\n",
+            std::path::Path::new("."),
         )
+        .unwrap();
+        let sites = build_sites(&cfg, &[], &Registry::new(1), &test_store()).unwrap();
+        let SiteHandler::Routes { routes, fallback } = &sites[0].handler else {
+            panic!("not a routed site");
+        };
+        let kinds: Vec<_> = routes
+            .iter()
+            .map(|r| &r.handler)
+            .chain(fallback)
+            .map(|h| match h {
+                Handler::Cached(_) => "cache",
+                Handler::Proxy(_) => "proxy",
+                Handler::Respond(_) => "respond",
+                Handler::Static(_) => "static",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["cache", "proxy", "respond", "static"]);
+        let tunnels: Vec<_> = routes.iter().map(|r| r.handler.tunnels()).collect();
+        assert_eq!(tunnels, [true, true, false]);
+        let compressed: Vec<_> = routes
+            .iter()
+            .map(|r| r.handler.filter_compresses())
+            .collect();
+        assert_eq!(compressed, [false, true, true]);
+        assert!(fallback.as_ref().is_some_and(|f| !f.filter_compresses()));
+        assert_eq!(sites[0].caches().len(), 1);
+        assert_eq!(sites[0].proxies().len(), 2);
+
+        let conn = weir_http::conn::ConnInfo {
+            peer: ([127, 0, 0, 1], 1).into(),
+            local: ([127, 0, 0, 1], 2).into(),
+            tls: false,
+            worker: Default::default(),
+        };
+        let limits = BodyLimits {
+            max: 1 << 20,
+            stall: std::time::Duration::from_secs(1),
+        };
+        let serve = |method: http::Method| {
+            let (mut parts, ()) = http::Request::builder()
+                .method(method)
+                .uri("/r/")
+                .body(())
+                .unwrap()
+                .into_parts();
+            let target = Target::Route {
+                route: &routes[2],
+                path: None,
+                captures: Vec::new(),
+            };
+            let conn = &conn;
+            async move {
+                super::serve(
+                    &target,
+                    &mut parts,
+                    http_body_util::Empty::<bytes::Bytes>::new(),
+                    conn,
+                    [127, 0, 0, 1].into(),
+                    limits,
+                )
+                .await
+            }
+        };
+        let r = serve(http::Method::GET).await;
+        assert_eq!(r.status(), StatusCode::IM_A_TEAPOT);
+        assert_eq!(r.headers()["content-length"], "3");
+        // CONNECT to a handler that does not tunnel.
+        let r = serve(http::Method::CONNECT).await;
+        assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
     }
 }

@@ -1,11 +1,18 @@
 //! The request pipeline: the phases every request passes through once a
-//! protocol layer has parsed its head, whichever of HTTP/1.1 (weir's loop
-//! or hyper), HTTP/2 or HTTP/3 brought it. Read [`Listener::handle`] top to
+//! protocol layer has parsed its head, whichever of HTTP/1.1 (weir's own
+//! loop), HTTP/2 or HTTP/3 brought it. Read [`Listener::handle`] top to
 //! bottom: request head ([`request_head`]: limits, ACME tokens) → route
-//! ([`route`]: site by Host, route by path) → request filters (where limits,
-//! access control and rewrites plug in) → handler ([`handler`]) → response
-//! filters ([`response`]: the site's base, then the filters registered for
-//! the route or site, such as [`compress`]) → log ([`log`]).
+//! ([`route`]: site by Host, route by path) → request filters ([`filter`]:
+//! limits, access control, authentication, header rules) → handler
+//! ([`handler`]) → response filters ([`response`]: the site's base, then
+//! the filters registered for the route or site, such as [`compress`]) →
+//! log ([`log`]).
+//!
+//! The three extension points are tables built once per site and route at
+//! config load: a handler is one module under `handler/` and one line in
+//! `handler`'s `handlers!`, a request filter one module under `filter/` and
+//! one line in `filter`'s `request_filters!`, a response filter one module
+//! and one line in [`response::chain`]. `handle` itself never names one.
 //!
 //! Never blocks and never allocates on the cached static path beyond the
 //! response itself: sites are chosen by comparing bytes, headers that never
@@ -29,7 +36,7 @@ mod response_headers;
 mod route;
 
 use crate::access_log::AccessLog;
-use handler::Handler;
+use handler::{Handler, SiteHandler};
 use weir_config::traffic::RequestView;
 use weir_config::{Config, Limits, SiteConfig};
 use weir_http::body::Body;
@@ -39,12 +46,15 @@ use weir_http::metrics::RequestCounts;
 /// One site, ready to answer.
 pub struct Site {
     pub cfg: Arc<SiteConfig>,
-    handler: Handler,
+    handler: SiteHandler,
     access_log: Option<AccessLog>,
     /// Requests its own handler answered (routes count their own).
     counts: Arc<RequestCounts>,
     /// Its limits, access control and header rules (`None`: it has none).
     filters: Option<Arc<filter::Filters>>,
+    /// The request filters of its own handler's (or fallback's) requests
+    /// and of a routed site's 404.
+    request: filter::RequestFilters,
     /// The response filters of its own handler's (or fallback's) answers,
     /// and of a routed site's 404 (no handler's).
     response: ResponseFilters,
@@ -64,12 +74,12 @@ impl Site {
         if let Some(f) = &self.filters {
             out.extend(f.limiters.iter().map(|l| ("*".to_string(), &**l)));
         }
-        if let Handler::Routes { routes, .. } = &self.handler {
-            for r in routes {
-                if let Some(f) = &r.filters {
-                    let label = route_label(&r.cfg.pattern);
-                    out.extend(f.limiters.iter().map(|l| (label.clone(), &**l)));
-                }
+        for (r, _) in self.handler.all() {
+            if let Some(r) = r
+                && let Some(f) = &r.filters
+            {
+                let label = route_label(&r.cfg.pattern);
+                out.extend(f.limiters.iter().map(|l| (label.clone(), &**l)));
             }
         }
         out
@@ -95,51 +105,28 @@ impl Site {
 
     /// The app the site runs, if any: its handler, or its routes' fallback.
     pub fn app(&self) -> Option<&Arc<weir_apps::App>> {
-        match &self.handler {
-            Handler::App(a) => Some(a),
-            Handler::Routes {
-                fallback: Some(f), ..
-            } => match &**f {
-                Handler::App(a) => Some(a),
-                _ => None,
-            },
-            _ => None,
-        }
+        self.handler.own().and_then(|h| h.owns().app)
     }
 
     /// The caches in front of the site's proxies.
     pub fn caches(&self) -> Vec<weir_cache::Cache> {
-        let own = |h: &Handler| match h {
-            Handler::Cached(_, c, _) => Some(c.clone()),
-            _ => None,
-        };
-        match &self.handler {
-            Handler::Routes { routes, fallback } => routes
-                .iter()
-                .filter_map(|r| own(&r.handler))
-                .chain(fallback.as_deref().and_then(own))
-                .collect(),
-            h => own(h).into_iter().collect(),
-        }
+        self.handler
+            .all()
+            .filter_map(|(_, h)| h.owns().cache.cloned())
+            .collect()
     }
 
     /// Every proxy the site runs, with the route it serves (`*`: the site's
     /// own handler).
     pub fn proxies(&self) -> Vec<(String, Arc<weir_proxy::Proxy>)> {
-        let mut out = Vec::new();
-        match &self.handler {
-            Handler::Routes { routes, fallback } => {
-                for r in routes {
-                    let label = route_label(&r.cfg.pattern);
-                    r.handler
-                        .each_proxy(&mut |p| out.push((label.clone(), p.clone())));
-                }
-                if let Some(f) = fallback {
-                    f.each_proxy(&mut |p| out.push(("*".into(), p.clone())));
-                }
-            }
-            h => h.each_proxy(&mut |p| out.push(("*".into(), p.clone()))),
-        }
+        let mut out: Vec<(String, Arc<weir_proxy::Proxy>)> = self
+            .handler
+            .all()
+            .filter_map(|(r, h)| {
+                let label = r.map_or_else(|| "*".into(), |r| route_label(&r.cfg.pattern));
+                Some((label, h.owns().proxy?.clone()))
+            })
+            .collect();
         if let Some(r) = &self.relay {
             out.push((STREAM_ROUTE.into(), r.proxy.clone()));
         }
@@ -223,6 +210,8 @@ pub enum SiteError {
         site: String,
         source: std::io::Error,
     },
+    #[error("site \"{site}\": a route's handler cannot be routes")]
+    NestedRoutes { site: String },
     #[error("site \"{site}\": access log: {source}")]
     AccessLog {
         site: String,
@@ -296,26 +285,19 @@ pub fn build_sites(
             if let Some(same) = previous.iter().find(|p| p.cfg == *s && p.caches_in(cache)) {
                 return Ok(same.clone());
             }
-            let filters =
-                filter::Filters::build(&s.filters, format!("site \"{}\"", s.name), b.workers)
-                    .map(Arc::new);
-            let handler = handler::build_handler(
-                &s.name,
-                "*",
-                &s.handler,
-                s.cache.as_ref(),
-                s.compress.as_ref(),
-                filters.as_ref(),
-                &b,
-            )?;
-            let own = match &handler {
-                Handler::Routes { fallback, .. } => fallback.as_deref(),
-                h => Some(h),
-            };
+            let filters = filter::Filters::build(
+                &s.filters,
+                format!("site \"{}\"", s.name),
+                filter::SITE,
+                b.workers,
+            )
+            .map(Arc::new);
+            let handler = handler::build_site(s, filters.as_ref(), &b)?;
             let compress = s
                 .compress
                 .as_ref()
-                .filter(|_| own.is_some_and(Handler::filter_compresses));
+                .filter(|_| handler.own().is_some_and(Handler::filter_compresses));
+            let request = filter::chain(filters.as_deref(), None);
             let response = response::chain(compress, None, filters.as_ref());
             let not_found = response::chain(None, None, filters.as_ref());
             let relay = s.passthrough.as_ref().map(|p| {
@@ -329,7 +311,11 @@ pub fn build_sites(
                 })
             });
             let mut trusted = Vec::new();
-            handler.each_proxy(&mut |p| trusted.extend(p.cfg.trusted_proxies.iter().copied()));
+            for (_, h) in handler.all() {
+                if let Some(p) = h.owns().proxy {
+                    trusted.extend(p.cfg.trusted_proxies.iter().copied());
+                }
+            }
             let counts = registry.counts(&s.name, "*");
             let access_log = match &s.access_log {
                 Some(a) => Some(AccessLog::open(a).map_err(|source| SiteError::AccessLog {
@@ -344,6 +330,7 @@ pub fn build_sites(
                 access_log,
                 counts,
                 filters,
+                request,
                 response,
                 not_found,
                 trusted,
@@ -463,9 +450,9 @@ impl Listener {
                 tls: conn.tls,
             },
         );
-        let (counts, route_filters) = match &target {
-            handler::Target::Route { route, .. } => (&route.counts, route.filters.as_deref()),
-            _ => (&site.counts, None),
+        let counts = match &target {
+            handler::Target::Route { route, .. } => &route.counts,
+            _ => &site.counts,
         };
         let bytes_in = content_length(&parts.headers);
         // Request filters (address lists, limits, authentication, body
@@ -475,31 +462,27 @@ impl Listener {
             handler::Target::Route { captures, .. } => captures,
             _ => &[],
         };
-        let filtered = match (site.filters.as_deref(), route_filters) {
-            (None, None) => Ok(None),
-            (s, r)
-                if !s.is_some_and(filter::Filters::waits)
-                    && !r.is_some_and(filter::Filters::waits) =>
-            {
-                match filter::run_now([s, r], &mut parts, conn, client, captures) {
-                    Ok((passed, 0)) => Ok(passed),
-                    Ok((passed, ms)) => {
-                        // Boxed: only a delayed request pays for a timer.
-                        Box::pin(tokio::time::sleep(std::time::Duration::from_millis(ms))).await;
-                        Ok(passed)
-                    }
-                    Err(refused) => Err(refused),
+        let request_filters = target.request_filters(site);
+        let filtered = if request_filters.is_empty() {
+            Ok(None)
+        } else if !request_filters.waits() {
+            match request_filters.run_now(&mut parts, conn, client, captures) {
+                Ok((passed, 0)) => Ok(passed),
+                Ok((passed, ms)) => {
+                    // Boxed: only a delayed request pays for a timer.
+                    Box::pin(tokio::time::sleep(std::time::Duration::from_millis(ms))).await;
+                    Ok(passed)
                 }
+                Err(refused) => Err(refused),
             }
+        } else {
             // Boxed: the authentication's future is large, and requests
             // without it must not pay for moving it.
-            (s, r) => Box::pin(filter::run([s, r], &mut parts, conn, client, captures)).await,
+            Box::pin(request_filters.run(&mut parts, conn, client, captures)).await
         };
-        let max_body = [site.filters.as_deref(), route_filters]
-            .into_iter()
-            .flatten()
-            .filter_map(|f| f.cfg.max_body)
-            .fold(self.limits.body, u64::min);
+        let max_body = request_filters
+            .max_body()
+            .map_or(self.limits.body, |m| m.min(self.limits.body));
         let (mut resp, passed) = match filtered {
             Ok(passed) => (
                 handler::serve(
@@ -692,7 +675,7 @@ mod tests {
         .unwrap();
         let sites = build_sites(&cfg, &[], &Registry::new(1), &test_store()).unwrap();
         assert!(sites[0].response.is_empty() && sites[0].not_found.is_empty());
-        let Handler::Routes { routes, .. } = &sites[1].handler else {
+        let SiteHandler::Routes { routes, .. } = &sites[1].handler else {
             panic!("not a routed site");
         };
         let (parts, _) = Request::get("/api/x").body(()).unwrap().into_parts();
@@ -755,7 +738,7 @@ mod tests {
         )
         .unwrap();
         let sites = build_sites(&cfg, &[], &Registry::new(1), &test_store()).unwrap();
-        let Handler::Proxy(p) = &sites[0].handler else {
+        let Some(p) = sites[0].handler.own().and_then(|h| h.owns().proxy) else {
             panic!("not a proxy site");
         };
         let conn = ConnInfo {

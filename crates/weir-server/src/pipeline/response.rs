@@ -81,7 +81,7 @@ pub(super) fn chain(
         let Some(f) = f else { continue };
         if !f.limiters.is_empty() {
             list.push(Box::new(filter::LimitFields {
-                filters: f.clone(),
+                limiters: f.limiters.clone(),
                 layer,
             }));
         }

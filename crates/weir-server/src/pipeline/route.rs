@@ -9,7 +9,7 @@ use std::sync::Arc;
 use weir_config::routes::{PathPattern, PathRewrite};
 use weir_config::traffic::RequestView;
 
-use super::handler::{Handler, Target};
+use super::handler::{SiteHandler, Target};
 use super::request_head::request_host;
 use super::{Listener, Site};
 
@@ -25,9 +25,9 @@ pub(super) fn site<'l>(l: &'l Listener, parts: &http::request::Parts) -> &'l Arc
 
 /// The route of `handler` a request takes: the first whose path and
 /// conditions match, with its rewrite applied and its regex groups.
-pub(super) fn target<'h>(handler: &'h Handler, view: &RequestView<'_>) -> Target<'h> {
-    let Handler::Routes { routes, fallback } = handler else {
-        return Target::Handler(handler);
+pub(super) fn target<'h>(handler: &'h SiteHandler, view: &RequestView<'_>) -> Target<'h> {
+    let SiteHandler::Routes { routes, fallback } = handler else {
+        return handler.own().map_or(Target::NotFound, Target::Handler);
     };
     let path = view.parts.uri.path();
     let chosen = routes.iter().find(|r| {
