@@ -11,8 +11,11 @@ use bytes::BytesMut;
 use weir_http::h1::framing::{self, BodyFraming, RequestFraming};
 use weir_http::h1::{Decoded, Decoder};
 
+/// A target's body: panics when its property breaks on the input.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name of its `fuzz_targets/` file.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("config_parse", config_parse),
     ("h1_body", h1_body),
     ("h1_framing", h1_framing),
