@@ -191,13 +191,46 @@ macro_rules! handlers {
             $( $(#[$doc])* $variant($ty), )*
         }
 
-        impl Handler {
-            /// Answers one request (see [`Handle::serve`]).
-            async fn serve(&self, req: Req<'_>, body: Body) -> Response<Body> {
-                match self {
-                    $( Handler::$variant(h) => h.serve(req, body).await, )*
+        pin_project_lite::pin_project! {
+            /// A request being answered: the registered handler's own future,
+            /// or an answer known before any handler ran. Dispatch is a
+            /// variant, not an async layer, so a request's future holds its
+            /// arguments once (it is stored per connection).
+            #[project = ServingProj]
+            pub(super) enum Serving<$($variant),*> {
+                $( $variant { #[pin] fut: $variant }, )*
+                Ready { resp: Option<Response<Body>> },
+            }
+        }
+
+        impl<$($variant: Future<Output = Response<Body>>),*> Future for Serving<$($variant),*> {
+            type Output = Response<Body>;
+
+            fn poll(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Response<Body>> {
+                match self.project() {
+                    $( ServingProj::$variant { fut } => fut.poll(cx), )*
+                    ServingProj::Ready { resp } => {
+                        std::task::Poll::Ready(resp.take().expect("Serving polled after its answer"))
+                    }
                 }
             }
+        }
+
+        /// Answers one request with its handler (see [`Handle::serve`]), or
+        /// with the answer the handler phase already has.
+        fn dispatch<'a>(
+            to: Result<(&'a Handler, Req<'a>, Body), Response<Body>>,
+        ) -> impl Future<Output = Response<Body>> + Send + 'a {
+            match to {
+                $( Ok((Handler::$variant(h), req, body)) => Serving::$variant { fut: h.serve(req, body) }, )*
+                Err(resp) => Serving::Ready { resp: Some(resp) },
+            }
+        }
+
+        impl Handler {
 
             /// See [`Handle::tunnels`].
             pub(super) fn tunnels(&self) -> bool {
@@ -377,14 +410,14 @@ pub(super) enum Target<'a> {
 }
 
 /// Answers the request with the handler `target` names.
-pub(super) async fn serve<B>(
-    target: &Target<'_>,
-    parts: &mut http::request::Parts,
+pub(super) fn serve<'a, B>(
+    target: &'a Target<'a>,
+    parts: &'a mut http::request::Parts,
     body: B,
-    conn: &ConnInfo,
+    conn: &'a ConnInfo,
     client: std::net::IpAddr,
     body_limits: BodyLimits,
-) -> Response<Body>
+) -> impl Future<Output = Response<Body>> + Send + 'a
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
     B::Error: Into<weir_http::body::BodyError>,
@@ -396,10 +429,10 @@ where
             path,
             captures,
         } => (&route.handler, path.as_deref(), &captures[..]),
-        Target::NotFound => return error(StatusCode::NOT_FOUND),
+        Target::NotFound => return dispatch(Err(error(StatusCode::NOT_FOUND))),
     };
     if parts.method == http::Method::CONNECT && !handler.tunnels() {
-        return method_not_allowed();
+        return dispatch(Err(method_not_allowed()));
     }
     let req = Req {
         parts,
@@ -408,7 +441,7 @@ where
         client,
         captures,
     };
-    handler.serve(req, request_body(body, body_limits)).await
+    dispatch(Ok((handler, req, request_body(body, body_limits))))
 }
 
 /// What a request body is held to on its way to a handler.
