@@ -620,21 +620,7 @@ fn site(name: &str, at: &Origin, body: &[Line], report: &mut Report) -> Vec<Tabl
     let own_keys: Vec<(String, V)> = out_keys(&t);
     for (m, sc, what) in filter_routes {
         let mut keys = own_keys.clone();
-        if let Some(b) = sc.basic_auth {
-            keys.push(("basic_auth".into(), b));
-        }
-        let set: Vec<(String, V)> = sc
-            .headers
-            .iter()
-            .filter(|h| h.0 == "set")
-            .map(|h| (h.1.clone(), h.2.clone()))
-            .collect();
-        if !set.is_empty() {
-            keys.push((
-                "response_headers".into(),
-                V::T(vec![("set".into(), V::T(set))]),
-            ));
-        }
+        push_access_and_headers(&mut keys, sc.basic_auth, &sc.headers);
         routes.insert(0, (m, Handler { keys, strip: false }, what));
     }
     let mut out = vec![t];
@@ -672,6 +658,29 @@ fn site(name: &str, at: &Origin, body: &[Line], report: &mut Report) -> Vec<Tabl
 }
 
 /// A site's handler keys, for a route that must answer as the site does.
+/// A block's `basic_auth` and its `header` set rules as weir keys, shared
+/// by matcher-scoped filters and `handle` blocks.
+fn push_access_and_headers(
+    keys: &mut Vec<(String, V)>,
+    basic_auth: Option<V>,
+    headers: &[(String, String, V)],
+) {
+    if let Some(b) = basic_auth {
+        keys.push(("basic_auth".into(), b));
+    }
+    let set: Vec<(String, V)> = headers
+        .iter()
+        .filter(|h| h.0 == "set")
+        .map(|h| (h.1.clone(), h.2.clone()))
+        .collect();
+    if !set.is_empty() {
+        keys.push((
+            "response_headers".into(),
+            V::T(vec![("set".into(), V::T(set))]),
+        ));
+    }
+}
+
 fn out_keys(t: &Table) -> Vec<(String, V)> {
     t.keys
         .iter()
@@ -1074,23 +1083,7 @@ fn handler(l: &Line, args: &[&str], st: &SiteState, report: &mut Report) -> Opti
             if let Some(c) = inner.compress {
                 keys.push(("compress".into(), c));
             }
-            if let Some(b) = inner.basic_auth {
-                keys.push(("basic_auth".into(), b));
-            }
-            if !inner.headers.is_empty() {
-                let set: Vec<(String, V)> = inner
-                    .headers
-                    .iter()
-                    .filter(|h| h.0 == "set")
-                    .map(|h| (h.1.clone(), h.2.clone()))
-                    .collect();
-                if !set.is_empty() {
-                    keys.push((
-                        "response_headers".into(),
-                        V::T(vec![("set".into(), V::T(set))]),
-                    ));
-                }
-            }
+            push_access_and_headers(&mut keys, inner.basic_auth, &inner.headers);
             if l.name() == "route" {
                 report.approx(l.at(), l.text(), "route", "weir runs a route's filters in its own fixed order, not the order written in `route`");
             } else {
