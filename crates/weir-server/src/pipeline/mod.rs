@@ -404,7 +404,9 @@ impl Listener {
 
     /// Answers one request, whichever protocol brought it, through the
     /// phases in order. `B` is the request body as the protocol layer
-    /// delivers it (hyper's `Incoming`, or empty from weir's HTTP/1.1 loop).
+    /// delivers it: weir's own HTTP/1 body (`weir_http::h1::Incoming`),
+    /// an HTTP/2 stream's through hyper (`ReadOn`) or an HTTP/3 stream's
+    /// (`RecvBody`).
     pub async fn handle<B>(&self, req: Request<B>, conn: &ConnInfo) -> Response<Body>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
