@@ -1537,10 +1537,12 @@ fn group_listeners(
     let mut explicit_default: HashMap<SocketAddr, usize> = HashMap::new();
     for (addr, tls, idx, is_default, span) in binds {
         // One port can't be both plain and TLS, nor be bound twice through
-        // 0.0.0.0 and a specific address.
+        // 0.0.0.0 and a specific address of one family. `[::]` takes IPv6
+        // only (weir sets IPV6_V6ONLY), so it may sit beside `0.0.0.0`.
         if let Some(other) = out.iter().find(|l| {
             l.addr.port() == addr.port()
                 && l.addr != *addr
+                && l.addr.is_ipv4() == addr.is_ipv4()
                 && (l.addr.ip().is_unspecified() || addr.ip().is_unspecified())
         }) {
             c.at(
@@ -1597,6 +1599,24 @@ mod tests {
     fn load(src: &str) -> Result<Config, ConfigErrors> {
         let dir = std::env::temp_dir();
         load_str("weir.toml", src, &dir)
+    }
+
+    #[test]
+    fn any_ipv4_and_any_ipv6_share_a_port_but_one_family_does_not() {
+        // nginx's `listen 80; listen [::]:80;`: [::] is IPv6 only.
+        let c = load("[site.\"a\"]\nlisten = [\"0.0.0.0:8080\", \"[::]:8080\"]\nrespond = 204\n")
+            .unwrap();
+        let mut addrs: Vec<String> = c.listeners.iter().map(|l| l.addr.to_string()).collect();
+        addrs.sort();
+        assert_eq!(addrs, ["0.0.0.0:8080", "[::]:8080"]);
+        for pair in [["0.0.0.0:8080", "127.0.0.1:8080"], ["[::]:8080", "[::1]:8080"]] {
+            let src = format!(
+                "[site.\"a\"]\nlisten = \"{}\"\nrespond = 204\n[site.\"b\"]\nlisten = \"{}\"\nrespond = 204\n",
+                pair[0], pair[1]
+            );
+            let text = load(&src).unwrap_err().to_string();
+            assert!(text.contains("overlaps with"), "{pair:?}: {text}");
+        }
     }
 
     #[test]

@@ -83,7 +83,7 @@ fn debian_default_site() {
     assert_eq!(cfg.sites.len(), 1, "{}", out.toml);
     assert!(
         out.toml.contains(
-            "[site.\":80\"]\nlisten = \"0.0.0.0:80\"\ndefault = true\nroot = \"/var/www/html\"\n"
+            "[site.\":80\"]\nlisten = [\"0.0.0.0:80\", \"[::]:80\"]\ndefault = true\nroot = \"/var/www/html\"\n"
         ),
         "{}",
         out.toml

@@ -1157,14 +1157,15 @@ const NGINX_FASTCGI_PARAMS: &str = "\
 ";
 
 /// Apache's threads per process: the case's connections spread over its
-/// processes (at least 25, its `ThreadsPerChild` default), at most
-/// [`APACHE_MAX_THREADS`] per process; beyond that the event MPM holds the
+/// processes, plus a quarter, at least 25 (its `ThreadsPerChild` default)
+/// and at most [`APACHE_MAX_THREADS`]; beyond that the event MPM holds the
 /// idle keep-alive connections without a thread each
-/// ([`apache_async_factor`]).
+/// ([`apache_async_factor`]). The headroom matters: when every thread of a
+/// process is busy, the event MPM closes its idle keep-alive connections,
+/// and a client whose next request is already on its way sees a reset.
 pub fn apache_threads(connections: usize, workers: usize) -> usize {
-    connections
-        .div_ceil(workers.max(1))
-        .clamp(25, APACHE_MAX_THREADS)
+    let per_process = connections.div_ceil(workers.max(1));
+    (per_process + per_process.div_ceil(4)).clamp(25, APACHE_MAX_THREADS)
 }
 
 /// The most threads an Apache process gets: 10,000 connections in threads
@@ -1193,7 +1194,7 @@ fn apache_config(s: &ServerSetup) -> String {
          LoadModule mpm_event_module {m}/mod_mpm_event.so\nLoadModule authz_core_module {m}/mod_authz_core.so\n\
          LoadModule mime_module {m}/mod_mime.so\nLoadModule dir_module {m}/mod_dir.so\n\
          StartServers {w}\nServerLimit {w}\nThreadsPerChild {tpc}\nThreadLimit {tpc}\nMaxRequestWorkers {mrw}\n\
-         MinSpareThreads {tpc}\nMaxSpareThreads {mrw}\nMaxConnectionsPerChild 0\nAsyncRequestWorkerFactor {arf}\n\
+         MinSpareThreads {msp}\nMaxSpareThreads {mrw}\nMaxConnectionsPerChild 0\nAsyncRequestWorkerFactor {arf}\n\
          ListenBacklog 65535\n\
          KeepAlive On\nMaxKeepAliveRequests 0\nKeepAliveTimeout {KEEPALIVE_SECS}\nEnableSendfile On\nEnableMMAP On\n\
          TypesConfig /etc/mime.types\n\
@@ -1201,6 +1202,10 @@ fn apache_config(s: &ServerSetup) -> String {
         w = s.workers,
         c = s.connections,
         mrw = s.workers * tpc,
+        // Every process starts at once and none is reaped (MaxSpareThreads
+        // is all of them); a low floor keeps the MPM from warning that it
+        // cannot keep more spare threads than it may have.
+        msp = tpc.min(25),
         arf = apache_async_factor(s.connections, s.workers),
         p = s.port,
         log = if s.access_log.is_some() {
@@ -2212,9 +2217,11 @@ mod tests {
                 "LoadModule mpm_event_module /usr/lib/apache2/modules/mod_mpm_event.so",
                 "ServerLimit 2",
                 "StartServers 2",
-                "ThreadsPerChild 50",
-                "ThreadLimit 50",
-                "MaxRequestWorkers 100",
+                "ThreadsPerChild 63",
+                "ThreadLimit 63",
+                "MaxRequestWorkers 126",
+                "MinSpareThreads 25",
+                "MaxSpareThreads 126",
                 "AsyncRequestWorkerFactor 2",
                 "KeepAlive On",
                 "MaxKeepAliveRequests 0",

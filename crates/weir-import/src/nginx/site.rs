@@ -235,27 +235,6 @@ impl Sites {
                 _ => s.scope.apply(x, &mut seen, report, reader, Level::Server),
             }
         }
-        // weir takes 0.0.0.0:P and [::]:P for one address (it refuses the
-        // pair); nginx's usual `listen 80; listen [::]:80;` keeps IPv4.
-        let v4_ports: Vec<u16> = s
-            .listens
-            .iter()
-            .filter(|l| l.addr.starts_with("0.0.0.0:"))
-            .map(|l| l.port)
-            .collect();
-        if s.listens
-            .iter()
-            .any(|l| l.addr.starts_with("[::]:") && v4_ports.contains(&l.port))
-        {
-            report.approx(
-                &s.at,
-                "listen [::]:… beside listen …",
-                "listen 0.0.0.0:…",
-                "weir refuses 0.0.0.0 and [::] on one port: the site listens on IPv4 only (write \"[::]:PORT\" alone for IPv6 only)",
-            );
-            s.listens
-                .retain(|l| !(l.addr.starts_with("[::]:") && v4_ports.contains(&l.port)));
-        }
         if s.listens.is_empty() {
             s.listens.push(Listen {
                 addr: "0.0.0.0:80".into(),
