@@ -590,7 +590,8 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
          threads (`enablereuse`, its default); Varnish reuses backend connections without a cap. weir's and \
          nginx's pools are per worker, HAProxy's and Caddy's per process; with 100 clients none fills its pool.\n\
          - Apache: the event MPM, `StartServers` = `ServerLimit` = workers, `ThreadsPerChild` = the case's connections \
-         ÷ workers (at least 25, at most {amax}; `MaxRequestWorkers` = their product), `AsyncRequestWorkerFactor` \
+         ÷ workers plus a quarter (at least 25, at most {amax}; `MaxRequestWorkers` = their product, none reaped; \
+         with every thread busy, the event MPM would close idle keep-alive connections), `AsyncRequestWorkerFactor` \
          raised so each process holds its share of the case's connections, `KeepAlive On`, `MaxKeepAliveRequests 0`, \
          `EnableSendfile On`, mod_ssl with a shmcb session cache, no access log, mod_cache loaded in the cache \
          scenario only. As a proxy: mod_proxy_http (`ProxyPass`), which sends X-Forwarded-For and -Host itself \
