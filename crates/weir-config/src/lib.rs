@@ -1609,7 +1609,10 @@ mod tests {
         let mut addrs: Vec<String> = c.listeners.iter().map(|l| l.addr.to_string()).collect();
         addrs.sort();
         assert_eq!(addrs, ["0.0.0.0:8080", "[::]:8080"]);
-        for pair in [["0.0.0.0:8080", "127.0.0.1:8080"], ["[::]:8080", "[::1]:8080"]] {
+        for pair in [
+            ["0.0.0.0:8080", "127.0.0.1:8080"],
+            ["[::]:8080", "[::1]:8080"],
+        ] {
             let src = format!(
                 "[site.\"a\"]\nlisten = \"{}\"\nrespond = 204\n[site.\"b\"]\nlisten = \"{}\"\nrespond = 204\n",
                 pair[0], pair[1]
