@@ -2310,18 +2310,16 @@ mod tests {
             "request_id = { header = \"X-Id\", response = true }\n",
         ))
         .unwrap();
+        let site = |n: &str| ok.sites.iter().find(|s| s.name == n).unwrap();
+        assert_eq!(site("a").access_log.as_ref().unwrap().sink, LogSink::Stdout);
         assert_eq!(
-            ok.sites[0].access_log.as_ref().unwrap().sink,
-            LogSink::Stdout
-        );
-        assert_eq!(
-            ok.sites[1].access_log.as_ref().unwrap().sink,
+            site("b").access_log.as_ref().unwrap().sink,
             LogSink::Journal(log_format::JournalConfig {
                 socket: log_format::JOURNAL_SOCKET.into(),
                 identifier: "web".into(),
             })
         );
-        assert!(ok.sites[1].request_id.as_ref().unwrap().response);
+        assert!(site("b").request_id.as_ref().unwrap().response);
         let err = load("[site.\"a\"]\nroot = \".\"\naccess_log = 3\n").unwrap_err();
         assert!(
             err.0[0].to_string().contains("expected a path or a table"),

@@ -337,6 +337,7 @@ impl Passed {
 mod tests {
     use http::StatusCode;
 
+    use super::Outcome;
     use super::super::tests::test_store;
     use super::super::{Registry, build_sites, handler::SiteHandler};
 

@@ -295,7 +295,7 @@ fn mistyped_keys_of_access_log_and_request_id_are_refused() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     for want in [
-        ":3:33: unknown key `site.a.test:8080.access_log.fromat`: did you mean `format`?",
+        ":3:32: unknown key `site.a.test:8080.access_log.fromat`: did you mean `format`?",
         ":4:16: unknown key `site.a.test:8080.request_id.heder`: did you mean `header`?",
     ] {
         assert!(err.contains(want), "missing {want:?} in:\n{err}");
