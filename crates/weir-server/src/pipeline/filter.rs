@@ -337,9 +337,9 @@ impl Passed {
 mod tests {
     use http::StatusCode;
 
-    use super::Outcome;
     use super::super::tests::test_store;
     use super::super::{Registry, build_sites, handler::SiteHandler};
+    use super::Outcome;
 
     fn conn() -> weir_http::conn::ConnInfo {
         weir_http::conn::ConnInfo {
