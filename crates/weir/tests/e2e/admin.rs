@@ -510,7 +510,7 @@ fn the_status_page_graphs_rate_errors_and_p99_from_its_polls() {
         std::thread::spawn(move || {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let path = if n % 4 == 0 { "/fail" } else { "/" };
+                let path = if n.is_multiple_of(4) { "/fail" } else { "/" };
                 let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
                 raw(site, req.as_bytes(), Duration::from_secs(5));
                 n += 1;
