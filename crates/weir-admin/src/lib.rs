@@ -186,6 +186,7 @@ where
         peer,
         local,
         tls: false,
+        tls_info: None,
         worker: Default::default(),
     };
     weir_server::serve_one(io, info, |req| {

@@ -569,6 +569,13 @@ impl Collector for Weir {
                 counter(m, &vec![("result", "failed")], refused)
             },
         )?;
+        family(
+            &mut enc,
+            "weir_access_log_dropped",
+            "Access log lines a journal or syslog socket did not take (full, missing or refusing).",
+            MetricType::Counter,
+            |m| counter(m, &vec![], weir_server::access_log::dropped()),
+        )?;
         let started = s
             .started()
             .duration_since(UNIX_EPOCH)

@@ -1,14 +1,16 @@
 //! The live status page (`GET /status`, plain HTML, CSS and a little
 //! JavaScript, no build step) and the numbers it polls (`GET
 //! /status.json`, also for machines). The page computes rates from two
-//! polls; the JSON holds counts since start-up, the same ones `/metrics`
-//! exports.
+//! polls, and keeps the last five minutes of them for its graphs; the
+//! JSON holds counts since start-up, the same ones `/metrics` exports
+//! (the latency histogram's cumulative buckets included, for the p99 of
+//! each second).
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
-use weir_http::metrics::{Histogram, PROTOS};
+use weir_http::metrics::{BUCKETS, Histogram, PROTOS};
 use weir_server::Server;
 
 pub const PAGE: &str = include_str!("status.html");
@@ -90,6 +92,10 @@ pub fn json(server: &Arc<Server>) -> serde_json::Value {
         .map(|(i, p)| (p.to_string(), json!(server.conns.open(i))))
         .collect();
     let (reloads_ok, reloads_failed) = server.reloads();
+    // Cumulative, one per bound, then every request (`+Inf`).
+    let mut counts_le = all.buckets.clone();
+    counts_le.resize(BUCKETS.len(), all.count);
+    counts_le.push(all.count);
     json!({
         "version": env!("CARGO_PKG_VERSION"),
         "now": now,
@@ -98,6 +104,10 @@ pub fn json(server: &Arc<Server>) -> serde_json::Value {
         "errors": errors,
         "p50_ms": ms(&all, 0.5),
         "p99_ms": ms(&all, 0.99),
+        // The histogram behind them, so the page can take the p99 of each
+        // second from two polls.
+        "duration_buckets_ms": BUCKETS.iter().map(|b| b * 1e3).collect::<Vec<_>>(),
+        "duration_counts": counts_le,
         "connections": connections,
         "sites": sites,
         "upstreams": upstreams,

@@ -511,7 +511,7 @@ impl Cache {
         p.headers = parts.headers.clone();
         let (this, conn, path, obj, extra) = (
             self.clone(),
-            *conn,
+            conn.clone(),
             path.map(str::to_string),
             obj.clone(),
             extra.to_string(),

@@ -118,6 +118,7 @@ fn conn() -> ConnInfo {
         peer: ([127, 0, 0, 1], 5000).into(),
         local: ([127, 0, 0, 1], 80).into(),
         tls: false,
+        tls_info: None,
         worker: Default::default(),
     }
 }

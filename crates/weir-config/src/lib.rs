@@ -839,9 +839,7 @@ fn request_id(
     let (header, response) = match r.get_ref() {
         raw::RawRequestId::On(false) => return None,
         raw::RawRequestId::On(true) => (None, false),
-        raw::RawRequestId::Full { header, response } => {
-            (header.as_deref(), response.unwrap_or(false))
-        }
+        raw::RawRequestId::Full(t) => (t.header.as_deref(), t.response.unwrap_or(false)),
     };
     let header = match http::HeaderName::from_bytes(header.unwrap_or("x-request-id").as_bytes()) {
         Ok(h) => h,
@@ -909,27 +907,31 @@ fn access_log(
     let fail = |c: &mut Collector<'_>, msg: String| {
         c.at(span.clone(), format!("site \"{name}\": access_log: {msg}"));
     };
-    let (path, format, escape, syslog, facility, tag, cond, sample) = match a.get_ref() {
-        RawAccessLog::Path(p) => (Some(p), None, None, None, None, None, None, None),
-        RawAccessLog::Full {
-            path,
-            format,
-            escape,
-            syslog,
-            facility,
-            tag,
-            condition,
-            sample,
-        } => (
-            path.as_ref(),
-            format.as_deref(),
-            escape.as_deref(),
-            syslog.as_deref(),
-            facility.as_deref(),
-            tag.as_deref(),
-            condition.as_deref(),
-            *sample,
-        ),
+    let empty = raw::RawAccessLogTable::default();
+    let (path, t) = match a.get_ref() {
+        RawAccessLog::Path(p) => (Some(p), &empty),
+        RawAccessLog::Full(t) => (t.path.as_ref(), t),
+    };
+    let (format, escape, syslog, facility, tag, cond, sample) = (
+        t.format.as_deref(),
+        t.escape.as_deref(),
+        t.syslog.as_deref(),
+        t.facility.as_deref(),
+        t.tag.as_deref(),
+        t.condition.as_deref(),
+        t.sample,
+    );
+    let journal = match &t.journal {
+        None | Some(BoolOrString::Bool(false)) => None,
+        Some(BoolOrString::Bool(true)) => Some(PathBuf::from(lf::JOURNAL_SOCKET)),
+        Some(BoolOrString::String(p)) if p.starts_with('/') => Some(PathBuf::from(p)),
+        Some(BoolOrString::String(p)) => {
+            fail(
+                c,
+                format!("journal `{p}`: use true, or the journal socket's absolute path"),
+            );
+            return None;
+        }
     };
     let escape = match escape.map(lf::escape).transpose() {
         Ok(e) => e,
@@ -966,23 +968,31 @@ fn access_log(
             }
         },
     };
-    let sink = match (path, syslog) {
-        (Some(_), Some(_)) => {
-            fail(c, "`path` and `syslog` exclude each other".into());
-            return None;
-        }
-        (None, None) => {
+    let sink = match (path, syslog, journal) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) | (_, Some(_), Some(_)) => {
             fail(
                 c,
-                "give a `path` (a file or \"stdout\") or a `syslog` address".into(),
+                "`path`, `syslog` and `journal` exclude each other".into(),
             );
             return None;
         }
-        (Some(p), None) => match p.as_str() {
+        (None, None, None) => {
+            fail(
+                c,
+                "give a `path` (a file or \"stdout\"), a `syslog` address or `journal = true`"
+                    .into(),
+            );
+            return None;
+        }
+        (Some(p), None, None) => match p.as_str() {
             "stdout" | "-" => LogSink::Stdout,
             p => LogSink::File(ctx.base.join(p)),
         },
-        (None, Some(to)) => {
+        (None, None, Some(socket)) => LogSink::Journal(lf::JournalConfig {
+            socket,
+            identifier: tag.unwrap_or("weir").to_string(),
+        }),
+        (None, Some(to), None) => {
             let to = lf::syslog_target(to);
             let facility = lf::facility(facility.unwrap_or("local7"));
             match (to, facility) {
@@ -998,8 +1008,19 @@ fn access_log(
             }
         }
     };
-    if !matches!(sink, LogSink::Syslog(_)) && (facility.is_some() || tag.is_some()) {
-        fail(c, "`facility` and `tag` are for `syslog`".into());
+    match &sink {
+        LogSink::Syslog(_) => {}
+        LogSink::Journal(_) if facility.is_some() => {
+            fail(c, "`facility` is for `syslog`".into());
+        }
+        LogSink::Journal(_) => {}
+        _ if facility.is_some() || tag.is_some() => {
+            fail(
+                c,
+                "`facility` and `tag` are for `syslog` (and `tag` for `journal`)".into(),
+            );
+        }
+        _ => {}
     }
     let condition = match cond.map(lf::condition).transpose() {
         Ok(c) => c,
@@ -2268,6 +2289,65 @@ mod tests {
                 "weir.toml:26:20: unknown key `site.d.app.instancs`: did you mean `instances`?",
                 "weir.toml:30:12: unknown key `tcp.t.health.intervall`: did you mean `interval`?",
             ]
+        );
+    }
+
+    /// `access_log` and `request_id` take a shorthand or a table: a
+    /// mistyped key in the table is refused with the key meant, and the
+    /// shorthands and tables still read.
+    #[test]
+    fn mistyped_keys_of_access_log_and_request_id_are_refused() {
+        let err = load(concat!(
+            "[site.\"a\"]\n",
+            "root = \".\"\n",
+            "access_log = { path = \"a.log\", fromat = \"json\", smaple = 0.5 }\n",
+            "request_id = { heder = \"X-Id\" }\n",
+            "[site.\"b\"]\n",
+            "root = \".\"\n",
+            "access_log = { jornal = true }\n",
+        ))
+        .unwrap_err();
+        let msgs: Vec<String> = err
+            .0
+            .iter()
+            .map(|d| d.to_string())
+            .filter(|m| m.contains("unknown key"))
+            .collect();
+        assert_eq!(
+            msgs,
+            [
+                "weir.toml:3:32: unknown key `site.a.access_log.fromat`: did you mean `format`?",
+                "weir.toml:3:49: unknown key `site.a.access_log.smaple`: did you mean `sample`?",
+                "weir.toml:4:16: unknown key `site.a.request_id.heder`: did you mean `header`?",
+                "weir.toml:7:16: unknown key `site.b.access_log.jornal`: did you mean `journal`?",
+            ]
+        );
+        let ok = load(concat!(
+            "[site.\"a\"]\n",
+            "root = \".\"\n",
+            "access_log = \"stdout\"\n",
+            "request_id = true\n",
+            "[site.\"b\"]\n",
+            "root = \".\"\n",
+            "access_log = { journal = true, tag = \"web\", format = \"json\" }\n",
+            "request_id = { header = \"X-Id\", response = true }\n",
+        ))
+        .unwrap();
+        let site = |n: &str| ok.sites.iter().find(|s| s.name == n).unwrap();
+        assert_eq!(site("a").access_log.as_ref().unwrap().sink, LogSink::Stdout);
+        assert_eq!(
+            site("b").access_log.as_ref().unwrap().sink,
+            LogSink::Journal(log_format::JournalConfig {
+                socket: log_format::JOURNAL_SOCKET.into(),
+                identifier: "web".into(),
+            })
+        );
+        assert!(site("b").request_id.as_ref().unwrap().response);
+        let err = load("[site.\"a\"]\nroot = \".\"\naccess_log = 3\n").unwrap_err();
+        assert!(
+            err.0[0].to_string().contains("expected a path or a table"),
+            "{}",
+            err.0[0]
         );
     }
 

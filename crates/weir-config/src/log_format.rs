@@ -65,6 +65,23 @@ pub enum Var {
     CacheStatus,
     /// The request's ID (`request_id`), or the `X-Request-ID` it came with.
     RequestId,
+    /// `TLSv1.2`, `TLSv1.3` (nginx's `$ssl_protocol`); none without TLS.
+    TlsProtocol,
+    /// The cipher suite's IANA name (nginx's `$ssl_cipher`).
+    TlsCipher,
+    /// The name the client's TLS asked for (nginx's `$ssl_server_name`).
+    TlsServerName,
+    /// The protocol ALPN chose: `h2`, `http/1.1`, `h3`.
+    TlsAlpn,
+    /// The user name of the request's Basic credentials (nginx's `$remote_user`).
+    RemoteUser,
+    /// What the limits did: `PASSED`, `DELAYED`, `REJECTED`,
+    /// `DELAYED_DRY_RUN`, `REJECTED_DRY_RUN` (nginx's `$limit_req_status`).
+    LimitStatus,
+    /// The name of the limit that rejected or delayed the request.
+    LimitName,
+    /// What authentication did: `PASSED`, `REFUSED`, `FAILED`.
+    AuthStatus,
     ReqHeader(HeaderName),
     RespHeader(HeaderName),
     Cookie(String),
@@ -100,6 +117,14 @@ pub const NAMES: &[(&str, Var)] = &[
     ("upstream_response_time", Var::UpstreamResponseTime),
     ("cache_status", Var::CacheStatus),
     ("request_id", Var::RequestId),
+    ("tls_protocol", Var::TlsProtocol),
+    ("tls_cipher", Var::TlsCipher),
+    ("tls_server_name", Var::TlsServerName),
+    ("tls_alpn", Var::TlsAlpn),
+    ("remote_user", Var::RemoteUser),
+    ("limit_status", Var::LimitStatus),
+    ("limit_name", Var::LimitName),
+    ("auth_status", Var::AuthStatus),
 ];
 
 /// The prefixed variables: `{req.header.NAME}`, `{resp.header.NAME}`, `{cookie.NAME}`.
@@ -120,6 +145,15 @@ impl Var {
                 | Var::UpstreamStatus
                 | Var::UpstreamConnectTime
                 | Var::UpstreamResponseTime
+        )
+    }
+
+    /// Whether the variable needs the connection to keep what its TLS
+    /// handshake settled.
+    pub fn tls(&self) -> bool {
+        matches!(
+            self,
+            Var::TlsProtocol | Var::TlsCipher | Var::TlsServerName | Var::TlsAlpn
         )
     }
 }
@@ -155,10 +189,9 @@ pub enum LogFormat {
 }
 
 /// nginx's `combined`, as weir names its variables.
-pub const COMBINED: &str = "{client_ip} - - [{time_local}] \"{method} {uri} {protocol}\" {status} {bytes_sent} \"{req.header.Referer}\" \"{req.header.User-Agent}\"";
+pub const COMBINED: &str = "{client_ip} - {remote_user} [{time_local}] \"{method} {uri} {protocol}\" {status} {bytes_sent} \"{req.header.Referer}\" \"{req.header.User-Agent}\"";
 /// The NCSA common log format.
-pub const COMMON: &str =
-    "{client_ip} - - [{time_local}] \"{method} {uri} {protocol}\" {status} {bytes_sent}";
+pub const COMMON: &str = "{client_ip} - {remote_user} [{time_local}] \"{method} {uri} {protocol}\" {status} {bytes_sent}";
 
 impl LogFormat {
     /// Compiles `template` (`{name}` for variables, `{{` and `}}` for braces).
@@ -178,6 +211,16 @@ impl LogFormat {
             _ => return None,
         };
         LogFormat::template(t, Escape::Default).ok()
+    }
+
+    /// Whether a line needs what a connection's TLS handshake settled.
+    pub fn uses_tls(&self) -> bool {
+        match self {
+            LogFormat::Json => true,
+            LogFormat::Template { segments, .. } => segments
+                .iter()
+                .any(|s| matches!(s, Segment::Var(v) if v.tls())),
+        }
     }
 
     /// Whether a line needs the upstream attempts recorded by the proxy.
@@ -286,6 +329,19 @@ pub enum LogSink {
     File(PathBuf),
     /// One RFC 5424 message per line.
     Syslog(SyslogConfig),
+    /// One systemd journal entry per line, over the journal's native protocol.
+    Journal(JournalConfig),
+}
+
+/// Where systemd-journald listens for its native protocol.
+pub const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalConfig {
+    /// The journal's datagram socket; default [`JOURNAL_SOCKET`].
+    pub socket: PathBuf,
+    /// `SYSLOG_IDENTIFIER=`; default `weir`.
+    pub identifier: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1016,42 +1016,136 @@ pub struct RawFileCache {
     pub max_file_size: Option<Spanned<Value>>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// `request_id = true | false | { header, response }`.
+#[derive(Debug)]
 pub enum RawRequestId {
     On(bool),
-    Full {
-        /// The request field that carries it; default `"X-Request-ID"`.
-        header: Option<String>,
-        /// Send it back in the response too; default false.
-        response: Option<bool>,
-    },
+    Full(RawRequestIdTable),
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// `request_id = { ... }`.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawRequestIdTable {
+    /// The request field that carries it; default `"X-Request-ID"`.
+    pub header: Option<String>,
+    /// Send it back in the response too; default false.
+    pub response: Option<bool>,
+}
+
+/// `access_log = "PATH" | { ... }`.
+#[derive(Debug)]
 pub enum RawAccessLog {
     Path(String),
-    Full {
-        /// A file, or `"stdout"`; not with `syslog`.
-        path: Option<String>,
-        /// `"combined"` (default), `"common"`, `"json"`, a `[log_format]`
-        /// name, or a template with `{variables}`.
-        format: Option<String>,
-        /// An inline template's escaping: `"default"`, `"json"` or `"none"`.
-        escape: Option<String>,
-        /// `"udp://HOST:PORT"` or `"unix:///dev/log"`: RFC 5424 syslog.
-        syslog: Option<String>,
-        /// The syslog facility; default `"local7"`.
-        facility: Option<String>,
-        /// The syslog APP-NAME; default `"weir"`.
-        tag: Option<String>,
-        /// Only log answers for which it holds: `"status >= 400"`.
-        #[serde(rename = "if")]
-        condition: Option<String>,
-        /// The share of requests logged (after `if`), 0 to 1; default 1.
-        sample: Option<f64>,
-    },
+    Full(RawAccessLogTable),
+}
+
+/// `access_log = { ... }`.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawAccessLogTable {
+    /// A file, or `"stdout"`; not with `syslog` or `journal`.
+    pub path: Option<String>,
+    /// `"combined"` (default), `"common"`, `"json"`, a `[log_format]`
+    /// name, or a template with `{variables}`.
+    pub format: Option<String>,
+    /// An inline template's escaping: `"default"`, `"json"` or `"none"`.
+    pub escape: Option<String>,
+    /// `"udp://HOST:PORT"` or `"unix:///dev/log"`: RFC 5424 syslog.
+    pub syslog: Option<String>,
+    /// `true` (systemd's socket) or the journal's socket path: each line
+    /// as a journal entry with fields of its own. Default off.
+    pub journal: Option<BoolOrString>,
+    /// The syslog facility; default `"local7"`.
+    pub facility: Option<String>,
+    /// The syslog APP-NAME or journal SYSLOG_IDENTIFIER; default `"weir"`.
+    pub tag: Option<String>,
+    /// Only log answers for which it holds: `"status >= 400"`.
+    #[serde(rename = "if")]
+    pub condition: Option<String>,
+    /// The share of requests logged (after `if`), 0 to 1; default 1.
+    pub sample: Option<f64>,
+}
+
+/// Reads a shorthand (`visit`: a bool or a string) or the table `T` as a
+/// struct, so serde_ignored reports its unknown keys and `introspect`
+/// sees its fields (an untagged enum would buffer the table and hide both).
+fn shorthand_or_table<'de, D, T, R>(
+    d: D,
+    expecting: &'static str,
+    short: impl FnOnce(Short) -> Option<R>,
+    table: impl FnOnce(T) -> R,
+) -> Result<R, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct V<'de, T>(&'static str, std::marker::PhantomData<(&'de (), T)>);
+    enum Read<T> {
+        Short(Short),
+        Table(T),
+    }
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for V<'de, T> {
+        type Value = Read<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+        fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Read<T>, E> {
+            Ok(Read::Short(Short::Bool(b)))
+        }
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Read<T>, E> {
+            Ok(Read::Short(Short::Str(s.to_string())))
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, m: A) -> Result<Read<T>, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(m)).map(Read::Table)
+        }
+    }
+    let name = std::any::type_name::<T>()
+        .rsplit("::")
+        .next()
+        .unwrap_or("table");
+    match d.deserialize_struct(
+        name,
+        crate::introspect::fields::<T>(),
+        V::<T>(expecting, std::marker::PhantomData),
+    )? {
+        Read::Short(s) => short(s).ok_or_else(|| {
+            serde::de::Error::custom(format!("invalid value: expected {expecting}"))
+        }),
+        Read::Table(t) => Ok(table(t)),
+    }
+}
+
+/// A shorthand's value.
+enum Short {
+    Bool(bool),
+    Str(String),
+}
+
+impl<'de> Deserialize<'de> for RawRequestId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        shorthand_or_table(
+            d,
+            "true, false or a table like { header = \"X-Request-ID\", response = true }",
+            |s| match s {
+                Short::Bool(b) => Some(RawRequestId::On(b)),
+                Short::Str(_) => None,
+            },
+            RawRequestId::Full,
+        )
+    }
+}
+
+impl<'de> Deserialize<'de> for RawAccessLog {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        shorthand_or_table(
+            d,
+            "a path or a table like { path = \"access.log\", format = \"json\" }",
+            |s| match s {
+                Short::Str(p) => Some(RawAccessLog::Path(p)),
+                Short::Bool(_) => None,
+            },
+            RawAccessLog::Full,
+        )
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -156,6 +156,7 @@ mod tests {
             peer: "127.0.0.9:40000".parse().unwrap(),
             local: "127.0.0.1:8080".parse().unwrap(),
             tls: true,
+            tls_info: None,
             worker: weir_http::worker::Worker::new(0),
         };
         let root = Path::new("/srv/shop");

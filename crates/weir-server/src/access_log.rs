@@ -1,7 +1,7 @@
 //! Per-site access logs, off by default: a line per request in the site's
 //! format (a template compiled at config load, or the JSON object), to a
-//! file, standard output or syslog, for the answers its condition and
-//! sample keep.
+//! file, standard output, syslog or systemd's journal (an entry per line,
+//! with fields of its own), for the answers its condition and sample keep.
 //!
 //! The request path writes a line into one buffer by walking the compiled
 //! segments (no JSON value tree, no per-variable allocation; the time is
@@ -64,10 +64,99 @@ pub struct Entry<'a> {
     pub bytes_out: Option<u64>,
     /// The request's ID, if it has one.
     pub request_id: Option<&'a [u8]>,
+    /// What the request filters' limits and authentication did.
+    pub outcome: Outcome,
+    /// The name of the limit [`Outcome::limit`] is about.
+    pub limit_name: Option<&'a str>,
+}
+
+/// What a request's limits and authentication did: set by the request
+/// filters as they run, read by the log phase. Plain bytes on the stack.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub limit: LimitStatus,
+    /// Which limit decided [`Outcome::limit`] (`Delayed` and the
+    /// refusals): its layer (`SITE`/`ROUTE`) and index among the layer's.
+    pub limit_at: Option<(u8, u16)>,
+    pub auth: AuthStatus,
+}
+
+/// What the limits did, as nginx's `$limit_req_status` says it; the
+/// variants are in the order a later limit may override an earlier one's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LimitStatus {
+    /// No limit applies.
+    #[default]
+    None,
+    Passed,
+    Delayed,
+    /// A `dry_run` limit would have refused it.
+    RejectedDryRun,
+    Rejected,
+}
+
+impl LimitStatus {
+    fn name(self) -> Option<&'static str> {
+        Some(match self {
+            LimitStatus::None => return None,
+            LimitStatus::Passed => "PASSED",
+            LimitStatus::Delayed => "DELAYED",
+            LimitStatus::RejectedDryRun => "REJECTED_DRY_RUN",
+            LimitStatus::Rejected => "REJECTED",
+        })
+    }
+}
+
+/// What authentication (`basic_auth`, `forward_auth`) did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AuthStatus {
+    /// None applies.
+    #[default]
+    None,
+    Passed,
+    /// Wrong or missing credentials, or the auth service said no.
+    Refused,
+    /// The auth service did not answer in time.
+    Failed,
+}
+
+impl AuthStatus {
+    fn name(self) -> Option<&'static str> {
+        Some(match self {
+            AuthStatus::None => return None,
+            AuthStatus::Passed => "PASSED",
+            AuthStatus::Refused => "REFUSED",
+            AuthStatus::Failed => "FAILED",
+        })
+    }
+}
+
+impl Outcome {
+    /// Limit `at` decided `s`: kept if it says more than what came before.
+    pub fn limit(&mut self, s: LimitStatus, at: (u8, u16)) {
+        if s > self.limit {
+            self.limit = s;
+            if s > LimitStatus::Passed {
+                self.limit_at = Some(at);
+            }
+        }
+    }
+}
+
+/// Lines no sink could take (a journal or syslog socket that is full,
+/// missing or refusing), since start-up: `weir_access_log_dropped_total`.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// Lines dropped by every access log since start-up.
+pub fn dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
 }
 
 pub struct AccessLog {
     format: Arc<LogFormat>,
+    /// For the journal: the entry's fixed fields (`PRIORITY=`,
+    /// `SYSLOG_IDENTIFIER=`); each line is then a whole entry.
+    journal: Option<Box<[u8]>>,
     condition: Option<StatusCond>,
     sample: f64,
     /// The longest line so far: each line's buffer starts that large, so
@@ -103,8 +192,19 @@ impl AccessLog {
                 }
                 out.flush();
             })?;
+        let journal = match &cfg.sink {
+            LogSink::Journal(j) => {
+                let mut fixed = Vec::new();
+                // Severity 6: informational, as the syslog sink's.
+                journal_field(&mut fixed, b"PRIORITY", b"6");
+                journal_field(&mut fixed, b"SYSLOG_IDENTIFIER", j.identifier.as_bytes());
+                Some(fixed.into_boxed_slice())
+            }
+            _ => None,
+        };
         Ok(AccessLog {
             format: cfg.format.clone(),
+            journal,
             condition: cfg.condition,
             sample: cfg.sample,
             longest: AtomicUsize::new(256),
@@ -124,7 +224,10 @@ impl AccessLog {
         }
         let cap = self.longest.load(Ordering::Relaxed);
         let mut line = Vec::with_capacity(cap);
-        render(&self.format, e, &mut line);
+        match &self.journal {
+            None => render(&self.format, e, &mut line),
+            Some(fixed) => journal_entry(&self.format, fixed, e, &mut line),
+        }
         if line.len() > cap {
             self.longest.store(line.len(), Ordering::Relaxed);
         }
@@ -152,6 +255,66 @@ pub fn render(format: &LogFormat, e: &Entry<'_>, out: &mut Vec<u8>) {
             out.push(b'\n');
         }
     }
+}
+
+/// Appends one field of a journal entry in the native protocol: `KEY=value`
+/// and a newline, or, for a value holding a newline, the binary-safe form
+/// (`KEY`, a newline, the value's length as 64-bit little-endian, the
+/// value, a newline).
+fn journal_field(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+    out.extend_from_slice(key);
+    if value.contains(&b'\n') {
+        out.push(b'\n');
+        out.extend_from_slice(&(value.len() as u64).to_le_bytes());
+    } else {
+        out.push(b'=');
+    }
+    out.extend_from_slice(value);
+    out.push(b'\n');
+}
+
+/// Turns the field whose value starts at `start` (written as `KEY=` then
+/// the value, no newline yet) into its final form: the newline, or the
+/// binary-safe form when the value holds a newline.
+fn journal_close(out: &mut Vec<u8>, eq: usize) {
+    let start = eq + 1;
+    if out[start..].contains(&b'\n') {
+        let len = (out.len() - start) as u64;
+        out[eq] = b'\n';
+        out.splice(start..start, len.to_le_bytes());
+    }
+    out.push(b'\n');
+}
+
+/// One journal entry for `e`: the line as `MESSAGE`, the fixed fields,
+/// and fields of its own a query can select on (`journalctl
+/// WEIR_SITE=example.com WEIR_STATUS=502`).
+fn journal_entry(format: &LogFormat, fixed: &[u8], e: &Entry<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"MESSAGE=");
+    let eq = out.len() - 1;
+    render(format, e, out);
+    out.pop(); // the line's newline
+    journal_close(out, eq);
+    out.extend_from_slice(fixed);
+    let field = |out: &mut Vec<u8>, key: &[u8], v: &Var| {
+        out.extend_from_slice(key);
+        out.push(b'=');
+        let eq = out.len() - 1;
+        value(v, e, Escape::None, out);
+        if out.len() == eq + 1 {
+            // No value: no field.
+            out.truncate(eq - key.len());
+        } else {
+            journal_close(out, eq);
+        }
+    };
+    field(out, b"WEIR_SITE", &Var::Site);
+    field(out, b"WEIR_STATUS", &Var::Status);
+    field(out, b"WEIR_METHOD", &Var::Method);
+    field(out, b"WEIR_URI", &Var::Uri);
+    field(out, b"WEIR_CLIENT_IP", &Var::ClientIp);
+    field(out, b"WEIR_DURATION_MS", &Var::DurationMs);
+    field(out, b"WEIR_REQUEST_ID", &Var::RequestId);
 }
 
 /// Appends `n` in decimal.
@@ -325,6 +488,18 @@ fn list<T>(
     }
 }
 
+/// Appends a fixed name `f` gives of the connection's TLS (nothing
+/// without TLS, or when it says nothing).
+fn tls(
+    out: &mut Vec<u8>,
+    e: &Entry<'_>,
+    f: impl Fn(&weir_http::conn::TlsInfo) -> Option<&'static str>,
+) {
+    if let Some(v) = e.conn.tls_info.as_deref().and_then(f) {
+        out.extend_from_slice(v.as_bytes());
+    }
+}
+
 /// Appends the value of `v` (nothing when it has none).
 fn value(v: &Var, e: &Entry<'_>, esc: Escape, out: &mut Vec<u8>) {
     let p = e.parts;
@@ -388,6 +563,42 @@ fn value(v: &Var, e: &Entry<'_>, esc: Escape, out: &mut Vec<u8>) {
         Var::RequestId => {
             if let Some(id) = e.request_id {
                 text(out, esc, id);
+            }
+        }
+        Var::TlsProtocol => tls(out, e, |t| Some(t.version)),
+        Var::TlsCipher => tls(out, e, |t| Some(t.cipher)),
+        Var::TlsServerName => {
+            if let Some(n) = e
+                .conn
+                .tls_info
+                .as_ref()
+                .and_then(|t| t.server_name.as_deref())
+            {
+                text(out, esc, n.as_bytes());
+            }
+        }
+        Var::TlsAlpn => tls(out, e, |t| t.alpn),
+        Var::RemoteUser => {
+            if let Some(v) = p.headers.get(http::header::AUTHORIZATION) {
+                let mut buf = [0u8; 512];
+                if let Some(u) = weir_traffic::password::basic_user(v.as_bytes(), &mut buf) {
+                    text(out, esc, u);
+                }
+            }
+        }
+        Var::LimitStatus => {
+            if let Some(s) = e.outcome.limit.name() {
+                out.extend_from_slice(s.as_bytes());
+            }
+        }
+        Var::LimitName => {
+            if let Some(n) = e.limit_name {
+                text(out, esc, n.as_bytes());
+            }
+        }
+        Var::AuthStatus => {
+            if let Some(s) = e.outcome.auth.name() {
+                out.extend_from_slice(s.as_bytes());
             }
         }
         Var::ReqHeader(h) => {
@@ -476,6 +687,29 @@ fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
     opt_str(out, e.request_id);
     key(out, "cache_status");
     opt_str(out, cache_status(e.resp).map(str::as_bytes));
+    // The variables that are `null` when empty: TLS on a plain
+    // connection, the user without credentials, no limit or auth.
+    for (k, v) in [
+        ("tls_protocol", Var::TlsProtocol),
+        ("tls_cipher", Var::TlsCipher),
+        ("tls_server_name", Var::TlsServerName),
+        ("tls_alpn", Var::TlsAlpn),
+        ("remote_user", Var::RemoteUser),
+        ("limit_status", Var::LimitStatus),
+        ("limit_name", Var::LimitName),
+        ("auth_status", Var::AuthStatus),
+    ] {
+        key(out, k);
+        out.push(b'"');
+        let start = out.len();
+        value(&v, e, j, out);
+        if out.len() == start {
+            out.pop();
+            out.extend_from_slice(b"null");
+        } else {
+            out.push(b'"');
+        }
+    }
     let attempts = e.resp.extensions().get::<weir_proxy::Attempts>();
     let arr = |out: &mut Vec<u8>, f: &dyn Fn(&mut Vec<u8>, &weir_proxy::Attempt)| match attempts {
         None => out.extend_from_slice(b"null"),
@@ -524,6 +758,8 @@ enum Out {
     },
     /// One datagram per line.
     Syslog(Syslog),
+    /// One datagram per entry (each line is a whole entry).
+    Journal(Journal),
 }
 
 impl Out {
@@ -533,6 +769,7 @@ impl Out {
             LogSink::Stdout => (None, Box::new(std::io::stdout())),
             LogSink::File(p) => (Some(p.clone()), Box::new(open_append(p)?)),
             LogSink::Syslog(s) => return Syslog::open(s).map(Out::Syslog),
+            LogSink::Journal(j) => return Journal::open(&j.socket).map(Out::Journal),
         };
         Ok(Out::Stream {
             path,
@@ -547,6 +784,7 @@ impl Out {
                 let _ = w.write_all(line);
             }
             Out::Syslog(s) => s.send(line),
+            Out::Journal(j) => j.send(line),
         }
     }
 
@@ -592,6 +830,50 @@ fn open_append(p: &Path) -> std::io::Result<std::fs::File> {
         .create(true)
         .append(true)
         .open(p)
+}
+
+/// systemd's journal, natively: one datagram per entry to its socket,
+/// never waiting: a socket that is full, missing or refusing costs the
+/// entry (counted in [`DROPPED`], said once in weir's log until it takes
+/// entries again). An entry too large for one datagram is dropped too
+/// (journald's memfd hand-over is not used: an access line is far below
+/// the datagram limit).
+struct Journal {
+    sock: std::os::unix::net::UnixDatagram,
+    path: PathBuf,
+    failing: bool,
+}
+
+impl Journal {
+    fn open(path: &Path) -> std::io::Result<Journal> {
+        let sock = std::os::unix::net::UnixDatagram::unbound()?;
+        sock.set_nonblocking(true)?;
+        Ok(Journal {
+            sock,
+            path: path.to_path_buf(),
+            failing: false,
+        })
+    }
+
+    fn send(&mut self, entry: &[u8]) {
+        match self.sock.send_to(entry, &self.path) {
+            Ok(_) if self.failing => {
+                self.failing = false;
+                tracing::info!("access log to the journal: sending again");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+                if !self.failing {
+                    self.failing = true;
+                    tracing::warn!(
+                        "access log to the journal ({}): {e}; entries are dropped (and counted) until it takes them",
+                        self.path.display()
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// RFC 5424 messages over UDP or a Unix datagram socket (`/dev/log`).
@@ -665,6 +947,9 @@ impl Syslog {
             SyslogSocket::Udp(s, to) => s.send_to(b, to).map(drop),
             SyslogSocket::Unix(s, to) => s.send_to(b, to).map(drop),
         };
+        if sent.is_err() {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
         match sent {
             Err(e) if !self.failing => {
                 self.failing = true;
@@ -697,6 +982,7 @@ mod tests {
             peer: "10.0.0.1:5555".parse().unwrap(),
             local: "127.0.0.1:80".parse().unwrap(),
             tls: false,
+            tls_info: None,
             worker: Default::default(),
         };
         let e = Entry {
@@ -711,6 +997,8 @@ mod tests {
             bytes_in: None,
             bytes_out: Some(12),
             request_id: Some(b"abc"),
+            outcome: Outcome::default(),
+            limit_name: None,
         };
         let mut out = Vec::new();
         render(format, &e, &mut out);
@@ -785,6 +1073,139 @@ mod tests {
         let j: serde_json::Value =
             serde_json::from_str(&line(&LogFormat::Json, &parts, &resp)).unwrap();
         assert_eq!(j["user_agent"], "a\u{ff}\u{fe}b");
+    }
+
+    /// TLS, user, limit and auth variables, from a connection and an
+    /// outcome whose values are known; `-` and JSON nulls without them.
+    #[test]
+    fn tls_user_limit_and_auth_variables() {
+        let mut parts = entry_parts("/", None);
+        parts.headers.insert(
+            http::header::AUTHORIZATION,
+            http::HeaderValue::from_static("Basic YWxpY2U6aG9yc2U="),
+        );
+        let resp = Response::new(Body::empty());
+        let conn = ConnInfo {
+            peer: "10.0.0.1:5555".parse().unwrap(),
+            local: "127.0.0.1:443".parse().unwrap(),
+            tls: true,
+            tls_info: Some(Arc::new(weir_http::conn::TlsInfo {
+                version: "TLSv1.3",
+                cipher: "TLS_AES_128_GCM_SHA256",
+                server_name: Some("a.test".into()),
+                alpn: Some("h2"),
+            })),
+            worker: Default::default(),
+        };
+        let mut outcome = Outcome::default();
+        outcome.limit(LimitStatus::Passed, (0, 0));
+        outcome.limit(LimitStatus::Rejected, (1, 2));
+        outcome.limit(LimitStatus::Delayed, (0, 1));
+        assert_eq!(outcome.limit_at, Some((1, 2)));
+        outcome.auth = AuthStatus::Passed;
+        let e = Entry {
+            conn: &conn,
+            client: "10.0.0.1".parse().unwrap(),
+            parts: &parts,
+            resp: &resp,
+            host: "x",
+            site: "x",
+            route: None,
+            took: Duration::ZERO,
+            bytes_in: None,
+            bytes_out: None,
+            request_id: None,
+            outcome,
+            limit_name: Some("per-ip"),
+        };
+        let t = LogFormat::template(
+            "{tls_protocol} {tls_cipher} {tls_server_name} {tls_alpn} {remote_user} {limit_status} {limit_name} {auth_status}",
+            Escape::Default,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        render(&t, &e, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "TLSv1.3 TLS_AES_128_GCM_SHA256 a.test h2 alice REJECTED per-ip PASSED\n"
+        );
+        let mut out = Vec::new();
+        render(&LogFormat::Json, &e, &mut out);
+        let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(j["tls_cipher"], "TLS_AES_128_GCM_SHA256");
+        assert_eq!(j["remote_user"], "alice");
+        assert_eq!(j["limit_status"], "REJECTED");
+        assert_eq!(j["auth_status"], "PASSED");
+
+        // Plain, unlimited, anonymous.
+        let l = line(&t, &entry_parts("/", None), &resp);
+        assert_eq!(l, "- - - - - - - -\n");
+        let j: serde_json::Value =
+            serde_json::from_str(&line(&LogFormat::Json, &entry_parts("/", None), &resp)).unwrap();
+        for k in [
+            "tls_protocol",
+            "tls_server_name",
+            "remote_user",
+            "limit_status",
+            "limit_name",
+            "auth_status",
+        ] {
+            assert_eq!(j[k], serde_json::Value::Null, "{k}");
+        }
+    }
+
+    /// A journal entry: the line as MESSAGE (binary-safe when it holds a
+    /// newline), the fixed fields, weir's own fields, none for a value the
+    /// request lacks.
+    #[test]
+    fn journal_entries_in_the_native_protocol() {
+        let mut fixed = Vec::new();
+        journal_field(&mut fixed, b"PRIORITY", b"6");
+        journal_field(&mut fixed, b"SYSLOG_IDENTIFIER", b"weir");
+        assert_eq!(fixed, b"PRIORITY=6\nSYSLOG_IDENTIFIER=weir\n");
+        let parts = entry_parts("/a", None);
+        let resp = Response::new(Body::empty());
+        let conn = ConnInfo {
+            peer: "10.0.0.1:5555".parse().unwrap(),
+            local: "127.0.0.1:80".parse().unwrap(),
+            tls: false,
+            tls_info: None,
+            worker: Default::default(),
+        };
+        let e = Entry {
+            conn: &conn,
+            client: "10.0.0.1".parse().unwrap(),
+            parts: &parts,
+            resp: &resp,
+            host: "x",
+            site: "s",
+            route: None,
+            took: Duration::from_micros(1500),
+            bytes_in: None,
+            bytes_out: None,
+            request_id: None,
+            outcome: Outcome::default(),
+            limit_name: None,
+        };
+        let one = LogFormat::template("{status} {uri}", Escape::Default).unwrap();
+        let mut out = Vec::new();
+        journal_entry(&one, &fixed, &e, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "MESSAGE=200 /a\nPRIORITY=6\nSYSLOG_IDENTIFIER=weir\nWEIR_SITE=s\nWEIR_STATUS=200\n\
+             WEIR_METHOD=GET\nWEIR_URI=/a\nWEIR_CLIENT_IP=10.0.0.1\nWEIR_DURATION_MS=1.500\n"
+        );
+        let two = LogFormat::template("{status}\n{uri}", Escape::None).unwrap();
+        let mut out = Vec::new();
+        journal_entry(&two, &fixed, &e, &mut out);
+        let mut want = b"MESSAGE\n".to_vec();
+        want.extend_from_slice(&6u64.to_le_bytes());
+        want.extend_from_slice(b"200\n/a\nPRIORITY=6\n");
+        assert!(
+            out.starts_with(&want),
+            "{:?}",
+            String::from_utf8_lossy(&out)
+        );
     }
 
     #[test]

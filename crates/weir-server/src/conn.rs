@@ -177,6 +177,7 @@ pub fn spawn(
         peer,
         local,
         tls: ctx.tls.is_some(),
+        tls_info: None,
         worker,
     };
     tokio::spawn(serve(stream, info, ctx, signal, guard, turns));
@@ -289,6 +290,9 @@ async fn serve(
                 return;
             }
         };
+        if ctx.listener.load().logs_tls() {
+            info.tls_info = Some(Arc::new(tls_info(tls.get_ref().1)));
+        }
         if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
             open.speaks(Proto::Http2);
             let state = Arc::new(ConnState::default());
@@ -306,6 +310,37 @@ async fn serve(
         }
     };
     conn.await;
+}
+
+/// What the handshake of `c` settled, for the access log.
+fn tls_info(c: &rustls::ServerConnection) -> weir_http::conn::TlsInfo {
+    use rustls::ProtocolVersion as V;
+    weir_http::conn::TlsInfo {
+        version: match c.protocol_version() {
+            Some(V::TLSv1_3) => "TLSv1.3",
+            Some(V::TLSv1_2) => "TLSv1.2",
+            _ => "",
+        },
+        cipher: c
+            .negotiated_cipher_suite()
+            .map_or("", |s| iana_suite(s.suite())),
+        server_name: c.server_name().map(Box::from),
+        alpn: c
+            .alpn_protocol()
+            .and_then(weir_http::conn::TlsInfo::alpn_name),
+    }
+}
+
+/// A suite's IANA name: rustls names the TLS 1.3 ones `TLS13_…` where the
+/// registry (and OpenSSL's TLS 1.3 names) say `TLS_…`.
+fn iana_suite(s: rustls::CipherSuite) -> &'static str {
+    let name = s.as_str().unwrap_or("");
+    match name {
+        "TLS13_AES_128_GCM_SHA256" => "TLS_AES_128_GCM_SHA256",
+        "TLS13_AES_256_GCM_SHA384" => "TLS_AES_256_GCM_SHA384",
+        "TLS13_CHACHA20_POLY1305_SHA256" => "TLS_CHACHA20_POLY1305_SHA256",
+        n => n,
+    }
 }
 
 /// A plain TCP connection: HTTP/1.1 (or h2c), large cached files with sendfile.
@@ -341,6 +376,8 @@ fn service(
         state.request_started();
         let in_flight = InFlight(state.clone());
         let regions = regions.clone();
+        // An atomic increment at most (the TLS facts, when kept).
+        let info = info.clone();
         let version = req.version();
         let req = weir_upgrade(req).map(|b| ReadOn::new(b, version));
         async move {
@@ -517,12 +554,13 @@ fn serve_http1<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
             http1::Outcome::Closed => {}
             http1::Outcome::H2(read) => {
                 open.speaks(Proto::Http2);
+                let peer = info.peer;
                 // Boxed: rare here, and hyper's connection is large.
                 let svc = service(ctx.clone(), state, regions, info);
                 let io = TokioIo::new(upgrade::Rewind::new(io, read));
                 let conn = Box::pin(signal.watch(ctx.h2.serve_connection(io, svc)));
                 if let Err(e) = conn.await {
-                    tracing::debug!("connection from {}: {e}", info.peer);
+                    tracing::debug!("connection from {peer}: {e}");
                 }
             }
             http1::Outcome::Upgrade(to, read) => to.fulfil(upgrade::Upgraded::boxed(io, read)),
@@ -602,6 +640,7 @@ mod tests {
             peer,
             local: addr,
             tls: false,
+            tls_info: None,
             worker: Default::default(),
         };
         let drain = Drain::new();

@@ -398,6 +398,25 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
+/// What the QUIC handshake settled, for the access log: quinn tells the
+/// name and ALPN but not the cipher suite.
+fn tls_info(conn: &quinn::Connection) -> weir_http::conn::TlsInfo {
+    let hd = conn
+        .handshake_data()
+        .and_then(|d| d.downcast::<quinn::crypto::rustls::HandshakeData>().ok());
+    weir_http::conn::TlsInfo {
+        version: "TLSv1.3",
+        cipher: "",
+        server_name: hd
+            .as_ref()
+            .and_then(|h| h.server_name.as_deref().map(Box::from)),
+        alpn: hd
+            .as_ref()
+            .and_then(|h| h.protocol.as_deref())
+            .and_then(weir_http::conn::TlsInfo::alpn_name),
+    }
+}
+
 /// H3_NO_ERROR (RFC 9114 §8.1): a graceful close.
 const H3_NO_ERROR: quinn::VarInt = quinn::VarInt::from_u32(0x100);
 
@@ -445,6 +464,10 @@ async fn serve_conn(
         peer: conn.remote_address(),
         local,
         tls: true,
+        tls_info: listener
+            .load()
+            .logs_tls()
+            .then(|| Arc::new(tls_info(&conn))),
         worker,
     };
     let mut h3: h3::server::Connection<h3_quinn::Connection, Bytes> =
@@ -477,6 +500,7 @@ async fn serve_conn(
                     // next request on).
                     let listener = listener.load_full();
                     let is_early = in_early.load(Ordering::Acquire);
+                    let info = info.clone();
                     requests.spawn(async move {
                         match resolver.resolve_request().await {
                             Ok((req, stream)) => {

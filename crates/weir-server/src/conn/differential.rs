@@ -59,6 +59,7 @@ fn serve(tcp: TcpListener, cfg: &weir_config::Config, site: usize, engine: Engin
                 peer,
                 local,
                 tls: false,
+                tls_info: None,
                 worker: Worker::default(),
             };
             match engine {

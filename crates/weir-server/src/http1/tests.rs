@@ -456,6 +456,7 @@ fn drain_conn() -> (
             peer: ([127, 0, 0, 1], 40000).into(),
             local: ([127, 0, 0, 1], 8080).into(),
             tls: false,
+            tls_info: None,
             worker: Default::default(),
         };
         let state = Arc::new(ConnState::default());

@@ -28,6 +28,8 @@ use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 use weir_traffic::limit::{Held, Limiter};
 
+use crate::access_log::Outcome;
+
 mod addresses;
 mod basic_auth;
 mod body_limit;
@@ -76,6 +78,8 @@ pub(super) struct Checking<'a> {
     pub captures: &'a [String],
     /// What the answer owes the filters that passed it.
     pub passed: &'a mut Passed,
+    /// What the limits and authentication did, for the access log.
+    pub outcome: &'a mut Outcome,
 }
 
 /// What one layer's filters are built from.
@@ -270,6 +274,7 @@ impl RequestFilters {
         conn: &ConnInfo,
         client: IpAddr,
         captures: &[String],
+        outcome: &mut Outcome,
     ) -> Result<Option<Box<Passed>>, Response<Body>> {
         let mut passed = Passed::default();
         let mut req = Checking {
@@ -278,6 +283,7 @@ impl RequestFilters {
             client,
             captures,
             passed: &mut passed,
+            outcome,
         };
         for s in &self.steps {
             let delay = s.check(&mut req)?;
@@ -300,6 +306,7 @@ impl RequestFilters {
         conn: &ConnInfo,
         client: IpAddr,
         captures: &[String],
+        outcome: &mut Outcome,
     ) -> Result<(Option<Box<Passed>>, u64), Response<Body>> {
         let mut passed = Passed::default();
         let mut req = Checking {
@@ -308,6 +315,7 @@ impl RequestFilters {
             client,
             captures,
             passed: &mut passed,
+            outcome,
         };
         let mut delay = 0;
         for s in &self.steps {
@@ -331,12 +339,14 @@ mod tests {
 
     use super::super::tests::test_store;
     use super::super::{Registry, build_sites, handler::SiteHandler};
+    use super::Outcome;
 
     fn conn() -> weir_http::conn::ConnInfo {
         weir_http::conn::ConnInfo {
             peer: ([127, 0, 0, 1], 1).into(),
             local: ([127, 0, 0, 1], 2).into(),
             tls: false,
+            tls_info: None,
             worker: Default::default(),
         }
     }
@@ -382,7 +392,13 @@ mod tests {
 
         let conn = conn();
         let mut p = parts(None);
-        let Ok((passed, delay)) = api.run_now(&mut p, &conn, [127, 0, 0, 1].into(), &[]) else {
+        let Ok((passed, delay)) = api.run_now(
+            &mut p,
+            &conn,
+            [127, 0, 0, 1].into(),
+            &[],
+            &mut Outcome::default(),
+        ) else {
             panic!("a request the route's filters pass was refused");
         };
         assert!(passed.is_none() && delay == 0);
@@ -390,9 +406,15 @@ mod tests {
         assert_eq!(p.headers["x-site"], "1");
 
         let refused = |client: [u8; 4], declared| {
-            api.run_now(&mut parts(declared), &conn, client.into(), &[])
-                .err()
-                .map(|r| r.status())
+            api.run_now(
+                &mut parts(declared),
+                &conn,
+                client.into(),
+                &[],
+                &mut Outcome::default(),
+            )
+            .err()
+            .map(|r| r.status())
         };
         assert_eq!(refused([10, 1, 2, 3], None), Some(StatusCode::FORBIDDEN));
         assert_eq!(

@@ -551,6 +551,7 @@ mod tests {
             peer: ([127, 0, 0, 1], 1).into(),
             local: ([127, 0, 0, 1], 2).into(),
             tls: false,
+            tls_info: None,
             worker: Default::default(),
         };
         let limits = BodyLimits {

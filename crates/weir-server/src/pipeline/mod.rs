@@ -196,6 +196,9 @@ pub struct Listener {
     acme: Option<Arc<weir_tls::Challenges>>,
     /// Whether a site here passes TLS through (the ClientHello is read first).
     passthrough: bool,
+    /// Whether a site here logs a `tls_*` variable: only then does a
+    /// connection keep what its handshake settled (`ConnInfo::tls_info`).
+    logs_tls: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -350,6 +353,12 @@ impl Listener {
         let sites: Vec<Arc<Site>> = indexes.iter().map(|&i| all[i].clone()).collect();
         let default = all[default].clone();
         let passthrough = sites.iter().any(|s| s.relay.is_some());
+        let logs_tls = sites.iter().chain([&default]).any(|s| {
+            s.cfg
+                .access_log
+                .as_ref()
+                .is_some_and(|a| a.format.uses_tls())
+        });
         Listener {
             sites,
             default,
@@ -358,7 +367,14 @@ impl Listener {
             alt_svc: None,
             acme: None,
             passthrough,
+            logs_tls,
         }
+    }
+
+    /// Whether connections must keep what their TLS handshake settled
+    /// (a site here logs it).
+    pub fn logs_tls(&self) -> bool {
+        self.logs_tls
     }
 
     /// Whether connections must have their ClientHello read before the
@@ -465,10 +481,11 @@ impl Listener {
             _ => &[],
         };
         let request_filters = target.request_filters(site);
+        let mut outcome = crate::access_log::Outcome::default();
         let filtered = if request_filters.is_empty() {
             Ok(None)
         } else if !request_filters.waits() {
-            match request_filters.run_now(&mut parts, conn, client, captures) {
+            match request_filters.run_now(&mut parts, conn, client, captures, &mut outcome) {
                 Ok((passed, 0)) => Ok(passed),
                 Ok((passed, ms)) => {
                     // Boxed: only a delayed request pays for a timer.
@@ -480,7 +497,7 @@ impl Listener {
         } else {
             // Boxed: the authentication's future is large, and requests
             // without it must not pay for moving it.
-            Box::pin(request_filters.run(&mut parts, conn, client, captures)).await
+            Box::pin(request_filters.run(&mut parts, conn, client, captures, &mut outcome)).await
         };
         let max_body = request_filters
             .max_body()
@@ -542,15 +559,21 @@ impl Listener {
         );
         if let Some(log) = &site.access_log {
             let route = match &target {
-                handler::Target::Route { route, .. } => Some(&route.cfg.pattern),
+                handler::Target::Route { route, .. } => Some(route),
                 _ => None,
             };
             let facts = log::Facts {
                 client,
-                route,
+                route: route.map(|r| &r.cfg.pattern),
                 took,
                 bytes_in,
                 bytes_out,
+                outcome,
+                limit_name: log::limit_name(
+                    site,
+                    route.and_then(|r| r.filters.as_deref()),
+                    &outcome,
+                ),
             };
             log::record(log, site, conn, &parts, &resp, facts);
         }
@@ -606,6 +629,8 @@ impl Listener {
                 took,
                 bytes_in: content_length(&parts.headers),
                 bytes_out,
+                outcome: Default::default(),
+                limit_name: None,
             };
             log::record(log, site, conn, &parts, &resp, facts);
         }
@@ -648,6 +673,7 @@ mod tests {
             peer: ([127, 0, 0, 1], 1).into(),
             local: ([127, 0, 0, 1], 2).into(),
             tls: false,
+            tls_info: None,
             worker: Default::default(),
         };
         let req = Request::new(http_body_util::Empty::<Bytes>::new());
@@ -747,6 +773,7 @@ mod tests {
             peer: ([127, 0, 0, 1], 1).into(),
             local: ([127, 0, 0, 1], 2).into(),
             tls: false,
+            tls_info: None,
             worker: Default::default(),
         };
         let (mut parts, _) = Request::new(()).into_parts();

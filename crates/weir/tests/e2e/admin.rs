@@ -482,3 +482,86 @@ fn an_upgrade_under_new_connections_refuses_none() {
     let log = w.log();
     assert!(log.contains("sockets handed over at start"), "{log}");
 }
+
+/// The status page's graphs of the last five minutes (request rate, 5xx
+/// rate, p99), drawn by the page from its own polls of `/status.json`
+/// while traffic, some of it 5xx, comes in.
+#[test]
+fn the_status_page_graphs_rate_errors_and_p99_from_its_polls() {
+    let (adm, site) = (free_port(), free_port());
+    let cfg = format!(
+        "[admin]\nlisten = \"127.0.0.1:{adm}\"\n\
+         [site.\"127.0.0.1:{site}\"]\nrespond = {{ status = 200 }}\n\
+         [[site.\"127.0.0.1:{site}\".route]]\npath = \"/fail\"\nrespond = {{ status = 503 }}\n"
+    );
+    let w = Weir::start_on(WEIR, &cfg, &[adm, site]);
+    let (status, body) = admin(adm, "GET", "/status.json", "");
+    assert_eq!(status, 200);
+    let s = json(&body);
+    assert_eq!(
+        s["duration_counts"].as_array().map(Vec::len),
+        s["duration_buckets_ms"].as_array().map(|b| b.len() + 1),
+        "{body}"
+    );
+    // Traffic for as long as the browser polls.
+    let stop = Arc::new(AtomicBool::new(false));
+    let traffic = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let path = if n.is_multiple_of(4) { "/fail" } else { "/" };
+                let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+                raw(site, req.as_bytes(), Duration::from_secs(5));
+                n += 1;
+            }
+            n
+        })
+    };
+    let profile = tempfile::tempdir().unwrap();
+    let dom = weir_test_support::browser::dump_dom(
+        &format!("http://127.0.0.1:{adm}/status"),
+        profile.path(),
+        8000,
+    );
+    stop.store(true, Ordering::Relaxed);
+    let sent = traffic.join().unwrap();
+    assert!(sent > 0);
+    // Each graph's <svg>: how many points it drew, its peak, its line.
+    let graph = |id: &str| -> (usize, f64, String) {
+        let at = dom
+            .find(&format!("id=\"{id}\""))
+            .unwrap_or_else(|| panic!("no {id} in {dom}"));
+        let tag = &dom[dom[..at].rfind('<').unwrap()..];
+        let tag = &tag[..tag.find("</svg>").unwrap()];
+        let attr = |name: &str| {
+            // A space before: ` points=` is not the end of ` data-points=`.
+            let from = tag
+                .find(&format!(" {name}=\""))
+                .unwrap_or_else(|| panic!("no {name} in {tag}"))
+                + name.len()
+                + 3;
+            tag[from..from + tag[from..].find('"').unwrap()].to_string()
+        };
+        (
+            attr("data-points").parse().unwrap(),
+            attr("data-max").parse().unwrap(),
+            attr("points"),
+        )
+    };
+    for id in ["graph-rps", "graph-errors", "graph-p99"] {
+        let (n, max, line) = graph(id);
+        assert!(n >= 2, "{id}: {n} points: {dom}");
+        assert_eq!(line.split(' ').count(), n, "{id}: {line}");
+        for xy in line.split(' ') {
+            let (x, y) = xy.split_once(',').unwrap();
+            let (x, y): (f64, f64) = (x.parse().unwrap(), y.parse().unwrap());
+            assert!(
+                (0.0..=300.0).contains(&x) && (0.0..=60.0).contains(&y),
+                "{id}: {xy}"
+            );
+        }
+        assert!(max > 0.0, "{id}: nothing drawn above zero: {dom}");
+    }
+    drop(w);
+}

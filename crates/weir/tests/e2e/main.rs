@@ -3,6 +3,7 @@
 //! once instead of once per file.
 
 mod access_log;
+mod access_log_vars;
 mod acme_pebble;
 mod admin;
 mod apps;

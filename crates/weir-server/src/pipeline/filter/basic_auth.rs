@@ -12,6 +12,7 @@ use weir_http::response::error;
 use weir_traffic::password::{Check, Users};
 
 use super::{Checking, Layer, RequestFilter};
+use crate::access_log::AuthStatus;
 
 pub(in crate::pipeline) struct BasicAuth(Arc<Users>);
 
@@ -49,8 +50,10 @@ impl RequestFilter for BasicAuth {
             }
         };
         if ok {
+            req.outcome.auth = AuthStatus::Passed;
             return Ok(());
         }
+        req.outcome.auth = AuthStatus::Refused;
         let mut r = error(StatusCode::UNAUTHORIZED);
         let realm = users.cfg.realm.replace('"', "'");
         if let Ok(v) = HeaderValue::from_str(&format!("Basic realm=\"{realm}\", charset=\"UTF-8\""))

@@ -13,6 +13,7 @@ use weir_http::body::Body;
 use weir_http::response::error;
 
 use super::{Checking, Layer, RequestFilter};
+use crate::access_log::AuthStatus;
 
 pub(in crate::pipeline) struct ForwardAuth {
     cfg: Arc<traffic::ForwardAuth>,
@@ -85,12 +86,20 @@ impl RequestFilter for ForwardAuth {
                     fa.upstream.upstreams[0].name,
                     fa.timeout
                 );
+                req.outcome.auth = AuthStatus::Failed;
                 return Err(error(StatusCode::GATEWAY_TIMEOUT));
             }
         };
         if !resp.status().is_success() {
+            // weir's own 502/503/504: the service was not reached.
+            req.outcome.auth = if resp.status().is_server_error() {
+                AuthStatus::Failed
+            } else {
+                AuthStatus::Refused
+            };
             return Err(resp);
         }
+        req.outcome.auth = AuthStatus::Passed;
         for name in &fa.copy {
             parts.headers.remove(name);
             for v in resp.headers().get_all(name) {

@@ -15,6 +15,7 @@ use weir_traffic::clock::now_ms;
 use weir_traffic::limit::{Decision, Limiter, Quota};
 
 use super::{Checking, Layer, RequestFilter};
+use crate::access_log::LimitStatus;
 use crate::pipeline::{Exchange, ResponseFilter};
 
 pub(in crate::pipeline) struct Limits {
@@ -85,10 +86,19 @@ impl RequestFilter for Limits {
                     l.capacity()
                 );
             }
+            let at = (self.index as u8, i as u16);
             match a.decision {
-                Decision::Pass => {}
-                Decision::Delay(ms) => delay = delay.max(ms),
+                Decision::Pass => req.outcome.limit(LimitStatus::Passed, at),
+                Decision::Delay(ms) => {
+                    // The longest delay names the limit.
+                    if ms > delay && req.outcome.limit <= LimitStatus::Delayed {
+                        req.outcome.limit = LimitStatus::Delayed;
+                        req.outcome.limit_at = Some(at);
+                    }
+                    delay = delay.max(ms);
+                }
                 Decision::Refuse(_) if l.cfg.dry_run => {
+                    req.outcome.limit(LimitStatus::RejectedDryRun, at);
                     tracing::info!(
                         "{}: limit {} would refuse {client} {} {} (dry run)",
                         self.label,
@@ -98,6 +108,7 @@ impl RequestFilter for Limits {
                     );
                 }
                 Decision::Refuse(ms) => {
+                    req.outcome.limit(LimitStatus::Rejected, at);
                     let mut r = refusal(l, ms);
                     if let Some((qi, q)) = owed.quota.take() {
                         quota_fields(&self.limiters[qi], q, r.headers_mut());
