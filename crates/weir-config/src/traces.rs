@@ -106,9 +106,9 @@ pub(crate) fn validate(
 
 /// An `http://` URL with a host (OTLP over HTTP/1.1 with protobuf bodies).
 fn check_endpoint(s: &str) -> Result<http::Uri, String> {
-    let u: http::Uri = s
-        .parse()
-        .map_err(|e| format!("`{s}` is not a URL ({e}); e.g. \"http://127.0.0.1:4318/v1/traces\""))?;
+    let u: http::Uri = s.parse().map_err(|e| {
+        format!("`{s}` is not a URL ({e}); e.g. \"http://127.0.0.1:4318/v1/traces\"")
+    })?;
     match u.scheme_str() {
         Some("http") => {}
         Some("https") => {
@@ -138,13 +138,72 @@ fn check_endpoint(s: &str) -> Result<http::Uri, String> {
 mod tests {
     use super::*;
 
+    fn parse_str(src: &str) -> Result<crate::Config, crate::ConfigErrors> {
+        let src = format!("[site.\"a.test\"]\nroot = \"/srv\"\ntraces = false\n{src}");
+        crate::load_str("t.toml", &src, std::path::Path::new("/srv/conf"))
+    }
+
+    #[test]
+    fn defaults_and_every_key() {
+        let cfg = parse_str("[traces]\nendpoint = \"http://127.0.0.1:4318/v1/traces\"\n").unwrap();
+        let t = cfg.traces.unwrap();
+        assert_eq!(t.endpoint, "http://127.0.0.1:4318/v1/traces");
+        assert_eq!((t.sample, t.service_name.as_str()), (1.0, "weir"));
+        assert_eq!((t.batch, t.queue), (512, 4096));
+        assert_eq!(t.interval, Duration::from_secs(1));
+        assert_eq!(t.timeout, Duration::from_secs(5));
+        assert!(!cfg.sites[0].traces);
+        let cfg = parse_str(
+            "[traces]\nendpoint = \"http://c:4318/v1/traces\"\nsample = 0.01\nservice_name = \"edge\"\n\
+             batch = 100\nqueue = 1000\ninterval = \"200ms\"\ntimeout = \"2s\"\n",
+        )
+        .unwrap();
+        let t = cfg.traces.unwrap();
+        assert_eq!((t.sample, t.service_name.as_str()), (0.01, "edge"));
+        assert_eq!((t.batch, t.queue), (100, 1000));
+        assert_eq!(t.interval, Duration::from_millis(200));
+        assert_eq!(t.timeout, Duration::from_secs(2));
+        assert!(parse_str("").unwrap().traces.is_none());
+    }
+
+    #[test]
+    fn mistakes_are_refused_with_their_line() {
+        let errs = |s: &str| parse_str(s).unwrap_err().to_string();
+        let e = errs("[traces]\nendpoint = \"http://c/v1/traces\"\nsample = 2\n");
+        assert!(
+            e.contains("t.toml:6:") && e.contains("traces.sample"),
+            "{e}"
+        );
+        let e = errs("[traces]\nendpoint = \"https://c/v1/traces\"\n");
+        assert!(
+            e.contains("traces.endpoint") && e.contains("http://"),
+            "{e}"
+        );
+        let e = errs("[traces]\nendpoint = \"http://c/v1/traces\"\nbatch = 100\nqueue = 10\n");
+        assert!(e.contains("must hold at least one `batch`"), "{e}");
+        let e = errs("[traces]\nendpoint = \"http://c/v1/traces\"\ninterval = \"1h\"\n");
+        assert!(e.contains("traces.interval"), "{e}");
+        let e = errs("[traces]\nendpoint = \"http://c/v1/traces\"\nsampel = 0.1\n");
+        assert!(e.contains("sample"), "{e}");
+        let e = errs("[traces]\nsample = 0.1\n");
+        assert!(e.contains("endpoint"), "{e}");
+    }
+
     #[test]
     fn endpoints_are_http_urls_with_a_path() {
         assert!(check_endpoint("http://127.0.0.1:4318/v1/traces").is_ok());
         assert!(check_endpoint("http://collector/v1/traces").is_ok());
-        assert!(check_endpoint("https://c:4318/v1/traces").unwrap_err().contains("http://"));
+        assert!(
+            check_endpoint("https://c:4318/v1/traces")
+                .unwrap_err()
+                .contains("http://")
+        );
         assert!(check_endpoint("127.0.0.1:4318").is_err());
-        assert!(check_endpoint("http://127.0.0.1:4318").unwrap_err().contains("/v1/traces"));
+        assert!(
+            check_endpoint("http://127.0.0.1:4318")
+                .unwrap_err()
+                .contains("/v1/traces")
+        );
         assert!(check_endpoint("grpc://c:4317/x").is_err());
     }
 }

@@ -46,9 +46,9 @@ pub(crate) fn configure(cfg: Option<&TracesConfig>) {
     if SETTINGS.set(ArcSwap::from_pointee(cfg.clone())).is_err() {
         return;
     }
-    if let Err(e) = weir_http::background::spawn("weir-traces".into(), "trace exporter", || {
-        export(rx)
-    }) {
+    if let Err(e) =
+        weir_http::background::spawn("weir-traces".into(), "trace exporter", move || export(rx))
+    {
         tracing::error!("traces: cannot start the exporter thread: {e}");
     }
 }

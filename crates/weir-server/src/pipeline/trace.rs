@@ -17,6 +17,7 @@ use weir_http::conn::ConnInfo;
 use weir_http::trace::{Current, Record, Sampler};
 
 /// The request's own span, kept in its extensions until the log phase.
+#[derive(Clone)]
 struct RequestSpan(Record);
 
 /// The route phase: a sampled request's span begins.

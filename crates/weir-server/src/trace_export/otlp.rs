@@ -20,7 +20,12 @@ pub(super) fn encode(service: &str, version: &str, spans: &[Record]) -> Vec<u8> 
     }
     let mut resource_spans = Vec::with_capacity(scope_spans.len() + 64);
     message(&mut resource_spans, 1, |r| {
-        key_value(r, 1, "service.name", &Value::Str(service.to_string().into()));
+        key_value(
+            r,
+            1,
+            "service.name",
+            &Value::Str(service.to_string().into()),
+        );
     });
     bytes(&mut resource_spans, 2, &scope_spans);
     let mut out = Vec::with_capacity(resource_spans.len() + 8);

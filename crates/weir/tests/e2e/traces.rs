@@ -245,13 +245,13 @@ traces = false
 
     // Not traced: no traceparent at ratio 0, and a client's unsampled one.
     assert_eq!(get("/plain/0", None).await.0, 200);
-    assert_eq!(
-        get("/plain/1", Some(tp(0x1111, 0x22, "00"))).await.0,
-        200
-    );
+    assert_eq!(get("/plain/1", Some(tp(0x1111, 0x22, "00"))).await.0, 200);
 
     // A proxied request.
-    let (t1, client_span) = (0x4bf92f3577b34da6a3ce929d0e0e4736u128, 0x00f067aa0ba902b7u64);
+    let (t1, client_span) = (
+        0x4bf92f3577b34da6a3ce929d0e0e4736u128,
+        0x00f067aa0ba902b7u64,
+    );
     assert_eq!(
         get("/plain/2?q=1", Some(tp(t1, client_span, "01"))).await.0,
         200
@@ -268,7 +268,9 @@ traces = false
     assert_eq!(int(server, "http.response.status_code"), Some(200));
     assert_eq!(text(server, "client.address"), Some("127.0.0.1"));
     assert!(server.end_time_unix_nano >= server.start_time_unix_nano);
-    let attempt = one(&spans, "upstream span", |s| s.kind == SpanKind::Client as i32);
+    let attempt = one(&spans, "upstream span", |s| {
+        s.kind == SpanKind::Client as i32
+    });
     assert_eq!(attempt.parent_span_id, server.span_id);
     assert_eq!(int(attempt, "http.response.status_code"), Some(200));
     assert_eq!(text(attempt, "http.request.method"), Some("GET"));
@@ -286,7 +288,11 @@ traces = false
         .to_string();
     let (t, span, flags) = sent_upstream(&upstream_tp);
     assert_eq!((t, flags), (t1, "01"), "{upstream_tp}");
-    assert_eq!(span, id64(&attempt.span_id), "the upstream saw another span");
+    assert_eq!(
+        span,
+        id64(&attempt.span_id),
+        "the upstream saw another span"
+    );
     assert_eq!(collector.spans()[0].0, "edge");
 
     // A retried request: two attempts, the first failed, the second sent
@@ -330,7 +336,10 @@ traces = false
     let server = one(&spans, "server span", |s| s.kind == SpanKind::Server as i32);
     let cache = one(&spans, "cache span", |s| s.name == "cache");
     assert_eq!(cache.parent_span_id, server.span_id);
-    assert_eq!(attr(cache, "weir.cache.hit"), Some(&Value::BoolValue(false)));
+    assert_eq!(
+        attr(cache, "weir.cache.hit"),
+        Some(&Value::BoolValue(false))
+    );
     let fetch = one(&spans, "fetch", |s| s.kind == SpanKind::Client as i32);
     assert_eq!(fetch.parent_span_id, cache.span_id);
     let (s, h) = get("/c.txt", Some(tp(t4, 9, "01"))).await;
@@ -375,7 +384,7 @@ fn a_collector_that_stops_answering_costs_dropped_spans_not_requests() {
     })
     .unwrap();
     let (adm, site) = (free_port(), free_port());
-    let _w = Weir::start_on(
+    let w = Weir::start_on(
         WEIR,
         &format!(
             r#"[server]
@@ -389,7 +398,7 @@ endpoint = "{endpoint}"
 interval = "50ms"
 timeout = "300ms"
 batch = 64
-queue = 256
+queue = 1024
 
 [site."127.0.0.1:{site}"]
 proxy = {{ to = ["127.0.0.1:{port}"] }}
@@ -416,20 +425,34 @@ proxy = {{ to = ["127.0.0.1:{port}"] }}
     // Answering: spans arrive, none dropped.
     let rep = run(2);
     assert_eq!(rep.errors.total(), 0, "{:?}", rep.errors);
-    assert!(poll_until(PATIENCE, || metric("weir_trace_spans_exported_total")
-        >= 2 * rep.status[&200]));
+    assert!(poll_until(PATIENCE, || metric(
+        "weir_trace_spans_exported_total"
+    ) >= 2 * rep.status[&200]));
     assert_eq!(metric("weir_trace_spans_dropped_total"), 0);
     assert!(collector.spans().len() as u64 >= 2 * rep.status[&200]);
+    // In batches: far fewer exports than spans.
+    let posts = collector.posts.load(Ordering::SeqCst) as u64;
+    assert!(
+        posts > 0 && posts * 8 < 2 * rep.status[&200],
+        "{posts} exports"
+    );
+    let rss = w.rss_kib();
 
     // It stops answering: every request still succeeds, spans are dropped.
     collector.hang.store(true, Ordering::SeqCst);
-    let posts = collector.posts.load(Ordering::SeqCst);
     let rep = run(3);
     assert_eq!(rep.errors.total(), 0, "{:?}", rep.errors);
     assert_eq!(rep.status.keys().copied().collect::<Vec<_>>(), [200]);
     assert!(rep.status[&200] > 1000, "{:?}", rep.status);
-    assert!(poll_until(PATIENCE, || metric("weir_trace_spans_dropped_total")
-        >= rep.status[&200]));
-    assert_eq!(collector.posts.load(Ordering::SeqCst), posts);
+    // Two spans a request (the request's, the attempt's): all but those
+    // the queue and the batch in export held are dropped.
+    assert!(poll_until(PATIENCE, || metric(
+        "weir_trace_spans_dropped_total"
+    ) + 1024
+        + 64
+        >= 2 * rep.status[&200]));
+    // The queue bounds what waits: memory stays where it was.
+    let grown = w.rss_kib().saturating_sub(rss);
+    assert!(grown < 20 * 1024, "RSS grew by {grown} KiB");
     drop(rt);
 }

@@ -58,7 +58,10 @@ impl Handle for Cached {
                 .unwrap_or("");
             s.0.attr("weir.cache.hit", status.contains("; hit"));
             s.0.attr("weir.cache.status", status.to_string());
-            s.0.attr("http.response.status_code", i64::from(resp.status().as_u16()));
+            s.0.attr(
+                "http.response.status_code",
+                i64::from(resp.status().as_u16()),
+            );
             crate::pipeline::trace::end_child(req.parts, s);
         }
         resp
