@@ -184,6 +184,21 @@ impl From<bool> for Value {
     }
 }
 
+/// A method's name, without allocating for the usual ones.
+pub fn method(m: &http::Method) -> Value {
+    use http::Method as M;
+    Value::Str(Cow::Borrowed(match *m {
+        M::GET => "GET",
+        M::HEAD => "HEAD",
+        M::POST => "POST",
+        M::PUT => "PUT",
+        M::DELETE => "DELETE",
+        M::OPTIONS => "OPTIONS",
+        M::PATCH => "PATCH",
+        _ => return Value::Str(Cow::Owned(m.as_str().to_string())),
+    }))
+}
+
 /// One span, from its start to [`emit`].
 #[derive(Clone, Debug)]
 pub struct Record {
@@ -218,7 +233,7 @@ impl Record {
             start: now(),
             end: 0,
             error: false,
-            attrs: Vec::with_capacity(8),
+            attrs: Vec::with_capacity(12),
         }
     }
 

@@ -109,8 +109,12 @@ impl Span {
         retry: u32,
     ) -> Span {
         Span(on.map(|c| {
-            let mut r = c.child(method.as_str().to_string(), weir_http::trace::Kind::Client);
-            r.attr("http.request.method", method.as_str().to_string());
+            let name = match weir_http::trace::method(method) {
+                weir_http::trace::Value::Str(s) => s,
+                _ => method.as_str().to_string().into(),
+            };
+            let mut r = c.child(name.clone(), weir_http::trace::Kind::Client);
+            r.attr("http.request.method", weir_http::trace::Value::Str(name));
             match &up.cfg.target {
                 weir_config::proxy::UpstreamTarget::Tcp { host, port } => {
                     r.attr("server.address", host.clone());

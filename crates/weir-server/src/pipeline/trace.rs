@@ -52,7 +52,10 @@ pub(super) fn end(
     };
     let status = resp.status().as_u16();
     r.error = status >= 500;
-    r.attr("http.request.method", method.to_string());
+    r.attr(
+        "http.request.method",
+        weir_http::trace::method(&parts.method),
+    );
     r.attr("url.path", parts.uri.path().to_string());
     if let Some(q) = parts.uri.query() {
         r.attr("url.query", q.to_string());
