@@ -411,7 +411,10 @@ proxy = {{ to = ["127.0.0.1:{port}"] }}
     let metric = |name: &str| -> u64 {
         let (_, m) = admin(adm, "GET", "/metrics", "");
         m.lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .find_map(|l| {
+                let v = l.strip_prefix(name)?;
+                v.strip_prefix("{}").unwrap_or(v).trim().parse().ok()
+            })
             .unwrap_or_else(|| panic!("no {name} in:\n{m}"))
     };
     let run = |secs: u64| {
