@@ -576,6 +576,23 @@ impl Collector for Weir {
             MetricType::Counter,
             |m| counter(m, &vec![], weir_server::access_log::dropped()),
         )?;
+        if s.config().traces.is_some() {
+            use std::sync::atomic::Ordering::Relaxed;
+            family(
+                &mut enc,
+                "weir_trace_spans_exported",
+                "Trace spans the OTLP collector accepted.",
+                MetricType::Counter,
+                |m| counter(m, &vec![], weir_http::trace::EXPORTED.load(Relaxed)),
+            )?;
+            family(
+                &mut enc,
+                "weir_trace_spans_dropped",
+                "Trace spans dropped: the export queue was full or the collector failed.",
+                MetricType::Counter,
+                |m| counter(m, &vec![], weir_http::trace::DROPPED.load(Relaxed)),
+            )?;
+        }
         let started = s
             .started()
             .duration_since(UNIX_EPOCH)

@@ -289,6 +289,10 @@ impl Cache {
             }
         };
         let mut up = fetch::upstream_request(parts, policy, stale.as_deref());
+        // A traced request's fetch hangs its attempts under its span.
+        if let Some(c) = parts.extensions.get::<weir_http::trace::Current>() {
+            up.extensions.insert(*c);
+        }
         let request_time = now();
         let mut resp = self
             .inner

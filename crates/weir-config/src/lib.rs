@@ -22,6 +22,7 @@ pub mod raw;
 pub mod routes;
 pub mod stream;
 mod tls;
+pub mod traces;
 pub mod traffic;
 pub mod units;
 
@@ -60,6 +61,8 @@ pub struct Config {
     pub cache: cache::CacheStorage,
     /// Several weir processes as one through Redis: `[cluster]`.
     pub cluster: Option<cluster::ClusterConfig>,
+    /// OpenTelemetry traces over OTLP: `[traces]`.
+    pub traces: Option<traces::TracesConfig>,
     /// The text it was read from (`None` for the built-in welcome page),
     /// which the admin API's `GET /config` returns.
     pub text: Option<Arc<str>>,
@@ -149,6 +152,8 @@ pub struct SiteConfig {
     pub access_log: Option<AccessLogConfig>,
     /// An ID per request, sent upstream, logged and shown on error pages.
     pub request_id: Option<log_format::RequestIdConfig>,
+    /// Spans recorded for its requests when `[traces]` is on (`traces = false`: none).
+    pub traces: bool,
     /// The cache in front of the site's own proxy, and of routes that say
     /// nothing about caching.
     pub cache: Option<Arc<cache::CachePolicy>>,
@@ -352,6 +357,7 @@ impl Config {
             admin: admin::AdminConfig::default_on(),
             cache: cache::CacheStorage::default(),
             cluster: None,
+            traces: None,
             text: None,
         }
     }
@@ -404,6 +410,7 @@ pub fn load_str_with(
     let admin = admin::validate(&mut c, &raw.admin);
     let cache_storage = cache::storage(&mut c, base, &raw.cache);
     let cluster = cluster::validate(&mut c, base, &raw.cluster);
+    let traces = traces::validate(&mut c, &raw.traces);
     let bind_ip = bind_ip(&mut c, &raw.server);
 
     if raw.site.is_empty() && raw.tcp.is_empty() {
@@ -441,6 +448,7 @@ pub fn load_str_with(
         admin,
         cache: cache_storage,
         cluster,
+        traces,
         text: Some(Arc::from(src)),
     })
 }
@@ -526,6 +534,7 @@ fn bare_site(name: String, host: HostPattern, handler: HandlerConfig) -> SiteCon
         headers: Vec::new(),
         access_log: None,
         request_id: None,
+        traces: true,
         cache: None,
         compress: None,
         filters: Default::default(),
@@ -645,6 +654,7 @@ fn load_site(
         headers: parse_headers(c, name, raw_site),
         access_log,
         request_id,
+        traces: raw_site.traces.unwrap_or(true),
         cache: site_cache,
         compress: site_compress,
         filters: Arc::new(filters),

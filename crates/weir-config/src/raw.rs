@@ -39,6 +39,29 @@ pub struct RawConfig {
     /// Named access-log formats sites use by name: `[log_format.main]`.
     #[serde(default)]
     pub log_format: IndexMap<String, Spanned<RawLogFormat>>,
+    /// OpenTelemetry traces exported over OTLP: `[traces]`. Off by default.
+    pub traces: Option<Spanned<RawTraces>>,
+}
+
+/// `[traces]`.
+#[derive(Debug, Deserialize)]
+pub struct RawTraces {
+    /// The collector's OTLP/HTTP traces URL,
+    /// `"http://127.0.0.1:4318/v1/traces"`. Required.
+    pub endpoint: Spanned<String>,
+    /// The share of new traces recorded, 0 to 1; default 1. A client's
+    /// sampled `traceparent` is always followed, an unsampled one never.
+    pub sample: Option<Spanned<f64>>,
+    /// `service.name` of every span; default `"weir"`.
+    pub service_name: Option<Spanned<String>>,
+    /// Most spans in one export; default 512.
+    pub batch: Option<Spanned<u64>>,
+    /// Longest wait before a partial batch goes; default `"1s"`.
+    pub interval: Option<Spanned<Value>>,
+    /// Spans waiting for export at most (more are dropped); default 4096.
+    pub queue: Option<Spanned<u64>>,
+    /// How long one export may take before it is given up; default `"5s"`.
+    pub timeout: Option<Spanned<Value>>,
 }
 
 /// `[log_format.NAME]`.
@@ -374,6 +397,8 @@ pub struct RawSite {
     /// An ID per request, sent upstream and logged: `true`, or
     /// `{ header = "X-Request-ID", response = true }`. Default off.
     pub request_id: Option<Spanned<RawRequestId>>,
+    /// With `[traces]`: `false` records no spans for this site. Default true.
+    pub traces: Option<bool>,
     /// Routes by path, tried in file order before the site's own handler:
     /// `[[site."x".route]]` with `path = "/api/*"` and `proxy = { ... }`. None by default.
     pub route: Option<Vec<Spanned<RawRoute>>>,

@@ -1,7 +1,8 @@
 //! What the proxy tried for one request, kept with the answer (as a
 //! response extension) for the access log's `upstream_*` variables. Only
 //! recorded when the proxy's config asks (`record_attempts`); never read
-//! by the proxy itself.
+//! by the proxy itself. And each attempt of a traced request as a client
+//! span ([`Span`]), which nothing else pays for.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -90,5 +91,67 @@ impl Recorder {
             resp.extensions_mut().insert(Attempts(self.list));
         }
         resp
+    }
+}
+
+/// One attempt of a traced request (the request carries a
+/// `weir_http::trace::Current`) as a client span, child of the request's
+/// span; its ID is the one `traceparent` sends upstream. Boxed: an
+/// untraced request's future holds a null pointer.
+pub(crate) struct Span(Option<Box<weir_http::trace::Record>>);
+
+impl Span {
+    /// `retry`: how many attempts came before this one.
+    pub fn begin(
+        on: Option<&weir_http::trace::Current>,
+        method: &http::Method,
+        up: &Upstream,
+        retry: u32,
+    ) -> Span {
+        Span(on.map(|c| {
+            let name = match weir_http::trace::method(method) {
+                weir_http::trace::Value::Str(s) => s,
+                _ => method.as_str().to_string().into(),
+            };
+            let mut r = c.child(name.clone(), weir_http::trace::Kind::Client);
+            r.attr("http.request.method", weir_http::trace::Value::Str(name));
+            match &up.cfg.target {
+                weir_config::proxy::UpstreamTarget::Tcp { host, port } => {
+                    r.attr("server.address", host.clone());
+                    r.attr("server.port", i64::from(*port));
+                }
+                weir_config::proxy::UpstreamTarget::Unix(p) => {
+                    r.attr("server.address", p.display().to_string());
+                }
+            }
+            r.attr("weir.upstream", up.cfg.name.clone());
+            if retry > 0 {
+                r.attr("http.request.resend_count", i64::from(retry));
+            }
+            Box::new(r)
+        }))
+    }
+
+    /// (trace ID, span ID) to send upstream.
+    pub fn ids(&self) -> Option<(u128, u64)> {
+        self.0.as_ref().map(|r| (r.trace_id, r.span_id))
+    }
+
+    /// The upstream answered with `status`.
+    pub fn answered(self, status: u16) {
+        if let Some(mut r) = self.0 {
+            r.attr("http.response.status_code", i64::from(status));
+            r.error = status >= 500;
+            r.end();
+        }
+    }
+
+    /// The attempt failed: `error.type` names how.
+    pub fn failed(self, e: &crate::ProxyError) {
+        if let Some(mut r) = self.0 {
+            r.attr("error.type", e.kind());
+            r.error = true;
+            r.end();
+        }
     }
 }

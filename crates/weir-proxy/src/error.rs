@@ -56,6 +56,23 @@ pub enum ProxyError {
 pub struct Unreachable;
 
 impl ProxyError {
+    /// A short name of the failure's kind (a trace span's `error.type`).
+    pub fn kind(&self) -> &'static str {
+        use ProxyError as E;
+        match self {
+            E::NoneAvailable => "none_available",
+            E::QueueFull | E::QueueTimeout(_) => "queue",
+            E::Resolve(_) => "resolve",
+            E::Connect(_) => "connect",
+            E::ConnectTimeout(_) => "connect_timeout",
+            E::Tls(_) => "tls",
+            E::Handshake(_) | E::Upstream(_) | E::Client(_) | E::NotSwitched(_) => "protocol",
+            E::ResponseTimeout(_) => "timeout",
+            E::ClientBody(_) => "client_body",
+            E::Smuggling(_) => "smuggling",
+        }
+    }
+
     /// Whether nothing answered at all (see [`Unreachable`]).
     pub fn is_unreachable(&self) -> bool {
         matches!(

@@ -429,6 +429,17 @@ impl<'a> UpstreamFields<'a> {
         }
     }
 
+    /// A sampled request's attempt: `traceparent` names weir's span of
+    /// it (`span_id`) in the request's trace, whatever `traceparent` says.
+    pub fn sampled_span(&mut self, trace_id: u128, span_id: u64) {
+        let v = TraceParent(weir_http::trace::traceparent(trace_id, span_id));
+        match &mut self.trace {
+            Some(t) => **t = v,
+            None => self.trace = Some(Box::new(v)),
+        }
+        self.drop |= DROP_TRACEPARENT;
+    }
+
     /// A new span for the next upstream attempt (with `traceparent` on).
     pub fn new_span(&mut self) {
         if let Some(t) = &mut self.trace {

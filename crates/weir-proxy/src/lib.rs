@@ -381,6 +381,7 @@ impl Proxy {
         // connect" naming the upstream), not "no upstream is available".
         let mut last: Option<(usize, ProxyError)> = None;
         let mut rec = attempts::Recorder::new(self.cfg.record_attempts);
+        let mut tries = 0u32;
         loop {
             let Some(idx) = self.pick(conn.worker, key, sticky, &tried) else {
                 return rec.attach(match last {
@@ -390,6 +391,8 @@ impl Proxy {
             };
             let up = &self.ups[idx];
             rec.begin(up);
+            let span = attempts::Span::begin(parts.extensions.get(), &parts.method, up, tries);
+            tries += 1;
             up.counts.add(conn.worker, counter::REQUESTS, 1);
             if last.is_some() {
                 up.counts.add(conn.worker, counter::RETRIES, 1);
@@ -408,6 +411,7 @@ impl Proxy {
                     Ok(p) => p,
                     Err(e) => {
                         up.count_error(conn.worker, &e);
+                        span.failed(&e);
                         return rec.attach(self.fail(parts, Some(up), e));
                     }
                 }
@@ -421,6 +425,7 @@ impl Proxy {
                 Ok(s) => s,
                 Err(e) => {
                     let failed = Failed::connect(e);
+                    span.failed(&failed.error);
                     up.count_error(conn.worker, &failed.error);
                     self.passive_failure(up, &failed.error);
                     tried.push(idx);
@@ -433,7 +438,9 @@ impl Proxy {
                 }
             };
             rec.connected();
-            if last.is_some() {
+            if let Some((trace, id)) = span.ids() {
+                fields.sampled_span(trace, id);
+            } else if last.is_some() {
                 // Each attempt is a span of its own (W3C Trace Context).
                 fields.new_span();
             }
@@ -470,6 +477,7 @@ impl Proxy {
             match sent {
                 Ok((rp, from)) => {
                     rec.answered(rp.status.as_u16());
+                    span.answered(rp.status.as_u16());
                     self.passive_success(up);
                     let done = Done {
                         local: self.local(conn.worker).clone(),
@@ -503,6 +511,7 @@ impl Proxy {
                     } else {
                         failed
                     };
+                    span.failed(&failed.error);
                     if let Some(req) = returned {
                         // Nothing was written: the request (and its body) is intact.
                         body = Replay::Stream(Some(req.into_body()));

@@ -26,6 +26,7 @@ mod listen;
 pub mod notify;
 pub mod pipeline;
 mod server;
+mod trace_export;
 pub mod upgrade;
 pub mod welcome;
 pub mod zero_copy;

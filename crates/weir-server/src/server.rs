@@ -228,6 +228,7 @@ impl Server {
         let conns = Arc::new(ConnCounts::new(slots));
         let cache = weir_cache::Store::new(&cfg.cache, slots);
         let sites = crate::pipeline::build_sites(&cfg, &[], &registry, &cache)?;
+        crate::trace_export::configure(cfg.traces.as_ref());
         // Certificates: loaded, issued or ordered in the background; never
         // waits for the network.
         let certs = start_certs(&cfg)?;
@@ -579,6 +580,7 @@ impl Server {
         };
         let sites = crate::pipeline::build_sites(&cfg, &st.sites, &self.registry, &cache)
             .map_err(ServerError::from)?;
+        crate::trace_export::configure(cfg.traces.as_ref());
         for s in &sites {
             if st.sites.iter().any(|o| Arc::ptr_eq(o, s)) {
                 report.sites_kept += 1;

@@ -34,6 +34,7 @@ mod request_id;
 mod response;
 mod response_headers;
 mod route;
+mod trace;
 
 use crate::access_log::AccessLog;
 use handler::{Handler, SiteHandler};
@@ -65,6 +66,8 @@ pub struct Site {
     /// A `[tcp]` listener's stream, or the upstreams this name's TLS is
     /// passed through to.
     pub relay: Option<Arc<crate::layer4::Relay>>,
+    /// Which requests get spans (`[traces]`; `None`: off for this site).
+    sampler: Option<weir_http::trace::Sampler>,
 }
 
 impl Site {
@@ -285,7 +288,15 @@ pub fn build_sites(
     cfg.sites
         .iter()
         .map(|s| {
-            if let Some(same) = previous.iter().find(|p| p.cfg == *s && p.caches_in(cache)) {
+            let sampler = cfg
+                .traces
+                .as_ref()
+                .filter(|_| s.traces)
+                .map(|t| weir_http::trace::Sampler::new(t.sample));
+            if let Some(same) = previous
+                .iter()
+                .find(|p| p.cfg == *s && p.caches_in(cache) && p.sampler == sampler)
+            {
                 return Ok(same.clone());
             }
             let filters = filter::Filters::build(
@@ -338,6 +349,7 @@ pub fn build_sites(
                 not_found,
                 trusted,
                 relay,
+                sampler,
             }))
         })
         .collect()
@@ -459,6 +471,7 @@ impl Listener {
         }
         let client = site.client(conn, &parts.headers);
         request_id::on_request(site, conn, &mut parts.headers);
+        trace::begin(site.sampler.as_ref(), &mut parts);
         let target = route::target(
             &site.handler,
             &RequestView {
@@ -557,11 +570,15 @@ impl Listener {
             bytes_in,
             bytes_out,
         );
+        let route = match &target {
+            handler::Target::Route { route, .. } => Some(route),
+            _ => None,
+        };
+        if site.sampler.is_some() {
+            let pattern = route.map(|r| &r.cfg.pattern);
+            trace::end(&mut parts, &resp, conn, client, &site.cfg.name, pattern);
+        }
         if let Some(log) = &site.access_log {
-            let route = match &target {
-                handler::Target::Route { route, .. } => Some(route),
-                _ => None,
-            };
             let facts = log::Facts {
                 client,
                 route: route.map(|r| &r.cfg.pattern),

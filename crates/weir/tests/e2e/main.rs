@@ -36,6 +36,7 @@ mod proxy_upgrade;
 mod reload;
 mod tls_h2;
 mod tls_many_certs;
+mod traces;
 mod traffic;
 
 /// The binary under test. Only this package's tests know its path, so the

@@ -11,6 +11,7 @@ use http::{Response, StatusCode};
 use weir_config::traffic;
 use weir_http::body::Body;
 use weir_http::response::error;
+use weir_http::trace::{Current, Kind};
 
 use super::{Checking, Layer, RequestFilter};
 use crate::access_log::AuthStatus;
@@ -73,11 +74,36 @@ impl RequestFilter for ForwardAuth {
             sub.headers.insert(URI.clone(), v.clone());
             sub.headers.insert(ORIGINAL_URI.clone(), v);
         }
+        // A traced request's auth call is a span; the proxy's attempts to
+        // the auth service hang under it.
+        let mut span = parts.extensions.get::<Current>().map(|c| {
+            let mut s = c.child("forward_auth", Kind::Client);
+            s.attr("http.request.method", "GET");
+            s.attr("url.path", fa.path.clone());
+            s
+        });
+        if let Some(s) = &span {
+            sub.extensions.insert(s.current());
+        }
         let answer = tokio::time::timeout(
             fa.timeout,
             self.proxy.serve(&mut sub, Body::empty(), req.conn, None),
         )
         .await;
+        if let Some(mut s) = span.take() {
+            match &answer {
+                Ok(r) => {
+                    s.attr("http.response.status_code", i64::from(r.status().as_u16()));
+                    s.attr("weir.auth.allowed", r.status().is_success());
+                    s.error = r.status().is_server_error();
+                }
+                Err(_) => {
+                    s.attr("error.type", "timeout");
+                    s.error = true;
+                }
+            }
+            s.end();
+        }
         let resp = match answer {
             Ok(r) => r,
             Err(_) => {

@@ -45,8 +45,26 @@ impl Handle for Cached {
         if let Some(opts) = &self.compress {
             crate::pipeline::compress::narrow_accept_encoding(opts, &mut req.parts.headers);
         }
+        // A traced request's cache span: the lookup, and on a miss the
+        // fetch, whose attempts hang under it.
+        let span = crate::pipeline::trace::child_of(req.parts, "cache");
         // Boxed, as the proxy's.
-        Box::pin(self.cache.serve(req.parts, body, req.conn, req.path)).await
+        let resp = Box::pin(self.cache.serve(req.parts, body, req.conn, req.path)).await;
+        if let Some(mut s) = span {
+            let status = resp
+                .headers()
+                .get("cache-status")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            s.0.attr("weir.cache.hit", status.contains("; hit"));
+            s.0.attr("weir.cache.status", status.to_string());
+            s.0.attr(
+                "http.response.status_code",
+                i64::from(resp.status().as_u16()),
+            );
+            crate::pipeline::trace::end_child(req.parts, s);
+        }
+        resp
     }
 
     fn tunnels(&self) -> bool {

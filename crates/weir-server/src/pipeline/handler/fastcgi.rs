@@ -7,6 +7,7 @@ use http::{Response, StatusCode};
 
 use weir_http::body::Body;
 use weir_http::response::error;
+use weir_http::trace::{Current, Kind};
 use weir_static::StaticFiles;
 
 use super::{At, Handle, Owns, Req};
@@ -74,8 +75,21 @@ async fn fastcgi(
                 filename,
                 root: &app.cfg.root,
             };
-            app.run(&script, req.parts, body, req.conn, req.client)
-                .await
+            let span = req.parts.extensions.get::<Current>().map(|c| {
+                let mut s = c.child("fastcgi", Kind::Client);
+                s.attr("weir.fastcgi.script", script_name.to_string());
+                s
+            });
+            let resp = app
+                .run(&script, req.parts, body, req.conn, req.client)
+                .await;
+            if let Some(mut s) = span {
+                let status = resp.status().as_u16();
+                s.error = status >= 500;
+                s.attr("http.response.status_code", i64::from(status));
+                s.end();
+            }
+            resp
         }
         Resolved::Static => {
             let raw = raw.to_string();

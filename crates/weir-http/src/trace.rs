@@ -1,0 +1,340 @@
+//! OpenTelemetry spans of sampled requests: the sampling decision (W3C
+//! `traceparent`, parent-based, else a ratio), the span a request's later
+//! steps hang theirs under ([`Current`], a request extension), the spans'
+//! records, and the one bounded queue they wait in for the exporter.
+//!
+//! An unsampled request costs a header lookup and a random draw: no
+//! allocation, no clock read, no extension. [`emit`] never blocks: a full
+//! queue (a slow or absent collector) drops the span and counts it in
+//! [`DROPPED`]. The exporter itself (encoding, sending) is the server's.
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use http::HeaderMap;
+use http::header::HeaderName;
+
+/// Spans dropped: the queue was full, or their export failed.
+pub static DROPPED: AtomicU64 = AtomicU64::new(0);
+/// Spans the collector accepted.
+pub static EXPORTED: AtomicU64 = AtomicU64::new(0);
+
+static QUEUE: OnceLock<tokio::sync::mpsc::Sender<Record>> = OnceLock::new();
+
+pub static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+
+/// Opens the queue of `capacity` spans and hands its receiving end to the
+/// exporter; `None` when it is open already (the process keeps one queue
+/// and one exporter, whatever a reload says).
+pub fn install(capacity: usize) -> Option<tokio::sync::mpsc::Receiver<Record>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
+    QUEUE.set(tx).ok().map(|()| rx)
+}
+
+/// Queues a finished span for export, or drops and counts it when the
+/// queue is full or none is open. Never waits.
+pub fn emit(r: Record) {
+    match QUEUE.get() {
+        Some(q) if q.try_send(r).is_ok() => {}
+        _ => {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The span later steps of a sampled request make theirs children of (the
+/// request's span, or a cache's or auth call's around a proxy's attempts),
+/// as a request extension. Its absence means "not traced".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Current {
+    pub trace_id: u128,
+    pub span_id: u64,
+}
+
+impl Current {
+    /// A new child span of this one, starting now.
+    pub fn child(&self, name: impl Into<Cow<'static, str>>, kind: Kind) -> Record {
+        Record::new(self.trace_id, self.span_id, name, kind)
+    }
+}
+
+/// Which requests are recorded: `ratio` of new traces, and every trace a
+/// client's `traceparent` says is sampled (never one it says is not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sampler {
+    /// Sampled when a random u64 is below it (`u64::MAX`: always).
+    threshold: u64,
+    always: bool,
+}
+
+impl Sampler {
+    pub fn new(ratio: f64) -> Sampler {
+        let r = ratio.clamp(0.0, 1.0);
+        Sampler {
+            threshold: (r * u64::MAX as f64) as u64,
+            always: r >= 1.0,
+        }
+    }
+
+    /// The request's span, started now, if the request is sampled: the
+    /// client's trace continued (its span the parent), or a new one.
+    pub fn start(&self, h: &HeaderMap) -> Option<Record> {
+        let parent = h.get(&TRACEPARENT).and_then(|v| parse(v.as_bytes()));
+        let (trace_id, parent_id) = match parent {
+            Some(p) if p.sampled => (p.trace_id, p.span_id),
+            Some(_) => return None,
+            None => {
+                if !self.always && fastrand::u64(..) >= self.threshold {
+                    return None;
+                }
+                (fastrand::u128(1..), 0)
+            }
+        };
+        Some(Record::new(trace_id, parent_id, "", Kind::Server))
+    }
+}
+
+/// A parsed version-00 `traceparent`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parent {
+    pub trace_id: u128,
+    pub span_id: u64,
+    pub sampled: bool,
+}
+
+/// A valid version-00 `traceparent` (lowercase hex, neither ID all zeros).
+pub fn parse(v: &[u8]) -> Option<Parent> {
+    if v.len() != 55 || &v[..3] != b"00-" || v[35] != b'-' || v[52] != b'-' {
+        return None;
+    }
+    fn hex(s: &[u8]) -> Option<u128> {
+        let mut n = 0u128;
+        for &c in s {
+            let d = match c {
+                b'0'..=b'9' => c - b'0',
+                b'a'..=b'f' => c - b'a' + 10,
+                _ => return None,
+            };
+            n = (n << 4) | u128::from(d);
+        }
+        Some(n)
+    }
+    let trace_id = hex(&v[3..35]).filter(|&t| t != 0)?;
+    let span_id = hex(&v[36..52]).filter(|&s| s != 0)? as u64;
+    let flags = hex(&v[53..55])? as u8;
+    Some(Parent {
+        trace_id,
+        span_id,
+        sampled: flags & 1 == 1,
+    })
+}
+
+/// The `traceparent` value of a sampled span: `00-TRACE-SPAN-01`.
+pub fn traceparent(trace_id: u128, span_id: u64) -> [u8; 55] {
+    const H: &[u8; 16] = b"0123456789abcdef";
+    let mut b = *b"00-00000000000000000000000000000000-0000000000000000-01";
+    for (i, d) in b[3..35].iter_mut().enumerate() {
+        *d = H[((trace_id >> (124 - 4 * i)) & 15) as usize];
+    }
+    for (i, d) in b[36..52].iter_mut().enumerate() {
+        *d = H[((span_id >> (60 - 4 * i)) & 15) as usize];
+    }
+    b
+}
+
+/// OTLP's span kinds (the values are the protocol's).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Internal = 1,
+    Server = 2,
+    Client = 3,
+}
+
+/// An attribute's value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Str(Cow<'static, str>),
+    Int(i64),
+    Bool(bool),
+}
+
+impl From<&'static str> for Value {
+    fn from(s: &'static str) -> Value {
+        Value::Str(Cow::Borrowed(s))
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Value {
+        Value::Str(Cow::Owned(s))
+    }
+}
+
+impl From<i64> for Value {
+    fn from(n: i64) -> Value {
+        Value::Int(n)
+    }
+}
+
+impl From<bool> for Value {
+    fn from(b: bool) -> Value {
+        Value::Bool(b)
+    }
+}
+
+/// A method's name, without allocating for the usual ones.
+pub fn method(m: &http::Method) -> Value {
+    use http::Method as M;
+    Value::Str(Cow::Borrowed(match *m {
+        M::GET => "GET",
+        M::HEAD => "HEAD",
+        M::POST => "POST",
+        M::PUT => "PUT",
+        M::DELETE => "DELETE",
+        M::OPTIONS => "OPTIONS",
+        M::PATCH => "PATCH",
+        _ => return Value::Str(Cow::Owned(m.as_str().to_string())),
+    }))
+}
+
+/// One span, from its start to [`emit`].
+#[derive(Clone, Debug)]
+pub struct Record {
+    pub trace_id: u128,
+    pub span_id: u64,
+    /// 0: a root span.
+    pub parent_id: u64,
+    pub name: Cow<'static, str>,
+    pub kind: Kind,
+    /// Unix time in nanoseconds.
+    pub start: u64,
+    pub end: u64,
+    /// The span failed (OTLP status code ERROR).
+    pub error: bool,
+    pub attrs: Vec<(&'static str, Value)>,
+}
+
+impl Record {
+    /// A span with a new ID, starting now.
+    pub fn new(
+        trace_id: u128,
+        parent_id: u64,
+        name: impl Into<Cow<'static, str>>,
+        kind: Kind,
+    ) -> Record {
+        Record {
+            trace_id,
+            span_id: fastrand::u64(1..),
+            parent_id,
+            name: name.into(),
+            kind,
+            start: now(),
+            end: 0,
+            error: false,
+            attrs: Vec::with_capacity(12),
+        }
+    }
+
+    /// What its children hang under.
+    pub fn current(&self) -> Current {
+        Current {
+            trace_id: self.trace_id,
+            span_id: self.span_id,
+        }
+    }
+
+    pub fn attr(&mut self, key: &'static str, v: impl Into<Value>) {
+        self.attrs.push((key, v.into()));
+    }
+
+    /// Ends it now and queues it.
+    pub fn end(mut self) {
+        self.end = now();
+        emit(self);
+    }
+}
+
+/// Unix time in nanoseconds.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn with_parent(v: &'static str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(&TRACEPARENT, HeaderValue::from_static(v));
+        h
+    }
+
+    #[test]
+    fn a_sampled_parent_is_followed_whatever_the_ratio() {
+        let h = with_parent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        let r = Sampler::new(0.0).start(&h).expect("followed");
+        assert_eq!(r.trace_id, 0x4bf92f3577b34da6a3ce929d0e0e4736);
+        assert_eq!(r.parent_id, 0x00f067aa0ba902b7);
+        assert_ne!(r.span_id, 0);
+        assert_eq!(r.kind, Kind::Server);
+    }
+
+    #[test]
+    fn an_unsampled_parent_is_never_recorded() {
+        let h = with_parent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00");
+        assert!(Sampler::new(1.0).start(&h).is_none());
+    }
+
+    #[test]
+    fn without_a_parent_the_ratio_decides() {
+        let h = HeaderMap::new();
+        assert!(Sampler::new(0.0).start(&h).is_none());
+        let r = Sampler::new(1.0).start(&h).expect("always");
+        assert_eq!(r.parent_id, 0);
+        assert_ne!(r.trace_id, 0);
+        let s = Sampler::new(0.25);
+        let n = (0..40_000).filter(|_| s.start(&h).is_some()).count();
+        assert!((9_000..11_000).contains(&n), "{n} of 40000 at 0.25");
+        // An invalid traceparent is no parent: the ratio decides.
+        let bad = with_parent("00-00000000000000000000000000000000-00f067aa0ba902b7-01");
+        assert!(Sampler::new(0.0).start(&bad).is_none());
+        assert!(Sampler::new(1.0).start(&bad).unwrap().parent_id == 0);
+    }
+
+    #[test]
+    fn traceparent_round_trips() {
+        let v = traceparent(0x4bf92f3577b34da6a3ce929d0e0e4736, 0x00f067aa0ba902b7);
+        assert_eq!(
+            &v,
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+        let p = parse(&v).unwrap();
+        assert_eq!(p.trace_id, 0x4bf92f3577b34da6a3ce929d0e0e4736);
+        assert_eq!(p.span_id, 0x00f067aa0ba902b7);
+        assert!(p.sampled);
+        for bad in [
+            &b"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"[..],
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0",
+        ] {
+            assert!(parse(bad).is_none());
+        }
+    }
+
+    #[test]
+    fn a_child_hangs_under_its_parent() {
+        let mut req = Sampler::new(1.0).start(&HeaderMap::new()).unwrap();
+        req.attr("http.request.method", "GET");
+        let c = req.current().child("GET", Kind::Client);
+        assert_eq!(c.trace_id, req.trace_id);
+        assert_eq!(c.parent_id, req.span_id);
+        assert_ne!(c.span_id, req.span_id);
+        assert_eq!(req.attrs[0], ("http.request.method", Value::from("GET")));
+    }
+}

@@ -1,0 +1,106 @@
+//! A sampled request's server span (`[traces]`): begun once the route
+//! phase knows the site (the sampling decision: the client's
+//! `traceparent`, else the site's ratio), ended at the log phase with the
+//! answer's status. While it runs, its [`Current`] is a request extension
+//! under which the proxy's attempts, the cache, FastCGI and forward auth
+//! hang their own spans. An unsampled request gets no extension and
+//! allocates nothing here.
+
+use std::net::IpAddr;
+
+use http::Response;
+use http::request::Parts;
+
+use weir_config::routes::PathPattern;
+use weir_http::body::Body;
+use weir_http::conn::ConnInfo;
+use weir_http::trace::{Current, Record, Sampler};
+
+/// The request's own span, kept in its extensions until the log phase.
+#[derive(Clone)]
+struct RequestSpan(Record);
+
+/// The route phase: a sampled request's span begins.
+#[inline]
+pub(super) fn begin(sampler: Option<&Sampler>, parts: &mut Parts) {
+    if let Some(s) = sampler
+        && let Some(r) = s.start(&parts.headers)
+    {
+        parts.extensions.insert(r.current());
+        parts.extensions.insert(RequestSpan(r));
+    }
+}
+
+/// The log phase: the request's span ends with what was answered.
+pub(super) fn end(
+    parts: &mut Parts,
+    resp: &Response<Body>,
+    conn: &ConnInfo,
+    client: IpAddr,
+    site: &str,
+    route: Option<&PathPattern>,
+) {
+    let Some(RequestSpan(mut r)) = parts.extensions.remove::<RequestSpan>() else {
+        return;
+    };
+    parts.extensions.remove::<Current>();
+    let method = parts.method.as_str();
+    let route = route.map(super::route_label);
+    r.name = match &route {
+        Some(rt) => format!("{method} {rt}").into(),
+        None => method.to_string().into(),
+    };
+    let status = resp.status().as_u16();
+    r.error = status >= 500;
+    r.attr(
+        "http.request.method",
+        weir_http::trace::method(&parts.method),
+    );
+    r.attr("url.path", parts.uri.path().to_string());
+    if let Some(q) = parts.uri.query() {
+        r.attr("url.query", q.to_string());
+    }
+    r.attr("url.scheme", if conn.tls { "https" } else { "http" });
+    let host = super::request_head::strip_port(super::request_head::request_host(parts));
+    if !host.is_empty() {
+        r.attr("server.address", host.to_string());
+    }
+    r.attr(
+        "network.protocol.version",
+        match parts.version {
+            http::Version::HTTP_10 => "1.0",
+            http::Version::HTTP_2 => "2",
+            http::Version::HTTP_3 => "3",
+            _ => "1.1",
+        },
+    );
+    r.attr("client.address", client.to_string());
+    if let Some(ua) = parts
+        .headers
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+    {
+        r.attr("user_agent.original", ua.to_string());
+    }
+    if let Some(rt) = route {
+        r.attr("http.route", rt);
+    }
+    r.attr("http.response.status_code", i64::from(status));
+    r.attr("weir.site", site.to_string());
+    r.end();
+}
+
+/// A child span of the request's around `f` (the cache's): while it runs,
+/// it is the request's [`Current`], so the proxy's attempts hang under it.
+pub(super) fn child_of(parts: &mut Parts, name: &'static str) -> Option<(Record, Current)> {
+    let cur = *parts.extensions.get::<Current>()?;
+    let span = cur.child(name, weir_http::trace::Kind::Internal);
+    parts.extensions.insert(span.current());
+    Some((span, cur))
+}
+
+/// Ends a span [`child_of`] began and gives the request its own span back.
+pub(super) fn end_child(parts: &mut Parts, (span, cur): (Record, Current)) {
+    parts.extensions.insert(cur);
+    span.end();
+}

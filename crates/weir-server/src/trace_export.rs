@@ -1,0 +1,138 @@
+//! The trace exporter (`[traces]`): one thread of its own takes the spans
+//! requests queued (`weir_http::trace::emit`), batches them, encodes each
+//! batch as an OTLP `ExportTraceServiceRequest` and POSTs it to the
+//! collector through the proxy's HTTP/1.1 client.
+//!
+//! It never runs on a worker and a request never waits for it: while an
+//! export is slow or the collector is down, the bounded queue fills and
+//! new spans are dropped and counted; a failed export drops its batch.
+//! One queue and one exporter per process; a reload changes the endpoint,
+//! the batching and the timeout (the queue's size stays the first one).
+//!
+//! The OTLP protobuf is written by hand ([`otlp`]): the OpenTelemetry SDK
+//! allocates and locks per span on the request path, and the generated
+//! protobuf types would bring tonic and the SDK into the binary for ten
+//! message fields; the e2e tests decode what is sent with the official
+//! definitions (`opentelemetry-proto`).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderValue};
+
+use weir_config::traces::TracesConfig;
+use weir_http::trace::{DROPPED, EXPORTED, Record};
+use weir_proxy::h1_client::one_shot;
+
+mod otlp;
+
+static SETTINGS: OnceLock<ArcSwap<TracesConfig>> = OnceLock::new();
+
+/// Starts the exporter the first time a config has `[traces]`; later,
+/// hands it the new settings. A config without `[traces]` leaves it be:
+/// its sites sample nothing, so it idles.
+pub(crate) fn configure(cfg: Option<&TracesConfig>) {
+    let Some(cfg) = cfg else { return };
+    if let Some(s) = SETTINGS.get() {
+        s.store(Arc::new(cfg.clone()));
+        return;
+    }
+    let Some(rx) = weir_http::trace::install(cfg.queue) else {
+        return;
+    };
+    if SETTINGS.set(ArcSwap::from_pointee(cfg.clone())).is_err() {
+        return;
+    }
+    if let Err(e) =
+        weir_http::background::spawn("weir-traces".into(), "trace exporter", move || export(rx))
+    {
+        tracing::error!("traces: cannot start the exporter thread: {e}");
+    }
+}
+
+async fn export(mut rx: tokio::sync::mpsc::Receiver<Record>) {
+    let mut batch: Vec<Record> = Vec::new();
+    // The last failure logged: one line a minute while the collector fails.
+    let mut warned: Option<Instant> = None;
+    loop {
+        let Some(cfg) = SETTINGS.get().map(|s| s.load_full()) else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + cfg.interval;
+        while batch.len() < cfg.batch {
+            let room = cfg.batch - batch.len();
+            match tokio::time::timeout_at(deadline, rx.recv_many(&mut batch, room)).await {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        let n = batch.len() as u64;
+        let body = Bytes::from(otlp::encode(
+            &cfg.service_name,
+            env!("CARGO_PKG_VERSION"),
+            &batch,
+        ));
+        batch.clear();
+        let sent = tokio::time::timeout(cfg.timeout, post(&cfg.endpoint, &body)).await;
+        let failure = match sent {
+            Ok(Ok(s)) if (200..300).contains(&s) => {
+                EXPORTED.fetch_add(n, Relaxed);
+                if warned.take().is_some() {
+                    tracing::info!("traces: {} accepts spans again", cfg.endpoint);
+                }
+                continue;
+            }
+            Ok(Ok(s)) => format!("it answered {s}"),
+            Ok(Err(e)) => e,
+            Err(_) => format!("no answer within {:?}", cfg.timeout),
+        };
+        DROPPED.fetch_add(n, Relaxed);
+        if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            warned = Some(Instant::now());
+            tracing::warn!(
+                "traces: cannot export to {}: {failure}; spans are dropped until it answers",
+                cfg.endpoint
+            );
+        }
+    }
+}
+
+/// POSTs one encoded batch on a connection of its own; the status.
+async fn post(uri: &http::Uri, body: &Bytes) -> Result<u16, String> {
+    let host = uri.host().ok_or("no host")?;
+    let port = uri.port_u16().unwrap_or(80);
+    let authority = uri.authority().map_or(host, |a| a.as_str());
+    let host_field = HeaderValue::from_str(authority).map_err(|e| e.to_string())?;
+    let stream = tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = stream.set_nodelay(true);
+    let mut fields = HeaderMap::new();
+    fields.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-protobuf"),
+    );
+    fields.insert(header::USER_AGENT, HeaderValue::from_static("weir"));
+    fields.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    let target = uri.path_and_query().map_or("/v1/traces", |p| p.as_str());
+    let (head, conn) = one_shot::send(
+        stream,
+        &http::Method::POST,
+        target,
+        &host_field,
+        &fields,
+        Some(body),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    // The answer (an ExportTraceServiceResponse) says nothing weir acts on.
+    let _ = one_shot::read_body(conn, head.framing, 64 * 1024).await;
+    Ok(head.parts.status.as_u16())
+}
