@@ -72,6 +72,8 @@ pub struct Dir {
     pub php: Option<(String, Origin)>,
     /// `AllowOverride`: which `.htaccess` directive classes count.
     pub allow_override: Option<Vec<String>>,
+    /// `<Files>`/`<FilesMatch>` with `Require all denied`: path regexes answered 403.
+    pub denied_files: Vec<(String, Origin)>,
     /// Redirects in order (`Redirect*`, `RewriteRule … [R]`).
     pub redirects: Vec<Unit>,
     pub front: Option<Front>,
@@ -103,6 +105,7 @@ impl Dir {
             .extend(child.expires_by_type.iter().cloned());
         d.deflate.extend(child.deflate.iter().cloned());
         d.redirects.extend(child.redirects.iter().cloned());
+        d.denied_files.extend(child.denied_files.iter().cloned());
         d
     }
 }
@@ -308,6 +311,9 @@ pub fn directive(
             } else {
                 report.approx(&d.at, d.text(), "static files", "weir adds `; charset=utf-8` to textual types (not to every answer)");
             }
+        }
+        "setenvif" | "setenvifnocase" if d.arg(0).trim_start_matches('^').trim_end_matches('$').eq_ignore_ascii_case("authorization") => {
+            report.mapped(&d.at, d.text(), "none needed: weir passes every request field to PHP as HTTP_*")
         }
         "php_value" | "php_flag" | "php_admin_value" | "php_admin_flag" => report.none(
             &d.at,
@@ -736,6 +742,31 @@ fn redirect(d: &Directive, sc: &Scope<'_>, report: &mut Report) -> Option<Unit> 
             ]),
         )],
     })
+}
+
+/// A `<Files>` name or `<FilesMatch>` regex (on a file's name) as a
+/// regex on the whole path.
+pub fn files_regex(pattern: &str, is_regex: bool) -> String {
+    if !is_regex {
+        let mut o = String::from("/");
+        for c in pattern.chars() {
+            match c {
+                '*' => o.push_str("[^/]*"),
+                '?' => o.push_str("[^/]"),
+                c => o.push_str(&regex_escape(&c.to_string())),
+            }
+        }
+        o.push('$');
+        return o;
+    }
+    let mut o = match pattern.strip_prefix('^') {
+        Some(rest) => format!("/{rest}"),
+        None => pattern.to_string(),
+    };
+    if !o.ends_with('$') {
+        o.push_str("[^/]*$");
+    }
+    o
 }
 
 /// PCRE features regex-lite lacks.

@@ -757,6 +757,15 @@ fn files_section(d: &Directive, x: &Dir, into: &mut Dir, report: &mut Report) {
         );
         return;
     }
+    if matches!(x.access, Some((Access::Nobody, _))) && x.headers.is_empty() {
+        let is_regex = d.is("FilesMatch") || d.arg(0) == "~";
+        if dir::unsupported_regex(pat).is_none() {
+            into.denied_files
+                .push((dir::files_regex(pat, is_regex), d.at.clone()));
+            report.approx(&d.at, d.text(), "a route with path_regex answering 403", "weir matches the whole path (Apache the file's name), and refuses these names wherever they are asked, also under an Alias");
+            return;
+        }
+    }
     if x.access.is_none() && x.headers.is_empty() {
         report.mapped(&d.at, d.text(), "nothing weir needs");
         return;
@@ -1577,6 +1586,14 @@ fn site(
                 rt.set(&k, v);
             }
         }
+        routes.push(rt);
+    }
+    for (re, fat) in &site_dir.denied_files {
+        let mut rt = Table::new(String::new(), true);
+        rt.comments
+            .push(format!("{}:{} files refused", fat.file, fat.line));
+        rt.set("path_regex", V::s(re.clone()));
+        rt.set("respond", V::I(403));
         routes.push(rt);
     }
     // Expires by type: a route per type's extensions, answered by the site's files.
