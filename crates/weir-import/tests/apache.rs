@@ -193,7 +193,10 @@ fn reverse_proxy() {
         "{t}"
     );
     assert!(!t.contains("bob"));
-    assert!(t.contains("path = \"/app/internal/\"\nproxy = "), "{t}");
+    assert!(
+        t.contains("path = \"/app/internal/\"\nrewrite = \"/internal/\"\nproxy = "),
+        "{t}"
+    );
     assert!(t.contains("allow = [\"10.0.0.0/8\"]"), "{t}");
     assert!(matches!(
         outcome(&out, "ProxyPassReverse /app/"),

@@ -110,6 +110,10 @@ impl Dir {
     }
 }
 
+/// Stands for `{scheme}://{host}[:port]` in a redirect target until the
+/// site's port is known ([`Scope::origin`]).
+pub const ORIGIN: &str = "\u{1}";
+
 /// Where the directives of a scope apply.
 pub struct Scope<'a> {
     /// The URL path this scope's relative rewrite patterns start from
@@ -320,7 +324,10 @@ pub fn directive(
             d.text(),
             "mod_php settings go in PHP-FPM's pool (`php_admin_value[name] = value`) or php.ini",
         ),
-        "addtype" | "addcharset" | "addlanguage" | "addencoding" | "defaulttype"
+        "addcharset" | "addlanguage" | "languagepriority" | "forcelanguagepriority" => {
+            report.mapped(&d.at, d.text(), "none needed: weir has no content negotiation (MultiViews)")
+        }
+        "addtype" | "addencoding" | "defaulttype"
         | "forcetype" | "removetype" => report.approx(
             &d.at,
             d.text(),
@@ -1041,9 +1048,10 @@ fn rule(
             url = format!("{}/{url}", b.trim_end_matches('/'));
         }
         // The query goes along unless the target has its own (QSA: both) or QSD.
-        if has("qsd") {
-        } else if let Some(_q) = url.split_once('?') {
-            if has("qsa") {
+        if !has("qsd") {
+            if !url.contains('?') {
+                url.push_str("{?query}");
+            } else if has("qsa") {
                 url.push_str("&{query}");
                 report.approx(
                     &d.at,
@@ -1052,8 +1060,6 @@ fn rule(
                     "weir writes `&` even when the request had no query",
                 );
             }
-        } else {
-            url.push_str("{?query}");
         }
         if url.starts_with('/') {
             url = format!("{}{url}", sc.origin);

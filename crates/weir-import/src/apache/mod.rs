@@ -121,7 +121,7 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
             vhost_dirs.push(d);
             continue;
         }
-        if !host_directive(d, &mut main_host, &g, &reader, &mut report) {
+        if !host_directive(d, &mut main_host, &g, &mut report) {
             server_directive(d, &mut server, &mut report);
         }
     }
@@ -134,7 +134,7 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
             declare(d, &mut g, &mut report);
         }
         for d in v.block.iter().flatten() {
-            if !host_directive(d, &mut h, &g, &reader, &mut report) {
+            if !host_directive(d, &mut h, &g, &mut report) {
                 report.none(&d.at, d.text(), "not known to weir import");
             }
         }
@@ -158,7 +158,7 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
                     Some(i) => format!("{i}:{port}"),
                     None => format!("0.0.0.0:{port}"),
                 });
-            if !g.listens.iter().any(|(_, p, _)| *p == port) {
+            if !g.listens.is_empty() && !g.listens.iter().any(|(_, p, _)| *p == port) {
                 report.approx(&v.at, v.text(), "listen", format!("no Listen names port {port}: Apache would not answer there; the site listens on it all the same"));
             }
             addrs.push((listen, port));
@@ -174,7 +174,6 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
             &merged,
             &addrs,
             first_on_port,
-            &g,
             &reader,
             opts,
             &mut report,
@@ -195,7 +194,6 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
             &main_host,
             &[(l, p)],
             true,
-            &g,
             &reader,
             opts,
             &mut report,
@@ -321,7 +319,7 @@ fn member(d: &Directive, args: &[String], b: &mut Balancer, report: &mut Report)
         return;
     };
     let mut weight = 1;
-    for a in &args[1..] {
+    for a in args.get(1..).unwrap_or(&[]) {
         if let Some(w) = a.strip_prefix("loadfactor=") {
             weight = w.parse().unwrap_or(1);
         } else if let Some(st) = a.strip_prefix("status=") {
@@ -450,16 +448,10 @@ fn server_directive(d: &Directive, server: &mut Table, report: &mut Report) {
 }
 
 /// A directive of the server config or a vhost; `false` when it is neither.
-fn host_directive(
-    d: &Directive,
-    h: &mut Host,
-    g: &Globals,
-    reader: &Reader,
-    report: &mut Report,
-) -> bool {
+fn host_directive(d: &Directive, h: &mut Host, g: &Globals, report: &mut Report) -> bool {
     let sc = Scope {
         per_dir: None,
-        origin: "",
+        origin: dir::ORIGIN,
         server_name: h.names.first().map_or("", String::as_str),
         overrides: None,
     };
@@ -613,6 +605,7 @@ fn host_directive(
         }
         "proxyaddheaders" => report.mapped(&d.at, d.text(), "proxy x_forwarded"),
         "proxy" if d.arg(0).starts_with("balancer://") => {}
+        "listen" => {}
         "balancermember" | "proxyset" => {}
         "proxy" => report.mapped(&d.at, d.text(), "none needed: weir is no forward proxy"),
         "alias" => {
@@ -659,6 +652,10 @@ fn host_directive(
             let path = d.arg(0);
             if path.starts_with('|') {
                 report.none(&d.at, d.text(), "weir writes logs to a file, stdout or syslog, not to a program");
+                return true;
+            }
+            if path.contains("${") {
+                report.none(&d.at, d.text(), "its path names a variable nothing here defines (Debian's envvars is not beside the main file): write `access_log` by hand");
                 return true;
             }
             let fmt = if lname == "transferlog" { "common" } else { d.arg(1) };
@@ -963,10 +960,10 @@ fn log_format(f: &str, g: &Globals) -> (String, Option<String>) {
     let fmt = g.formats.get(f).map_or(f, String::as_str);
     let combined = "%h %l %u %t \"%r\" %>s %O \"%{Referer}i\" \"%{User-Agent}i\"";
     let common = "%h %l %u %t \"%r\" %>s %O";
-    if fmt == combined || f == "combined" && !g.formats.contains_key(f) {
+    if fmt == combined || (f == "combined" && !g.formats.contains_key(f)) {
         return ("combined".into(), Some("weir's combined logs the body's length (%B), Apache's %O counts the head too; the user is `-`".into()));
     }
-    if fmt == common || f == "common" && !g.formats.contains_key(f) {
+    if fmt == common || (f == "common" && !g.formats.contains_key(f)) {
         return ("common".into(), Some("weir's common logs the body's length (%B), Apache's %O counts the head too; the user is `-`".into()));
     }
     let mut out = String::new();
@@ -1177,7 +1174,6 @@ fn site(
     h: &Host,
     addrs: &[(String, u16)],
     first_on_port: bool,
-    g: &Globals,
     reader: &Reader,
     opts: &Options,
     report: &mut Report,
@@ -1204,7 +1200,7 @@ fn site(
     });
     let sc = Scope {
         per_dir: None,
-        origin: &origin,
+        origin: dir::ORIGIN,
         server_name: &server_name,
         overrides: None,
     };
@@ -1300,7 +1296,7 @@ fn site(
     );
     for (url, rw) in &dir_rw {
         let sc2 = Scope {
-            per_dir: Some(url),
+            per_dir: Some(url.as_str()),
             ..sc
         };
         let mut x = Dir::default();
@@ -1442,9 +1438,7 @@ fn site(
         t.set("errors", V::T(e));
     }
     t.set("compress", compress(&site_dir));
-    if site_dir.expires_on && site_dir.expires.is_none() && site_dir.expires_by_type.is_empty() {
-        // ExpiresActive alone sends nothing.
-    }
+
     let site_filters = filters(&site_dir, reader, report);
     for (k, v) in &site_filters {
         t.set(k, v.clone());
@@ -1455,7 +1449,7 @@ fn site(
     // Location and Directory scopes (with the handler the mapping gives
     // them), then the mappings in the order written.
     for u in &redirects {
-        routes.push(unit_table(u));
+        routes.push(unit_table(u, &origin));
     }
     let handler_for = |prefix: &str| -> Vec<Key> {
         for m in &h.maps {
@@ -1510,7 +1504,11 @@ fn site(
                         if !(p == "/" && url_path.len() <= 1) {
                             k.push((
                                 "rewrite".into(),
-                                V::s(if url_path.is_empty() { "/" } else { url_path }),
+                                V::s(if url_path.is_empty() {
+                                    "/"
+                                } else {
+                                    url_path.as_str()
+                                }),
                             ));
                         }
                         rt.set("path", V::s(p));
@@ -1540,7 +1538,7 @@ fn site(
             continue;
         }
         for u in &l.dir.redirects {
-            routes.push(unit_table(u));
+            routes.push(unit_table(u, &origin));
         }
         if fl.is_empty() && keys.is_empty() {
             continue;
@@ -1559,7 +1557,7 @@ fn site(
     }
     for (url, x) in &sub_units {
         for u in &x.redirects {
-            routes.push(unit_table(u));
+            routes.push(unit_table(u, &origin));
         }
         let fl = filters(x, reader, report);
         if fl.is_empty() && x.browse.is_none() && x.index.is_none() {
@@ -1682,8 +1680,8 @@ fn site(
                 rt.set("strip_prefix", V::B(true));
                 rt.set("root", V::s(target.trim_end_matches('/')));
                 if let Some(x) = alias_dirs.get(p) {
-                    if x.browse == Some(true) {
-                        report.approx(&m.at, m.text.clone(), "route", "the listing of the aliased directory is the site's `browse` setting in weir");
+                    if x.browse.unwrap_or(false) != site_dir.browse.unwrap_or(false) {
+                        report.approx(&m.at, m.text.clone(), "route", "whether the aliased directory is listed is the site's `browse` setting in weir, not its <Directory>'s Options");
                     }
                     if matches!(x.access, Some((Access::Nobody, _))) {
                         rt.keys.retain(|(k, _)| k == "path");
@@ -1775,14 +1773,27 @@ fn with_host(proxy: &V, preserve: Option<bool>, timeout: Option<&str>) -> V {
     V::T(p)
 }
 
-fn unit_table(u: &Unit) -> Table {
+/// A redirect or refusal route, its targets made absolute with `origin`.
+fn unit_table(u: &Unit, origin: &str) -> Table {
+    fn fill(v: &V, origin: &str) -> V {
+        match v {
+            V::S(s) => V::S(s.replace(dir::ORIGIN, origin)),
+            V::T(t) => V::T(
+                t.iter()
+                    .map(|(k, x)| (k.clone(), fill(x, origin)))
+                    .collect(),
+            ),
+            V::A(a) => V::A(a.iter().map(|x| fill(x, origin)).collect()),
+            other => other.clone(),
+        }
+    }
     let mut rt = Table::new(String::new(), true);
     rt.comments.push(u.comment.clone());
     if let Some((k, v)) = &u.pattern {
         rt.set(k, v.clone());
     }
     for (k, v) in &u.keys {
-        rt.set(k, v.clone());
+        rt.set(k, fill(v, origin));
     }
     rt
 }
@@ -1790,7 +1801,7 @@ fn unit_table(u: &Unit) -> Table {
 /// `dir` is `root` or above it.
 fn under(root: &str, dir: &str) -> bool {
     let d = dir.trim_end_matches('/');
-    d.is_empty() && root.starts_with('/') || root == d || root.starts_with(&format!("{d}/"))
+    (d.is_empty() && root.starts_with('/')) || root == d || root.starts_with(&format!("{d}/"))
 }
 
 /// The `.htaccess` files under the DocumentRoot: read into `out` (URL
@@ -1802,7 +1813,6 @@ fn htaccess(
     site_dir: &Dir,
     dirs: &[(String, Dir, Origin)],
     opts: &Options,
-    origin: &str,
     server_name: &str,
     reader: &Reader,
     report: &mut Report,
@@ -1888,10 +1898,10 @@ fn htaccess(
             }
         };
         let sc = Scope {
-            per_dir: Some(&url),
-            origin,
+            per_dir: Some(url.as_str()),
+            origin: dir::ORIGIN,
             server_name,
-            overrides: Some(&allowed),
+            overrides: Some(allowed.as_slice()),
         };
         let mut x = Dir::default();
         let mut rw = Vec::new();

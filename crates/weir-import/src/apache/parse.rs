@@ -203,8 +203,9 @@ impl Reader {
                 // Conditional sections are decided before their body is
                 // read: a false one's Defines, modules and includes do not count.
                 let cond = if name.eq_ignore_ascii_case("IfModule") {
+                    // Before any LoadModule (a vhost read alone) both ways hold.
                     let a = args.first().map_or("", String::as_str);
-                    Some(self.has_module(a) != a.starts_with('!'))
+                    Some(!self.any_load || self.has_module(a) != a.starts_with('!'))
                 } else if name.eq_ignore_ascii_case("IfDefine") {
                     let a = args.first().map_or("", String::as_str);
                     Some(self.defines.contains_key(a.trim_start_matches('!')) != a.starts_with('!'))
@@ -220,7 +221,7 @@ impl Reader {
                 if skip {
                     self.skipping += 1;
                 }
-                let body = self.block(file, lines, i, Some((&name, at)));
+                let body = self.block(file, lines, i, Some((name.as_str(), at)));
                 if skip {
                     self.skipping -= 1;
                 }
@@ -450,7 +451,7 @@ fn glob(pattern: &Path) -> Vec<PathBuf> {
                 let Ok(rd) = std::fs::read_dir(if base.as_os_str().is_empty() {
                     Path::new(".")
                 } else {
-                    base
+                    base.as_path()
                 }) else {
                     continue;
                 };

@@ -240,6 +240,17 @@ fn same(what: &str, ap: &Answer, w: &Answer, report: &str) {
         listed("Apache's own pages");
         return;
     }
+    if ap.body != w.body
+        && what.contains("/ (")
+        && ap
+            .content_type
+            .as_deref()
+            .is_some_and(|c| c.starts_with("text/html"))
+    {
+        // A directory without an index: each server's own listing.
+        listed("mod_autoindex");
+        return;
+    }
     let ct = |a: &Answer| {
         a.content_type
             .as_deref()
@@ -249,17 +260,6 @@ fn same(what: &str, ap: &Answer, w: &Answer, report: &str) {
         listed("charset=utf-8");
     }
     assert_eq!(ct(ap), ct(w), "{what}: Content-Type");
-    if ap.body != w.body
-        && ap
-            .content_type
-            .as_deref()
-            .is_some_and(|c| c.starts_with("text/html"))
-        && what.ends_with('/')
-    {
-        // A directory without an index: each server's own listing.
-        listed("mod_autoindex");
-        return;
-    }
     assert_eq!(ap.body, w.body, "{what}: body");
 }
 
@@ -331,7 +331,7 @@ async fn debian_default_site_answers_as_apache() {
         ("GET", "/.hidden", None),
         ("GET", "/.htpasswd", None),
         ("GET", "/icons/apache_pb.png", None),
-        ("GET", "/icons/README", None),
+        ("GET", "/icons/a.gif", None),
         ("GET", "/server-status", None),
     ] {
         let what = format!("{method} {path} (Host {host:?})");
