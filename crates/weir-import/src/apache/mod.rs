@@ -466,7 +466,7 @@ fn host_directive(d: &Directive, h: &mut Host, g: &Globals, report: &mut Report)
         }
         "serveralias" => {
             for n in &d.args {
-                if n.contains('*') && !n.starts_with("*.") || n[1..].contains('*') {
+                if (n.contains('*') && !n.starts_with("*.")) || n.get(1..).is_some_and(|r| r.contains('*')) {
                     report.none(&d.at, format!("ServerAlias {n}"), "weir's wildcards are `*.name` one label deep");
                 } else if n.starts_with("*.") {
                     h.names.push(n.to_ascii_lowercase());
@@ -1288,7 +1288,6 @@ fn site(
         &site_dir,
         &dirs,
         opts,
-        &origin,
         &server_name,
         reader,
         report,

@@ -115,7 +115,11 @@ impl Reader {
     /// Debian's `envvars` beside apache2.conf: `export NAME=value` lines,
     /// which apache2ctl puts in the environment for `${NAME}`.
     fn envvars(&mut self) {
-        let Ok(text) = std::fs::read_to_string(self.files.conf_dir.join("envvars")) else {
+        // A sites-available file read alone finds it one level up.
+        let dir = &self.files.conf_dir;
+        let Ok(text) = std::fs::read_to_string(dir.join("envvars"))
+            .or_else(|_| std::fs::read_to_string(dir.join("../envvars")))
+        else {
             return;
         };
         for line in text.lines() {

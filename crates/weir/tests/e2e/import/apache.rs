@@ -447,3 +447,105 @@ async fn reverse_proxy_answers_as_apache() {
         assert_eq!(ap_seen, w_seen, "GET {path}: what the upstreams received");
     }
 }
+
+/// WordPress as Ubuntu's tutorial sets it up: PHP-FPM through Debian's
+/// php8.2-fpm.conf, WordPress's .htaccess read with `--htaccess`.
+#[tokio::test]
+async fn wordpress_with_its_htaccess_answers_as_apache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("log")).unwrap();
+    let www = dir.join("wordpress");
+    std::fs::create_dir_all(www.join("wp-admin")).unwrap();
+    std::fs::create_dir_all(www.join("wp-content/themes")).unwrap();
+    let show = "<?php echo $_SERVER['REQUEST_METHOD'], ' ', $_SERVER['REQUEST_URI'], ' script=', $_SERVER['SCRIPT_NAME'], ' query=', $_SERVER['QUERY_STRING'], \"\\n\";";
+    std::fs::write(www.join("index.php"), format!("front {show}")).unwrap();
+    std::fs::write(www.join("wp-login.php"), format!("login {show}")).unwrap();
+    std::fs::write(www.join("wp-admin/index.php"), format!("admin {show}")).unwrap();
+    std::fs::write(
+        www.join("wp-content/themes/style.css"),
+        "body { color: blue }\n",
+    )
+    .unwrap();
+    std::fs::write(www.join("readme.html"), "<p>readme</p>\n").unwrap();
+    let src = corpus("apache/wordpress");
+    std::fs::copy(
+        src.join("srv/www/wordpress/.htaccess"),
+        www.join(".htaccess"),
+    )
+    .unwrap();
+    let fpm_port = free_port();
+    let _fpm = crate::php::PhpFpm::start(&format!("127.0.0.1:{fpm_port}"), 4);
+
+    let (ap_port, weir_port) = (free_port(), free_port());
+    let w = www.display().to_string();
+    let copy = |name: &str, port: u16| -> PathBuf {
+        let etc = dir.join(name);
+        let e = etc.display().to_string();
+        copy_tree(&src.join("etc/apache2"), &etc, &|t: &str| {
+            t.replace("/srv/www/wordpress", &w)
+                .replace("<VirtualHost *:80>", &format!("<VirtualHost *:{port}>"))
+                .replace("/etc/apache2/", &format!("{e}/"))
+                .replace(
+                    "\"proxy:unix:/run/php/php8.2-fpm.sock|fcgi://localhost\"",
+                    &format!("\"proxy:fcgi://127.0.0.1:{fpm_port}\""),
+                )
+        });
+        etc
+    };
+    let ap_etc = copy("apache", ap_port);
+    let weir_etc = copy("weir-etc", weir_port);
+    // The modules Debian's a2enmod would have enabled for this site.
+    let m = "/usr/lib/apache2/modules";
+    let mods = [
+        "mpm_event",
+        "authz_core",
+        "authz_host",
+        "mime",
+        "dir",
+        "alias",
+        "rewrite",
+        "setenvif",
+        "proxy",
+        "proxy_fcgi",
+    ];
+    let mut main = format!(
+        "Listen 127.0.0.1:{ap_port}\nUser www-data\nGroup www-data\nTypesConfig /etc/mime.types\n"
+    );
+    for md in mods {
+        main.push_str(&format!("LoadModule {md}_module {m}/mod_{md}.so\n"));
+    }
+    main.push_str(&format!(
+        "Include {}/sites-enabled/wordpress.conf\n",
+        ap_etc.display()
+    ));
+    std::fs::write(ap_etc.join("apache2.conf"), main).unwrap();
+    open_up(dir);
+    let _ap = Apache::start(dir, &ap_etc, ap_port);
+
+    let out = dir.join("weir.toml");
+    let site = weir_etc.join("sites-enabled/wordpress.conf");
+    let (code, report) = import(&site, &out, &["--htaccess"]);
+    assert_eq!(code, 3, "{report}");
+    assert!(report.contains("front controller /index.php"), "{report}");
+    let toml = std::fs::read_to_string(&out).unwrap();
+    let _w = Weir::start_in(WEIR, tempfile::tempdir().unwrap(), &toml, &[weir_port]);
+
+    let c = no_redirects();
+    for (method, path) in [
+        ("GET", "/"),
+        ("GET", "/index.php"),
+        ("GET", "/hello-world/"),
+        ("GET", "/2026/11/a-post/?replytocom=3"),
+        ("POST", "/wp-login.php?action=login"),
+        ("GET", "/wp-admin/"),
+        ("GET", "/wp-content/themes/style.css"),
+        ("GET", "/readme.html"),
+        ("GET", "/feed"),
+    ] {
+        let what = format!("{method} {path} (Host {:?})", Some("blog.example.com"));
+        let ap = ask(&c, ap_port, method, path, Some("blog.example.com")).await;
+        let w = ask(&c, weir_port, method, path, Some("blog.example.com")).await;
+        same(&what, &ap, &w, &report);
+    }
+}
