@@ -436,11 +436,11 @@ async fn reverse_proxy_answers_as_apache() {
         "/admin/",
         "/missing",
     ] {
-        let counts = |_: ()| ups.iter().map(|u| u.count()).collect::<Vec<_>>();
-        let before = counts(());
+        let counts = || ups.iter().map(|u| u.count()).collect::<Vec<_>>();
+        let before = counts();
         let ap = ask(&c, ap_port, "GET", path, None).await;
         let ap_seen = seen(&before);
-        let before = counts(());
+        let before = counts();
         let w = ask(&c, weir_port, "GET", path, None).await;
         let w_seen = seen(&before);
         same(&format!("GET {path}"), &ap, &w, &report);
