@@ -173,7 +173,7 @@ fn reverse_proxy() {
             < pos("path = \"/app/\"\nrewrite = \"/\"")
     );
     assert!(
-        t.contains("path_regex = \"^/v1(.*)$\"\nrewrite = \"/api/v1{1}{?query}\""),
+        t.contains("path_regex = \"^/v1(/.*)?$\"\nrewrite = \"/api/v1{1}{?query}\""),
         "{t}"
     );
     assert!(t.contains("to = [{ addr = \"127.0.0.1:9002\", weight = 3 }, { addr = \"127.0.0.1:9003\", weight = 1 }]"), "{t}");

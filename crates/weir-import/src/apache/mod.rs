@@ -1514,7 +1514,10 @@ fn site(
                     } else {
                         rt.set(
                             "path_regex",
-                            V::S(format!("^{}(.*)$", dir::regex_escape(p))),
+                            V::S(format!(
+                                "^{}(/.*)?$",
+                                dir::regex_escape(p.trim_end_matches('/'))
+                            )),
                         );
                         k.push(("rewrite".into(), V::S(format!("{url_path}{{1}}{{?query}}"))));
                     }
@@ -1649,10 +1652,14 @@ fn site(
                     rt.set("rewrite", V::s("{1}{?query}"));
                     report.approx(&m.at, m.text.clone(), "route", format!("`{p}` alone (without a path after it) is not proxied: Apache would ask the upstream for an empty path"));
                 } else {
-                    // Apache maps by plain prefix: `/a` + `http://b/x` sends `/abc` as `/xbc`.
+                    // Apache maps whole segments: `/a` + `http://b/x` sends
+                    // `/a` as `/x`, `/a/c` as `/x/c`, and leaves `/abc` alone.
                     rt.set(
                         "path_regex",
-                        V::S(format!("^{}(.*)$", dir::regex_escape(p))),
+                        V::S(format!(
+                            "^{}(/.*)?$",
+                            dir::regex_escape(p.trim_end_matches('/'))
+                        )),
                     );
                     rt.set("rewrite", V::S(format!("{url_path}{{1}}{{?query}}")));
                 }

@@ -431,6 +431,7 @@ async fn reverse_proxy_answers_as_apache() {
         "/app/internal/z",
         "/v1/users",
         "/v1x?z=2",
+        "/v1",
         "/images/a.png",
         "/images/b/c.png",
         "/admin/",
