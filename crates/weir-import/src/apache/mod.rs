@@ -1711,7 +1711,12 @@ fn site(
         report.approx(&at, "static files", "site", "weir answers a directory asked without its slash with 308 and a relative Location (Apache: 301, absolute), adds `; charset=utf-8` to textual types, and refuses dot-files (.git, .env) Apache would serve (`serve_hidden = true` serves them)");
     }
     if site_dir.php.is_some() {
-        report.approx(&at, "PHP through SetHandler", "php", "weir runs a `.php` path only if the script exists under the root (Apache hands PHP-FPM any `.php` path and lets it answer 404 \"File not found.\")");
+        let why = if site_dir.front.is_some() {
+            "a `.php` path that names no script gets 404 in weir; Apache's `!-f` rewrite sends it to the front controller"
+        } else {
+            "a `.php` path that names no script gets 404 from weir itself (Apache hands it to PHP-FPM, which answers 404 \"File not found.\")"
+        };
+        report.approx(&at, "PHP through SetHandler", "php", why);
     }
 
     // One site per name.
