@@ -731,7 +731,7 @@ fn section_body(
 /// PHP through FastCGI, the `.ht*` files refused.
 fn files_section(d: &Directive, x: &Dir, into: &mut Dir, report: &mut Report) {
     let pat = if d.arg(0) == "~" { d.arg(1) } else { d.arg(0) };
-    let php_like = pat.contains("php");
+    let php_like = pat.contains("php") || pat.contains("\\.ph");
     if let Some(php) = &x.php {
         if php_like {
             into.php = Some(php.clone());
