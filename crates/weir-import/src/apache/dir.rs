@@ -795,7 +795,6 @@ pub fn unsupported_regex(re: &str) -> Option<&'static str> {
 struct Cond {
     var: String,
     pattern: String,
-    nocase: bool,
     or: bool,
     text: String,
     at: Origin,
@@ -886,7 +885,6 @@ pub fn rewrites(list: &[Directive], dir: &mut Dir, sc: &Scope<'_>, report: &mut 
                 conds.push(Cond {
                     var: d.arg(0).to_string(),
                     pattern: d.arg(1).to_string(),
-                    nocase: flags.contains("nc"),
                     or: flags.contains("or"),
                     text: d.text(),
                     at: d.at.clone(),

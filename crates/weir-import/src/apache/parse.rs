@@ -170,8 +170,7 @@ impl Reader {
     pub fn text(&mut self, file: &str, text: &str) -> Result<Vec<Directive>, Error> {
         let lines = logical_lines(file, text)?;
         let mut i = 0;
-        let out = self.block(file, &lines, &mut i, None)?;
-        Ok(out)
+        self.block(file, &lines, &mut i, None)
     }
 
     fn block(
