@@ -951,7 +951,7 @@ fn proxy_value(d: &Directive, url: &str, g: &Globals, report: &mut Report) -> Op
     // mod_proxy sends X-Forwarded-For/-Host/-Server; neither Forwarded nor Via.
     p.push(("forwarded".into(), V::B(false)));
     p.push(("via".into(), V::B(false)));
-    report.approx(&d.at, d.text(), "proxy", "weir sends X-Forwarded-For, -Proto and -Host (Apache: -For, -Host and -Server), and replaces an untrusted client's X-Forwarded-For where Apache appends to it");
+    report.approx(&d.at, d.text(), "proxy", "weir sends X-Forwarded-For, -Proto and -Host (Apache: -For, -Host and -Server), and replaces an untrusted client's X-Forwarded-For where Apache appends to it; an upstream's answer without Content-Type gets one from the path's extension in Apache (mod_mime), none in weir");
     Some((V::T(p), path))
 }
 
