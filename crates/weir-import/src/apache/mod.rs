@@ -413,8 +413,10 @@ fn server_directive(d: &Directive, server: &mut Table, report: &mut Report) {
             if let Some(h) = d.args.iter().find_map(|a| a.strip_prefix("header=")) {
                 let secs = h.split([',', '-']).next().unwrap_or("20");
                 set_timeout(server, "header", format!("{secs}s"));
+                report.approx(&d.at, d.text(), "server.timeouts.header", "weir has no minimum rate: the first number is the whole head's timeout");
+            } else {
+                report.approx(&d.at, d.text(), "server.timeouts.body", "weir has no minimum rate: its body timeout is the one Timeout sets");
             }
-            report.approx(&d.at, d.text(), "server.timeouts.header", "weir has no minimum rate: the first number is the whole head's timeout");
         }
         "keepalive" | "maxkeepaliverequests" | "hostnamelookups" | "accessfilename"
         | "defaultruntimedir" | "pidfile" | "mutex" | "serverroot" | "startservers"
