@@ -3,7 +3,9 @@
 //! an equivalent). nginx is read (`include` with globs, `http`, `server`,
 //! `location` in nginx's matching order, `upstream`, `stream`), and Caddyfiles
 //! (site blocks, snippets and `import`, matchers, `handle`, the common
-//! directives).
+//! directives), and Apache's (`Include` with globs, `<VirtualHost>`,
+//! `<Directory>`, `<Location>`, `ProxyPass`, balancers, the common
+//! `RewriteRule` forms, `.htaccess` files when asked).
 //!
 //! ```no_run
 //! let out = weir_import::import(weir_import::Kind::Nginx, "/etc/nginx/nginx.conf".as_ref(),
@@ -16,8 +18,10 @@
 //! output (the binary does that with weir-config), and never writes a
 //! weir key for something weir would do differently without saying so.
 
+pub mod apache;
 pub mod caddy;
 pub mod error;
+pub mod htpasswd;
 pub mod nginx;
 pub mod report;
 pub mod toml;
@@ -63,6 +67,9 @@ pub struct Options {
     /// Absolute paths in the config (includes, htpasswd files) are read
     /// under this directory: a copy of a server's `/etc` elsewhere.
     pub sysroot: Option<PathBuf>,
+    /// Apache: read the `.htaccess` files under each DocumentRoot (where
+    /// AllowOverride lets Apache read them) into the routes.
+    pub htaccess: bool,
 }
 
 /// The weir.toml text and the report.
@@ -77,6 +84,7 @@ pub fn import(kind: Kind, path: &Path, opts: &Options) -> Result<Imported, Error
     match kind {
         Kind::Nginx => nginx::import(path, opts),
         Kind::Caddy => caddy::import(path, opts),
+        Kind::Apache => apache::import(path, opts),
         other => Err(Error::new(
             Origin {
                 file: path.display().to_string(),
@@ -84,7 +92,7 @@ pub fn import(kind: Kind, path: &Path, opts: &Options) -> Result<Imported, Error
                 col: 1,
             },
             format!(
-                "weir import reads nginx configs and Caddyfiles so far; {} is not supported yet",
+                "weir import reads nginx, Caddy and Apache configs so far; {} is not supported yet",
                 other.name()
             ),
         )),
@@ -112,7 +120,20 @@ pub fn guess(path: &Path) -> Option<Kind> {
             .map(str::trim)
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
     };
-    if lines().any(|l| l.starts_with("<VirtualHost") || l.starts_with("DocumentRoot")) {
+    if lines().any(|l| {
+        [
+            "<VirtualHost",
+            "DocumentRoot",
+            "<Directory",
+            "<IfModule",
+            "LoadModule ",
+            "ServerRoot",
+            "ProxyPass ",
+            "RewriteRule ",
+        ]
+        .iter()
+        .any(|p| l.starts_with(p))
+    }) {
         return Some(Kind::Apache);
     }
     if lines().any(|l| l.starts_with("frontend ") || l.starts_with("backend ") || l == "defaults") {

@@ -26,6 +26,7 @@ fn import(p: &str, sysroot: Option<&str>) -> Imported {
 fn import_kind(kind: Kind, p: &str, sysroot: Option<&str>) -> Imported {
     let opts = Options {
         sysroot: sysroot.map(corpus),
+        ..Options::default()
     };
     weir_import::import(kind, &corpus(p), &opts).unwrap_or_else(|e| panic!("{p}: {e}"))
 }

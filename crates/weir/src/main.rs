@@ -149,16 +149,17 @@ enum Command {
         config: PathBuf,
     },
     /// Write the weir.toml that does what an nginx config (with its
-    /// includes) or a Caddyfile does. The report on stderr lists each directive as mapped,
+    /// includes), a Caddyfile or an Apache config does. The report on stderr lists each directive as mapped,
     /// approximated (and how weir differs) or without equivalent (and what to
     /// do). Exit 0: everything mapped; 3: something approximated or left out;
     /// 1: the input could not be read (file:line:col: message).
     Import {
-        /// "nginx" or "caddy", or the config's path (the kind is then
-        /// guessed and said). haproxy and apache are not read yet.
+        /// "nginx", "caddy" or "apache", or the config's path (the kind is
+        /// then guessed and said). haproxy is not read yet.
         #[arg(value_name = "KIND|PATH")]
         kind: String,
-        /// The config file: nginx.conf, a sites-enabled file, a Caddyfile.
+        /// The config file: nginx.conf, a sites-enabled file, a Caddyfile,
+        /// apache2.conf.
         #[arg(value_name = "PATH")]
         path: Option<PathBuf>,
         /// Write the weir.toml to FILE instead of standard output.
@@ -168,6 +169,10 @@ enum Command {
         /// DIR, for a copy of another machine's /etc.
         #[arg(long, value_name = "DIR")]
         sysroot: Option<PathBuf>,
+        /// Apache: read the .htaccess files under each DocumentRoot (where
+        /// AllowOverride lets Apache read them) into the routes.
+        #[arg(long)]
+        htaccess: bool,
     },
     /// Install the local CA's root certificate into the system trust store
     /// (creating the CA if needed), so browsers and tools trust weir's
@@ -207,6 +212,7 @@ fn import(
     path: Option<PathBuf>,
     output: Option<PathBuf>,
     sysroot: Option<PathBuf>,
+    htaccess: bool,
 ) -> anyhow::Result<ExitCode> {
     let (kind, path) = match (weir_import::Kind::parse(kind), path) {
         (Some(k), Some(p)) => (k, p),
@@ -231,7 +237,7 @@ fn import(
             anyhow::bail!("weir import: `{kind}` is not nginx, caddy, haproxy or apache")
         }
     };
-    let opts = weir_import::Options { sysroot };
+    let opts = weir_import::Options { sysroot, htaccess };
     let out = match weir_import::import(kind, &path, &opts) {
         Ok(o) => o,
         Err(e) => {
@@ -324,7 +330,8 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             path,
             output,
             sysroot,
-        } => import(&kind, path, output, sysroot),
+            htaccess,
+        } => import(&kind, path, output, sysroot, htaccess),
         Command::Version => {
             println!("weir {}", env!("CARGO_PKG_VERSION"));
             Ok(ExitCode::SUCCESS)

@@ -535,42 +535,7 @@ impl Scope {
     fn users_from(&self, reader: &Reader, r: &mut Report) -> Option<V> {
         let (file, at) = self.auth_file.clone()?;
         let path = reader.resolve(&file);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) => {
-                r.none(
-                    &at,
-                    format!("auth_basic_user_file {file}"),
-                    format!(
-                        "cannot read {}: {e}; access is denied to everyone until you add users",
-                        path.display()
-                    ),
-                );
-                return None;
-            }
-        };
-        let mut users = Vec::new();
-        for line in text.lines() {
-            let line = line.trim();
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let Some((user, rest)) = line.split_once(':') else {
-                continue;
-            };
-            let hash = rest.split(':').next().unwrap_or(rest);
-            if ["$2a$", "$2b$", "$2y$", "$argon2"]
-                .iter()
-                .any(|p| hash.starts_with(p))
-            {
-                users.push((user.to_string(), V::s(hash)));
-            } else {
-                r.none(&at, format!("auth_basic_user_file {file}: user {user}"), "its hash is not bcrypt or argon2, which weir checks: left out (make one with `weir hash-password`, or `htpasswd -B`)");
-            }
-        }
-        if users.is_empty() {
-            return None;
-        }
+        let users = crate::htpasswd::users(&path, "auth_basic_user_file", &file, &at, r)?;
         let mut t = Vec::new();
         if let Some(realm) = &self.auth_realm {
             t.push(("realm".to_string(), V::s(realm.clone())));

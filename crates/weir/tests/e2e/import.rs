@@ -15,6 +15,8 @@ use weir_test_support::proxy::{Upstream, Weir};
 
 use crate::WEIR;
 
+mod apache;
+
 const NGINX: &str = "/usr/sbin/nginx";
 
 /// nginx from a config file in `dir` (its prefix), killed by PID on drop.

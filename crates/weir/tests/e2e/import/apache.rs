@@ -1,0 +1,564 @@
+//! `weir import apache` proved against Apache itself: a corpus config runs
+//! in Debian's `/usr/sbin/apache2` (on loopback test ports, its paths moved
+//! into a temporary directory) and, imported, in weir; the same requests go
+//! to both and the answers (status, `Location`, `Content-Type`, the headers
+//! the config sets, body bytes, and what a proxied upstream receives) must
+//! agree, except where the import's report says how weir differs. A missing
+//! apache2 fails the test: it never skips.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use weir_test_support::ports::free_port;
+use weir_test_support::proxy::{Upstream, Weir};
+
+use super::{corpus, no_redirects};
+use crate::WEIR;
+
+const APACHE: &str = "/usr/sbin/apache2";
+
+/// apache2 in the foreground with its server root at `etc`, killed by PID on drop.
+struct Apache {
+    child: Child,
+}
+
+impl Drop for Apache {
+    fn drop(&mut self) {
+        // The parent stops its children on SIGTERM; kill() would leave them.
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Apache {
+    fn start(dir: &Path, etc: &Path, port: u16) -> Apache {
+        assert!(
+            Path::new(APACHE).exists(),
+            "{APACHE} not found: this test needs Apache (apt-get install apache2; scripts/test.sh installs it)"
+        );
+        let d = dir.display();
+        let mut child = Command::new(APACHE)
+            .arg("-d")
+            .arg(etc)
+            .arg("-f")
+            .arg(etc.join("apache2.conf"))
+            .args([
+                "-C",
+                &format!("PidFile {d}/apache.pid"),
+                "-C",
+                &format!("DefaultRuntimeDir {d}"),
+                "-C",
+                "Mutex posixsem",
+                "-C",
+                &format!("ErrorLog {d}/apache-error.log"),
+                "-DFOREGROUND",
+            ])
+            .env("APACHE_RUN_USER", "www-data")
+            .env("APACHE_RUN_GROUP", "www-data")
+            .env("APACHE_PID_FILE", format!("{d}/apache.pid"))
+            .env("APACHE_RUN_DIR", dir)
+            .env("APACHE_LOCK_DIR", dir)
+            .env("APACHE_LOG_DIR", dir.join("log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {APACHE}: {e}"));
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(st)) = child.try_wait() {
+                let log = std::fs::read_to_string(dir.join("apache-error.log")).unwrap_or_default();
+                let log2 = std::fs::read_to_string(dir.join("log/error.log")).unwrap_or_default();
+                panic!("apache2 exited early: {st}\n{log}{log2}");
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "apache2 did not start"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Apache { child }
+    }
+}
+
+/// Copies the corpus tree `src` to `to`, each text file through `edit`.
+fn copy_tree(src: &Path, to: &Path, edit: &dyn Fn(&str) -> String) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let t = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &t, edit);
+        } else {
+            let text = std::fs::read_to_string(e.path()).unwrap();
+            std::fs::write(&t, edit(&text)).unwrap();
+        }
+    }
+}
+
+/// Apache's children run as www-data: the test's files must be readable.
+fn open_up(p: &Path) {
+    let m = std::fs::metadata(p).unwrap();
+    let mode = if m.is_dir() { 0o755 } else { 0o644 };
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    if m.is_dir() {
+        for e in std::fs::read_dir(p).unwrap() {
+            open_up(&e.unwrap().path());
+        }
+    }
+}
+
+/// `weir import apache CONF -o OUT`: its exit code and report.
+fn import(conf: &Path, out: &Path, extra: &[&str]) -> (i32, String) {
+    let o = Command::new(WEIR)
+        .args(["import", "apache"])
+        .arg(conf)
+        .arg("-o")
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&o.stderr).into_owned();
+    (o.status.code().unwrap_or(-1), report)
+}
+
+#[derive(Debug, PartialEq)]
+struct Answer {
+    status: u16,
+    location: Option<String>,
+    content_type: Option<String>,
+    /// Headers the configs set.
+    set: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+async fn ask(
+    c: &reqwest::Client,
+    port: u16,
+    method: &str,
+    path: &str,
+    host: Option<&str>,
+) -> Answer {
+    let mut r = c.request(
+        method.parse().unwrap(),
+        format!("http://127.0.0.1:{port}{path}"),
+    );
+    if let Some(h) = host {
+        r = r.header("host", h);
+    }
+    let r = r.send().await.unwrap();
+    let field = |n: &str| {
+        r.headers()
+            .get(n)
+            .map(|v| v.to_str().unwrap().replace(&port.to_string(), "PORT"))
+    };
+    let status = r.status().as_u16();
+    let location = field("location");
+    let content_type = field("content-type");
+    let set = ["x-static", "x-frame-options"]
+        .iter()
+        .filter_map(|n| field(n).map(|v| (n.to_string(), v)))
+        .collect();
+    let body = r.bytes().await.unwrap().to_vec();
+    Answer {
+        status,
+        location,
+        content_type,
+        set,
+        body,
+    }
+}
+
+/// Compares Apache's and weir's answers, allowing only what the report lists.
+fn same(what: &str, ap: &Answer, w: &Answer, report: &str) {
+    let listed = |s: &str| {
+        assert!(
+            report.contains(s),
+            "{what}: the report does not say `{s}`:\n{report}\napache {ap:?}\nweir {w:?}"
+        )
+    };
+    if ap.status == 301
+        && w.status == 308
+        && ap.location.as_deref().is_some_and(|l| l.ends_with('/'))
+    {
+        // A directory asked without its slash.
+        listed("308 and a relative Location (Apache: 301, absolute)");
+        let (al, wl) = (
+            ap.location.as_deref().unwrap(),
+            w.location.as_deref().unwrap(),
+        );
+        assert!(al.ends_with(wl), "{what}: Location {al} / {wl}");
+        return;
+    }
+    if ap.status == 200 && w.status == 404 && what.contains("/.") {
+        listed("refuses dot-files");
+        return;
+    }
+    if ap.status == 403 && w.status == 404 && what.contains("/.ht") {
+        listed("404 (not 403)");
+        return;
+    }
+    if ap.status == 200 && w.status == 404 && what.contains(".php ") {
+        listed("names no script gets 404 in weir");
+        return;
+    }
+    if ap.status == 200 && w.status == 404 && what.contains("/server-status") {
+        listed("mod_status's page");
+        return;
+    }
+    assert_eq!(
+        ap.status, w.status,
+        "{what}: status (apache {ap:?}, weir {w:?})"
+    );
+    assert_eq!(ap.location, w.location, "{what}: Location");
+    if ap.set != w.set {
+        // Apache leaves `Header set` (without `always`) off its own answers.
+        assert!(
+            ap.status >= 300,
+            "{what}: fields the config sets: {:?} / {:?}",
+            ap.set,
+            w.set
+        );
+        listed("Apache without `always` leaves it off its own error answers");
+        let always = |a: &Answer| {
+            a.set
+                .iter()
+                .filter(|(n, _)| n == "x-frame-options")
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(always(ap), always(w), "{what}: the `always` fields");
+    }
+    if ap.status >= 300 {
+        listed("Apache's own pages");
+        return;
+    }
+    if ap.body != w.body
+        && what.contains("/ (")
+        && ap
+            .content_type
+            .as_deref()
+            .is_some_and(|c| c.starts_with("text/html"))
+    {
+        // A directory without an index: each server's own listing.
+        listed("mod_autoindex");
+        return;
+    }
+    let ct = |a: &Answer| {
+        a.content_type
+            .as_deref()
+            .map(|c| c.trim_end_matches("; charset=utf-8").to_string())
+    };
+    if ap.content_type.is_some() && w.content_type.is_none() {
+        // A proxied answer without a type: Apache names one from the path.
+        listed("none in weir");
+        assert_eq!(ap.body, w.body, "{what}: body");
+        return;
+    }
+    if ap.content_type != w.content_type {
+        listed("charset=utf-8");
+    }
+    assert_eq!(ct(ap), ct(w), "{what}: Content-Type");
+    assert_eq!(ap.body, w.body, "{what}: body");
+}
+
+/// Debian's own apache2.conf with its enabled modules, confs and default site.
+#[tokio::test]
+async fn debian_default_site_answers_as_apache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("log")).unwrap();
+    let www = dir.join("var-www/html");
+    std::fs::create_dir_all(www.join("dir")).unwrap();
+    std::fs::create_dir_all(www.join("img")).unwrap();
+    std::fs::create_dir_all(www.join("empty")).unwrap();
+    std::fs::write(www.join("index.html"), "<h1>home</h1>\n").unwrap();
+    std::fs::write(www.join("dir/index.htm"), "dir index\n").unwrap();
+    std::fs::write(www.join("a.txt"), "plain text\n").unwrap();
+    std::fs::write(www.join("style.css"), "body { color: red }\n").unwrap();
+    let png: Vec<u8> = (0..5000u32).map(|i| (i * 13 % 256) as u8).collect();
+    std::fs::write(www.join("img/x.png"), &png).unwrap();
+    std::fs::write(www.join(".hidden"), "secret\n").unwrap();
+    std::fs::write(www.join(".htpasswd"), "x:y\n").unwrap();
+
+    let (ap_port, weir_port) = (free_port(), free_port());
+    let copy = |name: &str, port: u16| -> PathBuf {
+        let etc = dir.join(name);
+        let d = dir.display().to_string();
+        copy_tree(&corpus("apache/debian/etc/apache2"), &etc, &|t: &str| {
+            t.replace("/var/www/", &format!("{d}/var-www/"))
+                .replace("Listen 80\n", &format!("Listen 127.0.0.1:{port}\n"))
+                .replace("<VirtualHost *:80>", &format!("<VirtualHost *:{port}>"))
+                .replace("/var/log/apache2", &format!("{d}/log"))
+                .replace("/var/run/apache2", &d)
+                .replace("/var/lock/apache2", &d)
+        });
+        etc
+    };
+    let ap_etc = copy("apache", ap_port);
+    let weir_etc = copy("weir-etc", weir_port);
+    open_up(dir);
+    let _ap = Apache::start(dir, &ap_etc, ap_port);
+
+    let out = dir.join("weir.toml");
+    let (code, report) = import(&weir_etc.join("apache2.conf"), &out, &[]);
+    assert_eq!(
+        code, 3,
+        "approximations are reported with exit 3:\n{report}"
+    );
+    assert!(
+        report.contains("User ${APACHE_RUN_USER}") || report.contains("User www-data"),
+        "{report}"
+    );
+    let toml = std::fs::read_to_string(&out).unwrap();
+    let _w = Weir::start_in(WEIR, tempfile::tempdir().unwrap(), &toml, &[weir_port]);
+
+    let c = no_redirects();
+    for (method, path, host) in [
+        ("GET", "/", None),
+        ("GET", "/index.html", None),
+        ("HEAD", "/index.html", None),
+        ("GET", "/a.txt", None),
+        ("GET", "/style.css", None),
+        ("GET", "/img/x.png", None),
+        ("GET", "/dir/", None),
+        ("GET", "/dir", None),
+        ("GET", "/empty/", None),
+        ("GET", "/missing", None),
+        ("GET", "/a.txt?x=1", Some("example.com")),
+        ("GET", "/", Some("other.example")),
+        ("GET", "/.hidden", None),
+        ("GET", "/.htpasswd", None),
+        ("GET", "/icons/apache_pb.png", None),
+        ("GET", "/icons/a.gif", None),
+        ("GET", "/server-status", None),
+    ] {
+        let what = format!("{method} {path} (Host {host:?})");
+        let ap = ask(&c, ap_port, method, path, host).await;
+        let w = ask(&c, weir_port, method, path, host).await;
+        same(&what, &ap, &w, &report);
+    }
+}
+
+/// ProxyPass with and without slashes, `!`, a balancer, Location access
+/// rules, Redirect, RedirectMatch and a RewriteRule redirect, headers.
+#[tokio::test]
+async fn reverse_proxy_answers_as_apache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("log")).unwrap();
+    let www = dir.join("www");
+    std::fs::create_dir_all(www.join("app/static")).unwrap();
+    std::fs::create_dir_all(www.join("admin")).unwrap();
+    std::fs::write(www.join("index.html"), "<h1>front</h1>\n").unwrap();
+    std::fs::write(www.join("app/static/s.txt"), "static file\n").unwrap();
+    std::fs::write(www.join("admin/index.html"), "admin\n").unwrap();
+    let app = Upstream::start_on("app", &format!("127.0.0.1:{}", free_port())).await;
+    let p1 = Upstream::start_on("pool", &format!("127.0.0.1:{}", free_port())).await;
+    let p2 = Upstream::start_on("pool", &format!("127.0.0.1:{}", free_port())).await;
+    let standby = free_port();
+
+    let (ap_port, weir_port) = (free_port(), free_port());
+    let copy = |name: &str, port: u16| -> PathBuf {
+        let etc = dir.join(name);
+        let e = etc.display().to_string();
+        copy_tree(
+            &corpus("apache/reverse-proxy/etc/apache2"),
+            &etc,
+            &|t: &str| {
+                t.replace(
+                    "ServerRoot \"/etc/apache2\"",
+                    &format!("ServerRoot \"{e}\""),
+                )
+                .replace("/etc/apache2/htpasswd", &format!("{e}/htpasswd"))
+                .replace("127.0.0.1:8080", &format!("127.0.0.1:{port}"))
+                .replace("*:8080", &format!("*:{port}"))
+                .replace("/srv/www", &www.display().to_string())
+                .replace("127.0.0.1:9001", &app.addr.to_string())
+                .replace("127.0.0.1:9002", &p1.addr.to_string())
+                .replace("127.0.0.1:9003", &p2.addr.to_string())
+                .replace("127.0.0.1:9004", &format!("127.0.0.1:{standby}"))
+            },
+        );
+        etc
+    };
+    let ap_etc = copy("apache", ap_port);
+    let weir_etc = copy("weir-etc", weir_port);
+    open_up(dir);
+    let _ap = Apache::start(dir, &ap_etc, ap_port);
+    let out = dir.join("weir.toml");
+    let (code, report) = import(&weir_etc.join("apache2.conf"), &out, &[]);
+    assert_eq!(code, 3, "{report}");
+    let toml = std::fs::read_to_string(&out).unwrap();
+    let _w = Weir::start_in(WEIR, tempfile::tempdir().unwrap(), &toml, &[weir_port]);
+
+    let ups = [&app, &p1, &p2];
+    let seen = |before: &[usize]| -> Vec<(String, Option<String>)> {
+        let mut v = Vec::new();
+        for (u, b) in ups.iter().zip(before) {
+            for s in &u.seen()[*b..] {
+                let host = s
+                    .headers
+                    .get("host")
+                    .map(|h| h.to_str().unwrap().to_string());
+                v.push((
+                    s.uri.clone(),
+                    host.map(|h| {
+                        if h.ends_with(&p2.addr.port().to_string()) {
+                            h.replace(&p2.addr.port().to_string(), &p1.addr.port().to_string())
+                        } else {
+                            h
+                        }
+                    }),
+                ));
+            }
+        }
+        v
+    };
+    let c = no_redirects();
+    for path in [
+        "/",
+        "/old",
+        "/old/x?q=1",
+        "/older",
+        "/docs/a/b.html",
+        "/blog/42?x=1",
+        "/blog/x",
+        "/app/static/s.txt",
+        "/app/x?y=1",
+        "/app/",
+        "/app/internal/z",
+        "/v1/users",
+        "/v1x?z=2",
+        "/v1",
+        "/images/a.png",
+        "/images/b/c.png",
+        "/admin/",
+        "/missing",
+    ] {
+        let counts = || ups.iter().map(|u| u.count()).collect::<Vec<_>>();
+        let before = counts();
+        let ap = ask(&c, ap_port, "GET", path, None).await;
+        let ap_seen = seen(&before);
+        let before = counts();
+        let w = ask(&c, weir_port, "GET", path, None).await;
+        let w_seen = seen(&before);
+        same(&format!("GET {path}"), &ap, &w, &report);
+        assert_eq!(ap_seen, w_seen, "GET {path}: what the upstreams received");
+    }
+}
+
+/// WordPress as Ubuntu's tutorial sets it up: PHP-FPM through Debian's
+/// php8.2-fpm.conf, WordPress's .htaccess read with `--htaccess`.
+#[tokio::test]
+async fn wordpress_with_its_htaccess_answers_as_apache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("log")).unwrap();
+    let www = dir.join("wordpress");
+    std::fs::create_dir_all(www.join("wp-admin")).unwrap();
+    std::fs::create_dir_all(www.join("wp-content/themes")).unwrap();
+    let show = "<?php echo $_SERVER['REQUEST_METHOD'], ' ', $_SERVER['REQUEST_URI'], ' script=', $_SERVER['SCRIPT_NAME'], ' query=', $_SERVER['QUERY_STRING'], \"\\n\";";
+    std::fs::write(www.join("index.php"), format!("front {show}")).unwrap();
+    std::fs::write(www.join("wp-login.php"), format!("login {show}")).unwrap();
+    std::fs::write(www.join("wp-admin/index.php"), format!("admin {show}")).unwrap();
+    std::fs::write(
+        www.join("wp-content/themes/style.css"),
+        "body { color: blue }\n",
+    )
+    .unwrap();
+    std::fs::write(www.join("readme.html"), "<p>readme</p>\n").unwrap();
+    let src = corpus("apache/wordpress");
+    std::fs::copy(
+        src.join("srv/www/wordpress/.htaccess"),
+        www.join(".htaccess"),
+    )
+    .unwrap();
+    let fpm_port = free_port();
+    let _fpm = crate::php::PhpFpm::start(&format!("127.0.0.1:{fpm_port}"), 4);
+
+    let (ap_port, weir_port) = (free_port(), free_port());
+    let w = www.display().to_string();
+    let copy = |name: &str, port: u16| -> PathBuf {
+        let etc = dir.join(name);
+        let e = etc.display().to_string();
+        copy_tree(&src.join("etc/apache2"), &etc, &|t: &str| {
+            t.replace("/srv/www/wordpress", &w)
+                .replace("<VirtualHost *:80>", &format!("<VirtualHost *:{port}>"))
+                .replace("/etc/apache2/", &format!("{e}/"))
+                .replace(
+                    "\"proxy:unix:/run/php/php8.2-fpm.sock|fcgi://localhost\"",
+                    &format!("\"proxy:fcgi://127.0.0.1:{fpm_port}\""),
+                )
+        });
+        etc
+    };
+    let ap_etc = copy("apache", ap_port);
+    let weir_etc = copy("weir-etc", weir_port);
+    // The modules Debian's a2enmod would have enabled for this site.
+    let m = "/usr/lib/apache2/modules";
+    let mods = [
+        "mpm_event",
+        "authz_core",
+        "authz_host",
+        "mime",
+        "dir",
+        "alias",
+        "rewrite",
+        "setenvif",
+        "proxy",
+        "proxy_fcgi",
+    ];
+    let mut main = format!(
+        "Listen 127.0.0.1:{ap_port}\nUser www-data\nGroup www-data\nTypesConfig /etc/mime.types\n"
+    );
+    for md in mods {
+        main.push_str(&format!("LoadModule {md}_module {m}/mod_{md}.so\n"));
+    }
+    main.push_str(&format!(
+        "Include {}/sites-enabled/wordpress.conf\n",
+        ap_etc.display()
+    ));
+    std::fs::write(ap_etc.join("apache2.conf"), main).unwrap();
+    open_up(dir);
+    let _ap = Apache::start(dir, &ap_etc, ap_port);
+
+    let out = dir.join("weir.toml");
+    let site = weir_etc.join("sites-enabled/wordpress.conf");
+    let (code, report) = import(&site, &out, &["--htaccess"]);
+    assert_eq!(code, 3, "{report}");
+    assert!(report.contains("front controller /index.php"), "{report}");
+    let toml = std::fs::read_to_string(&out).unwrap();
+    let _w = Weir::start_in(WEIR, tempfile::tempdir().unwrap(), &toml, &[weir_port]);
+
+    let c = no_redirects();
+    for (method, path) in [
+        ("GET", "/"),
+        ("GET", "/index.php"),
+        ("GET", "/hello-world/"),
+        ("GET", "/2026/11/a-post/?replytocom=3"),
+        ("POST", "/wp-login.php?action=login"),
+        ("GET", "/wp-admin/"),
+        ("GET", "/wp-content/themes/style.css"),
+        ("GET", "/readme.html"),
+        ("GET", "/feed"),
+        ("GET", "/missing.php"),
+        ("GET", "/wp-admin"),
+    ] {
+        let what = format!("{method} {path} (Host {:?})", Some("blog.example.com"));
+        let ap = ask(&c, ap_port, method, path, Some("blog.example.com")).await;
+        let w = ask(&c, weir_port, method, path, Some("blog.example.com")).await;
+        same(&what, &ap, &w, &report);
+    }
+}
