@@ -2,73 +2,13 @@
 //! validated by weir's own config loader, and the report checked for what
 //! each one must say.
 
-use std::path::{Path, PathBuf};
+mod support;
 
-use weir_config::error::{CertCheck, CertProblem};
+use support::{corpus, import_with, outcome, validate};
 use weir_import::{Imported, Kind, Options, Outcome};
 
-/// Certificates named by the corpus do not exist here; their paths are carried as they are.
-struct AnyCert;
-
-impl CertCheck for AnyCert {
-    fn check(&self, _: &Path, _: &Path) -> Result<(), CertProblem> {
-        Ok(())
-    }
-}
-
-fn corpus(p: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus").join(p)
-}
-
 fn import(p: &str, sysroot: Option<&str>, htaccess: bool) -> Imported {
-    let opts = Options {
-        sysroot: sysroot.map(corpus),
-        htaccess,
-    };
-    weir_import::import(Kind::Apache, &corpus(p), &opts).unwrap_or_else(|e| panic!("{p}: {e}"))
-}
-
-/// Validates the output with weir's loader; the directories and files it
-/// names are made under a temporary directory first.
-fn validate(out: &Imported) -> weir_config::Config {
-    let tmp = tempfile::tempdir().unwrap();
-    let base = tmp.path().display().to_string();
-    let mut text = out.toml.clone();
-    let mut paths = Vec::new();
-    for line in out.toml.lines() {
-        if !["root = ", "errors = ", "access_log = "]
-            .iter()
-            .any(|k| line.starts_with(k))
-        {
-            continue;
-        }
-        for (i, _) in line.match_indices("\"/") {
-            let rest = &line[i + 1..];
-            let end = rest.find('"').unwrap();
-            paths.push(rest[..end].to_string());
-        }
-    }
-    paths.sort();
-    paths.dedup();
-    for p in paths.iter().rev() {
-        let local = format!("{base}{p}");
-        if p.ends_with(".html") || p.ends_with(".log") {
-            std::fs::create_dir_all(Path::new(&local).parent().unwrap()).unwrap();
-            std::fs::write(&local, "x").unwrap();
-        } else {
-            std::fs::create_dir_all(&local).unwrap();
-        }
-        text = text.replace(&format!("\"{p}\""), &format!("\"{local}\""));
-    }
-    weir_config::load_str_with("weir.toml", &text, tmp.path(), &AnyCert)
-        .unwrap_or_else(|e| panic!("weir.toml does not validate:\n{e}\n\n{}", out.toml))
-}
-
-fn outcome<'a>(out: &'a Imported, directive: &str) -> &'a Outcome {
-    &out.report
-        .find(directive)
-        .unwrap_or_else(|| panic!("no `{directive}` in the report:\n{}", out.report))
-        .outcome
+    import_with(Kind::Apache, p, sysroot, htaccess)
 }
 
 #[test]

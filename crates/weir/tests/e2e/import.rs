@@ -120,6 +120,26 @@ async fn ask(
     path: &str,
     host: Option<&str>,
 ) -> Answer {
+    ask_with(
+        c,
+        port,
+        method,
+        path,
+        host,
+        &["x-static", "strict-transport-security"],
+    )
+    .await
+}
+
+/// One request; `set` names the response headers the configs set.
+async fn ask_with(
+    c: &reqwest::Client,
+    port: u16,
+    method: &str,
+    path: &str,
+    host: Option<&str>,
+    set: &[&str],
+) -> Answer {
     let mut r = c.request(
         method.parse().unwrap(),
         format!("http://127.0.0.1:{port}{path}"),
@@ -136,7 +156,7 @@ async fn ask(
     let status = r.status().as_u16();
     let location = field("location");
     let content_type = field("content-type");
-    let set = ["x-static", "strict-transport-security"]
+    let set = set
         .iter()
         .filter_map(|n| field(n).map(|v| (n.to_string(), v)))
         .collect();

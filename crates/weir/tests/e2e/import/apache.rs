@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use weir_test_support::ports::free_port;
 use weir_test_support::proxy::{Upstream, Weir};
 
-use super::{corpus, no_redirects};
+use super::{Answer, ask_with, corpus, no_redirects};
 use crate::WEIR;
 
 const APACHE: &str = "/usr/sbin/apache2";
@@ -133,16 +133,6 @@ fn import(conf: &Path, out: &Path, extra: &[&str]) -> (i32, String) {
     (o.status.code().unwrap_or(-1), report)
 }
 
-#[derive(Debug, PartialEq)]
-struct Answer {
-    status: u16,
-    location: Option<String>,
-    content_type: Option<String>,
-    /// Headers the configs set.
-    set: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
 async fn ask(
     c: &reqwest::Client,
     port: u16,
@@ -150,34 +140,15 @@ async fn ask(
     path: &str,
     host: Option<&str>,
 ) -> Answer {
-    let mut r = c.request(
-        method.parse().unwrap(),
-        format!("http://127.0.0.1:{port}{path}"),
-    );
-    if let Some(h) = host {
-        r = r.header("host", h);
-    }
-    let r = r.send().await.unwrap();
-    let field = |n: &str| {
-        r.headers()
-            .get(n)
-            .map(|v| v.to_str().unwrap().replace(&port.to_string(), "PORT"))
-    };
-    let status = r.status().as_u16();
-    let location = field("location");
-    let content_type = field("content-type");
-    let set = ["x-static", "x-frame-options"]
-        .iter()
-        .filter_map(|n| field(n).map(|v| (n.to_string(), v)))
-        .collect();
-    let body = r.bytes().await.unwrap().to_vec();
-    Answer {
-        status,
-        location,
-        content_type,
-        set,
-        body,
-    }
+    ask_with(
+        c,
+        port,
+        method,
+        path,
+        host,
+        &["x-static", "x-frame-options"],
+    )
+    .await
 }
 
 /// Compares Apache's and weir's answers, allowing only what the report lists.
