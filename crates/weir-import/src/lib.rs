@@ -3,7 +3,8 @@
 //! an equivalent). nginx is read (`include` with globs, `http`, `server`,
 //! `location` in nginx's matching order, `upstream`, `stream`), and Caddyfiles
 //! (site blocks, snippets and `import`, matchers, `handle`, the common
-//! directives).
+//! directives), and HAProxy configs (`frontend`/`backend`/`listen`, ACLs
+//! and `use_backend`, `http-request` rules, stick tables, `mode tcp`).
 //!
 //! ```no_run
 //! let out = weir_import::import(weir_import::Kind::Nginx, "/etc/nginx/nginx.conf".as_ref(),
@@ -18,6 +19,7 @@
 
 pub mod caddy;
 pub mod error;
+pub mod haproxy;
 pub mod nginx;
 pub mod report;
 pub mod toml;
@@ -77,6 +79,7 @@ pub fn import(kind: Kind, path: &Path, opts: &Options) -> Result<Imported, Error
     match kind {
         Kind::Nginx => nginx::import(path, opts),
         Kind::Caddy => caddy::import(path, opts),
+        Kind::Haproxy => haproxy::import(path, opts),
         other => Err(Error::new(
             Origin {
                 file: path.display().to_string(),
@@ -84,7 +87,7 @@ pub fn import(kind: Kind, path: &Path, opts: &Options) -> Result<Imported, Error
                 col: 1,
             },
             format!(
-                "weir import reads nginx configs and Caddyfiles so far; {} is not supported yet",
+                "weir import reads nginx, Caddy and HAProxy configs so far; {} is not supported yet",
                 other.name()
             ),
         )),
@@ -115,7 +118,13 @@ pub fn guess(path: &Path) -> Option<Kind> {
     if lines().any(|l| l.starts_with("<VirtualHost") || l.starts_with("DocumentRoot")) {
         return Some(Kind::Apache);
     }
-    if lines().any(|l| l.starts_with("frontend ") || l.starts_with("backend ") || l == "defaults") {
+    if lines().any(|l| {
+        l == "global"
+            || l == "defaults"
+            || l.starts_with("defaults ")
+            || l.starts_with("frontend ")
+            || l.starts_with("backend ")
+    }) {
         return Some(Kind::Haproxy);
     }
     if lines().any(|l| {

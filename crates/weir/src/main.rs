@@ -149,16 +149,16 @@ enum Command {
         config: PathBuf,
     },
     /// Write the weir.toml that does what an nginx config (with its
-    /// includes) or a Caddyfile does. The report on stderr lists each directive as mapped,
+    /// includes), a Caddyfile or a haproxy.cfg does. The report on stderr lists each directive as mapped,
     /// approximated (and how weir differs) or without equivalent (and what to
     /// do). Exit 0: everything mapped; 3: something approximated or left out;
     /// 1: the input could not be read (file:line:col: message).
     Import {
-        /// "nginx" or "caddy", or the config's path (the kind is then
-        /// guessed and said). haproxy and apache are not read yet.
+        /// "nginx", "caddy" or "haproxy", or the config's path (the kind is
+        /// then guessed and said). apache is not read yet.
         #[arg(value_name = "KIND|PATH")]
         kind: String,
-        /// The config file: nginx.conf, a sites-enabled file, a Caddyfile.
+        /// The config file: nginx.conf, a sites-enabled file, a Caddyfile, haproxy.cfg.
         #[arg(value_name = "PATH")]
         path: Option<PathBuf>,
         /// Write the weir.toml to FILE instead of standard output.
