@@ -89,8 +89,16 @@ impl Cond {
                 _ => Ok(None),
             }
         }
+        // Two plain prefixes: the longer one, when it starts with the other.
+        let path = match (&self.path, &o.path) {
+            (Some(("path", a)), Some(("path", b))) if a.starts_with(b.as_str()) => {
+                self.path.clone()
+            }
+            (Some(("path", a)), Some(("path", b))) if b.starts_with(a.as_str()) => o.path.clone(),
+            _ => one(&self.path, &o.path, "path")?,
+        };
         let mut c = Cond {
-            path: one(&self.path, &o.path, "path")?,
+            path,
             hosts: one(&self.hosts, &o.hosts, "host")?,
             methods: one(&self.methods, &o.methods, "method")?,
             clients: one(&self.clients, &o.clients, "client")?,
@@ -148,6 +156,16 @@ impl Cond {
             out.push(("match".to_string(), V::T(m)));
         }
         out
+    }
+
+    /// Both hold for no request at all (two plain prefixes neither of which
+    /// starts with the other, or two exact host lists with nothing in common).
+    pub fn disjoint(&self, o: &Cond) -> bool {
+        let paths = matches!((&self.path, &o.path), (Some(("path", a)), Some(("path", b)))
+            if !a.starts_with(b.as_str()) && !b.starts_with(a.as_str()));
+        let hosts = matches!((&self.hosts, &o.hosts), (Some(a), Some(b))
+            if !a.iter().any(|h| b.contains(h)) && !a.iter().chain(b).any(|h| h.starts_with('*')));
+        paths || hosts
     }
 
     /// Only a path, host, method, client, protocol or header condition: a route.

@@ -1565,6 +1565,9 @@ impl Cx {
         let mut filter_routes = Vec::new();
         for f in &cond_filters {
             for u in &uses {
+                if f.cond.disjoint(&u.cond) {
+                    continue;
+                }
                 match f.cond.and(&u.cond) {
                     Ok(c) => filter_routes.push(Route {
                         cond: c,
@@ -1572,15 +1575,14 @@ impl Cx {
                         handler: u.handler.clone(),
                         filters: f.filters.clone(),
                     }),
-                    Err(why) => {
-                        let at = Origin {
-                            file: f.comment.clone(),
-                            line: 0,
-                            col: 0,
-                        };
-                        let _ = at;
-                        r.approx(&s.at, format!("{} with {}", f.comment, u.comment), "", why);
-                    }
+                    Err(why) => r.approx(
+                        &s.at,
+                        format!("{} with {}", f.comment, u.comment),
+                        "",
+                        format!(
+                            "{why}: a request matching both reaches the backend of the first rule"
+                        ),
+                    ),
                 }
             }
             match &default_backend {

@@ -169,7 +169,10 @@ async fn rate_limited_frontend_answers_as_haproxy() {
     let _hp = Haproxy::start(&hp_conf, hp_port);
     let out = dir.join("weir.toml");
     let (code, report) = import_as("haproxy", &weir_conf, &out);
-    assert_eq!(code, 3, "approximations are reported with exit 3:\n{report}");
+    assert_eq!(
+        code, 3,
+        "approximations are reported with exit 3:\n{report}"
+    );
     let toml = std::fs::read_to_string(&out).unwrap();
     let _w = Weir::start_in(WEIR, tempfile::tempdir().unwrap(), &toml, &[weir_port]);
     let listed = |s: &str, what: &str| {
@@ -216,9 +219,15 @@ async fn rate_limited_frontend_answers_as_haproxy() {
         let w = ask(&c, weir_port, method, path, &headers).await;
         let w_seen = received(&ups, &before);
         assert_eq!(h_seen, w_seen, "{what}: what the upstream received");
-        assert_eq!(h.status, w.status, "{what}: status (haproxy {h:?}, weir {w:?})");
+        assert_eq!(
+            h.status, w.status,
+            "{what}: status (haproxy {h:?}, weir {w:?})"
+        );
         assert_eq!(h.location, w.location, "{what}: Location");
-        assert_eq!(h.www_authenticate, w.www_authenticate, "{what}: WWW-Authenticate");
+        assert_eq!(
+            h.www_authenticate, w.www_authenticate,
+            "{what}: WWW-Authenticate"
+        );
         if h_seen.is_empty() {
             // An answer HAProxy made itself: its own page.
             listed("HAProxy's own pages", &what);
