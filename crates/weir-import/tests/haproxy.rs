@@ -129,7 +129,7 @@ fn rate_limit_frontend_with_three_backends() {
     approximated(&out, "acl host_static");
     mapped(&out, "acl is_api");
     approximated(&out, "http-request deny deny_status 429");
-    mapped(&out, "http-request auth realm admin");
+    approximated(&out, "http-request auth realm admin");
     mapped(&out, "user alice password");
     approximated(&out, "option httplog");
     approximated(&out, "http-response set-header Cache-Control");

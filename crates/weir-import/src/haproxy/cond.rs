@@ -417,13 +417,18 @@ pub fn condition(words: &[String], acls: &HashMap<String, Vec<Acl>>) -> Result<V
     let mut i = 1;
     let mut neg = false;
     while i < words.len() {
-        let w = words[i].as_str();
+        let mut w = words[i].as_str();
+        // `!name`, `!{ … }` and `! name` all negate.
+        while let Some(rest) = w.strip_prefix('!') {
+            neg = !neg;
+            w = rest;
+        }
         match w {
+            "" => {}
             "||" | "or" => {
                 groups.push(Vec::new());
                 neg = false;
             }
-            "!" => neg = !neg,
             "{" => {
                 let end = words[i..]
                     .iter()
@@ -438,16 +443,12 @@ pub fn condition(words: &[String], acls: &HashMap<String, Vec<Acl>>) -> Result<V
                 i = end;
             }
             name => {
-                let (n2, name) = match name.strip_prefix('!') {
-                    Some(rest) => (!neg, rest),
-                    None => (neg, name),
-                };
                 let list = acls
                     .get(name)
                     .cloned()
                     .or_else(|| predefined(name))
                     .ok_or_else(|| format!("ACL `{name}` is not defined"))?;
-                groups.last_mut().unwrap().push((n2, list));
+                groups.last_mut().unwrap().push((neg, list));
                 neg = false;
             }
         }

@@ -1239,9 +1239,10 @@ impl Cx {
                             r.approx(&l.at, l.text(), "basic_auth", format!("userlist {list} has no user weir can read: everyone is refused"));
                         }
                         let rest = Cond { no_auth: None, ..cs[0].clone() };
+                        let charset = "weir's challenge says `Basic realm=\"…\", charset=\"UTF-8\"` (RFC 7617); HAProxy's has no charset";
                         if rest.is_empty() {
                             site_keys.push(("basic_auth".into(), V::T(ba)));
-                            r.mapped(&l.at, l.text(), "basic_auth");
+                            r.approx(&l.at, l.text(), "basic_auth", charset);
                         } else if rest.routable() {
                             cond_filters.push(Route {
                                 cond: rest,
@@ -1249,7 +1250,7 @@ impl Cx {
                                 handler: Handler::Keys(Vec::new()),
                                 filters: vec![("basic_auth".into(), V::T(ba))],
                             });
-                            r.mapped(&l.at, l.text(), "routes with basic_auth");
+                            r.approx(&l.at, l.text(), "routes with basic_auth", charset);
                         } else {
                             r.none(&l.at, l.text(), "weir's routes match paths, hosts, methods, clients, protocols and headers only");
                         }
