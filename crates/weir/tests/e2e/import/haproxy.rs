@@ -245,7 +245,7 @@ async fn rate_limited_frontend_answers_as_haproxy() {
     // more through on either side.
     let mut allowed = Vec::new();
     for port in [hp_port, weir_port] {
-        let mut n = 0;
+        let mut n: u32 = 0;
         loop {
             let a = ask(&c, port, "GET", "/", &[]).await;
             if a.status == 429 {
