@@ -350,6 +350,12 @@ fn header_value(v: &str) -> Option<String> {
     Some(out)
 }
 
+/// Keys of a table, in order.
+type Keys = Vec<(String, V)>;
+
+/// A backend's handler keys and its request and response header rules.
+type BackendKeys = (Keys, Ops, Ops);
+
 /// One backend, ready to be written wherever a frontend uses it.
 #[derive(Debug, Clone)]
 struct Backend {
@@ -583,10 +589,10 @@ impl Cx {
                                     k => k,
                                 };
                                 let v = if w == "inter" { time(next).map(V::S) } else { next.parse().ok().map(V::I) };
-                                if let Some(v) = v {
-                                    if !health.iter().any(|(k, _)| k == key) {
-                                        health.push((key.into(), v));
-                                    }
+                                if let Some(v) = v
+                                    && !health.iter().any(|(k, _)| k == key)
+                                {
+                                    health.push((key.into(), v));
                                 }
                                 i += 1;
                             }
@@ -884,7 +890,7 @@ impl Cx {
                 health
                     .iter()
                     .filter(|(k, _)| {
-                        !(b.tcp || !httpchk) || !matches!(k.as_str(), "status" | "body")
+                        (!b.tcp && httpchk) || !matches!(k.as_str(), "status" | "body")
                     })
                     .cloned(),
             );
@@ -909,11 +915,9 @@ impl Cx {
                     );
                 }
             }
-        } else if httpchk {
-            if let Some(at) = &check_at {
-                self.report
-                    .mapped(at, "option httpchk", "nothing: no server has `check`");
-            }
+        } else if httpchk && let Some(at) = &check_at {
+            self.report
+                .mapped(at, "option httpchk", "nothing: no server has `check`");
         }
         if !b.tcp {
             // HAProxy sends none of these; option forwardfor adds X-Forwarded-For itself.
@@ -1020,10 +1024,10 @@ impl Cx {
                         }
                         i += 1;
                     }
-                    if let Some(c) = &crt {
-                        if c.ends_with('/') || !Path::new(c).extension().is_some_and(|e| e == "pem" || e == "crt") && !c.contains('.') {
-                            notes.push("a directory of certificates: weir takes one certificate per site (add a site per name)".into());
-                        }
+                    if let Some(c) = &crt
+                        && (c.ends_with('/') || !c.contains('.'))
+                    {
+                        notes.push("a directory of certificates: weir takes one certificate per site (add a site per name)".into());
                     }
                     let key = crt.clone();
                     match groups.iter_mut().find(|g| g.0 == key) {
@@ -1497,53 +1501,41 @@ impl Cx {
             site_keys.push(("deny".into(), V::strs(deny)));
         }
         // The backends' own header rules go where only their requests pass.
-        let mut used: Vec<String> = uses
-            .iter()
-            .chain(cond_filters.iter())
-            .filter_map(|u| match &u.handler {
-                Handler::Backend(b) => Some(b.clone()),
-                _ => None,
-            })
-            .collect();
-        if let Some((d, _)) = &default_backend {
-            used.push(d.clone());
-        }
         let front_ff = ff.clone();
-        let backend_keys =
-            |this: &mut Cx, name: &str, at: &Origin| -> Option<(Vec<(String, V)>, Ops, Ops)> {
-                let Some(b) = this.backends.get_mut(name) else {
-                    this.report
-                        .none(at, format!("backend {name}"), "no such backend");
-                    return None;
-                };
-                b.used = true;
-                if b.tcp {
-                    this.report.none(
-                        &b.at,
-                        format!("backend {name} (mode tcp)"),
-                        "an HTTP frontend cannot use a TCP backend",
-                    );
-                    return None;
-                }
-                if !b.has_servers {
-                    return Some((
-                        vec![("respond".into(), V::I(503))],
-                        Ops::default(),
-                        Ops::default(),
-                    ));
-                }
-                let mut req = b.req.clone();
-                if front_ff.is_none() {
-                    if let Some(n) = &b.forwardfor {
-                        req.forward_for(n);
-                    }
-                }
-                Some((
-                    vec![("proxy".into(), V::T(b.proxy.clone()))],
-                    req,
-                    b.resp.clone(),
-                ))
+        let backend_keys = |this: &mut Cx, name: &str, at: &Origin| -> Option<BackendKeys> {
+            let Some(b) = this.backends.get_mut(name) else {
+                this.report
+                    .none(at, format!("backend {name}"), "no such backend");
+                return None;
             };
+            b.used = true;
+            if b.tcp {
+                this.report.none(
+                    &b.at,
+                    format!("backend {name} (mode tcp)"),
+                    "an HTTP frontend cannot use a TCP backend",
+                );
+                return None;
+            }
+            if !b.has_servers {
+                return Some((
+                    vec![("respond".into(), V::I(503))],
+                    Ops::default(),
+                    Ops::default(),
+                ));
+            }
+            let mut req = b.req.clone();
+            if front_ff.is_none()
+                && let Some(n) = &b.forwardfor
+            {
+                req.forward_for(n);
+            }
+            Some((
+                vec![("proxy".into(), V::T(b.proxy.clone()))],
+                req,
+                b.resp.clone(),
+            ))
+        };
         let default = match &default_backend {
             Some((d, at)) => {
                 let k = backend_keys(self, d, at);
@@ -1607,8 +1599,7 @@ impl Cx {
         routes.extend(filter_routes);
         routes.extend(redirects);
         routes.extend(uses);
-        let _ = used;
-        let mut route_tables: Vec<(Cond, String, Vec<(String, V)>)> = Vec::new();
+        let mut route_tables: Vec<(Cond, String, Keys)> = Vec::new();
         for rt in routes {
             let mut keys = rt.cond.route_keys();
             match &rt.handler {
@@ -1628,14 +1619,20 @@ impl Cx {
                 }
             }
             for (k, v) in rt.filters {
-                if k == "request_headers" {
-                    if let Some(slot) = keys.iter_mut().find(|(x, _)| x == "request_headers") {
-                        // The rule's own fields after the backend's.
-                        if let (V::T(a), V::T(b)) = (&mut slot.1, v) {
-                            a.extend(b);
+                if k == "request_headers"
+                    && let Some(slot) = keys.iter_mut().find(|(x, _)| x == "request_headers")
+                {
+                    // The rule's own fields after the backend's.
+                    if let (V::T(a), V::T(b)) = (&mut slot.1, v) {
+                        for (op, fields) in b {
+                            match (a.iter_mut().find(|(x, _)| *x == op), fields) {
+                                (Some((_, V::T(have))), V::T(more)) => have.extend(more),
+                                (Some((_, V::A(have))), V::A(more)) => have.extend(more),
+                                (_, fields) => a.push((op, fields)),
+                            }
                         }
-                        continue;
                     }
+                    continue;
                 }
                 keys.push((k, v));
             }
@@ -1838,10 +1835,11 @@ impl Cx {
                 })
                 .cloned()
                 .collect();
-            if let Some((_, V::S(b))) = keys.iter().find(|(k, _)| k == "balance") {
-                if b == "hash" {
-                    keys.retain(|(k, _)| k != "balance");
-                }
+            if keys
+                .iter()
+                .any(|(k, v)| k == "balance" && *v == V::s("hash"))
+            {
+                keys.retain(|(k, _)| k != "balance");
             }
             Some(keys)
         };
@@ -1859,10 +1857,10 @@ impl Cx {
             };
             self.report
                 .mapped(&at, format!("default_backend {d}"), "to");
-            if let Some(t) = idle {
-                if !keys.iter().any(|(k, _)| k == "idle_timeout") {
-                    keys.push(("idle_timeout".into(), V::S(t)));
-                }
+            if let Some(t) = idle
+                && !keys.iter().any(|(k, _)| k == "idle_timeout")
+            {
+                keys.push(("idle_timeout".into(), V::S(t)));
             }
             let mut t = Table::new(format!("tcp.\"{}\"", s.name), false);
             t.comments
