@@ -3,9 +3,11 @@
 //! an equivalent). nginx is read (`include` with globs, `http`, `server`,
 //! `location` in nginx's matching order, `upstream`, `stream`), and Caddyfiles
 //! (site blocks, snippets and `import`, matchers, `handle`, the common
-//! directives), and Apache's (`Include` with globs, `<VirtualHost>`,
-//! `<Directory>`, `<Location>`, `ProxyPass`, balancers, the common
-//! `RewriteRule` forms, `.htaccess` files when asked).
+//! directives), HAProxy configs (`frontend`/`backend`/`listen`, ACLs
+//! and `use_backend`, `http-request` rules, stick tables, `mode tcp`),
+//! and Apache's (`Include` with globs, `<VirtualHost>`, `<Directory>`,
+//! `<Location>`, `ProxyPass`, balancers, the common `RewriteRule` forms,
+//! `.htaccess` files when asked).
 //!
 //! ```no_run
 //! let out = weir_import::import(weir_import::Kind::Nginx, "/etc/nginx/nginx.conf".as_ref(),
@@ -21,6 +23,7 @@
 pub mod apache;
 pub mod caddy;
 pub mod error;
+pub mod haproxy;
 pub mod htpasswd;
 pub mod nginx;
 pub mod report;
@@ -84,18 +87,8 @@ pub fn import(kind: Kind, path: &Path, opts: &Options) -> Result<Imported, Error
     match kind {
         Kind::Nginx => nginx::import(path, opts),
         Kind::Caddy => caddy::import(path, opts),
+        Kind::Haproxy => haproxy::import(path, opts),
         Kind::Apache => apache::import(path, opts),
-        other => Err(Error::new(
-            Origin {
-                file: path.display().to_string(),
-                line: 1,
-                col: 1,
-            },
-            format!(
-                "weir import reads nginx, Caddy and Apache configs so far; {} is not supported yet",
-                other.name()
-            ),
-        )),
     }
 }
 
@@ -136,7 +129,13 @@ pub fn guess(path: &Path) -> Option<Kind> {
     }) {
         return Some(Kind::Apache);
     }
-    if lines().any(|l| l.starts_with("frontend ") || l.starts_with("backend ") || l == "defaults") {
+    if lines().any(|l| {
+        l == "global"
+            || l == "defaults"
+            || l.starts_with("defaults ")
+            || l.starts_with("frontend ")
+            || l.starts_with("backend ")
+    }) {
         return Some(Kind::Haproxy);
     }
     if lines().any(|l| {

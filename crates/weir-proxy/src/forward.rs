@@ -224,6 +224,37 @@ const DROP_TRACEPARENT: u8 = 32;
 
 static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
+/// The forwarding fields the site's `request_headers` rules name, put in
+/// the request's extensions by those rules: with `x_forwarded = false` or
+/// `forwarded = false`, such a field is the operator's (set, added to or
+/// removed by the rule) and is sent as the rules left it, even from an
+/// untrusted peer; the fields no rule names are still dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuleForwarding(u8);
+
+impl RuleForwarding {
+    /// The forwarding fields among `names`.
+    pub fn of<'n>(names: impl IntoIterator<Item = &'n HeaderName>) -> Self {
+        RuleForwarding(names.into_iter().fold(0, |m, n| {
+            m | match n {
+                n if n == X_FORWARDED_FOR => DROP_XFF,
+                n if n == X_FORWARDED_PROTO => DROP_XFP,
+                n if n == X_FORWARDED_HOST => DROP_XFH,
+                n if n == header::FORWARDED => DROP_FORWARDED,
+                _ => 0,
+            }
+        }))
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn union(self, other: Self) -> Self {
+        RuleForwarding(self.0 | other.0)
+    }
+}
+
 /// A W3C `traceparent` value (Trace Context §3.2): `00-TRACE-SPAN-FLAGS`,
 /// kept as the bytes that go upstream.
 #[derive(Clone, Copy)]
@@ -362,14 +393,17 @@ impl<'a> UpstreamFields<'a> {
             via: None,
             trace: None,
         };
-        out.forwarding(f);
+        let ruled = parts.extensions.get::<RuleForwarding>().map_or(0, |r| r.0);
+        out.forwarding(f, ruled);
         out
     }
 
     /// Sets the forwarding fields: X-Forwarded-For/-Proto/-Host, RFC 7239
     /// `Forwarded`, `Via`. A trusted peer's chain is extended; an untrusted
     /// peer's claims are replaced or dropped.
-    fn forwarding(&mut self, f: &Forwarding<'_>) {
+    /// `ruled`: the [`RuleForwarding`] fields, left as the rules made them
+    /// when weir does not set them itself.
+    fn forwarding(&mut self, f: &Forwarding<'_>, ruled: u8) {
         let trusted = f.client.peer_trusted();
         let peer = f.client.peer;
         if f.x_forwarded {
@@ -400,7 +434,7 @@ impl<'a> UpstreamFields<'a> {
                 self.xfh = self.host.is_some();
             }
         } else if !trusted {
-            self.drop |= DROP_XFF | DROP_XFP | DROP_XFH;
+            self.drop |= (DROP_XFF | DROP_XFP | DROP_XFH) & !ruled;
         }
         if f.forwarded {
             self.drop |= DROP_FORWARDED;
@@ -413,7 +447,7 @@ impl<'a> UpstreamFields<'a> {
             forwarded_element(&mut v, peer, host, f.tls);
             self.forwarded = HeaderValue::from_bytes(&v).ok();
         } else if !trusted {
-            self.drop |= DROP_FORWARDED;
+            self.drop |= DROP_FORWARDED & !ruled;
         }
         if let Some(via) = f.via {
             self.via = Some(via_value(self.joined(&header::VIA), via));
@@ -842,6 +876,40 @@ mod tests {
         let m = u.to_map();
         assert_eq!(m.len(), listed.len());
         (m, listed)
+    }
+
+    #[test]
+    fn fields_named_by_rules_survive_an_untrusted_peer() {
+        let h = map(&[
+            ("x-forwarded-for", "203.0.113.9"),
+            ("x-forwarded-for", "10.1.2.3"),
+            ("x-forwarded-proto", "https"),
+            ("forwarded", "for=203.0.113.9"),
+        ]);
+        let (mut parts, ()) = http::Request::new(()).into_parts();
+        parts.headers = h.clone();
+        // No rule: an untrusted peer's claims are dropped.
+        let u = UpstreamFields::new(&parts, &no_forwarding(), false).to_map();
+        assert!(u.get("x-forwarded-for").is_none());
+        assert!(u.get("x-forwarded-proto").is_none());
+        assert!(u.get("forwarded").is_none());
+        // A rule named X-Forwarded-For: the field is sent as the rule left
+        // it (here the client's value and the rule's own); the others still go.
+        parts
+            .extensions
+            .insert(RuleForwarding::of([&X_FORWARDED_FOR]));
+        let u = UpstreamFields::new(&parts, &no_forwarding(), false).to_map();
+        let xff: Vec<_> = u.get_all("x-forwarded-for").iter().collect();
+        assert_eq!(xff, ["203.0.113.9", "10.1.2.3"]);
+        assert!(u.get("x-forwarded-proto").is_none());
+        assert!(u.get("forwarded").is_none());
+        // With x_forwarded on, weir's own field wins over the rule's.
+        let f = Forwarding {
+            x_forwarded: true,
+            ..no_forwarding()
+        };
+        let u = UpstreamFields::new(&parts, &f, false).to_map();
+        assert_eq!(u["x-forwarded-for"], "10.1.2.3");
     }
 
     #[test]

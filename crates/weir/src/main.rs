@@ -149,17 +149,17 @@ enum Command {
         config: PathBuf,
     },
     /// Write the weir.toml that does what an nginx config (with its
-    /// includes), a Caddyfile or an Apache config does. The report on stderr lists each directive as mapped,
+    /// includes), a Caddyfile, a haproxy.cfg or an Apache config does. The report on stderr lists each directive as mapped,
     /// approximated (and how weir differs) or without equivalent (and what to
     /// do). Exit 0: everything mapped; 3: something approximated or left out;
     /// 1: the input could not be read (file:line:col: message).
     Import {
-        /// "nginx", "caddy" or "apache", or the config's path (the kind is
-        /// then guessed and said). haproxy is not read yet.
+        /// "nginx", "caddy", "haproxy" or "apache", or the config's path (the
+        /// kind is then guessed and said).
         #[arg(value_name = "KIND|PATH")]
         kind: String,
         /// The config file: nginx.conf, a sites-enabled file, a Caddyfile,
-        /// apache2.conf.
+        /// haproxy.cfg, apache2.conf.
         #[arg(value_name = "PATH")]
         path: Option<PathBuf>,
         /// Write the weir.toml to FILE instead of standard output.

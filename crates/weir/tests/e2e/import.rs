@@ -81,10 +81,17 @@ fn corpus(p: &str) -> PathBuf {
         .join(p)
 }
 
+mod haproxy;
+
 /// `weir import nginx CONF -o OUT`: its exit code and report.
 fn import(conf: &Path, out: &Path) -> (i32, String) {
+    import_as("nginx", conf, out)
+}
+
+/// `weir import KIND CONF -o OUT`: its exit code and report.
+fn import_as(kind: &str, conf: &Path, out: &Path) -> (i32, String) {
     let o = Command::new(WEIR)
-        .args(["import", "nginx"])
+        .args(["import", kind])
         .arg(conf)
         .arg("-o")
         .arg(out)

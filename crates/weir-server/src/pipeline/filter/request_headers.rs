@@ -10,14 +10,30 @@ use http::header::{HeaderName, HeaderValue};
 
 use weir_config::traffic::{self, HeaderOps, RequestView};
 use weir_http::body::Body;
+use weir_proxy::forward::RuleForwarding;
 
 use super::{Checking, Layer, RequestFilter};
 
-pub(in crate::pipeline) struct RequestHeaders(Arc<traffic::Filters>);
+pub(in crate::pipeline) struct RequestHeaders {
+    cfg: Arc<traffic::Filters>,
+    /// The forwarding fields these rules name: the proxy leaves them as the
+    /// rules made them (weir_proxy::forward::RuleForwarding).
+    forwarding: RuleForwarding,
+}
 
 impl RequestHeaders {
     pub fn build(layer: &Layer<'_>) -> Option<Self> {
-        (!layer.cfg.request_headers.is_empty()).then(|| RequestHeaders(layer.cfg.clone()))
+        let ops = &layer.cfg.request_headers;
+        (!ops.is_empty()).then(|| RequestHeaders {
+            cfg: layer.cfg.clone(),
+            forwarding: RuleForwarding::of(
+                ops.set
+                    .iter()
+                    .chain(&ops.add)
+                    .map(|(n, _)| n)
+                    .chain(&ops.remove),
+            ),
+        })
     }
 }
 
@@ -25,8 +41,14 @@ impl RequestFilter for RequestHeaders {
     const REWRITES: bool = true;
 
     fn check(&self, req: &mut Checking<'_>) -> Result<u64, Response<Body>> {
-        let ops = &self.0.request_headers;
+        let ops = &self.cfg.request_headers;
         let parts = &mut *req.parts;
+        if !self.forwarding.is_empty() {
+            let had = parts.extensions.get::<RuleForwarding>().copied();
+            parts
+                .extensions
+                .insert(self.forwarding.union(had.unwrap_or_default()));
+        }
         let fixed =
             |l: &[(HeaderName, traffic::Template)]| l.iter().all(|(_, t)| t.fixed().is_some());
         if fixed(&ops.set) && fixed(&ops.add) {
