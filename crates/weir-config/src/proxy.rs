@@ -53,6 +53,18 @@ pub struct ProxyConfig {
     /// Send W3C `traceparent` upstream (the client's trace continued, a
     /// new span per attempt).
     pub traceparent: bool,
+    /// The upstream's `Location` and `Content-Location` rewritten, the
+    /// first matching entry's `from` prefix replaced by its `to`.
+    pub rewrite_location: Vec<LocationRewrite>,
+}
+
+/// One `rewrite_location` entry: a leading `from` (compared without regard
+/// to ASCII case, as scheme and host are) becomes `to`, filled from the
+/// request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocationRewrite {
+    pub from: String,
+    pub to: crate::traffic::Template,
 }
 
 impl ProxyConfig {
@@ -90,6 +102,7 @@ impl ProxyConfig {
             record_attempts: false,
             request_id: None,
             traceparent: false,
+            rewrite_location: Vec::new(),
         }
     }
 }
@@ -468,6 +481,28 @@ pub(crate) fn proxy_config(c: &mut Collector<'_>, key: &str, p: &Spanned<RawProx
         &mut out.queue_timeout,
     );
     dur(c, "dns_ttl", &raw.dns_ttl, &mut out.dns_ttl);
+    if let Some(list) = &raw.rewrite_location {
+        for r in list.get_ref() {
+            if r.from.is_empty() {
+                c.at(
+                    list.span(),
+                    format!("{key}.rewrite_location: `from` is empty; name the upstream's URL prefix, like \"http://10.0.0.2:8080/\""),
+                );
+                continue;
+            }
+            match crate::traffic::Template::parse(&r.to) {
+                Ok(to) if to.max_capture() == 0 => out.rewrite_location.push(LocationRewrite {
+                    from: r.from.clone(),
+                    to,
+                }),
+                Ok(_) => c.at(
+                    list.span(),
+                    format!("{key}.rewrite_location: `{}` uses a {{1}}..{{9}} group; only a route's regex has groups", r.to),
+                ),
+                Err(m) => c.at(list.span(), format!("{key}.rewrite_location: {m}")),
+            }
+        }
+    }
 
     let count = |c: &mut Collector<'_>, name: &str, v: &Option<Spanned<i64>>, max: i64| {
         let v = v.as_ref()?;

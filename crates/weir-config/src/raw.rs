@@ -806,6 +806,19 @@ pub struct RawProxy {
     pub traceparent: Option<bool>,
     /// Upstream host names are resolved again after this; default 30s.
     pub dns_ttl: Option<Spanned<Value>>,
+    /// Rewrite the upstream's `Location` and `Content-Location`: each
+    /// `{ from = "http://10.0.0.2:8080/", to = "{scheme}://{http_host}/app/" }`
+    /// replaces a value's leading `from` (the first that matches) with `to`,
+    /// as nginx's `proxy_redirect` and Apache's `ProxyPassReverse`; default none.
+    pub rewrite_location: Option<Spanned<Vec<RawLocationRewrite>>>,
+}
+
+/// One `rewrite_location` entry of a proxy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLocationRewrite {
+    pub from: String,
+    pub to: String,
 }
 
 impl RawProxy {
@@ -838,6 +851,7 @@ impl RawProxy {
             sni: None,
             traceparent: None,
             dns_ttl: None,
+            rewrite_location: None,
         }
     }
 }

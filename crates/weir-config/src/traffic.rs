@@ -230,6 +230,7 @@ enum Piece {
     QueryMark,
     Uri,
     Host,
+    HttpHost,
     Scheme,
     Method,
     ClientIp,
@@ -254,6 +255,7 @@ impl Template {
                 "?query" => Piece::QueryMark,
                 "uri" => Piece::Uri,
                 "host" => Piece::Host,
+                "http_host" => Piece::HttpHost,
                 "scheme" => Piece::Scheme,
                 "method" => Piece::Method,
                 "client_ip" | "remote_addr" => Piece::ClientIp,
@@ -262,7 +264,7 @@ impl Template {
                 }
                 n => {
                     return Err(format!(
-                        "`{s}`: unknown placeholder `{{{n}}}`; use {{path}}, {{query}}, {{?query}}, {{uri}}, {{host}}, {{scheme}}, {{method}}, {{client_ip}} or {{1}}..{{9}}"
+                        "`{s}`: unknown placeholder `{{{n}}}`; use {{path}}, {{query}}, {{?query}}, {{uri}}, {{host}}, {{http_host}}, {{scheme}}, {{method}}, {{client_ip}} or {{1}}..{{9}}"
                     ));
                 }
             });
@@ -316,6 +318,13 @@ impl Template {
                 }
                 Piece::Uri => out.push_str(p.uri.path_and_query().map_or("/", |pq| pq.as_str())),
                 Piece::Host => out.push_str(r.host),
+                Piece::HttpHost => out.push_str(
+                    p.headers
+                        .get(http::header::HOST)
+                        .and_then(|h| h.to_str().ok())
+                        .or_else(|| p.uri.authority().map(|a| a.as_str()))
+                        .unwrap_or(r.host),
+                ),
                 Piece::Scheme => out.push_str(if r.tls { "https" } else { "http" }),
                 Piece::Method => out.push_str(p.method.as_str()),
                 Piece::ClientIp => {

@@ -138,10 +138,11 @@ fn reverse_proxy() {
         "{t}"
     );
     assert!(t.contains("allow = [\"10.0.0.0/8\"]"), "{t}");
-    assert!(matches!(
-        outcome(&out, "ProxyPassReverse /app/"),
-        Outcome::Approximated(w) if w.contains("Location")
-    ));
+    assert_eq!(*outcome(&out, "ProxyPassReverse /app/"), Outcome::Mapped);
+    assert!(
+        t.contains("rewrite_location = [{ from = \"http://127.0.0.1:9001/\", to = \"{scheme}://{http_host}/app/\" }, { from = \"http://127.0.0.1:9002/\", to = \"{scheme}://{http_host}/images/\" }"),
+        "{t}"
+    );
     assert!(matches!(
         outcome(&out, "Header set X-Static yes"),
         Outcome::Approximated(w) if w.contains("always")

@@ -23,6 +23,7 @@ mod error;
 pub mod forward;
 pub mod h1_client;
 pub mod health;
+mod location;
 pub mod pool;
 pub mod proxy_protocol;
 pub mod stream;
@@ -475,7 +476,16 @@ impl Proxy {
                 }
             };
             match sent {
-                Ok((rp, from)) => {
+                Ok((mut rp, from)) => {
+                    if !self.cfg.rewrite_location.is_empty() {
+                        location::rewrite(
+                            &self.cfg.rewrite_location,
+                            &mut rp.headers,
+                            parts,
+                            conn.tls,
+                            client_ip,
+                        );
+                    }
                     rec.answered(rp.status.as_u16());
                     span.answered(rp.status.as_u16());
                     self.passive_success(up);

@@ -1,5 +1,6 @@
 //! Headless Chromium for tests of pages: the DOM a page builds, after its
-//! scripts ran. Installs Chromium if it is missing, or fails saying how.
+//! scripts ran, and a screenshot of it. Installs Chromium if it is missing,
+//! or fails saying how.
 
 use std::path::Path;
 use std::process::Command;
@@ -39,4 +40,31 @@ pub fn dump_dom(url: &str, profile: &Path, wait_ms: u32) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("the DOM is UTF-8")
+}
+
+/// `url` rendered by headless Chromium (1200×900) into the PNG `out`, after
+/// `wait_ms` of virtual time for its scripts; fails unless a PNG was written.
+pub fn screenshot(url: &str, profile: &Path, wait_ms: u32, out: &Path) {
+    let _ = std::fs::remove_file(out);
+    let res = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1200,900",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--virtual-time-budget={wait_ms}"))
+        .arg(format!("--screenshot={}", out.display()))
+        .arg(url)
+        .output()
+        .expect("run chromium");
+    let png = std::fs::read(out).unwrap_or_default();
+    assert!(
+        res.status.success() && png.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "chromium wrote no screenshot to {}: {}",
+        out.display(),
+        String::from_utf8_lossy(&res.stderr)
+    );
 }

@@ -292,6 +292,20 @@ pub async fn answer(
             .insert("keep-alive", "timeout=5".parse().unwrap());
         return r;
     }
+    if let Some(rest) = path.strip_prefix("/to-self/") {
+        // A redirect naming the upstream itself, by the Host it was sent:
+        // what a proxy's Location rewriting (ProxyPassReverse) fixes.
+        let host = parts
+            .headers
+            .get("host")
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let mut r = Response::new(full(name.to_string()));
+        *r.status_mut() = http::StatusCode::FOUND;
+        r.headers_mut()
+            .insert("location", format!("http://{host}/{rest}").parse().unwrap());
+        return r;
+    }
     if let Some(v) = path.strip_prefix("/field/") {
         // A response field that only this request's response carries.
         let mut r = Response::new(full(name.to_string()));

@@ -84,7 +84,9 @@ struct Host {
     key: Option<String>,
     preserve_host: Option<bool>,
     proxy_timeout: Option<String>,
-    reverse: Vec<(Origin, String)>,
+    /// `ProxyPassReverse`: where, as written, and its `(from, to)` pairs
+    /// (none when weir cannot follow it; the reason then).
+    reverse: Vec<(Origin, String, Result<Vec<(String, String)>, String>)>,
     access_log: Option<V>,
 }
 
@@ -388,6 +390,43 @@ fn url_addr(url: &str) -> Option<String> {
     Some(format!("{prefix}{addr}"))
 }
 
+/// `ProxyPassReverse PATH URL` as `rewrite_location` pairs: a Location
+/// starting with URL (or with a balancer member's URL) becomes the
+/// client's scheme and Host, then PATH, as Apache builds it.
+fn reverse_rules(path: &str, url: &str, g: &Globals) -> Result<Vec<(String, String)>, String> {
+    if path.is_empty() || url.is_empty() {
+        return Err("needs a path and a URL".into());
+    }
+    let to = format!("{{scheme}}://{{http_host}}{path}");
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(format!("`{url}` is not a URL"));
+    };
+    match scheme.to_ascii_lowercase().as_str() {
+        "http" | "https" | "ws" | "wss" => Ok(vec![(url.to_string(), to)]),
+        "balancer" => {
+            let (name, tail) = rest.split_once('/').map_or((rest, ""), |(n, t)| (n, t));
+            let b = g
+                .balancers
+                .get(name)
+                .ok_or_else(|| format!("no <Proxy balancer://{name}> with members"))?;
+            let mut out = Vec::new();
+            for (m, _) in &b.members {
+                let (base, default) = match m.strip_prefix("https://") {
+                    Some(a) => (format!("https://{a}"), ":443"),
+                    None => (format!("http://{m}"), ":80"),
+                };
+                // An upstream on its scheme's port usually leaves the port out.
+                if let Some(short) = base.strip_suffix(default) {
+                    out.push((format!("{short}/{tail}"), to.clone()));
+                }
+                out.push((format!("{base}/{tail}"), to.clone()));
+            }
+            Ok(out)
+        }
+        _ => Err(format!("weir proxies HTTP, not {scheme}")),
+    }
+}
+
 /// Server-wide directives weir has a place for.
 fn server_directive(d: &Directive, server: &mut Table, report: &mut Report) {
     let set_timeout = |server: &mut Table, k: &str, v: String| {
@@ -545,7 +584,9 @@ fn host_directive(d: &Directive, h: &mut Host, g: &Globals, report: &mut Report)
                     };
                     proxy = proxy_pass(&fake, g, report);
                 } else if y.is("ProxyPassReverse") {
-                    h.reverse.push((y.at.clone(), y.text()));
+                    let path = prefix.clone().unwrap_or_default();
+                    let rules = reverse_rules(&path, y.arg(0), g);
+                    h.reverse.push((y.at.clone(), y.text(), rules));
                 } else if y.is("SetHandler") && y.arg(0).eq_ignore_ascii_case("server-status") {
                     status_handler = true;
                     report.none(&y.at, y.text(), "weir's status is its admin API's metrics ([admin], /metrics), not mod_status's page: the location answers as the site does");
@@ -582,7 +623,10 @@ fn host_directive(d: &Directive, h: &mut Host, g: &Globals, report: &mut Report)
                 h.maps.push(m);
             }
         }
-        "proxypassreverse" => h.reverse.push((d.at.clone(), d.text())),
+        "proxypassreverse" => {
+            let rules = reverse_rules(d.arg(0), d.arg(1), g);
+            h.reverse.push((d.at.clone(), d.text(), rules));
+        }
         "proxypreservehost" => {
             h.preserve_host = Some(d.arg(0).eq_ignore_ascii_case("on"));
             report.mapped(&d.at, d.text(), "proxy host");
@@ -1706,8 +1750,31 @@ fn site(
             k != "root" && k != "try_files" && k != "php" && k != "browse" && k != "index"
         });
     }
-    for (at, text) in &h.reverse {
-        report.approx(at, text.clone(), "proxy", "weir passes an upstream's Location (and Content-Location, URI) fields as they are: one naming the upstream's own URL reaches the client unchanged (have the application build its URLs from X-Forwarded-Host, or ProxyPreserveHost)");
+    // ProxyPassReverse applies to every answer mod_proxy passes in its
+    // vhost: each proxy of the site gets the whole list.
+    let mut rewrites = Vec::new();
+    for (at, text, rules) in &h.reverse {
+        match rules {
+            Ok(rules) => {
+                report.mapped(at, text.clone(), "proxy rewrite_location (Location and Content-Location; the obsolete URI field is passed as it is)");
+                for (from, to) in rules {
+                    rewrites.push(V::T(vec![
+                        ("from".into(), V::s(from.clone())),
+                        ("to".into(), V::s(to.clone())),
+                    ]));
+                }
+            }
+            Err(why) => report.none(at, text.clone(), why.clone()),
+        }
+    }
+    if !rewrites.is_empty() {
+        for keys in std::iter::once(&mut t.keys).chain(routes.iter_mut().map(|r| &mut r.keys)) {
+            for (k, v) in keys.iter_mut() {
+                if let (true, V::T(p)) = (k == "proxy", v) {
+                    p.push(("rewrite_location".into(), V::A(rewrites.clone())));
+                }
+            }
+        }
     }
     if t.get("root").is_some() {
         report.approx(&at, "static files", "site", "weir answers a directory asked without its slash with 308 and a relative Location (Apache: 301, absolute), adds `; charset=utf-8` to textual types, and refuses dot-files (.git, .env) Apache would serve (`serve_hidden = true` serves them)");

@@ -3,6 +3,7 @@
 //! requests it must refuse, where it listens and when it does not, and a
 //! binary upgrade while new connections arrive.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -523,6 +524,19 @@ fn the_status_page_graphs_rate_errors_and_p99_from_its_polls() {
         &format!("http://127.0.0.1:{adm}/status"),
         profile.path(),
         8000,
+    );
+    // The graphs as a reader sees them, kept in the tests' output folder.
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("status-graphs.png");
+    weir_test_support::browser::screenshot(
+        &format!("http://127.0.0.1:{adm}/status"),
+        profile.path(),
+        8000,
+        &shot,
+    );
+    assert!(
+        std::fs::metadata(&shot).unwrap().len() > 10_000,
+        "{}: a blank page?",
+        shot.display()
     );
     stop.store(true, Ordering::Relaxed);
     let sent = traffic.join().unwrap();

@@ -417,14 +417,29 @@ async fn reverse_proxy_answers_as_apache() {
         "/images/b/c.png",
         "/admin/",
         "/missing",
+        // The upstream's redirects to itself, rewritten by ProxyPassReverse.
+        "/app/to-self/login?next=/",
+        "/images/to-self/a.png",
     ] {
         let counts = || ups.iter().map(|u| u.count()).collect::<Vec<_>>();
+        // Each server names itself with its own port.
+        let own = |mut a: Answer, port: u16| {
+            a.location = a.location.map(|l| l.replace(&port.to_string(), "PORT"));
+            a
+        };
         let before = counts();
-        let ap = ask(&c, ap_port, "GET", path, None).await;
+        let ap = own(ask(&c, ap_port, "GET", path, None).await, ap_port);
         let ap_seen = seen(&before);
         let before = counts();
-        let w = ask(&c, weir_port, "GET", path, None).await;
+        let w = own(ask(&c, weir_port, "GET", path, None).await, weir_port);
         let w_seen = seen(&before);
+        if path.contains("/to-self/") {
+            let l = w.location.as_deref().unwrap_or("");
+            assert!(
+                l.starts_with("http://127.0.0.1:PORT/"),
+                "GET {path}: the upstream's own URL is rewritten: {l}"
+            );
+        }
         same(&format!("GET {path}"), &ap, &w, &report);
         assert_eq!(ap_seen, w_seen, "GET {path}: what the upstreams received");
     }
