@@ -139,6 +139,10 @@ fn reverse_proxy() {
     );
     assert!(t.contains("allow = [\"10.0.0.0/8\"]"), "{t}");
     assert_eq!(*outcome(&out, "ProxyPassReverse /app/"), Outcome::Mapped);
+    assert!(matches!(
+        outcome(&out, "ProxyPassReverse /images/"),
+        Outcome::Approximated(w) if w.contains("two slashes")
+    ));
     assert!(
         t.contains("rewrite_location = [{ from = \"http://127.0.0.1:9001/\", to = \"{scheme}://{http_host}/app/\" }, { from = \"http://127.0.0.1:9002/\", to = \"{scheme}://{http_host}/images/\" }"),
         "{t}"

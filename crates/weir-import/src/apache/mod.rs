@@ -86,7 +86,7 @@ struct Host {
     proxy_timeout: Option<String>,
     /// `ProxyPassReverse`: where, as written, and its `(from, to)` pairs
     /// (none when weir cannot follow it; the reason then).
-    reverse: Vec<(Origin, String, Result<Vec<(String, String)>, String>)>,
+    reverse: Vec<(Origin, String, Result<Reverse, String>)>,
     access_log: Option<V>,
 }
 
@@ -390,10 +390,13 @@ fn url_addr(url: &str) -> Option<String> {
     Some(format!("{prefix}{addr}"))
 }
 
+/// `rewrite_location` pairs `(from, to)`, and how weir differs if it does.
+type Reverse = (Vec<(String, String)>, Option<String>);
+
 /// `ProxyPassReverse PATH URL` as `rewrite_location` pairs: a Location
 /// starting with URL (or with a balancer member's URL) becomes the
 /// client's scheme and Host, then PATH, as Apache builds it.
-fn reverse_rules(path: &str, url: &str, g: &Globals) -> Result<Vec<(String, String)>, String> {
+fn reverse_rules(path: &str, url: &str, g: &Globals) -> Result<Reverse, String> {
     if path.is_empty() || url.is_empty() {
         return Err("needs a path and a URL".into());
     }
@@ -402,7 +405,7 @@ fn reverse_rules(path: &str, url: &str, g: &Globals) -> Result<Vec<(String, Stri
         return Err(format!("`{url}` is not a URL"));
     };
     match scheme.to_ascii_lowercase().as_str() {
-        "http" | "https" | "ws" | "wss" => Ok(vec![(url.to_string(), to)]),
+        "http" | "https" | "ws" | "wss" => Ok((vec![(url.to_string(), to)], None)),
         "balancer" => {
             let (name, tail) = rest.split_once('/').map_or((rest, ""), |(n, t)| (n, t));
             let b = g
@@ -421,7 +424,11 @@ fn reverse_rules(path: &str, url: &str, g: &Globals) -> Result<Vec<(String, Stri
                 }
                 out.push((format!("{base}/{tail}"), to.clone()));
             }
-            Ok(out)
+            // mod_proxy keeps the member URL's slash after PATH's.
+            let note = path.ends_with('/').then(|| {
+                format!("Apache joins `{path}` and the rest of a member's URL with two slashes (`{path}/a`); weir with one (`{path}a`)")
+            });
+            Ok((out, note))
         }
         _ => Err(format!("weir proxies HTTP, not {scheme}")),
     }
@@ -1755,8 +1762,12 @@ fn site(
     let mut rewrites = Vec::new();
     for (at, text, rules) in &h.reverse {
         match rules {
-            Ok(rules) => {
-                report.mapped(at, text.clone(), "proxy rewrite_location (Location and Content-Location; the obsolete URI field is passed as it is)");
+            Ok((rules, note)) => {
+                let to = "proxy rewrite_location (Location and Content-Location; the obsolete URI field is passed as it is)";
+                match note {
+                    Some(why) => report.approx(at, text.clone(), to, why.clone()),
+                    None => report.mapped(at, text.clone(), to),
+                }
                 for (from, to) in rules {
                     rewrites.push(V::T(vec![
                         ("from".into(), V::s(from.clone())),

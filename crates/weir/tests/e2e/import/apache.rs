@@ -433,12 +433,21 @@ async fn reverse_proxy_answers_as_apache() {
         let before = counts();
         let w = own(ask(&c, weir_port, "GET", path, None).await, weir_port);
         let w_seen = seen(&before);
+        let mut ap = ap;
         if path.contains("/to-self/") {
             let l = w.location.as_deref().unwrap_or("");
             assert!(
                 l.starts_with("http://127.0.0.1:PORT/"),
                 "GET {path}: the upstream's own URL is rewritten: {l}"
             );
+            if path.starts_with("/images/") {
+                // A balancer's member URL, joined by Apache with two slashes.
+                assert!(
+                    report.contains("with two slashes"),
+                    "the report does not list the balancer's `//`:\n{report}"
+                );
+                ap.location = ap.location.map(|l| l.replace("/images//", "/images/"));
+            }
         }
         same(&format!("GET {path}"), &ap, &w, &report);
         assert_eq!(ap_seen, w_seen, "GET {path}: what the upstreams received");
