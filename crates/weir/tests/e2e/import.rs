@@ -16,6 +16,7 @@ use weir_test_support::proxy::{Upstream, Weir};
 use crate::WEIR;
 
 mod apache;
+mod caddy;
 
 const NGINX: &str = "/usr/sbin/nginx";
 
@@ -83,11 +84,17 @@ fn corpus(p: &str) -> PathBuf {
 
 /// `weir import nginx CONF -o OUT`: its exit code and report.
 fn import(conf: &Path, out: &Path) -> (i32, String) {
+    import_as("nginx", conf, out, &[])
+}
+
+/// `weir import KIND CONF -o OUT [EXTRA…]`: its exit code and report.
+fn import_as(kind: &str, conf: &Path, out: &Path, extra: &[&str]) -> (i32, String) {
     let o = Command::new(WEIR)
-        .args(["import", "nginx"])
+        .args(["import", kind])
         .arg(conf)
         .arg("-o")
         .arg(out)
+        .args(extra)
         .output()
         .unwrap();
     let report = String::from_utf8_lossy(&o.stderr).into_owned();
@@ -140,12 +147,28 @@ async fn ask_with(
     host: Option<&str>,
     set: &[&str],
 ) -> Answer {
+    ask_headers(c, port, method, path, host, &[], set).await
+}
+
+/// One request with `headers` added.
+async fn ask_headers(
+    c: &reqwest::Client,
+    port: u16,
+    method: &str,
+    path: &str,
+    host: Option<&str>,
+    headers: &[(&str, &str)],
+    set: &[&str],
+) -> Answer {
     let mut r = c.request(
         method.parse().unwrap(),
         format!("http://127.0.0.1:{port}{path}"),
     );
     if let Some(h) = host {
         r = r.header("host", h);
+    }
+    for (n, v) in headers {
+        r = r.header(*n, *v);
     }
     let r = r.send().await.unwrap();
     let field = |n: &str| {

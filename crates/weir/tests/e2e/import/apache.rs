@@ -121,16 +121,7 @@ fn open_up(p: &Path) {
 
 /// `weir import apache CONF -o OUT`: its exit code and report.
 fn import(conf: &Path, out: &Path, extra: &[&str]) -> (i32, String) {
-    let o = Command::new(WEIR)
-        .args(["import", "apache"])
-        .arg(conf)
-        .arg("-o")
-        .arg(out)
-        .args(extra)
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&o.stderr).into_owned();
-    (o.status.code().unwrap_or(-1), report)
+    super::import_as("apache", conf, out, extra)
 }
 
 async fn ask(
