@@ -1156,10 +1156,11 @@ fn handler(l: &Line, args: &[&str], st: &SiteState, report: &mut Report) -> Opti
             keys.push(("root".into(), V::s(root.clone())));
             let to = V::A(args.iter().map(|a| V::S(upstream(a))).collect());
             keys.push(("php".into(), crate::nginx::fcgi_value(to, Vec::new())));
-            report.mapped(
+            report.approx(
                 l.at(),
                 l.text(),
-                "php (Caddy's php_fastcgi defaults are weir's)",
+                "php",
+                "a path that names no file reaches index.php with an empty PATH_INFO in Caddy, with the path as PATH_INFO in weir; a `.php` path that names no script goes to index.php in Caddy and gets 404 in weir; a directory without index.php goes to index.php in Caddy, to its own index file (asked without its slash: a 308 first) in weir",
             );
         }
         "file_server" => {
