@@ -571,7 +571,7 @@ fn before(a: &Matcher, b: &Matcher) -> bool {
 }
 
 /// Go's `sort.SliceStable` for the few routes of a site (an insertion
-/// sort, which is what Go runs for fewer than 20): `less` need not be a
+/// sort, which is what Go runs for up to 20 elements): `less` need not be a
 /// total order, as Caddy's is not.
 fn stable_sort<T>(v: &mut [T], less: impl Fn(&T, &T) -> bool) {
     for i in 1..v.len() {
