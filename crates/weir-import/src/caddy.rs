@@ -1201,14 +1201,17 @@ fn handler(l: &Line, args: &[&str], st: &SiteState, report: &mut Report) -> Opti
                 ("index".to_string(), index),
                 ("precompressed".to_string(), precompressed),
             ];
-            report.approx(
-                l.at(),
-                l.text(),
-                "static files",
-                "weir refuses dot-files (.git, .env) Caddy serves (`serve_hidden = true` serves them); a directory without an index file gets 308 to add its slash, then 403 (Caddy: 404); weir's 308 keeps the query (Caddy 2.6 drops it); weir adds `; charset=utf-8` to every textual type",
+            let mut why = String::from(
+                "weir refuses dot-files (.git, .env) Caddy serves (`serve_hidden = true` serves them); a directory without an index file gets 308 to add its slash, then 403 (Caddy: 404); weir's 308 keeps the query (Caddy 2.6 drops it); weir adds `; charset=utf-8` to JSON, JavaScript and SVG too (Caddy to text/* only)",
             );
+            if browse {
+                why.push_str("; weir's listing is its own");
+            }
+            if root.is_none() {
+                why.insert_str(0, "no root: Caddy serves the current directory, written as \".\" (weir.toml's directory); ");
+            }
+            report.approx(l.at(), l.text(), "root (static files)", why);
             let Some(root) = root else {
-                report.approx(l.at(), l.text(), "root", "no root: Caddy serves the current directory; written as \".\" (weir.toml's directory)");
                 keys.push(("root".into(), V::s(".")));
                 return Some(Handler {
                     keys,
@@ -1219,14 +1222,6 @@ fn handler(l: &Line, args: &[&str], st: &SiteState, report: &mut Report) -> Opti
             keys.push(("root".into(), V::s(root)));
             if browse {
                 keys.push(("browse".into(), V::B(true)));
-                report.approx(
-                    l.at(),
-                    l.text(),
-                    "browse = true",
-                    "weir's listing is its own",
-                );
-            } else {
-                report.mapped(l.at(), l.text(), "root");
             }
             return Some(Handler {
                 keys,
