@@ -315,6 +315,7 @@ pub fn import(path: &Path, _opts: &Options) -> Result<Imported, Error> {
     let mut acme = Table::new("tls.acme", false);
     let mut tls = Table::new("tls", false);
     let mut admin = Table::new("admin", false);
+    let mut server = Table::new("server", false);
     // A file of one site with no braces: its first line (after any global
     // options and snippets) is the address, the rest its body.
     if let Some(i) = top.iter().position(|l| !l.name().is_empty())
@@ -328,10 +329,11 @@ pub fn import(path: &Path, _opts: &Options) -> Result<Imported, Error> {
         });
     }
     let mut names: Vec<String> = Vec::new();
+    let mut first_site: Option<Origin> = None;
     for l in &top {
         if l.name().is_empty() {
             for o in l.block.iter().flatten() {
-                global(o, &mut report, &mut acme, &mut tls, &mut admin);
+                global(o, &mut report, &mut acme, &mut tls, &mut admin, &mut server);
             }
             continue;
         }
@@ -358,11 +360,25 @@ pub fn import(path: &Path, _opts: &Options) -> Result<Imported, Error> {
                 continue;
             }
             names.push(name.clone());
+            first_site.get_or_insert_with(|| l.at().clone());
             tables.extend(site(&name, l.at(), body, &mut report));
         }
     }
+    if let Some(at) = &first_site {
+        tables.extend(catch_alls(&names, at, &mut report));
+        report.approx(
+            &Origin {
+                file: r.display(path),
+                line: 1,
+                col: 1,
+            },
+            "Caddy's own pages",
+            "weir's",
+            "Caddy answers the errors of its handlers (404, 401, 502…) with an empty body and no Content-Type, and file_server's redirects with a short HTML link; weir's error and redirect answers carry weir's own short bodies",
+        );
+    }
     let mut all = Vec::new();
-    for t in [admin, tls, acme] {
+    for t in [server, admin, tls, acme] {
         if !t.keys.is_empty() {
             all.push(t);
         }
@@ -378,9 +394,69 @@ pub fn import(path: &Path, _opts: &Options) -> Result<Imported, Error> {
     })
 }
 
-fn global(o: &Line, report: &mut Report, acme: &mut Table, tls: &mut Table, admin: &mut Table) {
+/// The plain-HTTP ports the sites listen on (`http://…`, `…:80`, `:N`)
+/// without a catch-all site: Caddy answers a Host no site names there
+/// with an empty 200, where weir would hand it to the port's first site.
+fn catch_alls(names: &[String], at: &Origin, report: &mut Report) -> Vec<Table> {
+    let port_of = |n: &str| -> Option<(String, bool)> {
+        let (plain, rest) = match n.strip_prefix("http://") {
+            Some(r) => (true, r),
+            None => (false, n.strip_prefix("https://").unwrap_or(n)),
+        };
+        let (host, port) = match rest.rsplit_once(':') {
+            Some((h, p)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => {
+                (h, p.to_string())
+            }
+            _ if plain => (rest, "80".to_string()),
+            _ => return None,
+        };
+        let plain = plain || port == "80" || (host.is_empty() && !n.starts_with("https://"));
+        plain.then_some((port, host.is_empty()))
+    };
+    let mut ports: Vec<String> = Vec::new();
+    let mut covered: Vec<String> = Vec::new();
+    for n in names {
+        if let Some((port, catch_all)) = port_of(n) {
+            if catch_all {
+                covered.push(port.clone());
+            }
+            if !ports.contains(&port) {
+                ports.push(port);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for p in ports.into_iter().filter(|p| !covered.contains(p)) {
+        let mut t = Table::new(format!("site.\":{p}\""), false);
+        t.comments.push(format!(
+            "Caddy's empty 200 for a Host no site on port {p} names"
+        ));
+        t.set("respond", V::I(200));
+        t.set("compress", V::B(false));
+        report.mapped(
+            at,
+            format!("a Host no site names on port {p}"),
+            format!("site \":{p}\" respond = 200 (Caddy's empty 200)"),
+        );
+        out.push(t);
+    }
+    out
+}
+
+fn global(
+    o: &Line,
+    report: &mut Report,
+    acme: &mut Table,
+    tls: &mut Table,
+    admin: &mut Table,
+    server: &mut Table,
+) {
     let a = o.args();
     match o.name() {
+        "default_bind" if a.len() == 1 => {
+            server.set("bind", V::s(a[0].trim_start_matches("tcp/")));
+            report.mapped(o.at(), o.text(), "[server] bind");
+        }
         "email" if a.len() == 1 => {
             acme.set("email", V::s(a[0]));
             report.mapped(o.at(), o.text(), "[tls.acme] email");
@@ -457,27 +533,54 @@ fn matcher_of(def: &[Line], at: &Origin, report: &mut Report) -> Option<Matcher>
     Some(m)
 }
 
-/// Caddy's order of the directives weir maps (Caddy sorts a site's
-/// directives by it, whatever order they are written in).
+/// Caddy's order of the directives weir maps (Caddy 2.6 sorts a site's
+/// directives by it, whatever order they are written in; `handle_path`
+/// sorts as `handle`).
 fn rank(name: &str) -> usize {
-    const ORDER: &[&str] = &[
-        "tls",
-        "root",
-        "header",
-        "encode",
-        "basic_auth",
-        "basicauth",
-        "redir",
-        "try_files",
-        "handle_path",
-        "handle",
-        "route",
-        "respond",
-        "reverse_proxy",
-        "php_fastcgi",
-        "file_server",
+    const ORDER: &[&[&str]] = &[
+        &["tls"],
+        &["root"],
+        &["header"],
+        &["redir"],
+        &["try_files"],
+        &["basic_auth", "basicauth"],
+        &["encode"],
+        &["handle", "handle_path"],
+        &["route"],
+        &["respond"],
+        &["reverse_proxy"],
+        &["php_fastcgi"],
+        &["file_server"],
     ];
-    ORDER.iter().position(|o| *o == name).unwrap_or(ORDER.len())
+    ORDER
+        .iter()
+        .position(|o| o.contains(&name))
+        .unwrap_or(ORDER.len())
+}
+
+/// Caddy 2.6's order among directives of one kind: a single path before
+/// another when it is longer (`/a*` before `/a`); without single paths on
+/// both, one with a matcher before one without. Not a total order: used
+/// by [`stable_sort`] as Caddy uses it with Go's stable sort.
+fn before(a: &Matcher, b: &Matcher) -> bool {
+    let single = |m: &Matcher| (m.paths.len() == 1).then(|| m.paths[0].len());
+    match (single(a), single(b)) {
+        (Some(x), Some(y)) => x > y,
+        _ => *a != Matcher::default() && *b == Matcher::default(),
+    }
+}
+
+/// Go's `sort.SliceStable` for the few routes of a site (an insertion
+/// sort, which is what Go runs for up to 20 elements): `less` need not be a
+/// total order, as Caddy's is not.
+fn stable_sort<T>(v: &mut [T], less: impl Fn(&T, &T) -> bool) {
+    for i in 1..v.len() {
+        let mut j = i;
+        while j > 0 && less(&v[j], &v[j - 1]) {
+            v.swap(j, j - 1);
+            j -= 1;
+        }
+    }
 }
 
 /// What a handler directive gives: keys of a route or site.
@@ -485,6 +588,8 @@ struct Handler {
     keys: Vec<(String, V)>,
     /// `handle_path`: strip the matched prefix.
     strip: bool,
+    /// A file_server's site-wide settings (weir's static settings are the site's).
+    files: Option<Vec<(String, V)>>,
 }
 
 #[derive(Default)]
@@ -522,8 +627,10 @@ fn site(name: &str, at: &Origin, body: &[Line], report: &mut Report) -> Vec<Tabl
     }
     let mut lines: Vec<&Line> = body.iter().filter(|l| !l.name().starts_with('@')).collect();
     lines.sort_by_key(|l| rank(l.name()));
-    let mut routes: Vec<(Matcher, Handler, String)> = Vec::new();
-    let mut own: Option<Handler> = None;
+    let mut routes: Vec<(Matcher, Handler, String, usize, &Line)> = Vec::new();
+    let mut own: Option<(Handler, usize, &Line)> = None;
+    // The static-file settings of the site's file_servers (the first's).
+    let mut files: Option<Vec<(String, V)>> = None;
     let mut filter_routes: Vec<(Matcher, SiteState, String)> = Vec::new();
     for l in lines {
         let (m, args) = split_matcher(l, &matchers, report);
@@ -551,29 +658,41 @@ fn site(name: &str, at: &Origin, body: &[Line], report: &mut Report) -> Vec<Tabl
                 setting(l, &args, &mut st, report);
             }
             _ => {
+                // Lines come in Caddy's order: after an unmatched handler
+                // that answers everything, only matched ones of its kind
+                // (which Caddy sorts before it) are ever reached.
+                if let Some((_, r, first)) = &own
+                    && first.name() != "php_fastcgi"
+                    && (rank(l.name()) > *r || m == Matcher::default())
+                {
+                    report.none(l.at(), l.text(), format!("never reached: Caddy runs `{}` (line {}) before it, and that answers every request", first.name(), first.at().line));
+                    continue;
+                }
                 let Some(h) = handler(l, &args, &st, report) else {
                     continue;
                 };
+                if let Some(f) = &h.files {
+                    files.get_or_insert_with(|| f.clone());
+                }
                 if m == Matcher::default() {
                     if own.is_none() {
-                        own = Some(h);
+                        own = Some((h, rank(l.name()), l));
                     }
                 } else {
-                    routes.push((m, h, what));
+                    routes.push((m, h, what, rank(l.name()), l));
                 }
             }
         }
     }
-    // Caddy puts longer paths first among directives of one kind.
-    routes.sort_by(|a, b| {
-        let len = |m: &Matcher| m.paths.iter().map(String::len).max().unwrap_or(0);
-        len(&b.0).cmp(&len(&a.0))
+    // Caddy's directive order, then its order among directives of one kind.
+    stable_sort(&mut routes, |a, b| {
+        a.3 < b.3 || (a.3 == b.3 && before(&a.0, &b.0))
     });
     if let Some(tls) = st.tls.take() {
         t.set("tls", tls);
     }
     match own {
-        Some(h) => {
+        Some((h, _, _)) => {
             for (k, v) in h.keys {
                 t.set(&k, v);
             }
@@ -597,34 +716,32 @@ fn site(name: &str, at: &Origin, body: &[Line], report: &mut Report) -> Vec<Tabl
     if let Some(b) = st.basic_auth.take() {
         t.set("basic_auth", b);
     }
-    if !st.headers.is_empty() {
-        let mut ops: Vec<(String, Vec<(String, V)>)> = Vec::new();
-        for (op, n, v) in &st.headers {
-            match ops.iter_mut().find(|(o, _)| o == op) {
-                Some((_, list)) => list.push((n.clone(), v.clone())),
-                None => ops.push((op.clone(), vec![(n.clone(), v.clone())])),
-            }
+    if let Some(h) = header_ops(&st.headers) {
+        t.set("response_headers", h);
+    }
+    if let Some(f) = files {
+        for (k, v) in f {
+            t.set(&k, v);
         }
-        let t2: Vec<(String, V)> = ops
-            .into_iter()
-            .map(|(op, list)| {
-                if op == "remove" {
-                    (op, V::A(list.into_iter().map(|(n, _)| V::S(n)).collect()))
-                } else {
-                    (op, V::T(list))
-                }
-            })
-            .collect();
-        t.set("response_headers", V::T(t2));
     }
     let own_keys: Vec<(String, V)> = out_keys(&t);
+    let mut filtered: Vec<(Matcher, Handler, String)> = Vec::new();
     for (m, sc, what) in filter_routes {
         let mut keys = own_keys.clone();
         push_access_and_headers(&mut keys, sc.basic_auth, &sc.headers);
-        routes.insert(0, (m, Handler { keys, strip: false }, what));
+        filtered.push((
+            m,
+            Handler {
+                keys,
+                strip: false,
+                files: None,
+            },
+            what,
+        ));
     }
     let mut out = vec![t];
-    for (m, h, what) in routes {
+    let routes = routes.into_iter().map(|(m, h, w, _, _)| (m, h, w));
+    for (m, h, what) in filtered.into_iter().chain(routes) {
         let paths: Vec<Option<String>> = if m.paths.is_empty() {
             vec![None]
         } else {
@@ -657,9 +774,8 @@ fn site(name: &str, at: &Origin, body: &[Line], report: &mut Report) -> Vec<Tabl
     out
 }
 
-/// A site's handler keys, for a route that must answer as the site does.
-/// A block's `basic_auth` and its `header` set rules as weir keys, shared
-/// by matcher-scoped filters and `handle` blocks.
+/// A block's `basic_auth` and its `header` rules as weir keys, shared by
+/// matcher-scoped filters and `handle` blocks.
 fn push_access_and_headers(
     keys: &mut Vec<(String, V)>,
     basic_auth: Option<V>,
@@ -668,19 +784,37 @@ fn push_access_and_headers(
     if let Some(b) = basic_auth {
         keys.push(("basic_auth".into(), b));
     }
-    let set: Vec<(String, V)> = headers
-        .iter()
-        .filter(|h| h.0 == "set")
-        .map(|h| (h.1.clone(), h.2.clone()))
-        .collect();
-    if !set.is_empty() {
-        keys.push((
-            "response_headers".into(),
-            V::T(vec![("set".into(), V::T(set))]),
-        ));
+    if let Some(h) = header_ops(headers) {
+        keys.push(("response_headers".into(), h));
     }
 }
 
+/// `header` rules as weir's `response_headers = { set, add, remove }`.
+fn header_ops(headers: &[(String, String, V)]) -> Option<V> {
+    let mut ops: Vec<(String, Vec<(String, V)>)> = Vec::new();
+    for (op, n, v) in headers {
+        match ops.iter_mut().find(|(o, _)| o == op) {
+            Some((_, list)) => list.push((n.clone(), v.clone())),
+            None => ops.push((op.clone(), vec![(n.clone(), v.clone())])),
+        }
+    }
+    if ops.is_empty() {
+        return None;
+    }
+    let t: Vec<(String, V)> = ops
+        .into_iter()
+        .map(|(op, list)| {
+            if op == "remove" {
+                (op, V::A(list.into_iter().map(|(n, _)| V::S(n)).collect()))
+            } else {
+                (op, V::T(list))
+            }
+        })
+        .collect();
+    Some(V::T(t))
+}
+
+/// A site's handler keys, for a route that must answer as the site does.
 fn out_keys(t: &Table) -> Vec<(String, V)> {
     t.keys
         .iter()
@@ -703,11 +837,12 @@ fn split_matcher<'a>(
     let args = l.args();
     match args.first() {
         Some(&"*") => (Some(Matcher::default()), args[1..].to_vec()),
+        // Caddy reads a first argument starting with `/` as a path matcher
+        // (`redir /old /new`); a lone one of `redir`, `try_files` or `root`
+        // is the value itself.
         Some(a)
             if a.starts_with('/')
-                && l.name() != "redir"
-                && l.name() != "try_files"
-                && l.name() != "root" =>
+                && (args.len() > 1 || !matches!(l.name(), "redir" | "try_files" | "root")) =>
         {
             (
                 Some(Matcher {
@@ -761,22 +896,67 @@ fn setting(l: &Line, args: &[&str], st: &mut SiteState, report: &mut Report) {
             _ => report.none(l.at(), l.text(), "a tls form weir import does not read"),
         },
         "encode" => {
-            let enc: Vec<&str> = args
+            let mut enc: Vec<String> = args
                 .iter()
-                .copied()
-                .filter(|a| matches!(*a, "gzip" | "zstd" | "br"))
+                .filter(|a| matches!(**a, "gzip" | "zstd" | "br"))
+                .map(|a| a.to_string())
                 .collect();
-            let enc = if enc.is_empty() {
-                vec!["zstd", "gzip"]
-            } else {
-                enc
-            };
-            st.compress = Some(V::T(vec![("encodings".into(), V::strs(enc))]));
+            let mut min_size = 512;
+            for o in l.block.iter().flatten() {
+                let a = o.args();
+                match o.name() {
+                    e @ ("gzip" | "zstd" | "br") => {
+                        enc.push(e.to_string());
+                        if !a.is_empty() {
+                            report.approx(
+                                o.at(),
+                                o.text(),
+                                "compress",
+                                "weir's compression levels are its own",
+                            );
+                        }
+                    }
+                    "minimum_length" => match a.first().map(|n| n.parse::<i64>()) {
+                        Some(Ok(n)) => {
+                            min_size = n;
+                            report.mapped(o.at(), o.text(), "compress min_size");
+                        }
+                        _ => report.none(o.at(), o.text(), "not a length in bytes"),
+                    },
+                    "prefer" => {
+                        enc.sort_by_key(|e| a.iter().position(|p| p == e).unwrap_or(a.len()));
+                        report.mapped(o.at(), o.text(), "compress encodings (in this order)");
+                    }
+                    _ => report.none(
+                        o.at(),
+                        o.text(),
+                        "weir compresses by `types` and `min_size` only",
+                    ),
+                }
+            }
+            if enc.is_empty() {
+                enc = vec!["zstd".into(), "gzip".into()];
+            }
+            // Caddy's default `match`: these types, from 512 bytes.
+            let types = V::strs([
+                "text/*",
+                "application/json",
+                "application/javascript",
+                "application/xhtml+xml",
+                "application/atom+xml",
+                "application/rss+xml",
+                "image/svg+xml",
+            ]);
+            st.compress = Some(V::T(vec![
+                ("encodings".into(), V::strs(enc)),
+                ("min_size".into(), V::I(min_size)),
+                ("types".into(), types),
+            ]));
             report.approx(
                 l.at(),
                 l.text(),
                 "compress",
-                "weir compresses from 1 KiB (Caddy from 512 bytes) and its own list of types",
+                "weir also sends `Vary: Accept-Encoding` on an answer it would compress to a client that did not ask for it (Caddy only on compressed answers)",
             );
         }
         "header" => {
@@ -803,7 +983,12 @@ fn setting(l: &Line, args: &[&str], st: &mut SiteState, report: &mut Report) {
             } else if let Some(n) = args.first() {
                 add(n, args.get(1).copied());
             }
-            report.mapped(l.at(), l.text(), "response_headers");
+            report.approx(
+                l.at(),
+                l.text(),
+                "response_headers",
+                "Caddy does not apply them to the errors its handlers answer (404, 401, 502…), which keep `Server` and get none of the fields; weir applies them to every answer",
+            );
         }
         "basic_auth" | "basicauth" => {
             let mut users = Vec::new();
@@ -868,6 +1053,7 @@ fn upstream(a: &str) -> String {
 fn handler(l: &Line, args: &[&str], st: &SiteState, report: &mut Report) -> Option<Handler> {
     let mut keys: Vec<(String, V)> = Vec::new();
     let mut strip = false;
+    let mut files = None;
     match l.name() {
         "reverse_proxy" => {
             let mut to: Vec<V> = args.iter().map(|a| V::S(upstream(a))).collect();
@@ -951,7 +1137,12 @@ fn handler(l: &Line, args: &[&str], st: &SiteState, report: &mut Report) -> Opti
                     V::T(vec![("set".into(), V::T(set))]),
                 ));
             }
-            report.mapped(l.at(), l.text(), "proxy");
+            report.approx(
+                l.at(),
+                l.text(),
+                "proxy",
+                "an upstream answer without Content-Type gets one sniffed from its first bytes in Caddy (Go's net/http), none in weir",
+            );
         }
         "php_fastcgi" => {
             let Some(root) = &st.root else {
@@ -965,30 +1156,78 @@ fn handler(l: &Line, args: &[&str], st: &SiteState, report: &mut Report) -> Opti
             keys.push(("root".into(), V::s(root.clone())));
             let to = V::A(args.iter().map(|a| V::S(upstream(a))).collect());
             keys.push(("php".into(), crate::nginx::fcgi_value(to, Vec::new())));
-            report.mapped(
+            report.approx(
                 l.at(),
                 l.text(),
-                "php (Caddy's php_fastcgi defaults are weir's)",
+                "php",
+                "a path that names no file reaches index.php with an empty PATH_INFO in Caddy, with the path as PATH_INFO in weir; a `.php` path that names no script goes to index.php in Caddy and gets 404 in weir; a directory without index.php goes to index.php in Caddy, to its own index file (asked without its slash: a 308 first) in weir",
             );
         }
         "file_server" => {
-            let Some(root) = &st.root else {
-                report.approx(l.at(), l.text(), "root", "no root: Caddy serves the current directory; written as \".\" (weir.toml's directory)");
-                keys.push(("root".into(), V::s(".")));
-                return Some(Handler { keys, strip });
-            };
-            keys.push(("root".into(), V::s(root.clone())));
-            if args.first() == Some(&"browse") {
-                keys.push(("browse".into(), V::B(true)));
-                report.approx(
-                    l.at(),
-                    l.text(),
-                    "browse = true",
-                    "weir's listing is its own",
-                );
-            } else {
-                report.mapped(l.at(), l.text(), "root");
+            let mut root = st.root.clone();
+            // Caddy's defaults: index.html then index.txt, no sidecar files.
+            let mut index = V::strs(["index.html", "index.txt"]);
+            let mut precompressed = V::A(Vec::new());
+            let mut browse = args.first() == Some(&"browse");
+            for o in l.block.iter().flatten() {
+                let a = o.args();
+                match o.name() {
+                    "root" if a.len() == 1 => {
+                        root = Some(a[0].to_string());
+                        report.mapped(o.at(), o.text(), "root");
+                    }
+                    "index" => {
+                        index = V::strs(a.iter().copied());
+                        report.mapped(o.at(), o.text(), "index");
+                    }
+                    "browse" => browse = true,
+                    "precompressed" => {
+                        let enc: Vec<&str> = if a.is_empty() {
+                            vec!["br", "zstd", "gzip"]
+                        } else {
+                            a.clone()
+                        };
+                        precompressed = V::strs(enc);
+                        report.mapped(o.at(), o.text(), "precompressed");
+                    }
+                    _ => report.none(
+                        o.at(),
+                        o.text(),
+                        "a file_server setting weir has no equivalent of",
+                    ),
+                }
             }
+            let files = vec![
+                ("index".to_string(), index),
+                ("precompressed".to_string(), precompressed),
+            ];
+            let mut why = String::from(
+                "weir refuses dot-files (.git, .env) Caddy serves (`serve_hidden = true` serves them); a directory without an index file gets 308 to add its slash, then 403 (Caddy: 404); weir's 308 keeps the query (Caddy 2.6 drops it); weir adds `; charset=utf-8` to JSON, JavaScript and SVG too (Caddy to text/* only)",
+            );
+            if browse {
+                why.push_str("; weir's listing is its own");
+            }
+            if root.is_none() {
+                why.insert_str(0, "no root: Caddy serves the current directory, written as \".\" (weir.toml's directory); ");
+            }
+            report.approx(l.at(), l.text(), "root (static files)", why);
+            let Some(root) = root else {
+                keys.push(("root".into(), V::s(".")));
+                return Some(Handler {
+                    keys,
+                    strip,
+                    files: Some(files),
+                });
+            };
+            keys.push(("root".into(), V::s(root)));
+            if browse {
+                keys.push(("browse".into(), V::B(true)));
+            }
+            return Some(Handler {
+                keys,
+                strip,
+                files: Some(files),
+            });
         }
         "redir" => {
             let to = args.first().copied().unwrap_or("/");
@@ -1074,6 +1313,7 @@ fn handler(l: &Line, args: &[&str], st: &SiteState, report: &mut Report) -> Opti
                 return None;
             };
             keys = h.keys;
+            files = h.files;
             if let Some(tf) = inner.try_files
                 && keys.iter().any(|(k, _)| k == "root")
                 && !keys.iter().any(|(k, _)| k == "php")
@@ -1095,5 +1335,201 @@ fn handler(l: &Line, args: &[&str], st: &SiteState, report: &mut Report) -> Opti
             return None;
         }
     }
-    Some(Handler { keys, strip })
+    Some(Handler { keys, strip, files })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Imports `src` as a Caddyfile.
+    fn imp(src: &str) -> Imported {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("Caddyfile");
+        std::fs::write(&p, src).unwrap();
+        import(&p, &Options::default()).unwrap()
+    }
+
+    /// The `path` (or `path_regex`) of each route of the output, in order.
+    fn route_paths(toml: &str) -> Vec<String> {
+        toml.split("[[")
+            .skip(1)
+            .map(|r| {
+                r.lines()
+                    .find(|l| l.starts_with("path"))
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn directives_answer_in_caddys_order_not_the_written_one() {
+        // reverse_proxy is written first with the longer path; Caddy runs
+        // handle (and handle_path, sorted as handle) before it, longer
+        // paths first within the kind; route after handle.
+        let out = imp(
+            "http://a.test {\n\treverse_proxy /a/very/long/path/* 127.0.0.1:9\n\troute /r {\n\t\trespond \"r\"\n\t}\n\thandle /x {\n\t\trespond \"x\"\n\t}\n\thandle_path /longer/* {\n\t\trespond \"l\"\n\t}\n\tredir /old /new permanent\n\trespond \"own\"\n}\n",
+        );
+        assert_eq!(
+            route_paths(&out.toml),
+            [
+                "path = \"/old\"",
+                "path = \"/longer/*\"",
+                "path = \"/x\"",
+                "path = \"/r\"",
+            ],
+            "{}",
+            out.toml
+        );
+        // respond (no matcher) comes before reverse_proxy: it answers everything.
+        assert!(matches!(
+            &out.report.find("reverse_proxy /a/very").unwrap().outcome,
+            crate::Outcome::NoEquivalent(w) if w.contains("never reached: Caddy runs `respond` (line 13)")
+        ));
+        assert!(!out.toml.contains("127.0.0.1:9"), "{}", out.toml);
+        assert!(
+            out.toml
+                .contains("redirect = { to = \"/new\", status = 301 }")
+        );
+    }
+
+    #[test]
+    fn same_kind_sorts_by_path_as_caddy() {
+        // Longer single paths first (`/a*` before `/a`, as Caddy 2.6.2's
+        // `caddy adapt` shows); a named matcher keeps its place.
+        let out = imp(
+            "http://a.test {\n\t@m method POST\n\treverse_proxy @m 127.0.0.1:1\n\treverse_proxy /a* 127.0.0.1:2\n\treverse_proxy /a 127.0.0.1:3\n\treverse_proxy /abc/* 127.0.0.1:4\n\treverse_proxy 127.0.0.1:5\n}\n",
+        );
+        assert_eq!(
+            route_paths(&out.toml),
+            ["", "path = \"/abc/*\"", "path = \"/a*\"", "path = \"/a\""],
+            "{}",
+            out.toml
+        );
+        assert!(out.toml.contains("proxy = { to = [\"127.0.0.1:5\"]"));
+    }
+
+    #[test]
+    fn a_second_unmatched_handler_is_reported_never_reached() {
+        let out = imp(":8080 {\n\tfile_server\n\troot * /srv\n\treverse_proxy 127.0.0.1:9\n}\n");
+        assert!(
+            out.toml.contains("proxy = { to = [\"127.0.0.1:9\"]"),
+            "{}",
+            out.toml
+        );
+        assert!(!out.toml.contains("root"), "{}", out.toml);
+        assert!(matches!(
+            &out.report.find("file_server").unwrap().outcome,
+            crate::Outcome::NoEquivalent(w) if w.contains("never reached")
+        ));
+    }
+
+    #[test]
+    fn redir_reads_a_path_matcher_and_defaults_to_302() {
+        let out = imp(":8080 {\n\tredir /a /b\n\tredir /c /d 307\n\trespond \"x\"\n}\n");
+        assert!(
+            out.toml
+                .contains("path = \"/a\"\nredirect = { to = \"/b\", status = 302 }"),
+            "{}",
+            out.toml
+        );
+        assert!(
+            out.toml
+                .contains("path = \"/c\"\nredirect = { to = \"/d\", status = 307 }"),
+            "{}",
+            out.toml
+        );
+        let out = imp(":8080 {\n\tredir /elsewhere\n}\n");
+        assert!(
+            out.toml
+                .contains("redirect = { to = \"/elsewhere\", status = 302 }"),
+            "{}",
+            out.toml
+        );
+    }
+
+    #[test]
+    fn encode_takes_caddys_minimum_and_types() {
+        let out = imp(":8080 {\n\troot * /srv\n\tencode gzip\n\tfile_server\n}\n");
+        assert!(out.toml.contains("compress = { encodings = [\"gzip\"], min_size = 512, types = [\"text/*\", \"application/json\""), "{}", out.toml);
+        let out = imp(
+            ":8080 {\n\troot * /srv\n\tencode {\n\t\tgzip\n\t\tzstd\n\t\tminimum_length 100\n\t\tprefer zstd gzip\n\t}\n\tfile_server\n}\n",
+        );
+        assert!(
+            out.toml
+                .contains("compress = { encodings = [\"zstd\", \"gzip\"], min_size = 100,"),
+            "{}",
+            out.toml
+        );
+    }
+
+    #[test]
+    fn file_server_has_caddys_index_and_no_sidecars() {
+        let out = imp(":8080 {\n\troot * /srv\n\tfile_server\n}\n");
+        assert!(
+            out.toml.contains("index = [\"index.html\", \"index.txt\"]"),
+            "{}",
+            out.toml
+        );
+        assert!(out.toml.contains("precompressed = []"), "{}", out.toml);
+        let out = imp(
+            ":8080 {\n\troot * /srv\n\tfile_server {\n\t\tindex home.html\n\t\tprecompressed gzip\n\t}\n}\n",
+        );
+        assert!(out.toml.contains("index = [\"home.html\"]"), "{}", out.toml);
+        assert!(
+            out.toml.contains("precompressed = [\"gzip\"]"),
+            "{}",
+            out.toml
+        );
+        // In a handle_path block too: weir's static settings are the site's.
+        let out = imp(
+            "http://a.test:8080 {\n\thandle_path /s/* {\n\t\troot * /srv\n\t\tfile_server\n\t}\n\treverse_proxy 127.0.0.1:9\n}\n",
+        );
+        assert!(
+            out.toml.contains("index = [\"index.html\", \"index.txt\"]"),
+            "{}",
+            out.toml
+        );
+    }
+
+    #[test]
+    fn plain_http_ports_get_caddys_empty_200_for_other_hosts() {
+        let out = imp(
+            "{\n\tdefault_bind 127.0.0.1\n}\nhttp://a.test:8080, http://b.test {\n\trespond \"a\"\n}\nc.test {\n\trespond \"c\"\n}\n",
+        );
+        assert!(
+            out.toml.contains("[server]\nbind = \"127.0.0.1\""),
+            "{}",
+            out.toml
+        );
+        assert!(
+            out.toml.contains("[site.\":8080\"]\nrespond = 200"),
+            "{}",
+            out.toml
+        );
+        assert!(
+            out.toml.contains("[site.\":80\"]\nrespond = 200"),
+            "{}",
+            out.toml
+        );
+        // HTTPS (c.test) has no catch-all: Caddy refuses the handshake.
+        assert!(!out.toml.contains("[site.\":443\"]"), "{}", out.toml);
+        // A catch-all of the Caddyfile's own is kept.
+        let out = imp(":8080 {\n\trespond \"any\"\n}\nhttp://a.test:8080 {\n\trespond \"a\"\n}\n");
+        assert_eq!(
+            out.toml.matches("[site.\":8080\"]").count(),
+            1,
+            "{}",
+            out.toml
+        );
+    }
+
+    #[test]
+    fn handle_blocks_keep_every_header_rule() {
+        let out = imp(
+            ":8080 {\n\thandle /x/* {\n\t\theader {\n\t\t\t-Server\n\t\t\t+Link \"<a>\"\n\t\t\tX-A b\n\t\t}\n\t\trespond \"x\"\n\t}\n}\n",
+        );
+        assert!(out.toml.contains("response_headers = { add = { Link = \"<a>\" }, set = { X-A = \"b\" }, remove = [\"Server\"] }") || out.toml.contains("response_headers = { remove = [\"Server\"], add = { Link = \"<a>\" }, set = { X-A = \"b\" } }"), "{}", out.toml);
+    }
 }

@@ -215,7 +215,31 @@ fn caddy_three_sites() {
     );
     assert!(t.contains("[site.\"example.com\"]"), "{t}");
     assert!(t.contains("root = \"/var/www/example\""));
-    assert!(t.contains("compress = { encodings = [\"zstd\", \"gzip\"] }"));
+    // Caddy's `encode` defaults: from 512 bytes, its list of types.
+    assert!(
+        t.contains("compress = { encodings = [\"zstd\", \"gzip\"], min_size = 512, types = [\"text/*\", \"application/json\", \"application/javascript\","),
+        "{t}"
+    );
+    // file_server's index files, and no sidecars (Caddy needs `precompressed`).
+    assert!(
+        t.contains("root = \"/var/www/example\"\nindex = [\"index.html\", \"index.txt\"]\n"),
+        "{t}"
+    );
+    assert!(t.contains("precompressed = []"), "{t}");
+    assert!(matches!(
+        outcome(&out, "header {"),
+        Outcome::Approximated(w) if w.contains("errors its handlers answer")
+    ));
+    assert!(matches!(
+        outcome(&out, "reverse_proxy localhost:9000"),
+        Outcome::Approximated(w) if w.contains("sniffed")
+    ));
+    assert!(matches!(
+        outcome(&out, "Caddy's own pages"),
+        Outcome::Approximated(_)
+    ));
+    // HTTPS sites: no catch-all (Caddy refuses a handshake for other names).
+    assert!(!t.contains("[site.\":"), "{t}");
     assert!(t.contains("remove = [\"Server\"]"), "{t}");
     assert!(t.contains("redirect = { to = \"https://example.com{uri}\", status = 302 }"));
     assert!(

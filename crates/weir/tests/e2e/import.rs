@@ -16,6 +16,7 @@ use weir_test_support::proxy::{Upstream, Weir};
 use crate::WEIR;
 
 mod apache;
+mod caddy;
 
 const NGINX: &str = "/usr/sbin/nginx";
 
@@ -85,16 +86,17 @@ mod haproxy;
 
 /// `weir import nginx CONF -o OUT`: its exit code and report.
 fn import(conf: &Path, out: &Path) -> (i32, String) {
-    import_as("nginx", conf, out)
+    import_as("nginx", conf, out, &[])
 }
 
-/// `weir import KIND CONF -o OUT`: its exit code and report.
-fn import_as(kind: &str, conf: &Path, out: &Path) -> (i32, String) {
+/// `weir import KIND CONF -o OUT [EXTRA…]`: its exit code and report.
+fn import_as(kind: &str, conf: &Path, out: &Path, extra: &[&str]) -> (i32, String) {
     let o = Command::new(WEIR)
         .args(["import", kind])
         .arg(conf)
         .arg("-o")
         .arg(out)
+        .args(extra)
         .output()
         .unwrap();
     let report = String::from_utf8_lossy(&o.stderr).into_owned();
@@ -147,12 +149,28 @@ async fn ask_with(
     host: Option<&str>,
     set: &[&str],
 ) -> Answer {
+    ask_headers(c, port, method, path, host, &[], set).await
+}
+
+/// One request with `headers` added.
+async fn ask_headers(
+    c: &reqwest::Client,
+    port: u16,
+    method: &str,
+    path: &str,
+    host: Option<&str>,
+    headers: &[(&str, &str)],
+    set: &[&str],
+) -> Answer {
     let mut r = c.request(
         method.parse().unwrap(),
         format!("http://127.0.0.1:{port}{path}"),
     );
     if let Some(h) = host {
         r = r.header("host", h);
+    }
+    for (n, v) in headers {
+        r = r.header(*n, *v);
     }
     let r = r.send().await.unwrap();
     let field = |n: &str| {
@@ -175,6 +193,62 @@ async fn ask_with(
         set,
         body,
     }
+}
+
+/// A difference the report explains: when the test holds of the request,
+/// the other server's answer and weir's, the report must contain the
+/// words, and the answer is not compared further.
+type Allowed = (&'static str, fn(&str, &Answer, &Answer) -> bool);
+
+/// Compares another server's answer to one request with weir's, allowing
+/// only the differences the report lists: the first of `allowed` that
+/// holds, the server's own error and redirect pages (`pages`: the report's
+/// words for them), and `; charset=utf-8` on textual types.
+fn same_as(
+    what: &str,
+    theirs: &Answer,
+    w: &Answer,
+    report: &str,
+    pages: &str,
+    allowed: &[Allowed],
+) {
+    let listed = |s: &str| {
+        assert!(
+            report.contains(s),
+            "{what}: the report does not say `{s}`:\n{report}\ntheirs {theirs:?}\nweir {w:?}"
+        )
+    };
+    if let Some((says, _)) = allowed.iter().find(|(_, holds)| holds(what, theirs, w)) {
+        listed(says);
+        return;
+    }
+    assert_eq!(
+        theirs.status, w.status,
+        "{what}: status (theirs {theirs:?}, weir {w:?})"
+    );
+    assert_eq!(theirs.location, w.location, "{what}: Location");
+    assert_eq!(theirs.set, w.set, "{what}: fields the config sets");
+    if theirs.status >= 300 {
+        listed(pages);
+        return;
+    }
+    if theirs.content_type != w.content_type {
+        listed("charset=utf-8");
+        assert_eq!(plain_type(theirs), plain_type(w), "{what}: Content-Type");
+    }
+    assert!(
+        theirs.body == w.body,
+        "{what}: body\ntheirs {}\nweir   {}",
+        String::from_utf8_lossy(&theirs.body),
+        String::from_utf8_lossy(&w.body)
+    );
+}
+
+/// The answer's type without weir's `; charset=utf-8`.
+fn plain_type(a: &Answer) -> Option<&str> {
+    a.content_type
+        .as_deref()
+        .map(|c| c.trim_end_matches("; charset=utf-8"))
 }
 
 /// Compares nginx's and weir's answers to one request, allowing only the

@@ -168,7 +168,7 @@ async fn rate_limited_frontend_answers_as_haproxy() {
     let weir_conf = conf(weir_port, "for-weir.cfg");
     let _hp = Haproxy::start(&hp_conf, hp_port);
     let out = dir.join("weir.toml");
-    let (code, report) = import_as("haproxy", &weir_conf, &out);
+    let (code, report) = import_as("haproxy", &weir_conf, &out, &[]);
     assert_eq!(
         code, 3,
         "approximations are reported with exit 3:\n{report}"
