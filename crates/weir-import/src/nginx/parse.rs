@@ -422,7 +422,8 @@ impl<'a> Lexer<'a> {
                     }
                 }
                 match self.peek() {
-                    None | Some(b' ' | b'\t' | b'\r' | b'\n' | b';' | b'{' | b'}') => {}
+                    // `)` ends an `if` condition: nginx reads it as a word of its own.
+                    None | Some(b' ' | b'\t' | b'\r' | b'\n' | b';' | b'{' | b'}' | b')') => {}
                     Some(_) => {
                         return Err(Error::new(
                             self.here(),

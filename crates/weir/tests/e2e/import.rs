@@ -16,6 +16,8 @@ use weir_test_support::proxy::{Upstream, Weir};
 use crate::WEIR;
 
 mod apache;
+mod nginx_rewrite;
+mod nginx_wordpress;
 
 const NGINX: &str = "/usr/sbin/nginx";
 
@@ -140,12 +142,28 @@ async fn ask_with(
     host: Option<&str>,
     set: &[&str],
 ) -> Answer {
+    ask_fields(c, port, method, path, host, &[], set).await
+}
+
+/// One request with request fields of its own.
+async fn ask_fields(
+    c: &reqwest::Client,
+    port: u16,
+    method: &str,
+    path: &str,
+    host: Option<&str>,
+    fields: &[(&str, &str)],
+    set: &[&str],
+) -> Answer {
     let mut r = c.request(
         method.parse().unwrap(),
         format!("http://127.0.0.1:{port}{path}"),
     );
     if let Some(h) = host {
         r = r.header("host", h);
+    }
+    for (n, v) in fields {
+        r = r.header(*n, *v);
     }
     let r = r.send().await.unwrap();
     let field = |n: &str| {
