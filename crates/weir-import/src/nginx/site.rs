@@ -722,6 +722,7 @@ impl Sites {
                     if !php_index.is_empty() && php_index != ["index.php"] {
                         php.push(("index".into(), V::strs(php_index.clone())));
                     }
+                    path_info(&p.scope, front, report, &p.at);
                     let env = fastcgi_env(&p.scope, report, &p.at);
                     if !env.is_empty() {
                         php.push(("env".into(), V::T(env)));
@@ -914,6 +915,9 @@ impl Sites {
                 let to = fastcgi_to(d, cx, report);
                 handler.push(("root".into(), root_of(&l.scope, report, &l.at)));
                 let is_php = php_loc.is_some_and(|p| std::ptr::eq(p, l)) || l.uri.contains("php");
+                if is_php {
+                    path_info(&l.scope, false, report, &l.at);
+                }
                 let env = fastcgi_env(&l.scope, report, &l.at);
                 let extra = if env.is_empty() {
                     Vec::new()
@@ -1939,6 +1943,17 @@ pub fn fcgi_value(to: V, mut extra: Vec<(String, V)>) -> V {
     }
     extra.insert(0, ("to".into(), to));
     V::T(extra)
+}
+
+/// How weir's `PATH_INFO` differs from what the location's fastcgi_params
+/// send (`front`: a front controller answers paths that name no file).
+fn path_info(sc: &Scope, front: bool, report: &mut Report, at: &Origin) {
+    let sent = sc.fastcgi_params.iter().any(|(k, _)| k == "PATH_INFO");
+    if !sent {
+        report.approx(at, "fastcgi_params (PATH_INFO)", "php", "nginx's fastcgi_params here send no PATH_INFO; weir sends one: empty when the path names the script, and the request's path when the front controller answers (as Caddy's php_fastcgi; WordPress and Laravel route from REQUEST_URI either way)");
+    } else if front {
+        report.approx(at, "fastcgi_params (PATH_INFO)", "php", "the front controller gets the request's path as PATH_INFO from weir; from nginx, after try_files … /index.php, an empty one");
+    }
 }
 
 /// fastcgi_param beyond the CGI variables weir sets itself, as `env`.
