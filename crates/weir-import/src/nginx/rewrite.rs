@@ -171,9 +171,9 @@ pub fn if_test(args: &[String]) -> Result<Test, String> {
                         ..Cond::default()
                     }))
                 }
-                "~" | "~*" => Err(format!(
-                    "weir's `match` compares exact values, not regexes (only the path, `$uri`, is matched by a regex)"
-                )),
+                "~" | "~*" => Err(
+                    "weir's `match` compares exact values, not regexes (only the path, `$uri`, is matched by a regex)".to_string(),
+                ),
                 "!=" | "!~" | "!~*" => Err(
                     "weir's `match` has no negation: write the routes for the other values by hand"
                         .to_string(),
