@@ -339,6 +339,7 @@ fn map_if_and_rewrite() {
         "{t}"
     );
     none("rewrite ^/gone$", "rewrites of its own");
+    none("rewrite ^/u/(.*)$", "depends on the captured text");
     assert_eq!(*outcome(&out, "rewrite ^/files/old/"), Outcome::Mapped);
     assert_eq!(*outcome(&out, "rewrite ^/docs/v1/"), Outcome::Mapped);
     // The download example: at server level (`last`) and in its location (`break`).

@@ -146,7 +146,25 @@ async fn wordpress_on_debian_nginx_answers_as_nginx() {
         let set = ["cache-control", "x-powered-by"];
         let ng = ask_with(&c, ng_port, method, path, host, &set).await;
         let w = ask_with(&c, weir_port, method, path, host, &set).await;
-        let (ng, w) = front_controller(&what, ng, w, &report);
+        let (ng, mut w) = front_controller(&what, ng, w, &report);
+        if path.contains(".js") && ng.content_type != w.content_type {
+            // Debian's mime.types names JavaScript by its old type.
+            assert!(
+                report.contains("`.js` is text/javascript"),
+                "{what}: {:?} / {:?}\n{report}",
+                ng.content_type,
+                w.content_type
+            );
+            assert_eq!(ng.content_type.as_deref(), Some("application/javascript"));
+            assert!(
+                w.content_type
+                    .as_deref()
+                    .is_some_and(|c| c.starts_with("text/javascript")),
+                "{what}: {:?}",
+                w.content_type
+            );
+            w.content_type = ng.content_type.clone();
+        }
         same(&what, &ng, &w, &report);
     }
 }
