@@ -152,7 +152,7 @@ pub fn if_test(args: &[String]) -> Result<Test, String> {
                     };
                     let re = regex_lite::Regex::new(&re)
                         .map_err(|_| format!("`{r}` is not a regex weir reads"))?;
-                    Ok(if re.is_match(l) == !op.starts_with('!') {
+                    Ok(if re.is_match(l) != op.starts_with('!') {
                         Test::Always
                     } else {
                         Test::Never
