@@ -178,6 +178,13 @@ pub fn string(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// A value as it is written inline.
+pub fn inline(v: &V) -> String {
+    let mut out = String::new();
+    value(&mut out, v);
+    out
+}
+
 fn value(out: &mut String, v: &V) {
     match v {
         V::S(s) => string(out, s),

@@ -278,3 +278,100 @@ fn caddy_php() {
     );
     assert_eq!(out.report.dropped().count(), 0, "{}", out.report);
 }
+
+#[test]
+fn map_if_and_rewrite() {
+    let out = import("nginx/rewrite/nginx.conf", None);
+    validate(&out);
+    let t = &out.toml;
+    // Any line for `d` (a directive may also have been read as mapped first).
+    let none = |d: &str, why: &str| {
+        assert!(
+            out.report.items.iter().any(|i| i.directive.starts_with(d)
+                && matches!(&i.outcome, Outcome::NoEquivalent(w) if w.contains(why))),
+            "{d}: {:?}",
+            outcome(&out, d)
+        )
+    };
+    // The map docs' examples: weir cannot tell their values apart; the
+    // report names where they are used.
+    none("map $http_host $name", "hostnames");
+    none("map $http_host $name", "add_header X-Name $name always");
+    none("map $http_user_agent $mobile", "~Opera Mini");
+    none("add_header X-Mobile $mobile", "$mobile");
+    // A redirect map: a route per value, before the default's.
+    assert_eq!(*outcome(&out, "map $uri $moved"), Outcome::Mapped);
+    assert!(
+        t.contains("path_regex = '(?i)^/old\\-page$'\nredirect = { to = \"{scheme}://{host}:8080/new-page\", status = 301 }"),
+        "{t}"
+    );
+    // The upstream by a field (approximated: nginx ignores case).
+    assert!(matches!(
+        outcome(&out, "map $http_x_release $pool"),
+        Outcome::Approximated(w) if w.contains("ignoring case")
+    ));
+    assert!(
+        t.contains("match = { header = { X-Release = \"canary\" }"),
+        "{t}"
+    );
+    assert!(
+        t.contains("to = [\"127.0.0.1:9002\"], host = \"canary\""),
+        "{t}"
+    );
+    // A field by the method: one copy per method, the default's last.
+    assert_eq!(
+        *outcome(&out, "map $request_method $cacheable"),
+        Outcome::Mapped
+    );
+    assert!(t.contains("X-Cacheable = \"yes\""), "{t}");
+    assert!(t.contains("X-Cacheable = \"no\""), "{t}");
+    assert!(t.contains("method = \"HEAD\""), "{t}");
+    assert!(matches!(
+        outcome(&out, "map $http_upgrade $connection_upgrade"),
+        Outcome::Mapped
+    ));
+    // `if`: the forms a route's `match` holds; the others named.
+    assert_eq!(
+        *outcome(&out, "if ($request_method = POST)"),
+        Outcome::Mapped
+    );
+    assert!(
+        t.contains("match = { method = \"POST\" }\nrespond = 405"),
+        "{t}"
+    );
+    none("if ($http_user_agent ~ MSIE)", "exact values");
+    none("if ($http_cookie ~*", "exact values");
+    none("if ($invalid_referer)", "$invalid_referer");
+    assert!(matches!(
+        outcome(&out, "if ($arg_preview)"),
+        Outcome::Approximated(_)
+    ));
+    assert!(t.contains("match = { protocol = \"https\" }"), "{t}");
+    // Internal rewrites: the route rewrites and answers as the location
+    // nginx ends up in.
+    assert_eq!(*outcome(&out, "rewrite ^/blog/(\\d+)/?$"), Outcome::Mapped);
+    assert!(
+        t.contains("path_regex = '^/blog/(\\d+)/?$'\nrewrite = \"/posts/post-{1}.html{?query}\""),
+        "{t}"
+    );
+    assert!(matches!(
+        outcome(&out, "rewrite ^/shop/(.*)$"),
+        Outcome::Mapped
+    ));
+    assert!(
+        t.contains("rewrite = \"/api/shop/{1}{?query}\"\nproxy = "),
+        "{t}"
+    );
+    none("rewrite ^/gone$", "rewrites of its own");
+    none("rewrite ^/u/(.*)$", "depends on the captured text");
+    assert_eq!(*outcome(&out, "rewrite ^/files/old/"), Outcome::Mapped);
+    assert_eq!(*outcome(&out, "rewrite ^/docs/v1/"), Outcome::Mapped);
+    // The download example: at server level (`last`) and in its location (`break`).
+    assert!(t.contains("rewrite = \"{1}/mp3/{2}.mp3{?query}\""), "{t}");
+    assert_eq!(
+        t.matches("rewrite = \"{1}/mp3/{2}.ra{?query}\"").count(),
+        2,
+        "{t}"
+    );
+    assert_eq!(out.report.exit_code(), 3);
+}

@@ -7,6 +7,7 @@
 //! a weir key for a directive it cannot honour (those are reported).
 
 pub mod parse;
+mod rewrite;
 mod scope;
 mod site;
 
@@ -47,6 +48,8 @@ pub(crate) struct Globals {
     pub req_zones: HashMap<String, (V, String)>,
     /// `limit_conn_zone`: zone name to weir key.
     pub conn_zones: HashMap<String, V>,
+    /// `map` blocks, in order.
+    pub maps: Vec<rewrite::Map>,
 }
 
 /// Imports the nginx config at `main` (with everything it includes).
@@ -101,6 +104,7 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
             upstreams: HashMap::new(),
             req_zones: HashMap::new(),
             conn_zones: HashMap::new(),
+            maps: Vec::new(),
         };
         let mut scope = Scope::default();
         // Declarations first: a server may use an upstream defined after it.
@@ -113,13 +117,14 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
                 }
                 "limit_req_zone" => limit_req_zone(d, &mut report, &mut globals),
                 "limit_conn_zone" => limit_conn_zone(d, &mut report, &mut globals),
+                "map" => globals.maps.push(rewrite::map(d)),
                 _ => {}
             }
         }
         let mut seen = scope::Seen::default();
         for d in http {
             match d.name.as_str() {
-                "server" | "upstream" | "limit_req_zone" | "limit_conn_zone" => {}
+                "server" | "upstream" | "limit_req_zone" | "limit_conn_zone" | "map" => {}
                 "client_max_body_size" => {
                     if let Some(v) = scope::size(d.arg(0)) {
                         let mut limits = server_limits(&server);
@@ -148,6 +153,9 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
             }
         }
         server_tables.extend(sites.tables);
+        for m in &globals.maps {
+            map_report(m, &sites.map_uses, &mut report);
+        }
     }
 
     let main_name = reader.display(main);
@@ -176,6 +184,62 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
         toml: crate::toml::write(&head, &tables),
         report,
     })
+}
+
+/// What became of a `map`: the site copies made for its values, or why
+/// none could be, naming where its variable is used.
+fn map_report(m: &rewrite::Map, uses: &[(String, String)], report: &mut Report) {
+    let here: Vec<&str> = uses
+        .iter()
+        .filter(|(v, _)| *v == m.var)
+        .map(|(_, w)| w.as_str())
+        .collect();
+    if here.is_empty() {
+        report.mapped(
+            &m.at,
+            m.text.clone(),
+            "not used by any server: nothing to write",
+        );
+        return;
+    }
+    let used = format!("used at {}", here.join("; "));
+    if here.iter().all(|w| {
+        w.contains("proxy_set_header Connection") || w.contains("proxy_set_header connection")
+    }) {
+        report.mapped(
+            &m.at,
+            m.text.clone(),
+            format!("none needed: weir passes WebSocket upgrades itself ({used})"),
+        );
+        return;
+    }
+    if let Some(why) = &m.unsupported {
+        report.none(&m.at, m.text.clone(), format!("{why}; {used}"));
+        return;
+    }
+    let to = format!(
+        "the site written again for each of its {} values, under `match` (or `path_regex`), before the default's ({used})",
+        m.values.len()
+    );
+    let mut approx: Vec<String> = m
+        .values
+        .iter()
+        .filter_map(|(c, _)| c.approx.clone())
+        .collect();
+    approx.dedup();
+    if m.values.iter().any(|(c, _)| {
+        c.path_regex
+            .as_deref()
+            .map(|r| r.trim_start_matches("(?i)"))
+            .is_some_and(|r| r.contains(['(', '[', '*', '+', '?', '|']) || !r.ends_with('$'))
+    }) {
+        approx.push("a regex value applies to the routes without a path of their own; the others keep the default there".into());
+    }
+    if approx.is_empty() {
+        report.mapped(&m.at, m.text.clone(), to);
+    } else {
+        report.approx(&m.at, m.text.clone(), to, approx.join("; "));
+    }
 }
 
 fn server_limits(server: &Table) -> Vec<(String, V)> {

@@ -422,7 +422,8 @@ impl<'a> Lexer<'a> {
                     }
                 }
                 match self.peek() {
-                    None | Some(b' ' | b'\t' | b'\r' | b'\n' | b';' | b'{' | b'}') => {}
+                    // `)` ends an `if` condition: nginx reads it as a word of its own.
+                    None | Some(b' ' | b'\t' | b'\r' | b'\n' | b';' | b'{' | b'}' | b')') => {}
                     Some(_) => {
                         return Err(Error::new(
                             self.here(),
@@ -527,6 +528,9 @@ mod tests {
         assert_eq!(server[2].args, ["~", "\\.php$"]);
         let loc = server[2].block.as_ref().unwrap();
         assert_eq!(loc[0].args, ["${x}y", "q"]);
+        // nginx's own `if` example: `)` right after a quoted regex.
+        let d = parse("if ($http_cookie ~* \"id=([^;]+)(?:;|$)\") { set $id $1; }\n");
+        assert_eq!(d[0].args, ["($http_cookie", "~*", "id=([^;]+)(?:;|$)", ")"]);
     }
 
     #[test]

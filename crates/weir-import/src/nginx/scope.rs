@@ -382,7 +382,7 @@ impl Scope {
                 self.default_type = Some(d.arg(0).to_string());
                 r.mapped(&d.at, d.text(), "respond content_type");
             }
-            "types" => r.approx(&d.at, "types { … }", "weir's own type table", "weir names types from its own table (the same for common extensions) and adds `; charset=utf-8` to textual ones"),
+            "types" => r.approx(&d.at, "types { … }", "weir's own type table", "weir names types from its own table (the same for common extensions, but `.js` is text/javascript, RFC 9239's name, where nginx's mime.types says application/javascript) and adds `; charset=utf-8` to textual ones"),
             "charset" | "source_charset" | "charset_types" | "override_charset" => r.approx(&d.at, d.text(), "weir's charset rule", "weir adds `; charset=utf-8` to every textual type and converts no charset"),
             "proxy_set_header" => {
                 if seen.first("proxy_set_header") {

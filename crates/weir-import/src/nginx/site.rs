@@ -15,6 +15,7 @@
 use std::collections::HashSet;
 
 use super::parse::{Directive, Reader};
+use super::rewrite;
 use super::scope::{self, Level, LimitRef, Scope, Seen};
 use super::{Globals, Upstream, upstream_addr};
 use crate::error::Origin;
@@ -29,6 +30,11 @@ type Key = (String, V);
 pub struct Sites {
     pub tables: Vec<Table>,
     names: HashSet<String>,
+    /// Filters go on every route, none on the site (a site written once
+    /// per value of a `map`: the copies must not share the site's).
+    split_filters: bool,
+    /// Where each `map`'s variable is used: its name to `file:line directive`.
+    pub map_uses: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -64,8 +70,8 @@ struct Loc {
     handler: H,
     try_files: Option<Directive>,
     alias: Option<String>,
-    /// `rewrite … redirect|permanent` inside it, in order.
-    redirects: Vec<Directive>,
+    /// `rewrite` and `if` inside it before its `return`, in order.
+    phase: Vec<Directive>,
 }
 
 /// One server, read.
@@ -75,7 +81,8 @@ struct Server {
     names: Vec<String>,
     scope: Scope,
     ret: Option<Directive>,
-    redirects: Vec<Directive>,
+    /// `rewrite` and `if` at server level before its `return`, in order.
+    phase: Vec<Directive>,
     try_files: Option<Directive>,
     locs: Vec<Loc>,
 }
@@ -87,6 +94,9 @@ struct Unit {
     handler: Vec<(String, V)>,
     filters: Vec<(String, V)>,
     compress: Option<V>,
+    /// An internal rewrite reaching the site's own handler: its keys and
+    /// filters are added once they are known; the rewrite is reported then.
+    fallback: Option<(Directive, Option<String>)>,
 }
 
 /// `listen` as weir writes an address (`80` → `0.0.0.0:80`).
@@ -133,7 +143,7 @@ pub fn upstream_list(u: &Upstream) -> V {
     V::A(items)
 }
 
-fn regex_escape(s: &str) -> String {
+pub(super) fn regex_escape(s: &str) -> String {
     let mut o = String::new();
     for c in s.chars() {
         if "\\.+*?()|[]{}^$#&-~".contains(c) {
@@ -153,13 +163,65 @@ impl Sites {
         report: &mut Report,
         reader: &Reader,
     ) {
+        // The maps this server uses: the server is written once per value
+        // of their variables, each copy's routes under its condition.
+        let mut variants: Vec<(rewrite::Cond, Directive)> =
+            vec![(rewrite::Cond::default(), d.clone())];
+        for m in &g.maps {
+            let mut used = Vec::new();
+            rewrite::uses(d, &m.var, &mut used);
+            if used.is_empty() {
+                continue;
+            }
+            for u in &used {
+                self.map_uses.push((
+                    m.var.clone(),
+                    format!("{}:{} {}", u.at.file, u.at.line, if_text(u)),
+                ));
+            }
+            // `Connection $connection_upgrade`: weir passes upgrades itself.
+            let upgrade_only = used.iter().all(|u| {
+                u.name == "proxy_set_header" && u.arg(0).eq_ignore_ascii_case("connection")
+            });
+            if upgrade_only || m.unsupported.is_some() {
+                continue;
+            }
+            let mut next = Vec::new();
+            for (c, vd) in &variants {
+                for (mc, val) in &m.values {
+                    if let Some(both) = c.and(mc) {
+                        next.push((both, rewrite::substitute(vd, &m.var, val)));
+                    }
+                }
+                next.push((c.clone(), rewrite::substitute(vd, &m.var, &m.default)));
+            }
+            variants = next;
+        }
+        if variants.len() > MAX_VARIANTS {
+            report.none(&d.at, "server { … }", format!("its maps' values make {} copies of the site, more than weir import writes ({MAX_VARIANTS}): write the routes by hand", variants.len()));
+            variants = vec![(rewrite::Cond::default(), d.clone())];
+        }
+        let (_, base) = variants.pop().expect("the defaults' copy");
+        let s = self.read(&base, http, report, reader);
+        let copies: Vec<(rewrite::Cond, Server)> = variants
+            .into_iter()
+            .map(|(c, vd)| {
+                let mut scratch = Report::default();
+                (c, self.read(&vd, http, &mut scratch, reader))
+            })
+            .collect();
+        self.emit(&s, &copies, g, report, reader);
+    }
+
+    /// One server block, read.
+    fn read(&self, d: &Directive, http: &Scope, report: &mut Report, reader: &Reader) -> Server {
         let mut s = Server {
             at: d.at.clone(),
             listens: Vec::new(),
             names: Vec::new(),
             scope: http.child(),
             ret: None,
-            redirects: Vec::new(),
+            phase: Vec::new(),
             try_files: None,
             locs: Vec::new(),
         };
@@ -174,7 +236,11 @@ impl Sites {
                         continue;
                     }
                     let addr = listen_addr(a);
-                    let port = addr.rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or(80);
+                    let port = addr
+                        .rsplit(':')
+                        .next()
+                        .and_then(|p| p.parse().ok())
+                        .unwrap_or(80);
                     let rest = &x.args[1..];
                     let ssl = rest.iter().any(|o| o == "ssl" || o == "quic");
                     s.listens.push(Listen {
@@ -186,7 +252,12 @@ impl Sites {
                     if rest.iter().any(|o| o == "proxy_protocol") {
                         report.none(&x.at, x.text(), "set `proxy_protocol = true` and `trusted_sources` on the site by hand (nginx's set_real_ip_from)");
                     } else if rest.iter().any(|o| o.starts_with("ipv6only=off")) {
-                        report.approx(&x.at, x.text(), "listen", "weir's IPv6 sockets are IPv6 only: add an IPv4 address too");
+                        report.approx(
+                            &x.at,
+                            x.text(),
+                            "listen",
+                            "weir's IPv6 sockets are IPv6 only: add an IPv4 address too",
+                        );
                     } else {
                         report.mapped(&x.at, x.text(), "listen");
                     }
@@ -198,11 +269,20 @@ impl Sites {
                         } else if let Some(base) = n.strip_prefix('.') {
                             s.names.push(base.to_string());
                             s.names.push(format!("*.{base}"));
-                            report.approx(&x.at, format!("server_name {n}"), "two sites", "weir's `*.name` matches one label; nginx's `.name` any depth");
+                            report.approx(
+                                &x.at,
+                                format!("server_name {n}"),
+                                "two sites",
+                                "weir's `*.name` matches one label; nginx's `.name` any depth",
+                            );
                         } else if n == "_" || n.is_empty() || n == "\"\"" {
                             s.names.push(String::new());
                         } else if n.starts_with("*.") && n[2..].contains('*') {
-                            report.none(&x.at, format!("server_name {n}"), "weir's wildcards are `*.name` only");
+                            report.none(
+                                &x.at,
+                                format!("server_name {n}"),
+                                "weir's wildcards are `*.name` only",
+                            );
                         } else {
                             s.names.push(n.to_ascii_lowercase());
                         }
@@ -213,22 +293,27 @@ impl Sites {
                 "return" => {
                     if s.ret.is_none() {
                         s.ret = Some(x.clone());
+                    } else {
+                        report.mapped(
+                            &x.at,
+                            x.text(),
+                            "never reached: a return comes first (as in nginx)",
+                        );
                     }
                 }
-                "rewrite" => {
-                    if matches!(x.arg(2), "redirect" | "permanent")
-                        || x.arg(1).starts_with("http://")
-                        || x.arg(1).starts_with("https://")
-                        || x.arg(1).starts_with("$scheme")
-                    {
-                        s.redirects.push(x.clone());
+                "rewrite" | "if" => {
+                    if s.ret.is_none() {
+                        s.phase.push(x.clone());
                     } else {
-                        report.none(&x.at, x.text(), "weir rewrites within a route and never chooses a route again: write a route with `path_regex` and `rewrite` next to the handler it should reach");
+                        report.mapped(
+                            &x.at,
+                            if_text(x),
+                            "never reached: a return comes first (as in nginx)",
+                        );
                     }
                 }
                 "try_files" => s.try_files = Some(x.clone()),
-                "if" => report.none(&x.at, format!("if {} {{ … }}", x.args.join(" ")), "weir has no `if`: express it as a route with `match` (method, host, header, query, client) by hand"),
-                "set" | "map" => report.none(&x.at, x.text(), "weir has no variables"),
+                "set" => report.none(&x.at, x.text(), "weir has no variables"),
                 "ssl_certificate" | "ssl_certificate_key" => {
                     s.scope.apply(x, &mut seen, report, reader, Level::Server)
                 }
@@ -246,10 +331,17 @@ impl Sites {
         if s.names.is_empty() {
             s.names.push(String::new());
         }
-        self.emit(&s, g, report, reader);
+        s
     }
 
-    fn emit(&mut self, s: &Server, g: &Globals, report: &mut Report, reader: &Reader) {
+    fn emit(
+        &mut self,
+        s: &Server,
+        copies: &[(rewrite::Cond, Server)],
+        g: &Globals,
+        report: &mut Report,
+        reader: &Reader,
+    ) {
         for ssl in [false, true] {
             let group: Vec<&Listen> = s.listens.iter().filter(|l| l.ssl == ssl).collect();
             if group.is_empty() {
@@ -271,7 +363,28 @@ impl Sites {
                     continue;
                 }
                 let default = i == 0 && group.iter().any(|l| l.default);
-                let tables = self.site(s, &site_name, &group, ssl, default, g, report, reader);
+                self.split_filters = !copies.is_empty();
+                let mut tables = self.site(s, &site_name, &group, ssl, default, g, report, reader);
+                let key = format!("site.\"{site_name}\"");
+                let mut conditional = Vec::new();
+                for (cond, cs) in copies {
+                    let mut scratch = Report::default();
+                    let ct = self.site(
+                        cs,
+                        &site_name,
+                        &group,
+                        ssl,
+                        default,
+                        g,
+                        &mut scratch,
+                        reader,
+                    );
+                    conditional.extend(as_routes(ct, cond, &key));
+                }
+                self.split_filters = false;
+                let rest = tables.split_off(1);
+                tables.extend(conditional);
+                tables.extend(rest);
                 self.tables.extend(tables);
             }
         }
@@ -359,61 +472,6 @@ impl Sites {
             origin_host: &origin_host,
         };
 
-        // A server-level `return` answers every request before any location.
-        if let Some(r) = &s.ret
-            && let Some((k, v)) = ret(r, &s.scope, &cx, report)
-        {
-            t.set(k, v);
-            report.mapped(&r.at, r.text(), format!("site {k}"));
-            for l in &s.locs {
-                report.mapped(
-                    &l.at,
-                    format!("location {}", l.uri),
-                    "never reached: the server's return answers first (as in nginx)",
-                );
-            }
-            return vec![t];
-        }
-
-        // Static settings of the site, read by every static route.
-        let idx = s
-            .scope
-            .index
-            .clone()
-            .unwrap_or_else(|| vec!["index.html".into()]);
-        let php_index: Vec<String> = idx
-            .iter()
-            .filter(|i| i.ends_with(".php"))
-            .cloned()
-            .collect();
-        let html_index: Vec<String> = idx
-            .iter()
-            .filter(|i| !i.ends_with(".php"))
-            .cloned()
-            .collect();
-        if html_index != ["index.html"] && !html_index.is_empty() {
-            t.set("index", V::strs(html_index.clone()));
-        }
-        if s.scope.autoindex {
-            t.set("browse", V::B(true));
-        }
-        if let Some(a) = &s.scope.access_log {
-            t.set("access_log", a.clone());
-        }
-        if !s.scope.errors.is_empty()
-            && let Some(root) = &s.scope.root
-        {
-            let e: Vec<(String, V)> = s
-                .scope
-                .errors
-                .iter()
-                .map(|(c, u)| (c.to_string(), V::S(format!("{root}{u}"))))
-                .collect();
-            t.set("errors", V::T(e));
-        }
-        let site_compress = compress(&s.scope);
-        t.set("compress", site_compress.clone());
-
         // The units: every location in weir's order, `/` last as the site's own handler.
         let mut order: Vec<&Loc> = Vec::new();
         let exact: Vec<&Loc> = s.locs.iter().filter(|l| l.m == Mod::Exact).collect();
@@ -483,13 +541,98 @@ impl Sites {
             fold_php = last_regex && !plain_others && same_root && fallback_static;
         }
 
-        let mut units: Vec<Unit> = Vec::new();
-        let mut redirect_units = Vec::new();
-        for r in &s.redirects {
-            if let Some(u) = rewrite_redirect(r, &cx, report) {
-                redirect_units.push(u);
+        let plan = Plan {
+            s,
+            root_loc,
+            php_loc,
+            fold_php,
+        };
+        // The server's `rewrite` and `if` run in order before any location.
+        let redirect_units = self.phase(&s.phase, None, &plan, &cx, report);
+
+        // A server-level `return` answers every request the directives
+        // before it leave, before any location.
+        if let Some(r) = &s.ret
+            && let Some((k, v)) = ret(r, &s.scope, &cx, report)
+        {
+            t.set(k, v);
+            report.mapped(&r.at, r.text(), format!("site {k}"));
+            for l in &s.locs {
+                report.mapped(
+                    &l.at,
+                    format!("location {}", l.uri),
+                    if redirect_units.iter().any(|u| u.handler.iter().any(|(k, _)| k == "rewrite")) {
+                        "only through the server's rewrites: its return answers the rest (as in nginx)"
+                    } else {
+                        "never reached: the server's return answers first (as in nginx)"
+                    },
+                );
             }
+            let mut out = vec![t];
+            for mut u in redirect_units {
+                if let Some((d, approx)) = u.fallback.take() {
+                    // No location: nginx serves the file from the server's root.
+                    if root_loc
+                        .is_some_and(|l| !matches!(l.handler, H::Static) || l.alias.is_some())
+                    {
+                        report.none(&d.at, d.text(), "it reaches `location /`, which the server's return leaves unwritten: write the route by hand");
+                        continue;
+                    }
+                    let sc = root_loc.map_or(&s.scope, |l| &l.scope);
+                    u.handler
+                        .insert(0, ("root".into(), root_of(sc, report, &d.at)));
+                    u.filters = filters(sc, &cx, report, false);
+                    let to = "route path_regex + rewrite, answered with the server's files";
+                    match approx {
+                        Some(a) => report.approx(&d.at, d.text(), to, a),
+                        None => report.mapped(&d.at, d.text(), to),
+                    }
+                }
+                out.push(route_table(&key, &u, false));
+            }
+            return out;
         }
+
+        // Static settings of the site, read by every static route.
+        let idx = s
+            .scope
+            .index
+            .clone()
+            .unwrap_or_else(|| vec!["index.html".into()]);
+        let php_index: Vec<String> = idx
+            .iter()
+            .filter(|i| i.ends_with(".php"))
+            .cloned()
+            .collect();
+        let html_index: Vec<String> = idx
+            .iter()
+            .filter(|i| !i.ends_with(".php"))
+            .cloned()
+            .collect();
+        if html_index != ["index.html"] && !html_index.is_empty() {
+            t.set("index", V::strs(html_index.clone()));
+        }
+        if s.scope.autoindex {
+            t.set("browse", V::B(true));
+        }
+        if let Some(a) = &s.scope.access_log {
+            t.set("access_log", a.clone());
+        }
+        if !s.scope.errors.is_empty()
+            && let Some(root) = &s.scope.root
+        {
+            let e: Vec<(String, V)> = s
+                .scope
+                .errors
+                .iter()
+                .map(|(c, u)| (c.to_string(), V::S(format!("{root}{u}"))))
+                .collect();
+            t.set("errors", V::T(e));
+        }
+        let site_compress = compress(&s.scope);
+        t.set("compress", site_compress.clone());
+
+        let mut units: Vec<Unit> = Vec::new();
         for l in &order {
             if fold_php && php_loc.is_some_and(|p| std::ptr::eq(p, *l)) {
                 report.mapped(
@@ -499,11 +642,7 @@ impl Sites {
                 );
                 continue;
             }
-            for r in &l.redirects {
-                if let Some(u) = rewrite_redirect(r, &cx, report) {
-                    units.push(u);
-                }
-            }
+            units.extend(self.phase(&l.phase, Some(l), &plan, &cx, report));
             let excl = exclude
                 .iter()
                 .find(|(e, _)| std::ptr::eq(*e, *l))
@@ -511,6 +650,10 @@ impl Sites {
             if let Some(u) = self.unit(l, &cx, report, php_loc.filter(|_| !fold_php), excl) {
                 units.push(u);
             }
+        }
+        // `location /`'s own rewrites come after every other location's routes.
+        if let Some(l) = root_loc {
+            units.extend(self.phase(&l.phase, Some(l), &plan, &cx, report));
         }
         let fallback_php = php_loc.is_some()
             && (fold_php
@@ -579,6 +722,7 @@ impl Sites {
                     if !php_index.is_empty() && php_index != ["index.php"] {
                         php.push(("index".into(), V::strs(php_index.clone())));
                     }
+                    path_info(&p.scope, front, report, &p.at);
                     let env = fastcgi_env(&p.scope, report, &p.at);
                     if !env.is_empty() {
                         php.push(("env".into(), V::T(env)));
@@ -622,27 +766,49 @@ impl Sites {
                 "weir answers a directory asked without its slash with 308 and a relative Location (nginx: 301, absolute), adds `; charset=utf-8` to textual types, and refuses dot-files (.git, .env) nginx would serve (`serve_hidden = true` serves them)",
             );
         }
-        // Redirects by `rewrite` run before nginx's access checks: they carry none.
-        let uniform = units
-            .iter()
-            .filter(|u| u.compress.is_some())
-            .all(|u| u.filters == fb_filters);
-        let mut route_tables = Vec::new();
-        let all_units: Vec<&Unit> = redirect_units.iter().chain(units.iter()).collect();
-        for u in &all_units {
-            let mut rt = Table::new(format!("{key}.route"), true);
-            rt.comments.push(u.comment.clone());
-            if let Some((k, v)) = &u.pattern {
-                rt.set(k, v.clone());
-            }
-            for (k, v) in &u.handler {
-                rt.set(k, v.clone());
-            }
-            if !uniform {
-                for (k, v) in &u.filters {
-                    rt.set(k, v.clone());
+        // Internal rewrites that reach the site's own handler take its keys.
+        let mut all_units: Vec<Unit> = Vec::new();
+        for mut u in redirect_units.into_iter().chain(units) {
+            if let Some((d, approx)) = u.fallback.take() {
+                let keys = match &fb_route {
+                    None => fb_handler.clone(),
+                    Some((_, keys)) if !keys.iter().any(|(k, _)| k == "rewrite") => keys.clone(),
+                    Some(_) => {
+                        report.none(&d.at, d.text(), "it reaches `location /`, whose proxy_pass changes the path itself: weir rewrites a path once");
+                        continue;
+                    }
+                };
+                let mut handler: Vec<Key> =
+                    keys.into_iter().filter(|(k, _)| k != "rewrite").collect();
+                handler.extend(u.handler);
+                u.handler = handler;
+                u.filters = fb_filters.clone();
+                u.compress = Some(fb_compress.clone());
+                match approx {
+                    Some(a) => report.approx(
+                        &d.at,
+                        d.text(),
+                        "route path_regex + rewrite, answered by the site's own handler",
+                        a,
+                    ),
+                    None => report.mapped(
+                        &d.at,
+                        d.text(),
+                        "route path_regex + rewrite, answered by the site's own handler",
+                    ),
                 }
             }
+            all_units.push(u);
+        }
+        // Redirects by `rewrite` run before nginx's access checks: they carry none.
+        let uniform = !self.split_filters
+            && all_units
+                .iter()
+                .filter(|u| u.compress.is_some())
+                .all(|u| u.filters == fb_filters);
+        let mut route_tables = Vec::new();
+        for u in &all_units {
+            let mut rt = route_table(&key, u, uniform);
             if let Some(c) = &u.compress
                 && *c != site_compress
             {
@@ -749,6 +915,9 @@ impl Sites {
                 let to = fastcgi_to(d, cx, report);
                 handler.push(("root".into(), root_of(&l.scope, report, &l.at)));
                 let is_php = php_loc.is_some_and(|p| std::ptr::eq(p, l)) || l.uri.contains("php");
+                if is_php {
+                    path_info(&l.scope, false, report, &l.at);
+                }
                 let env = fastcgi_env(&l.scope, report, &l.at);
                 let extra = if env.is_empty() {
                     Vec::new()
@@ -800,6 +969,588 @@ impl Sites {
             handler,
             filters,
             compress: Some(compress(&l.scope)),
+            fallback: None,
+        })
+    }
+}
+
+/// Most copies of a site written for the values of its maps.
+const MAX_VARIANTS: usize = 64;
+
+/// Keys of a site that no route takes.
+const SITE_ONLY: &[&str] = &[
+    "listen",
+    "default",
+    "tls",
+    "index",
+    "browse",
+    "access_log",
+    "errors",
+    "http_redirect",
+];
+
+/// A copy of a site written for one value of its maps, as routes under
+/// that value's condition (the copy's own handler last).
+fn as_routes(tables: Vec<Table>, cond: &rewrite::Cond, key: &str) -> Vec<Table> {
+    let mut it = tables.into_iter();
+    let Some(site) = it.next() else {
+        return Vec::new();
+    };
+    let mut own = Table::new(format!("{key}.route"), true);
+    own.comments = site.comments.clone();
+    own.keys = site
+        .keys
+        .into_iter()
+        .filter(|(k, _)| !SITE_ONLY.contains(&k.as_str()))
+        .collect();
+    let mut out: Vec<Table> = it.collect();
+    if own.keys.iter().any(|(k, _)| k != "compress") {
+        out.push(own);
+    }
+    out.into_iter().filter_map(|t| under(t, cond)).collect()
+}
+
+/// A route of a map's copy, narrowed to the value's condition; `None`
+/// when no request meets both.
+fn under(mut t: Table, cond: &rewrite::Cond) -> Option<Table> {
+    let mine = match t.get("match") {
+        Some(V::T(m)) => rewrite::Cond {
+            matches: m.clone(),
+            ..rewrite::Cond::default()
+        },
+        _ => rewrite::Cond::default(),
+    };
+    let both = mine.and(&rewrite::Cond {
+        path_regex: None,
+        ..cond.clone()
+    })?;
+    if let Some(re) = &cond.path_regex {
+        // A path the value holds for: the route's own path must allow it.
+        let exact = re
+            .strip_prefix("(?i)")
+            .unwrap_or(re)
+            .strip_prefix('^')
+            .and_then(|r| r.strip_suffix('$'))
+            .map(unescape)
+            .filter(|p| !p.contains(['(', '[', '*', '+', '?', '|']));
+        match (t.get("path").cloned(), t.get("path_regex").cloned(), exact) {
+            (None, None, _) => t.set("path_regex", V::s(re.clone())),
+            (Some(V::S(p)), _, Some(e)) => {
+                if !e.starts_with(p.trim_end_matches('*')) {
+                    return None;
+                }
+                t.keys.retain(|(k, _)| k != "path");
+                t.set("path_regex", V::s(re.clone()));
+            }
+            (_, Some(V::S(r)), Some(e)) => {
+                let caps = regex_lite::Regex::new(&r).ok()?.captures(&e).map(|c| {
+                    c.iter()
+                        .map(|m| m.map_or(String::new(), |m| m.as_str().to_string()))
+                        .collect::<Vec<_>>()
+                })?;
+                for (_, v) in t.keys.iter_mut() {
+                    fill_groups(v, &caps);
+                }
+                t.set("path_regex", V::s(re.clone()));
+            }
+            _ => return None,
+        }
+    }
+    t.comments.push(format!("when {}", cond_text(cond)));
+    if !both.matches.is_empty() {
+        t.set("match", V::T(both.matches));
+    }
+    Some(t)
+}
+
+/// A regex-escaped literal, unescaped.
+fn unescape(s: &str) -> String {
+    let mut out = String::new();
+    let mut esc = false;
+    for c in s.chars() {
+        if c == '\\' && !esc {
+            esc = true;
+            continue;
+        }
+        esc = false;
+        out.push(c);
+    }
+    out
+}
+
+/// `{1}`… in a route's values, filled with what the path matched.
+fn fill_groups(v: &mut V, caps: &[String]) {
+    match v {
+        V::S(s) => {
+            for (i, c) in caps.iter().enumerate().skip(1).take(9) {
+                *s = s.replace(&format!("{{{i}}}"), c);
+            }
+        }
+        V::A(a) => a.iter_mut().for_each(|x| fill_groups(x, caps)),
+        V::T(t) => t.iter_mut().for_each(|(_, x)| fill_groups(x, caps)),
+        _ => {}
+    }
+}
+
+/// A condition as the output's comments say it.
+fn cond_text(c: &rewrite::Cond) -> String {
+    let mut parts = Vec::new();
+    if let Some(re) = &c.path_regex {
+        parts.push(format!("the path matches {re}"));
+    }
+    for (k, v) in &c.matches {
+        parts.push(format!("{k} {}", crate::toml::inline(v)));
+    }
+    parts.join(" and ")
+}
+
+/// A unit as a route table (its filters too unless the site holds them).
+fn route_table(key: &str, u: &Unit, uniform: bool) -> Table {
+    let mut rt = Table::new(format!("{key}.route"), true);
+    rt.comments.push(u.comment.clone());
+    if let Some((k, v)) = &u.pattern {
+        rt.set(k, v.clone());
+    }
+    for (k, v) in &u.handler {
+        rt.set(k, v.clone());
+    }
+    if !uniform {
+        for (k, v) in &u.filters {
+            rt.set(k, v.clone());
+        }
+    }
+    rt
+}
+
+/// `if (…) { … }` or the directive, as the report names it.
+fn if_text(d: &Directive) -> String {
+    if d.name == "if" {
+        format!("if {} {{ … }}", d.args.join(" "))
+    } else {
+        d.text()
+    }
+}
+
+/// Whether a `rewrite` is a redirect (its replacement a URL, or its flag
+/// `redirect` or `permanent`).
+fn is_redirect(d: &Directive) -> bool {
+    matches!(d.arg(2), "redirect" | "permanent")
+        || d.arg(1).starts_with("http://")
+        || d.arg(1).starts_with("https://")
+        || d.arg(1).starts_with("$scheme")
+}
+
+/// How a server's locations were laid out, for the locations an internal
+/// rewrite reaches.
+struct Plan<'a> {
+    s: &'a Server,
+    root_loc: Option<&'a Loc>,
+    php_loc: Option<&'a Loc>,
+    fold_php: bool,
+}
+
+/// Where a rewritten URI is answered.
+enum Dest<'a> {
+    Loc(&'a Loc),
+    /// The site's own handler (`location /`, or no location at all).
+    Fallback,
+}
+
+impl<'a> Plan<'a> {
+    fn dest(&self, l: &'a Loc) -> Dest<'a> {
+        let is = |o: Option<&Loc>| o.is_some_and(|o| std::ptr::eq(o, l));
+        if is(self.root_loc) || (self.fold_php && is(self.php_loc)) {
+            Dest::Fallback
+        } else {
+            Dest::Loc(l)
+        }
+    }
+
+    /// The location nginx picks for a rewritten URI (`repl`, nginx's
+    /// spelling), when every URI the replacement can make lands in the same one.
+    fn resolve(&self, repl: &str) -> Result<Dest<'a>, String> {
+        let path = repl.split('?').next().unwrap_or("");
+        if !path.starts_with('/') {
+            return Err("the new URI's location depends on the captured text".into());
+        }
+        let locs = &self.s.locs;
+        let prefixes = || {
+            locs.iter()
+                .filter(|l| matches!(l.m, Mod::Prefix | Mod::NoRegex))
+        };
+        if !path.contains('$') {
+            if let Some(l) = locs.iter().find(|l| l.m == Mod::Exact && l.uri == path) {
+                return Ok(self.dest(l));
+            }
+            let best = prefixes()
+                .filter(|l| path.starts_with(&l.uri))
+                .max_by_key(|l| l.uri.len());
+            if let Some(l) = best
+                && l.m == Mod::NoRegex
+            {
+                return Ok(self.dest(l));
+            }
+            for l in locs.iter().filter(|l| matches!(l.m, Mod::Regex { .. })) {
+                let Mod::Regex { ci } = l.m else { continue };
+                let re = if ci {
+                    format!("(?i){}", l.uri)
+                } else {
+                    l.uri.clone()
+                };
+                let re = regex_lite::Regex::new(&re)
+                    .map_err(|_| format!("`location ~ {}` is not a regex weir reads", l.uri))?;
+                if re.is_match(path) {
+                    return Ok(self.dest(l));
+                }
+            }
+            return Ok(best.map_or(Dest::Fallback, |l| self.dest(l)));
+        }
+        let lit = &path[..path.find('$').unwrap_or(path.len())];
+        let ambiguous = "the new URI's location depends on the captured text";
+        if locs.iter().any(|l| {
+            matches!(l.m, Mod::Exact | Mod::Prefix | Mod::NoRegex)
+                && l.uri.len() > lit.len()
+                && l.uri.starts_with(lit)
+        }) {
+            return Err(ambiguous.into());
+        }
+        let best = prefixes()
+            .filter(|l| lit.starts_with(&l.uri))
+            .max_by_key(|l| l.uri.len());
+        if let Some(l) = best
+            && l.m == Mod::NoRegex
+        {
+            return Ok(self.dest(l));
+        }
+        if locs.iter().any(|l| matches!(l.m, Mod::Regex { .. })) {
+            return Err(format!("{ambiguous} (a regex location could match it)"));
+        }
+        Ok(best.map_or(Dest::Fallback, |l| self.dest(l)))
+    }
+}
+
+/// A location's own path match, as a route's.
+fn loc_pattern(l: &Loc) -> (String, V) {
+    match l.m {
+        Mod::Exact => (
+            "path_regex".to_string(),
+            V::S(format!("^{}$", regex_escape(&l.uri))),
+        ),
+        Mod::Prefix | Mod::NoRegex => ("path".to_string(), V::s(l.uri.clone())),
+        Mod::Regex { ci } => (
+            "path_regex".to_string(),
+            V::S(if ci {
+                format!("(?i){}", l.uri)
+            } else {
+                l.uri.clone()
+            }),
+        ),
+    }
+}
+
+/// Whether every path `re` matches is one `l` matches.
+fn within(re: &str, l: &Loc) -> bool {
+    match l.m {
+        Mod::Prefix | Mod::NoRegex => {
+            l.uri == "/" || rewrite::literal_prefix(re).is_some_and(|p| p.starts_with(&l.uri))
+        }
+        Mod::Regex { ci } => {
+            let own = if ci {
+                format!("(?i){}", l.uri)
+            } else {
+                l.uri.clone()
+            };
+            re == own
+        }
+        Mod::Exact => re == format!("^{}$", regex_escape(&l.uri)),
+    }
+}
+
+impl Sites {
+    /// Routes for the `rewrite` and `if` directives of a server (`loc`
+    /// `None`) or of a location, in order: the first that acts answers, as
+    /// in nginx's rewrite phase.
+    fn phase(
+        &self,
+        dirs: &[Directive],
+        loc: Option<&Loc>,
+        plan: &Plan<'_>,
+        cx: &Cx<'_>,
+        report: &mut Report,
+    ) -> Vec<Unit> {
+        let mut out = Vec::new();
+        for (i, d) in dirs.iter().enumerate() {
+            let last = i + 1 == dirs.len();
+            if d.name == "rewrite" {
+                if is_redirect(d) {
+                    if let Some(mut u) = rewrite_redirect(d, cx, report) {
+                        if let Some(l) = loc
+                            && !within(d.arg(0), l)
+                        {
+                            // Inside a location, the rewrite sees that location's paths only.
+                            u.pattern = Some(loc_pattern(l));
+                            report.none(&d.at, d.text(), format!("its regex also matches paths outside `location {} {}`: weir's route cannot test both", modifier(l.m), l.uri));
+                            continue;
+                        }
+                        out.push(u);
+                    }
+                } else if let Some(u) =
+                    self.internal(d, loc, &rewrite::Cond::default(), last, plan, cx, report)
+                {
+                    out.push(u);
+                }
+                continue;
+            }
+            // `if`
+            let what = if_text(d);
+            let test = match rewrite::if_test(&rewrite::if_args(d)) {
+                Ok(t) => t,
+                Err(why) => {
+                    report.none(&d.at, what, why);
+                    continue;
+                }
+            };
+            let cond = match test {
+                rewrite::Test::Never => {
+                    report.mapped(&d.at, what, "never true here: nothing to write");
+                    continue;
+                }
+                rewrite::Test::Always => rewrite::Cond::default(),
+                rewrite::Test::When(c) => c,
+            };
+            let body = d.block.clone().unwrap_or_default();
+            let [inner] = body.as_slice() else {
+                report.none(&d.at, what, "weir writes an `if` holding one `return` or `rewrite` only: write the route by hand");
+                continue;
+            };
+            let mut u = match inner.name.as_str() {
+                "return" => match ret(inner, loc.map_or(&plan.s.scope, |l| &l.scope), cx, report) {
+                    Some((k, v)) => Unit {
+                        comment: format!("{}:{} {}", d.at.file, d.at.line, what),
+                        pattern: None,
+                        handler: vec![(k.to_string(), v)],
+                        filters: Vec::new(),
+                        compress: None,
+                        fallback: None,
+                    },
+                    None => continue,
+                },
+                "rewrite" if is_redirect(inner) => match rewrite_redirect(inner, cx, report) {
+                    Some(_)
+                        if cond.path_regex.is_some()
+                            || loc.is_some_and(|l| !within(inner.arg(0), l)) =>
+                    {
+                        report.none(&d.at, what, "a rewrite's regex and the condition's (or its location's) path match together: weir's route has one");
+                        continue;
+                    }
+                    Some(u) => u,
+                    None => continue,
+                },
+                "rewrite" => match self.internal(inner, loc, &cond, true, plan, cx, report) {
+                    Some(u) => u,
+                    None => continue,
+                },
+                _ => {
+                    report.none(
+                        &d.at,
+                        what,
+                        format!(
+                            "weir writes an `if` holding one `return` or `rewrite` only, not `{}`",
+                            inner.name
+                        ),
+                    );
+                    continue;
+                }
+            };
+            // The route's path: the rewrite's, the condition's or the location's.
+            if u.pattern.is_none() {
+                u.pattern = match (&cond.path_regex, loc) {
+                    (Some(re), None) => Some(("path_regex".into(), V::s(re.clone()))),
+                    (Some(re), Some(l)) if l.m == Mod::Prefix && l.uri == "/" => {
+                        Some(("path_regex".into(), V::s(re.clone())))
+                    }
+                    (Some(_), Some(l)) => {
+                        report.none(&d.at, what, format!("a path condition inside `location {} {}`: weir's route has one path match", modifier(l.m), l.uri));
+                        continue;
+                    }
+                    (None, Some(l)) => Some(loc_pattern(l)),
+                    (None, None) if cond.matches.is_empty() => Some(("path".into(), V::s("/"))),
+                    (None, None) => None,
+                };
+            }
+            if !cond.matches.is_empty() && !u.handler.iter().any(|(k, _)| k == "match") {
+                u.handler
+                    .insert(0, ("match".into(), V::T(cond.matches.clone())));
+            }
+            match &cond.approx {
+                Some(a) => report.approx(&d.at, what, "route with `match`", a.clone()),
+                None => report.mapped(&d.at, what, "route with `match`"),
+            }
+            out.push(u);
+        }
+        out
+    }
+
+    /// An internal `rewrite` (`last`, `break` or no flag) as a route that
+    /// rewrites the path and answers as the location nginx ends up in.
+    #[allow(clippy::too_many_arguments)]
+    fn internal(
+        &self,
+        d: &Directive,
+        loc: Option<&Loc>,
+        cond: &rewrite::Cond,
+        last: bool,
+        plan: &Plan<'_>,
+        cx: &Cx<'_>,
+        report: &mut Report,
+    ) -> Option<Unit> {
+        let (re, repl, flag) = (d.arg(0), d.arg(1), d.arg(2));
+        let fail = |report: &mut Report, why: String| {
+            report.none(&d.at, d.text(), why);
+            None
+        };
+        if !matches!(flag, "" | "last" | "break") {
+            return fail(report, format!("`{flag}` is not a flag of rewrite"));
+        }
+        if let Some(why) = unsupported_regex(re) {
+            return fail(report, format!("weir's regexes have no {why}"));
+        }
+        if re.contains("(?<") || re.contains("(?P<") {
+            return fail(
+                report,
+                "named captures: weir's rewrite takes {1}…{9}".into(),
+            );
+        }
+        if flag.is_empty() && !last {
+            return fail(report, "without a flag nginx goes on to the next directive with the new URI: weir rewrites a path once".into());
+        }
+        if cond.path_regex.is_some() {
+            return fail(report, "the condition's path match and the rewrite's regex together: weir's route has one path match".into());
+        }
+        if let Some(l) = loc
+            && !within(re, l)
+        {
+            return fail(
+                report,
+                format!(
+                    "its regex also matches paths outside `location {} {}`: weir's route cannot test both",
+                    modifier(l.m),
+                    l.uri
+                ),
+            );
+        }
+        let (template, approx) = match rewrite::rewrite_template(repl, cx.server_name) {
+            Ok(t) => t,
+            Err(why) => return fail(report, format!("{why} has no weir placeholder")),
+        };
+        // `^(/a/…)…` → `$1…`: the new path starts with the group's fixed start.
+        let mut known = repl.to_string();
+        if let Some(rest) = repl.strip_prefix("$1")
+            && let Some(group) = re.strip_prefix("^(")
+            && let Some(lit) = rewrite::literal_prefix(&format!("^{group}"))
+            && lit.starts_with('/')
+        {
+            known = format!("{lit}$1{rest}");
+        }
+        let dest = match (loc, flag) {
+            (Some(l), "break") => Ok(plan.dest(l)),
+            _ => plan.resolve(&known),
+        };
+        let dest = match dest {
+            Ok(x) => x,
+            Err(why) => return fail(report, why),
+        };
+        let mut handler = Vec::new();
+        if !cond.matches.is_empty() {
+            handler.push(("match".to_string(), V::T(cond.matches.clone())));
+        }
+        let comment = format!("{}:{} {}", d.at.file, d.at.line, d.text());
+        let pattern = Some(("path_regex".to_string(), V::s(re)));
+        let Dest::Loc(t) = dest else {
+            handler.push(("rewrite".into(), V::S(template)));
+            return Some(Unit {
+                comment,
+                pattern,
+                handler,
+                filters: Vec::new(),
+                compress: None,
+                fallback: Some((d.clone(), approx)),
+            });
+        };
+        let same = loc.is_some_and(|l| std::ptr::eq(l, t));
+        if !t.phase.is_empty() && !same {
+            return fail(
+                report,
+                format!(
+                    "it reaches `location {} {}`, which has rewrites of its own: weir rewrites a path once",
+                    modifier(t.m),
+                    t.uri
+                ),
+            );
+        }
+        let mut scratch = Report::default();
+        let php = plan.php_loc.filter(|_| !plan.fold_php);
+        // `break` ends the rewrite directives, the location's `return` among
+        // them: its files answer.
+        let mut content = t.clone();
+        if same && flag == "break" && matches!(t.handler, H::Return(_)) {
+            content.handler = H::Static;
+        }
+        let Some(u) = self.unit(&content, cx, &mut scratch, php, None) else {
+            return fail(
+                report,
+                format!(
+                    "`location {} {}`, which it reaches, is not written (see its own line)",
+                    modifier(t.m),
+                    t.uri
+                ),
+            );
+        };
+        if u.handler.iter().any(|(k, _)| k == "strip_prefix") {
+            return fail(
+                report,
+                format!(
+                    "it reaches `location {} {}`, whose alias maps the path itself: weir rewrites a path once",
+                    modifier(t.m),
+                    t.uri
+                ),
+            );
+        }
+        let own_rewrite = u.handler.iter().any(|(k, _)| k == "rewrite");
+        if own_rewrite && !(same && flag == "break") {
+            return fail(
+                report,
+                format!(
+                    "it reaches `location {} {}`, whose proxy_pass URI changes the path itself: weir rewrites a path once",
+                    modifier(t.m),
+                    t.uri
+                ),
+            );
+        }
+        // After `break`, nginx passes the rewritten URI whole, ignoring proxy_pass's URI.
+        handler.extend(u.handler.into_iter().filter(|(k, _)| k != "rewrite"));
+        handler.push(("rewrite".into(), V::S(template)));
+        let to = if same {
+            "route path_regex + rewrite, answered here".to_string()
+        } else {
+            format!(
+                "route path_regex + rewrite, answered as `location {} {}`",
+                modifier(t.m),
+                t.uri
+            )
+            .replace("  ", " ")
+        };
+        match approx {
+            Some(a) => report.approx(&d.at, d.text(), to, a),
+            None => report.mapped(&d.at, d.text(), to),
+        }
+        Some(Unit {
+            comment,
+            pattern,
+            handler,
+            filters: u.filters,
+            compress: u.compress,
+            fallback: None,
         })
     }
 }
@@ -856,7 +1607,7 @@ fn not_starting(under: &[&str]) -> String {
 }
 
 /// PCRE features regex-lite lacks.
-fn unsupported_regex(re: &str) -> Option<&'static str> {
+pub(super) fn unsupported_regex(re: &str) -> Option<&'static str> {
     if re.contains("(?=") || re.contains("(?!") || re.contains("(?<=") || re.contains("(?<!") {
         return Some("look-around");
     }
@@ -911,7 +1662,7 @@ fn location(
         handler: H::Static,
         try_files: None,
         alias: None,
-        redirects: Vec::new(),
+        phase: Vec::new(),
     };
     let mut seen = Seen::default();
     let mut nested_locs = Vec::new();
@@ -924,16 +1675,23 @@ fn location(
             "return" => {
                 if rets.is_none() {
                     rets = Some(x.clone());
+                } else {
+                    report.mapped(
+                        &x.at,
+                        x.text(),
+                        "never reached: a return comes first (as in nginx)",
+                    );
                 }
             }
-            "rewrite" => {
-                if matches!(x.arg(2), "redirect" | "permanent")
-                    || x.arg(1).starts_with("http")
-                    || x.arg(1).starts_with("$scheme")
-                {
-                    l.redirects.push(x.clone());
+            "rewrite" | "if" => {
+                if rets.is_none() {
+                    l.phase.push(x.clone());
                 } else {
-                    report.none(&x.at, x.text(), "weir rewrites within a route and never chooses a route again: write a route with `path_regex` and `rewrite` by hand");
+                    report.mapped(
+                        &x.at,
+                        if_text(x),
+                        "never reached: a return comes first (as in nginx)",
+                    );
                 }
             }
             "try_files" => l.try_files = Some(x.clone()),
@@ -947,11 +1705,6 @@ fn location(
                 x.text(),
                 "route",
                 "weir has no internal-only routes: clients can request it",
-            ),
-            "if" => report.none(
-                &x.at,
-                format!("if {} {{ … }}", x.args.join(" ")),
-                "weir has no `if`: express it as a route with `match` by hand",
             ),
             "set" => sets.push(x.clone()),
             "include" => {}
@@ -1105,6 +1858,7 @@ fn rewrite_redirect(d: &Directive, cx: &Cx<'_>, report: &mut Report) -> Option<U
                 )],
                 filters: Vec::new(),
                 compress: None,
+                fallback: None,
             })
         }
         Err(why) => {
@@ -1189,6 +1943,17 @@ pub fn fcgi_value(to: V, mut extra: Vec<(String, V)>) -> V {
     }
     extra.insert(0, ("to".into(), to));
     V::T(extra)
+}
+
+/// How weir's `PATH_INFO` differs from what the location's fastcgi_params
+/// send (`front`: a front controller answers paths that name no file).
+fn path_info(sc: &Scope, front: bool, report: &mut Report, at: &Origin) {
+    let sent = sc.fastcgi_params.iter().any(|(k, _)| k == "PATH_INFO");
+    if !sent {
+        report.approx(at, "fastcgi_params (PATH_INFO)", "php", "nginx's fastcgi_params here send no PATH_INFO; weir sends one: empty when the path names the script, and the request's path when the front controller answers (as Caddy's php_fastcgi; WordPress and Laravel route from REQUEST_URI either way)");
+    } else if front {
+        report.approx(at, "fastcgi_params (PATH_INFO)", "php", "the front controller gets the request's path as PATH_INFO from weir; from nginx, after try_files … /index.php, an empty one");
+    }
 }
 
 /// fastcgi_param beyond the CGI variables weir sets itself, as `env`.

@@ -93,7 +93,7 @@ impl Apache {
 }
 
 /// Copies the corpus tree `src` to `to`, each text file through `edit`.
-fn copy_tree(src: &Path, to: &Path, edit: &dyn Fn(&str) -> String) {
+pub(super) fn copy_tree(src: &Path, to: &Path, edit: &dyn Fn(&str) -> String) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(src).unwrap() {
         let e = e.unwrap();
