@@ -7,6 +7,7 @@
 //! (through weir's own HTTP/1.1 client, `h1_client`: `send_own` for a body
 //! in memory, `send_streamed` for one streamed from the client; `send`
 //! through hyper's for HTTP/2 upstreams) →
+//! `rewrite_location` on the answer's head (`location`) →
 //! on failure the error's retry class decides (`error::Failed`) → `respond` (hop-by-hop removal, Via, the
 //! body streamed back, the connection returned to the pool at its end).
 //!

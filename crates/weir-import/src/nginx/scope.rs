@@ -50,6 +50,8 @@ pub struct Scope {
     pub proxy_read_timeout: Option<String>,
     pub proxy_ssl_verify: bool,
     pub proxy_redirect_off: bool,
+    /// `proxy_redirect FROM TO` as `rewrite_location` pairs.
+    pub proxy_redirects: Vec<(String, String)>,
     pub errors: Vec<(u16, String)>,
     pub autoindex: bool,
     pub expires: Option<String>,
@@ -406,11 +408,28 @@ impl Scope {
             "proxy_ssl_trusted_certificate" | "proxy_ssl_verify_depth" => r.approx(&d.at, d.text(), "proxy tls_verify", "weir verifies upstream certificates against the system's roots only"),
             "proxy_ssl_server_name" | "proxy_ssl_name" => r.mapped(&d.at, d.text(), "proxy sni (weir sends the upstream's name by default)"),
             "proxy_redirect" => {
-                self.proxy_redirect_off = d.arg(0) == "off";
-                if self.proxy_redirect_off {
-                    r.mapped(&d.at, d.text(), "weir rewrites no Location field");
-                } else {
-                    r.none(&d.at, d.text(), "weir rewrites no Location field from upstreams");
+                // nginx's variables weir's templates have.
+                let to = d
+                    .arg(1)
+                    .replace("$scheme", "{scheme}")
+                    .replace("$http_host", "{http_host}")
+                    .replace("$host", "{host}");
+                match (d.arg(0), d.args.len()) {
+                    ("off", 1) => {
+                        self.proxy_redirect_off = true;
+                        self.proxy_redirects.clear();
+                        r.mapped(&d.at, d.text(), "no rewrite_location: weir rewrites no Location field");
+                    }
+                    ("default", 1) => {
+                        self.proxy_redirect_off = false;
+                        r.mapped(&d.at, d.text(), "proxy rewrite_location from the proxy_pass URL to the location");
+                    }
+                    (from, 2) if !from.contains('$') && !from.starts_with('~') && !to.contains('$') => {
+                        self.proxy_redirect_off = false;
+                        self.proxy_redirects.push((from.to_string(), to));
+                        r.mapped(&d.at, d.text(), "proxy rewrite_location");
+                    }
+                    _ => r.none(&d.at, d.text(), "weir's rewrite_location replaces a fixed prefix: no regex, and no variable but $scheme, $host and $http_host in the replacement"),
                 }
             }
             "proxy_http_version" | "proxy_buffering" | "proxy_buffers" | "proxy_buffer_size"

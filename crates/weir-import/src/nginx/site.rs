@@ -2192,10 +2192,40 @@ fn proxy(
             }
         },
     }
-    if !l.scope.proxy_redirect_off {
-        report.approx(&d.at, d.text(), "proxy", "weir passes an upstream's Location field as it is; nginx's `proxy_redirect default` rewrites one naming the proxy_pass URL to the client's");
-    } else {
+    // proxy_redirect: the location's own, else `default` (the proxy_pass
+    // URL becomes the location's prefix, or "/" without a URI part).
+    let mut redirects = l.scope.proxy_redirects.clone();
+    if !l.scope.proxy_redirect_off && redirects.is_empty() {
+        redirects.push(match uri {
+            Some(_) => (url.to_string(), l.uri.clone()),
+            None => (format!("{url}/"), "/".to_string()),
+        });
+    }
+    if !redirects.is_empty() {
+        // nginx's absolute_redirect makes a relative result absolute, and
+        // so an upstream's own relative Location too.
+        for (_, to) in redirects.iter_mut() {
+            if to.starts_with('/') {
+                *to = format!("{}{to}", cx.origin_host);
+            }
+        }
+        redirects.push(("/".to_string(), format!("{}/", cx.origin_host)));
+    }
+    if redirects.is_empty() {
         report.mapped(&d.at, d.text(), "proxy");
+    } else {
+        p.push((
+            "rewrite_location".into(),
+            V::A(
+                redirects
+                    .into_iter()
+                    .map(|(from, to)| {
+                        V::T(vec![("from".into(), V::S(from)), ("to".into(), V::S(to))])
+                    })
+                    .collect(),
+            ),
+        ));
+        report.approx(&d.at, d.text(), "proxy with rewrite_location (proxy_redirect)", "weir rewrites the upstream's Location and Content-Location; nginx's proxy_redirect rewrites Location and Refresh");
     }
     let proxy_v = if p.len() == 1 { p.remove(0).1 } else { V::T(p) };
     keys.insert(0, ("proxy".into(), proxy_v));
