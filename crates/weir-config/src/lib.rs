@@ -21,6 +21,7 @@ pub mod proxy;
 pub mod raw;
 pub mod routes;
 pub mod stream;
+pub mod template;
 mod tls;
 pub mod traces;
 pub mod traffic;

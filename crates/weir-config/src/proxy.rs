@@ -64,7 +64,7 @@ pub struct ProxyConfig {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LocationRewrite {
     pub from: String,
-    pub to: crate::traffic::Template,
+    pub to: crate::template::Template,
 }
 
 impl ProxyConfig {
@@ -490,7 +490,7 @@ pub(crate) fn proxy_config(c: &mut Collector<'_>, key: &str, p: &Spanned<RawProx
                 );
                 continue;
             }
-            match crate::traffic::Template::parse(&r.to) {
+            match crate::template::Template::parse(&r.to) {
                 Ok(to) if to.max_capture() == 0 => out.rewrite_location.push(LocationRewrite {
                     from: r.from.clone(),
                     to,

@@ -26,6 +26,7 @@ pub mod error;
 pub mod haproxy;
 pub mod htpasswd;
 pub mod nginx;
+mod regex;
 pub mod report;
 pub mod toml;
 

@@ -8,6 +8,7 @@
 
 use super::parse::Directive;
 use crate::error::Origin;
+use crate::regex::{regex_escape, unsupported_regex};
 use crate::report::Report;
 use crate::toml::V;
 
@@ -574,18 +575,6 @@ pub fn extensions(t: &str) -> &'static [&'static str] {
     }
 }
 
-/// A regex-lite-safe copy of literal text.
-pub fn regex_escape(s: &str) -> String {
-    let mut o = String::new();
-    for c in s.chars() {
-        if "\\.+*?()|[]{}^$#&-~".contains(c) {
-            o.push('\\');
-        }
-        o.push(c);
-    }
-    o
-}
-
 /// Apache's `$1`, `%{HTTP_HOST}`… in a redirect target as weir placeholders.
 fn target(s: &str, server_name: &str) -> Result<String, String> {
     let mut out = String::new();
@@ -774,21 +763,6 @@ pub fn files_regex(pattern: &str, is_regex: bool) -> String {
         o.push_str("[^/]*$");
     }
     o
-}
-
-/// PCRE features regex-lite lacks.
-pub fn unsupported_regex(re: &str) -> Option<&'static str> {
-    if re.contains("(?=") || re.contains("(?!") || re.contains("(?<=") || re.contains("(?<!") {
-        return Some("look-around");
-    }
-    if re
-        .as_bytes()
-        .windows(2)
-        .any(|w| w[0] == b'\\' && w[1].is_ascii_digit() && w[1] != b'0')
-    {
-        return Some("back-references");
-    }
-    None
 }
 
 /// One `RewriteCond` as read.

@@ -13,6 +13,7 @@
 mod dir;
 pub mod parse;
 
+use crate::regex::{regex_escape, unsupported_regex};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -557,7 +558,7 @@ fn host_directive(d: &Directive, h: &mut Host, g: &Globals, report: &mut Report)
             let regex = lname == "locationmatch" || d.arg(0) == "~";
             let raw = if d.arg(0) == "~" { d.arg(1) } else { d.arg(0) };
             let (pattern, prefix) = if regex {
-                if let Some(why) = dir::unsupported_regex(raw) {
+                if let Some(why) = unsupported_regex(raw) {
                     report.none(&d.at, d.text(), format!("weir's regexes have no {why}"));
                     return true;
                 }
@@ -809,7 +810,7 @@ fn files_section(d: &Directive, x: &Dir, into: &mut Dir, report: &mut Report) {
     }
     if matches!(x.access, Some((Access::Nobody, _))) && x.headers.is_empty() {
         let is_regex = d.is("FilesMatch") || d.arg(0) == "~";
-        if dir::unsupported_regex(pat).is_none() {
+        if unsupported_regex(pat).is_none() {
             into.denied_files
                 .push((dir::files_regex(pat, is_regex), d.at.clone()));
             report.approx(&d.at, d.text(), "a route with path_regex answering 403", "weir matches the whole path (Apache the file's name), and refuses these names wherever they are asked, also under an Alias");
@@ -879,7 +880,7 @@ fn proxy_pass_match(
         }
         return None;
     }
-    if let Some(why) = dir::unsupported_regex(re) {
+    if let Some(why) = unsupported_regex(re) {
         report.none(&d.at, d.text(), format!("weir's regexes have no {why}"));
         return None;
     }
@@ -1567,10 +1568,7 @@ fn site(
                     } else {
                         rt.set(
                             "path_regex",
-                            V::S(format!(
-                                "^{}(/.*)?$",
-                                dir::regex_escape(p.trim_end_matches('/'))
-                            )),
+                            V::S(format!("^{}(/.*)?$", regex_escape(p.trim_end_matches('/')))),
                         );
                         k.push(("rewrite".into(), V::S(format!("{url_path}{{1}}{{?query}}"))));
                     }
@@ -1697,10 +1695,7 @@ fn site(
                     // `ProxyPass /app http://b`: `/app/x` goes as `/x`.
                     rt.set(
                         "path_regex",
-                        V::S(format!(
-                            "^{}(/.*)$",
-                            dir::regex_escape(p.trim_end_matches('/'))
-                        )),
+                        V::S(format!("^{}(/.*)$", regex_escape(p.trim_end_matches('/')))),
                     );
                     rt.set("rewrite", V::s("{1}{?query}"));
                     report.approx(&m.at, m.text.clone(), "route", format!("`{p}` alone (without a path after it) is not proxied: Apache would ask the upstream for an empty path"));
@@ -1709,10 +1704,7 @@ fn site(
                     // `/a` as `/x`, `/a/c` as `/x/c`, and leaves `/abc` alone.
                     rt.set(
                         "path_regex",
-                        V::S(format!(
-                            "^{}(/.*)?$",
-                            dir::regex_escape(p.trim_end_matches('/'))
-                        )),
+                        V::S(format!("^{}(/.*)?$", regex_escape(p.trim_end_matches('/')))),
                     );
                     rt.set("rewrite", V::S(format!("{url_path}{{1}}{{?query}}")));
                 }

@@ -10,6 +10,7 @@
 use super::parse::Directive;
 use super::scope;
 use crate::error::Origin;
+use crate::regex::{regex_escape, unsupported_regex};
 use crate::toml::V;
 
 /// A condition as a weir route tests it.
@@ -159,7 +160,7 @@ pub fn if_test(args: &[String]) -> Result<Test, String> {
                     })
                 }
                 "~" | "~*" if matches!(l.as_str(), "$uri" | "$document_uri") => {
-                    if let Some(why) = super::site::unsupported_regex(r) {
+                    if let Some(why) = unsupported_regex(r) {
                         return Err(format!("weir's regexes have no {why}"));
                     }
                     Ok(Test::When(Cond {
@@ -225,7 +226,7 @@ pub fn eq_cond(var: &str, value: &str, ci: bool) -> Result<Cond, String> {
             path_regex: Some(format!(
                 "{}^{}$",
                 if ci { "(?i)" } else { "" },
-                super::site::regex_escape(value)
+                regex_escape(value)
             )),
             ..Cond::default()
         }),
@@ -236,7 +237,7 @@ pub fn eq_cond(var: &str, value: &str, ci: bool) -> Result<Cond, String> {
             path_regex: Some(format!(
                 "{}^{}$",
                 if ci { "(?i)" } else { "" },
-                super::site::regex_escape(value)
+                regex_escape(value)
             )),
             approx: Some(
                 "weir compares the path; nginx's $request_uri also holds the query, so a request with one does not match in nginx".into(),
@@ -332,7 +333,7 @@ pub fn map(d: &Directive) -> Map {
                         format!("the value `{value}` of `{key}` uses variables or captures"),
                         &mut m,
                     );
-                } else if let Some(why) = super::site::unsupported_regex(re) {
+                } else if let Some(why) = unsupported_regex(re) {
                     fail(
                         format!("the regex `{key}`: weir's regexes have no {why}"),
                         &mut m,

@@ -12,6 +12,7 @@
 //! file order, then the other prefixes longest first (`/` last, as the
 //! site's own handler).
 
+use crate::regex::{regex_escape, unsupported_regex};
 use std::collections::HashSet;
 
 use super::parse::{Directive, Reader};
@@ -141,17 +142,6 @@ pub fn upstream_list(u: &Upstream) -> V {
         })
         .collect();
     V::A(items)
-}
-
-pub(super) fn regex_escape(s: &str) -> String {
-    let mut o = String::new();
-    for c in s.chars() {
-        if "\\.+*?()|[]{}^$#&-~".contains(c) {
-            o.push('\\');
-        }
-        o.push(c);
-    }
-    o
 }
 
 impl Sites {
@@ -1604,21 +1594,6 @@ fn not_starting(under: &[&str]) -> String {
         ));
     }
     format!("(?:{})", alts.join("|"))
-}
-
-/// PCRE features regex-lite lacks.
-pub(super) fn unsupported_regex(re: &str) -> Option<&'static str> {
-    if re.contains("(?=") || re.contains("(?!") || re.contains("(?<=") || re.contains("(?<!") {
-        return Some("look-around");
-    }
-    if re
-        .as_bytes()
-        .windows(2)
-        .any(|w| w[0] == b'\\' && w[1].is_ascii_digit() && w[1] != b'0')
-    {
-        return Some("back-references");
-    }
-    None
 }
 
 fn location(
