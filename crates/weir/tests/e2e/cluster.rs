@@ -355,15 +355,23 @@ fn a_limit_counts_once_across_three_instances() {
         "answers other than 200 and 429"
     );
     // docs/cluster.md's bound: past the limit by at most rate × (N − 1) ×
-    // (exchange + round trip), about 2 here, and each instance's first
-    // burst, paid back within (N − 1) × 11 / 10 s of the start. 6 leaves
-    // the round trip 200 ms on a loaded machine; a limit counted per
-    // instance would let about 200 more through.
+    // (exchange + round trip), about 2 here, plus each instance's first
+    // burst, paid back within (N − 1) × 11 / 10 s of the start. A machine
+    // busy with other tests stalls the exchange and the client for up to a
+    // second (10 × 2 × 1 = 20 more) and bunches arrivals so a full bucket
+    // wastes refill (fewer); a limit counted per instance would let about
+    // 200 more through, so the bound still tells the two apart.
     let mut sent: Vec<Instant> = answers.iter().map(|a| a.sent).collect();
     let one = one_bucket_admits(&mut sent);
+    let per_instance = 3 * one;
+    eprintln!(
+        "{ok} of {} passed; one bucket would pass {one}, one per instance about {per_instance}",
+        answers.len()
+    );
     assert!(
-        ok.abs_diff(one) <= 6,
-        "{ok} of {} passed a 10 r/s limit (burst 10) in 10 s; one bucket would pass {one}",
+        ok <= one + 20 && ok + 15 >= one,
+        "{ok} of {} passed a 10 r/s limit (burst 10) in 10 s; one bucket would pass {one}, \
+         one per instance about {per_instance}",
         answers.len()
     );
     for p in ports {
