@@ -1,7 +1,7 @@
 //! The `weir` binary as a process ([`Weir`], which every end-to-end test
 //! starts it with): from a config in a temporary directory or the test's,
-//! waited for, signalled, its log read; and blocking raw-TCP helpers to talk
-//! to it.
+//! waited for, signalled, its log read; the other servers a test compares
+//! weir with ([`Daemon`]); and blocking raw-TCP helpers to talk to them.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -250,6 +250,77 @@ impl Weir {
 
 impl Drop for Weir {
     fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A server other than weir (nginx, apache2, caddy, haproxy…) that a test
+/// runs in the foreground, stopped by its PID when dropped: never by name,
+/// so the machine's own daemons are left alone.
+pub struct Daemon {
+    child: Child,
+    /// Stop with SIGTERM and wait, for a parent that stops its own children
+    /// (SIGKILL would leave them running).
+    graceful: bool,
+}
+
+impl Daemon {
+    /// Runs `cmd` and waits until it accepts connections on `port`. A missing
+    /// program fails saying `install`; a program that exits first fails with
+    /// the files in `logs`.
+    pub fn start(mut cmd: Command, port: u16, install: &str, logs: &[PathBuf]) -> Daemon {
+        let program = PathBuf::from(cmd.get_program());
+        let name = program.file_name().unwrap_or_default().to_string_lossy();
+        assert!(
+            program.exists(),
+            "{} not found: this test needs it ({install}; scripts/test.sh installs it)",
+            program.display()
+        );
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+        let deadline = Instant::now() + LISTEN_WITHIN;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(st)) = child.try_wait() {
+                let logs: String = logs
+                    .iter()
+                    .map(|f| std::fs::read_to_string(f).unwrap_or_default())
+                    .collect();
+                panic!("{name} exited before listening on {port}: {st}\n{logs}");
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{name} did not listen on {port} within {LISTEN_WITHIN:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Daemon {
+            child,
+            graceful: false,
+        }
+    }
+
+    /// Stops it with SIGTERM (then SIGKILL after 10 s) rather than SIGKILL.
+    pub fn graceful(mut self) -> Daemon {
+        self.graceful = true;
+        self
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.graceful {
+            let _ = Command::new("kill")
+                .arg(self.child.id().to_string())
+                .status();
+            if poll_until(Duration::from_secs(10), || {
+                matches!(self.child.try_wait(), Ok(Some(_)))
+            }) {
+                return;
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

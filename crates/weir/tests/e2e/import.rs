@@ -7,10 +7,11 @@
 //! the test: it never skips.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use weir_test_support::ports::free_port;
+use weir_test_support::process::Daemon;
 use weir_test_support::proxy::{Upstream, Weir};
 
 use crate::WEIR;
@@ -22,27 +23,16 @@ mod nginx_wordpress;
 
 const NGINX: &str = "/usr/sbin/nginx";
 
-/// nginx from a config file in `dir` (its prefix), killed by PID on drop.
+/// nginx from a config file in `dir` (its prefix), stopped by PID on drop.
 struct Nginx {
-    child: Child,
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    _daemon: Daemon,
 }
 
 impl Nginx {
     fn start(dir: &Path, conf: &Path, port: u16) -> Nginx {
-        assert!(
-            Path::new(NGINX).exists(),
-            "{NGINX} not found: this test needs nginx (apt-get install nginx; scripts/test.sh installs it)"
-        );
         let d = dir.display();
-        let mut child = Command::new(NGINX)
-            .arg("-p")
+        let mut cmd = Command::new(NGINX);
+        cmd.arg("-p")
             .arg(dir)
             .arg("-c")
             .arg(conf)
@@ -51,22 +41,11 @@ impl Nginx {
                 &format!("daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log warn;"),
             ])
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {NGINX}: {e}"));
-        let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(st)) = child.try_wait() {
-                let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
-                panic!("nginx exited early: {st}\n{log}");
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "nginx did not start"
-            );
-            std::thread::sleep(Duration::from_millis(10));
+            .stderr(Stdio::inherit());
+        let logs = [dir.join("error.log")];
+        Nginx {
+            _daemon: Daemon::start(cmd, port, "apt-get install nginx", &logs),
         }
-        Nginx { child }
     }
 }
 

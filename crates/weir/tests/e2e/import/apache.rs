@@ -8,10 +8,10 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use weir_test_support::ports::free_port;
+use weir_test_support::process::Daemon;
 use weir_test_support::proxy::{Upstream, Weir};
 
 use super::{Allowed, Answer, ask_with, corpus, no_redirects, same_as};
@@ -19,38 +19,18 @@ use crate::WEIR;
 
 const APACHE: &str = "/usr/sbin/apache2";
 
-/// apache2 in the foreground with its server root at `etc`, killed by PID on drop.
+/// apache2 in the foreground with its server root at `etc`, stopped by PID
+/// on drop (with SIGTERM: the parent stops its children, SIGKILL would leave
+/// them).
 struct Apache {
-    child: Child,
-}
-
-impl Drop for Apache {
-    fn drop(&mut self) {
-        // The parent stops its children on SIGTERM; kill() would leave them.
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    _daemon: Daemon,
 }
 
 impl Apache {
     fn start(dir: &Path, etc: &Path, port: u16) -> Apache {
-        assert!(
-            Path::new(APACHE).exists(),
-            "{APACHE} not found: this test needs Apache (apt-get install apache2; scripts/test.sh installs it)"
-        );
         let d = dir.display();
-        let mut child = Command::new(APACHE)
-            .arg("-d")
+        let mut cmd = Command::new(APACHE);
+        cmd.arg("-d")
             .arg(etc)
             .arg("-f")
             .arg(etc.join("apache2.conf"))
@@ -72,23 +52,11 @@ impl Apache {
             .env("APACHE_LOCK_DIR", dir)
             .env("APACHE_LOG_DIR", dir.join("log"))
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {APACHE}: {e}"));
-        let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(st)) = child.try_wait() {
-                let log = std::fs::read_to_string(dir.join("apache-error.log")).unwrap_or_default();
-                let log2 = std::fs::read_to_string(dir.join("log/error.log")).unwrap_or_default();
-                panic!("apache2 exited early: {st}\n{log}{log2}");
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "apache2 did not start"
-            );
-            std::thread::sleep(Duration::from_millis(10));
+            .stderr(Stdio::inherit());
+        let logs = [dir.join("apache-error.log"), dir.join("log/error.log")];
+        Apache {
+            _daemon: Daemon::start(cmd, port, "apt-get install apache2", &logs).graceful(),
         }
-        Apache { child }
     }
 }
 

@@ -15,11 +15,11 @@
 //! roots, upstreams and the FastCGI socket move to what the test runs.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use tokio::io::AsyncReadExt;
 use weir_test_support::ports::free_port;
+use weir_test_support::process::Daemon;
 use weir_test_support::proxy::{Upstream, Weir};
 
 use super::{Allowed, Answer, ask_headers, corpus, import_as, no_redirects, same_as};
@@ -27,49 +27,26 @@ use crate::WEIR;
 
 const CADDY: &str = "/usr/bin/caddy";
 
-/// `caddy run` on a Caddyfile, its state under `dir`, killed by PID on drop.
+/// `caddy run` on a Caddyfile, its state under `dir`, stopped by PID on drop.
 struct Caddy {
-    child: Child,
-}
-
-impl Drop for Caddy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    _daemon: Daemon,
 }
 
 impl Caddy {
     fn start(dir: &Path, conf: &Path, port: u16) -> Caddy {
-        assert!(
-            Path::new(CADDY).exists(),
-            "{CADDY} not found: this test needs Caddy (apt-get install caddy; scripts/test.sh installs it)"
-        );
         let log = dir.join("caddy.log");
-        let mut child = Command::new(CADDY)
-            .args(["run", "--adapter", "caddyfile", "--config"])
+        let mut cmd = Command::new(CADDY);
+        cmd.args(["run", "--adapter", "caddyfile", "--config"])
             .arg(conf)
             // Caddy keeps its storage and autosaved config under these.
             .env("HOME", dir)
             .env("XDG_DATA_HOME", dir.join("data"))
             .env("XDG_CONFIG_HOME", dir.join("config"))
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {CADDY}: {e}"));
-        let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(st)) = child.try_wait() {
-                let log = std::fs::read_to_string(&log).unwrap_or_default();
-                panic!("caddy exited early: {st}\n{log}");
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "caddy did not start"
-            );
-            std::thread::sleep(Duration::from_millis(10));
+            .stderr(std::fs::File::create(&log).unwrap());
+        Caddy {
+            _daemon: Daemon::start(cmd, port, "apt-get install caddy", &[log]),
         }
-        Caddy { child }
     }
 }
 

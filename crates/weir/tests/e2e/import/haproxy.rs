@@ -10,10 +10,10 @@
 //! A missing haproxy fails the test: it never skips.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use weir_test_support::ports::free_port;
+use weir_test_support::process::Daemon;
 use weir_test_support::proxy::{Upstream, Weir};
 
 use super::{corpus, import_as, no_redirects};
@@ -21,44 +21,22 @@ use crate::WEIR;
 
 const HAPROXY: &str = "/usr/sbin/haproxy";
 
-/// haproxy in the foreground (`-db`), killed by PID on drop.
+/// haproxy in the foreground (`-db`), stopped by PID on drop.
 struct Haproxy {
-    child: Child,
-}
-
-impl Drop for Haproxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    _daemon: Daemon,
 }
 
 impl Haproxy {
     fn start(conf: &Path, port: u16) -> Haproxy {
-        assert!(
-            Path::new(HAPROXY).exists(),
-            "{HAPROXY} not found: this test needs haproxy (apt-get install haproxy; scripts/test.sh installs it)"
-        );
-        let mut child = Command::new(HAPROXY)
-            .arg("-f")
+        let mut cmd = Command::new(HAPROXY);
+        cmd.arg("-f")
             .arg(conf)
             .arg("-db")
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {HAPROXY}: {e}"));
-        let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(st)) = child.try_wait() {
-                panic!("haproxy exited early: {st}");
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "haproxy did not start"
-            );
-            std::thread::sleep(Duration::from_millis(10));
+            .stderr(Stdio::inherit());
+        Haproxy {
+            _daemon: Daemon::start(cmd, port, "apt-get install haproxy", &[]),
         }
-        Haproxy { child }
     }
 }
 
