@@ -2,9 +2,11 @@
 # What OpenTelemetry tracing costs a proxy (BENCHMARKS.md, "The cost of
 # tracing"), against a stand-in collector (scripts/otlp-sink.py on port 4318).
 #
-#   scripts/bench-traces.sh ab OUT       # weir with [traces] ÷ the same build
+#   scripts/bench-traces.sh ab OUT [MODES] [ROUNDS]
+#                                        # weir with [traces] ÷ the same build
 #                                        # without, proxy scenario, sample 1.0
-#                                        # and 0.01, pinned then shared
+#                                        # and 0.01; MODES "pinned shared" and
+#                                        # ROUNDS 5 unless given
 #   scripts/bench-traces.sh outage OUT   # 14 min at 3,000 requests/s, traces
 #                                        # at 100 %; the collector stops
 #                                        # answering (SIGSTOP) from minute 2 to
@@ -25,14 +27,15 @@ pids=()
 trap 'kill -CONT "${pids[@]}" 2>/dev/null; kill "${pids[@]}" 2>/dev/null || true' EXIT
 
 if [ "$what" = ab ]; then
-    # The sink on the generator's CPU in pinned mode: its work is not weir's.
-    taskset -c 1 python3 "$SINK" "$out/sink.count" & pids+=($!)
-    for mode in pinned shared; do
+    # The sink on the generator's CPU in pinned mode (weir-bench puts the
+    # generator on CPU 0, the server on the rest): its work is not weir's.
+    taskset -c 0 python3 "$SINK" "$out/sink.count" & pids+=($!)
+    for mode in ${3:-pinned shared}; do
         pin=(); [ "$mode" = pinned ] && pin=(--pin)
         for s in 1.0 0.01; do
             echo "== $mode, sample $s"
             "$BENCH" compare "${pin[@]}" --servers weir,weir-b --weir "$WEIR" --weir-b "$WEIR" \
-                --scenarios proxy --repeats 3 --duration 5s --warmup 2s --out "$out/$mode-$s" \
+                --scenarios proxy --repeats "${4:-5}" --duration 5s --warmup 2s --out "$out/$mode-$s" \
                 --weir-sections "$(printf '[traces]\nendpoint = "http://127.0.0.1:4318/v1/traces"\nsample = %s' "$s")" |
                 tail -8
         done
