@@ -93,6 +93,26 @@ fn field<'a>(sent: &'a Sent, name: &str) -> Vec<Option<&'a str>> {
         .collect()
 }
 
+/// weir's Basic challenge names its charset (RFC 7617), nginx's does not:
+/// the report must say so; the rest of the field must agree.
+fn challenge(n: &Answer, w: &mut Answer, report: &str) {
+    let auth = |a: &Answer| {
+        a.set
+            .iter()
+            .position(|(k, _)| k == "www-authenticate")
+            .map(|i| (i, a.set[i].1.clone()))
+    };
+    if let (Some((_, nv)), Some((i, wv))) = (auth(n), auth(w))
+        && wv == format!("{nv}, charset=\"UTF-8\"")
+    {
+        assert!(
+            report.contains("charset=\"UTF-8\"` (RFC 7617); nginx's has no charset"),
+            "{report}"
+        );
+        w.set[i].1 = nv;
+    }
+}
+
 /// Until `addr` refuses connections (a killed upstream's listener closes
 /// when its task is next polled).
 async fn refused(addr: std::net::SocketAddr) {
@@ -174,8 +194,9 @@ async fn reverse_proxy_answers_as_nginx() {
         let n_sent = ups.since(&before, ng_port);
         let before = ups.counts();
         let h = host.replace("PORT", &weir_port.to_string());
-        let w = ask_headers(c, weir_port, method, path, Some(&h), fields, SET).await;
+        let mut w = ask_headers(c, weir_port, method, path, Some(&h), fields, SET).await;
         let w_sent = ups.since(&before, weir_port);
+        challenge(&n, &mut w, &report);
         (n, w, n_sent, w_sent)
     };
 
