@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it (.ci/run calls this script).
 #
-# 1. installs what the end-to-end tests talk to (curl, nginx for the harness
-#    smoke test, Varnish and HAProxy for its caching scenarios, php-fpm and
-#    Apache for the PHP tests and scenario, h2load,
+# 1. installs what the end-to-end tests talk to (curl, nginx and its stream
+#    module for the harness smoke test and the import differentials,
+#    Varnish and HAProxy for its caching scenarios, php-fpm and Apache for
+#    the PHP tests and scenario, h2load,
 #    pebble for ACME, redis-server for the cluster tests, chromium for the
 #    run report page,
 #    systemd's systemd-analyze, passwd's useradd, binutils' objcopy and logrotate for
@@ -21,6 +22,7 @@ cd "$(dirname "$0")/.."
 need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v nginx >/dev/null 2>&1 || need+=(nginx)
+[ -f /usr/lib/nginx/modules/ngx_stream_module.so ] || need+=(libnginx-mod-stream)
 command -v varnishd >/dev/null 2>&1 || need+=(varnish)
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)

@@ -94,6 +94,10 @@ fn laravel() {
         outcome(&out, "error_page 404 /index.php"),
         Outcome::NoEquivalent(_)
     ));
+    // Only index.php is PHP's in nginx; weir's php runs every script.
+    assert!(
+        matches!(outcome(&out, "location ~ ^/index\\.php(/|$) (other .php files)"), Outcome::Approximated(w) if w.contains("serves the others as files"))
+    );
     assert!(out.toml.contains("X-Frame-Options = \"SAMEORIGIN\""));
     assert!(
         out.toml.contains("path_regex = '^/index\\.php(/|$)'"),
@@ -158,6 +162,16 @@ fn reverse_proxy() {
         out.toml
             .contains("{ addr = \"127.0.0.1:9001\", weight = 3 }")
     );
+    // Only the X-Forwarded-* fields the config sets, nginx's way.
+    assert!(
+        out.toml.contains(
+            "request_headers = { set = { X-Real-IP = \"{client_ip}\", X-Forwarded-Proto = \"{scheme}\" }, add = { X-Forwarded-For = \"{client_ip}\" } }"
+        ),
+        "{}",
+        out.toml
+    );
+    assert!(!out.toml.contains("x_forwarded = true"));
+    assert!(!out.toml.contains("X-Forwarded-Host"));
     assert!(!out.toml.contains("9003"), "the backup server stays out");
     assert!(matches!(
         outcome(&out, "server 127.0.0.1:9003 backup"),

@@ -32,8 +32,6 @@ pub struct Balancer {
     rng: fastrand::Rng,
     /// Consistent-hash ring: (point, upstream index), sorted by point.
     ring: Vec<(u64, usize)>,
-    /// Rotates ties in least-conn so equal loads spread.
-    tie: usize,
 }
 
 impl Balancer {
@@ -53,7 +51,6 @@ impl Balancer {
             current: vec![0; names.len()],
             rng: fastrand::Rng::with_seed(seed),
             ring,
-            tie: 0,
         }
     }
 
@@ -105,22 +102,11 @@ impl Balancer {
     }
 
     fn least_conn(&mut self, c: &[Candidate], ok: impl Fn(&Candidate) -> bool) -> Option<usize> {
-        let n = c.len();
-        self.tie = self.tie.wrapping_add(1);
-        let mut best: Option<(u64, usize)> = None;
-        for k in 0..n {
-            let i = (self.tie + k) % n;
-            let x = &c[i];
-            if !ok(x) {
-                continue;
-            }
-            // active/weight compared without division: scale by 1000.
-            let load = x.active as u64 * 1000 / x.weight.max(1) as u64;
-            if best.is_none_or(|(l, _)| load < l) {
-                best = Some((load, i));
-            }
-        }
-        best.map(|(_, i)| i)
+        // active/weight compared without division: scale by 1000.
+        let load = |x: &Candidate| x.active as u64 * 1000 / x.weight.max(1) as u64;
+        let least = c.iter().filter(|x| ok(x)).map(load).min()?;
+        // Ties go by weight in turn, as nginx's least_conn breaks them.
+        self.smooth_wrr(c, |x| ok(x) && load(x) == least)
     }
 
     fn weighted_random(
@@ -267,6 +253,13 @@ mod tests {
         let c = cands(&[1, 1, 1]);
         let got = counts(&mut b, &c, 300);
         assert_eq!(got, vec![100, 100, 100]);
+    }
+
+    #[test]
+    fn least_conn_spreads_ties_by_weight() {
+        let c = cands(&[3, 1]);
+        let mut b = balancer(Balance::LeastConn, &[3, 1]);
+        assert_eq!(counts(&mut b, &c, 400), vec![300, 100]);
     }
 
     #[test]

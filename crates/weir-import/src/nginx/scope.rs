@@ -362,7 +362,11 @@ impl Scope {
             "limit_req_dry_run" | "limit_conn_dry_run" => r.none(&d.at, d.text(), "set `dry_run = true` on the limit by hand"),
             "auth_basic" => {
                 self.auth_realm = (d.arg(0) != "off").then(|| d.arg(0).to_string());
-                r.mapped(&d.at, d.text(), "basic_auth");
+                if self.auth_realm.is_some() {
+                    r.approx(&d.at, d.text(), "basic_auth", "weir's challenge says `Basic realm=\"…\", charset=\"UTF-8\"` (RFC 7617); nginx's has no charset");
+                } else {
+                    r.mapped(&d.at, d.text(), "basic_auth");
+                }
             }
             "auth_basic_user_file" => {
                 self.auth_file = Some((d.arg(0).to_string(), d.at.clone()));

@@ -713,6 +713,7 @@ impl Sites {
                         php.push(("index".into(), V::strs(php_index.clone())));
                     }
                     path_info(&p.scope, front, report, &p.at);
+                    only_some_scripts(p, report);
                     let env = fastcgi_env(&p.scope, report, &p.at);
                     if !env.is_empty() {
                         php.push(("env".into(), V::T(env)));
@@ -1269,11 +1270,19 @@ impl Sites {
         report: &mut Report,
     ) -> Vec<Unit> {
         let mut out = Vec::new();
+        // nginx's add_header and expires apply to these redirects and
+        // returns too (the output filters run after the rewrite phase).
+        let answer_filters: Vec<(String, V)> =
+            response_headers(loc.map_or(&plan.s.scope, |l| &l.scope), cx, None)
+                .map(|rh| ("response_headers".to_string(), rh))
+                .into_iter()
+                .collect();
         for (i, d) in dirs.iter().enumerate() {
             let last = i + 1 == dirs.len();
             if d.name == "rewrite" {
                 if is_redirect(d) {
                     if let Some(mut u) = rewrite_redirect(d, cx, report) {
+                        u.filters = answer_filters.clone();
                         if let Some(l) = loc
                             && !within(d.arg(0), l)
                         {
@@ -1319,7 +1328,7 @@ impl Sites {
                         comment: format!("{}:{} {}", d.at.file, d.at.line, what),
                         pattern: None,
                         handler: vec![(k.to_string(), v)],
-                        filters: Vec::new(),
+                        filters: answer_filters.clone(),
                         compress: None,
                         fallback: None,
                     },
@@ -1333,7 +1342,10 @@ impl Sites {
                         report.none(&d.at, what, "a rewrite's regex and the condition's (or its location's) path match together: weir's route has one");
                         continue;
                     }
-                    Some(u) => u,
+                    Some(u) => Unit {
+                        filters: answer_filters.clone(),
+                        ..u
+                    },
                     None => continue,
                 },
                 "rewrite" => match self.internal(inner, loc, &cond, true, plan, cx, report) {
@@ -1925,9 +1937,27 @@ pub fn fcgi_value(to: V, mut extra: Vec<(String, V)>) -> V {
 fn path_info(sc: &Scope, front: bool, report: &mut Report, at: &Origin) {
     let sent = sc.fastcgi_params.iter().any(|(k, _)| k == "PATH_INFO");
     if !sent {
-        report.approx(at, "fastcgi_params (PATH_INFO)", "php", "nginx's fastcgi_params here send no PATH_INFO; weir sends one: empty when the path names the script, and the request's path when the front controller answers (as Caddy's php_fastcgi; WordPress and Laravel route from REQUEST_URI either way)");
+        report.approx(at, "fastcgi_params (PATH_INFO)", "php", "nginx's fastcgi_params here send no PATH_INFO; weir sends one: empty when the path names the script, and the request's path when the front controller answers (as Caddy's php_fastcgi; WordPress and Laravel route from REQUEST_URI either way); without fastcgi_split_path_info nginx's SCRIPT_NAME is the whole path (`/index.php/x`), weir's the script's (`/index.php`)");
     } else if front {
         report.approx(at, "fastcgi_params (PATH_INFO)", "php", "the front controller gets the request's path as PATH_INFO from weir; from nginx, after try_files … /index.php, an empty one");
+    }
+}
+
+/// A PHP location whose regex names some scripts only (Laravel's
+/// `^/index\.php(/|$)`): nginx serves other `.php` files as they are,
+/// weir's `php` runs every script under the root.
+fn only_some_scripts(l: &Loc, report: &mut Report) {
+    let Mod::Regex { ci } = l.m else { return };
+    let re = regex_lite::RegexBuilder::new(&l.uri)
+        .case_insensitive(ci)
+        .build();
+    if re.is_ok_and(|re| !re.is_match("/other.php")) {
+        report.approx(
+            &l.at,
+            format!("location {} {} (other .php files)", modifier(l.m), l.uri),
+            "php",
+            "weir runs every `.php` script under the root; nginx runs only those this location's regex names and serves the others as files (their source)",
+        );
     }
 }
 
@@ -2065,7 +2095,7 @@ fn proxy(
     // Host: nginx sends $proxy_host unless told otherwise.
     let mut host = Some(proxy_host);
     let mut set: Vec<(String, V)> = Vec::new();
-    let mut xff = false;
+    let mut add: Vec<(String, V)> = Vec::new();
     for (name, value, at) in &l.scope.proxy_headers {
         let lname = name.to_ascii_lowercase();
         let text = format!("proxy_set_header {name} {value}");
@@ -2079,15 +2109,9 @@ fn proxy(
                 report.approx(at, text, "proxy host = \"pass\"", "weir passes the client's Host as it came, with its port ($http_host); $host has none");
             }
             ("host", "$proxy_host") => report.mapped(at, text, "proxy host"),
-            ("x-forwarded-for", _) => {
-                xff = true;
-                report.approx(at, text, "proxy x_forwarded", "weir replaces a client's own X-Forwarded-For (nginx's $proxy_add_x_forwarded_for appends to it) unless it comes from `trusted_proxies`, and sends X-Forwarded-Proto and -Host with it");
-            }
-            ("x-forwarded-proto", "$scheme")
-            | ("x-forwarded-host", "$host")
-            | ("x-forwarded-host", "$http_host") => {
-                xff = true;
-                report.mapped(at, text, "proxy x_forwarded");
+            ("x-forwarded-for", "$proxy_add_x_forwarded_for") => {
+                add.push((name.clone(), V::s("{client_ip}")));
+                report.approx(at, text, "route request_headers add X-Forwarded-For", "weir sends the client's address as a field of its own after a client's X-Forwarded-For; nginx joins both in one field");
             }
             ("upgrade", "$http_upgrade") | ("connection", _) => report.mapped(
                 at,
@@ -2119,9 +2143,9 @@ fn proxy(
     if let Some(h) = host {
         p.push(("host".into(), V::S(h)));
     }
-    if !xff {
-        p.push(("x_forwarded".into(), V::B(false)));
-    }
+    // Every X-Forwarded-* the config sets is a request header of its own
+    // (`set` above), so weir adds none of its own.
+    p.push(("x_forwarded".into(), V::B(false)));
     p.push(("forwarded".into(), V::B(false)));
     p.push(("via".into(), V::B(false)));
     if let Some(t) = &l.scope.proxy_connect_timeout {
@@ -2204,11 +2228,15 @@ fn proxy(
     }
     let proxy_v = if p.len() == 1 { p.remove(0).1 } else { V::T(p) };
     keys.insert(0, ("proxy".into(), proxy_v));
+    let mut headers = Vec::new();
     if !set.is_empty() {
-        keys.push((
-            "request_headers".into(),
-            V::T(vec![("set".into(), V::T(set))]),
-        ));
+        headers.push(("set".into(), V::T(set)));
+    }
+    if !add.is_empty() {
+        headers.push(("add".into(), V::T(add)));
+    }
+    if !headers.is_empty() {
+        keys.push(("request_headers".into(), V::T(headers)));
     }
     Some((keys, pattern))
 }
@@ -2232,6 +2260,37 @@ fn compress(sc: &Scope) -> V {
 }
 
 /// The filter keys in force in a scope.
+/// `add_header` and `expires` as `response_headers`; `report` names the
+/// values weir cannot write (once: the callers that repeat pass `None`).
+fn response_headers(sc: &Scope, cx: &Cx<'_>, mut report: Option<&mut Report>) -> Option<V> {
+    let mut add = Vec::new();
+    for h in &sc.headers {
+        match scope::template(&h.value, cx.server_name) {
+            Ok(v) => add.push((h.name.clone(), V::S(v))),
+            Err(why) => {
+                if let Some(r) = report.as_deref_mut() {
+                    r.none(
+                        &h.at,
+                        format!("add_header {} {}", h.name, h.value),
+                        format!("{why} has no weir placeholder"),
+                    );
+                }
+            }
+        }
+    }
+    let mut rh = Vec::new();
+    if let Some(e) = &sc.expires {
+        rh.push((
+            "set".to_string(),
+            V::T(vec![("Cache-Control".into(), V::s(e.clone()))]),
+        ));
+    }
+    if !add.is_empty() {
+        rh.push(("add".into(), V::T(add)));
+    }
+    (!rh.is_empty()).then_some(V::T(rh))
+}
+
 fn filters(sc: &Scope, cx: &Cx<'_>, report: &mut Report, _proxy: bool) -> Vec<(String, V)> {
     let mut f = Vec::new();
     // allow/deny: nginx's first match in order; weir's deny, then allow.
@@ -2348,29 +2407,8 @@ fn filters(sc: &Scope, cx: &Cx<'_>, report: &mut Report, _proxy: bool) -> Vec<(S
         f.push(("limit".into(), V::A(limits)));
     }
     f.retain(|(_, v)| *v != V::A(Vec::new()));
-    let mut add = Vec::new();
-    for h in &sc.headers {
-        match scope::template(&h.value, cx.server_name) {
-            Ok(v) => add.push((h.name.clone(), V::S(v))),
-            Err(why) => report.none(
-                &h.at,
-                format!("add_header {} {}", h.name, h.value),
-                format!("{why} has no weir placeholder"),
-            ),
-        }
-    }
-    let mut rh = Vec::new();
-    if let Some(e) = &sc.expires {
-        rh.push((
-            "set".to_string(),
-            V::T(vec![("Cache-Control".into(), V::s(e.clone()))]),
-        ));
-    }
-    if !add.is_empty() {
-        rh.push(("add".into(), V::T(add)));
-    }
-    if !rh.is_empty() {
-        f.push(("response_headers".into(), V::T(rh)));
+    if let Some(rh) = response_headers(sc, cx, Some(report)) {
+        f.push(("response_headers".into(), rh));
     }
     if let Some(m) = &sc.max_body {
         f.push(("max_body".into(), m.clone()));

@@ -18,7 +18,10 @@ use crate::WEIR;
 
 mod apache;
 mod caddy;
+mod nginx_laravel;
+mod nginx_reverse_proxy;
 mod nginx_rewrite;
+mod nginx_stream;
 mod nginx_wordpress;
 
 const NGINX: &str = "/usr/sbin/nginx";

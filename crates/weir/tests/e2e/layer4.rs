@@ -282,7 +282,7 @@ async fn tls_passes_through_by_sni_beside_weirs_own_site() {
 }
 
 /// An echo service; stops accepting (and closes) when the handle is aborted.
-async fn echo(tag: &'static str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+pub(crate) async fn echo(tag: &'static str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let h = tokio::spawn(async move {
@@ -307,7 +307,7 @@ async fn echo(tag: &'static str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     (addr, h)
 }
 
-async fn say(port: u16, what: &str) -> Option<String> {
+pub(crate) async fn say(port: u16, what: &str) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
     s.write_all(what.as_bytes()).await.ok()?;
     let mut buf = vec![0u8; 256];

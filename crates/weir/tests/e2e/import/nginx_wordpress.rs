@@ -181,7 +181,12 @@ async fn wordpress_on_debian_nginx_answers_as_nginx() {
 /// WordPress's front controller is told the permalink as `PATH_INFO` by
 /// weir and not at all by nginx (`try_files … /index.php?$args`): the
 /// report must say so, and the rest of what PHP was told must agree.
-fn front_controller(what: &str, mut ng: Answer, mut w: Answer, report: &str) -> (Answer, Answer) {
+pub(super) fn front_controller(
+    what: &str,
+    mut ng: Answer,
+    mut w: Answer,
+    report: &str,
+) -> (Answer, Answer) {
     let cut = |a: &mut Answer| -> Option<String> {
         let body = String::from_utf8(a.body.clone()).ok()?;
         let start = body.find(" path_info=")?;
