@@ -166,6 +166,12 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
         );
         cx.report.approx(
             &at,
+            "no server reachable",
+            "weir's 502",
+            "weir answers 502 Bad Gateway when no server accepts the connection (503 once health checks have marked them all down); HAProxy answers 503 after its retries",
+        );
+        cx.report.approx(
+            &at,
             "request bodies",
             "server.limits.body",
             "weir refuses request bodies over server.limits.body (1MiB by default) with 413; HAProxy has no limit: raise it if you accept uploads",
