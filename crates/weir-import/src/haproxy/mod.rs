@@ -172,6 +172,12 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
         );
         cx.report.approx(
             &at,
+            "a client's forwarding fields",
+            "proxy x_forwarded = false",
+            "weir drops the X-Forwarded-For, Forwarded and Via a client sends unless a `request_headers` rule names them (as `option forwardfor` does); HAProxy passes them on",
+        );
+        cx.report.approx(
+            &at,
             "request bodies",
             "server.limits.body",
             "weir refuses request bodies over server.limits.body (1MiB by default) with 413; HAProxy has no limit: raise it if you accept uploads",

@@ -262,15 +262,21 @@ async fn quick_test_answers_as_haproxy() {
     let (report, _w) = import_and_start(dir, &w_conf, &[w]);
     let c = patient(None);
     let mut case = 0;
-    for (method, path, headers) in [
-        ("GET", "/", vec![]),
-        ("GET", "/a/b?c=d&e", vec![]),
-        ("HEAD", "/x.html", vec![]),
-        ("POST", "/form", vec![]),
-        ("DELETE", "/items/3", vec![]),
-        ("GET", "/", vec![("host", "other.example")]),
-        ("GET", "/%7Euser/", vec![]),
-        ("GET", "/", vec![("x-forwarded-for", "203.0.113.9")]),
+    for (method, path, headers, allowed) in [
+        ("GET", "/", vec![], None),
+        ("GET", "/a/b?c=d&e", vec![], None),
+        ("HEAD", "/x.html", vec![], None),
+        ("POST", "/form", vec![], None),
+        ("DELETE", "/items/3", vec![], None),
+        ("GET", "/", vec![("host", "other.example")], None),
+        ("GET", "/%7Euser/", vec![], None),
+        // Without `option forwardfor` HAProxy passes a client's field on.
+        (
+            "GET",
+            "/",
+            vec![("x-forwarded-for", "203.0.113.9")],
+            Some("weir drops the X-Forwarded-For, Forwarded and Via a client sends"),
+        ),
     ] {
         let hp_url = format!("http://127.0.0.1:{hp}{path}");
         let w_url = format!("http://127.0.0.1:{w}{path}");
@@ -282,7 +288,7 @@ async fn quick_test_answers_as_haproxy() {
             &headers,
             &ups,
             &report,
-            None,
+            allowed,
             &mut case,
         )
         .await;
