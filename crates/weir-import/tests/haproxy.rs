@@ -141,7 +141,12 @@ fn haproxy_examples() {
     validate(&out);
     let t = &out.toml;
     // :80 and :443 (TLS with the PEM holding certificate and key).
-    assert!(t.contains("[site.\":443\"]\nlisten = \"0.0.0.0:443\"\ntls = { cert = \"pub1.pem\", key = \"pub1.pem\" }"), "{t}");
+    // `default-path config`: relative to the config's own directory.
+    let pem = corpus("haproxy/examples/pub1.pem");
+    let pem = std::path::absolute(&pem).unwrap();
+    let pem = pem.display();
+    assert!(t.contains(&format!("[site.\":443\"]\nlisten = \"0.0.0.0:443\"\ntls = {{ cert = \"{pem}\", key = \"{pem}\" }}")), "{t}");
+    mapped(&out, "default-path config");
     assert!(t.contains("match = { protocol = \"http\" }\nredirect = { to = \"https://{host}{uri}\", status = 301 }"), "{t}");
     // del-header then forwardfor: the client's field replaced.
     assert!(

@@ -1440,6 +1440,12 @@ fn site(
         let mut extra: Vec<Key> = Vec::new();
         match &site_dir.front {
             Some(f) if f.target.ends_with(".php") => {
+                report.approx(
+                    &f.at,
+                    "front controller (PATH_INFO)",
+                    "php",
+                    "Apache's rewrite to the front controller sends no PATH_INFO (PHP_SELF is the script); weir sends the request's path as PATH_INFO (PHP_SELF the script and the path), and an empty one when the path names the script (WordPress and Laravel route from REQUEST_URI either way)",
+                );
                 if f.target != "/index.php" {
                     extra.push(("front_controller".into(), V::s(f.target.clone())));
                 }
@@ -1656,6 +1662,13 @@ fn site(
                 .push(format!("{}:{} ExpiresByType {ty}", eat.file, eat.line));
             rt.set("path_regex", V::S(format!("(?i)\\.({})$", exts.join("|"))));
             rt.set("root", V::s(docroot.clone()));
+            // A path of the type naming no file still reaches the front
+            // controller, as in Apache (mod_expires only adds the field).
+            for k in ["php", "try_files"] {
+                if let Some(v) = t.get(k) {
+                    rt.set(k, v.clone());
+                }
+            }
             let mut set = vec![("Cache-Control".to_string(), V::S(format!("max-age={secs}")))];
             for r in site_dir
                 .headers

@@ -53,6 +53,11 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
         names: Vec::new(),
         logs: Vec::new(),
         crt_base: None,
+        config_dir: main
+            .parent()
+            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.to_path_buf()))
+            .map(|d| d.display().to_string()),
+        relative_to: None,
         users: HashMap::new(),
         backends: HashMap::new(),
         timeouts_from: None,
@@ -158,6 +163,18 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
             "HAProxy's retries",
             "proxy retries and passive health",
             "weir tries another server when connecting fails (2 more times) and ejects a server that keeps failing for a while; HAProxy retries the same server (`retries 3`) and moves to another only with `option redispatch`",
+        );
+        cx.report.approx(
+            &at,
+            "no server reachable",
+            "weir's 502",
+            "weir answers 502 Bad Gateway when no server accepts the connection (503 once health checks have marked them all down); HAProxy answers 503 after its retries",
+        );
+        cx.report.approx(
+            &at,
+            "a client's forwarding fields",
+            "proxy x_forwarded = false",
+            "weir drops the X-Forwarded-For, Forwarded and Via a client sends unless a `request_headers` rule names them (as `option forwardfor` does); HAProxy passes them on",
         );
         cx.report.approx(
             &at,
@@ -411,6 +428,11 @@ struct Cx {
     /// Global `log` targets as weir access-log keys.
     logs: Vec<Vec<(String, V)>>,
     crt_base: Option<String>,
+    /// The directory holding the config file.
+    config_dir: Option<String>,
+    /// Where relative file names start (`default-path config`: the
+    /// config's directory; HAProxy's default is its working directory).
+    relative_to: Option<String>,
     /// userlist name → users and hashes weir reads.
     users: HashMap<String, Vec<(String, V)>>,
     backends: HashMap<String, Backend>,
@@ -489,6 +511,10 @@ impl Cx {
                 }
                 "ssl-dh-param-file" | "tune.ssl.default-dh-param" => r.mapped(&l.at, l.text(), "none needed: rustls uses no finite-field DH"),
                 k if k.starts_with("tune.") => r.mapped(&l.at, l.text(), "none needed: weir sizes its buffers itself"),
+                "default-path" if l.arg(1) == "config" => {
+                    self.relative_to = self.config_dir.clone();
+                    r.mapped(&l.at, l.text(), "relative `crt` paths start at the config's directory");
+                }
                 "default-path" | "zero-warning" | "strict-limits" | "ulimit-n" | "spread-checks" | "nbproc" | "cpu-map" | "expose-experimental-directives" => r.mapped(&l.at, l.text(), "none needed"),
                 "lua-load" | "lua-prepend-path" => r.none(&l.at, l.text(), "weir runs no Lua"),
                 _ => r.none(&l.at, l.text(), "not known to weir import"),
@@ -1000,9 +1026,13 @@ impl Cx {
                         match w {
                             "ssl" => {}
                             "crt" => {
-                                crt = Some(match (&self.crt_base, next.starts_with('/')) {
+                                let p = match (&self.crt_base, next.starts_with('/')) {
                                     (Some(b), false) => format!("{b}/{next}"),
                                     _ => next.to_string(),
+                                };
+                                crt = Some(match &self.relative_to {
+                                    Some(d) if !p.starts_with('/') => format!("{d}/{p}"),
+                                    _ => p,
                                 });
                                 i += 1;
                             }

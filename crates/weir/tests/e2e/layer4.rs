@@ -22,7 +22,7 @@ use weir_test_support::proxy::{Weir, client};
 use crate::WEIR;
 
 /// A TLS server that answers every connection with its `name`.
-async fn tls_backend(
+pub(crate) async fn tls_backend(
     ca: &TestCa,
     host: &str,
     name: &'static str,
@@ -39,7 +39,7 @@ async fn tls_backend(
         .with_single_cert(chain, key)
         .unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let l = TcpListener::bind(("127.0.0.1", free_port())).await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((s, _)) = l.accept().await {
@@ -122,8 +122,9 @@ async fn tls_through<S: AsyncRead + AsyncWrite + Unpin>(
     (leaf, String::from_utf8_lossy(&out).into_owned())
 }
 
+/// Accepts any certificate: the tests compare certificates themselves.
 #[derive(Debug)]
-struct AnyCert;
+pub(crate) struct AnyCert;
 
 impl rustls::client::danger::ServerCertVerifier for AnyCert {
     fn verify_server_cert(

@@ -495,3 +495,246 @@ async fn wordpress_with_its_htaccess_answers_as_apache() {
         same(&what, &ap, &w, &report);
     }
 }
+
+/// One request over HTTPS to `port` (as `app.example.com`, through
+/// `c`, which trusts the test CA); `port` is `PORT` in the fields.
+async fn ask_tls(
+    c: &reqwest::Client,
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    set: &[&str],
+) -> Answer {
+    let mut r = c.request(
+        method.parse().unwrap(),
+        format!("https://app.example.com:{port}{path}"),
+    );
+    for (n, v) in headers {
+        r = r.header(*n, *v);
+    }
+    if method == "POST" {
+        r = r
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body("email=a%40b.example&remember=1");
+    }
+    let r = r
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path} on {port}: {e}"));
+    let field = |n: &str| {
+        r.headers()
+            .get(n)
+            .map(|v| v.to_str().unwrap().replace(&port.to_string(), "PORT"))
+    };
+    let status = r.status().as_u16();
+    let location = field("location");
+    let content_type = field("content-type");
+    let set = set
+        .iter()
+        .filter_map(|n| field(n).map(|v| (n.to_string(), v)))
+        .collect();
+    let body = r.bytes().await.unwrap().to_vec();
+    Answer {
+        status,
+        location,
+        content_type,
+        set,
+        body,
+    }
+}
+
+/// Laravel's deployment: the HTTP vhost redirecting to HTTPS, the HTTPS
+/// vhost with HSTS, PHP-FPM through `SetHandler`, mod_expires by type and
+/// Laravel's public/.htaccess (read with `--htaccess`). Rewritten: the
+/// two vhosts on loopback test ports, the certificate a test CA's, the
+/// document root a temporary directory, PHP-FPM's socket a TCP port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn laravel_with_its_htaccess_answers_as_apache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("log")).unwrap();
+    let app = dir.join("app");
+    let public = app.join("public");
+    for d in ["css", "js", "images", "docs"] {
+        std::fs::create_dir_all(public.join(d)).unwrap();
+    }
+    // What PHP sees: the variables a front controller routes by.
+    let show = "<?php echo 'laravel ', $_SERVER['REQUEST_METHOD'], ' uri=', $_SERVER['REQUEST_URI'], ' script=', $_SERVER['SCRIPT_NAME'], ' path_info=', $_SERVER['PATH_INFO'] ?? '-', ' php_self=', $_SERVER['PHP_SELF'], ' query=', $_SERVER['QUERY_STRING'] ?? '-', ' https=', $_SERVER['HTTPS'] ?? '-', ' auth=', $_SERVER['HTTP_AUTHORIZATION'] ?? '-', ' xsrf=', $_SERVER['HTTP_X_XSRF_TOKEN'] ?? '-', ' post=', json_encode($_POST), \"\\n\";";
+    std::fs::write(public.join("index.php"), show).unwrap();
+    std::fs::write(public.join("css/app.css"), "body { color: red }\n").unwrap();
+    std::fs::write(public.join("js/app.js"), "console.log(1);\n").unwrap();
+    let png: Vec<u8> = (0..3000u32).map(|i| (i * 7 % 256) as u8).collect();
+    std::fs::write(public.join("images/logo.png"), &png).unwrap();
+    std::fs::write(public.join("robots.txt"), "User-agent: *\nDisallow:\n").unwrap();
+    std::fs::write(public.join("docs/index.html"), "<p>docs</p>\n").unwrap();
+    std::fs::write(app.join(".env"), "APP_KEY=secret\n").unwrap();
+    let src = corpus("apache/laravel");
+    std::fs::copy(
+        src.join("srv/app/public/.htaccess"),
+        public.join(".htaccess"),
+    )
+    .unwrap();
+    let ca = weir_test_support::certs::TestCa::named("laravel");
+    let (cert, key) = ca.leaf(&["app.example.com"]);
+    std::fs::write(dir.join("app.pem"), cert).unwrap();
+    std::fs::write(dir.join("app.key"), key).unwrap();
+    let fpm_port = free_port();
+    let _fpm = crate::php::PhpFpm::start(&format!("127.0.0.1:{fpm_port}"), 4);
+
+    let conf = std::fs::read_to_string(src.join("laravel.conf")).unwrap();
+    let d = dir.display().to_string();
+    let copy = |name: &str, plain: u16, tls: u16| -> PathBuf {
+        let text = conf
+            .replace("/srv/app/public", &public.display().to_string())
+            .replace("<VirtualHost *:80>", &format!("<VirtualHost *:{plain}>"))
+            .replace("<VirtualHost *:443>", &format!("<VirtualHost *:{tls}>"))
+            .replace(
+                "/etc/ssl/certs/app.example.com.pem",
+                &format!("{d}/app.pem"),
+            )
+            .replace(
+                "/etc/ssl/private/app.example.com.key",
+                &format!("{d}/app.key"),
+            )
+            .replace(
+                "\"proxy:unix:/run/php/php8.2-fpm.sock|fcgi://localhost\"",
+                &format!("\"proxy:fcgi://127.0.0.1:{fpm_port}\""),
+            );
+        let etc = dir.join(name);
+        std::fs::create_dir_all(&etc).unwrap();
+        std::fs::write(etc.join("laravel.conf"), text).unwrap();
+        etc
+    };
+    let (ap_plain, ap_tls, w_plain, w_tls) = (free_port(), free_port(), free_port(), free_port());
+    let ap_etc = copy("apache", ap_plain, ap_tls);
+    let weir_etc = copy("weir-etc", w_plain, w_tls);
+    // The modules and DirectoryIndex Debian's a2enmod would have enabled
+    // for this site (dir.conf's list).
+    let m = "/usr/lib/apache2/modules";
+    let mods = [
+        "mpm_event",
+        "authz_core",
+        "authz_host",
+        "mime",
+        "dir",
+        "alias",
+        "rewrite",
+        "setenvif",
+        "negotiation",
+        "headers",
+        "expires",
+        "filter",
+        "deflate",
+        "socache_shmcb",
+        "ssl",
+        "proxy",
+        "proxy_fcgi",
+    ];
+    let mut main = format!(
+        "Listen 127.0.0.1:{ap_plain}\nListen 127.0.0.1:{ap_tls}\nUser www-data\nGroup www-data\nTypesConfig /etc/mime.types\n"
+    );
+    for md in mods {
+        main.push_str(&format!("LoadModule {md}_module {m}/mod_{md}.so\n"));
+    }
+    main.push_str("DirectoryIndex index.html index.cgi index.pl index.php index.xhtml index.htm\n");
+    main.push_str(&format!("Include {}/laravel.conf\n", ap_etc.display()));
+    std::fs::write(ap_etc.join("apache2.conf"), main).unwrap();
+    open_up(dir);
+    let _ap = Apache::start(dir, &ap_etc, ap_tls);
+
+    let out = dir.join("weir.toml");
+    let (code, report) = import(&weir_etc.join("laravel.conf"), &out, &["--htaccess"]);
+    assert_eq!(code, 3, "{report}");
+    let toml = std::fs::read_to_string(&out).unwrap();
+    let _w = Weir::start_in(WEIR, tempfile::tempdir().unwrap(), &toml, &[w_plain, w_tls]);
+
+    let differs: Vec<Allowed> = [APACHE_DIFFERS, LARAVEL_DIFFERS].concat();
+    let set = ["strict-transport-security", "cache-control"];
+    // Plain HTTP: everything to HTTPS.
+    let c = no_redirects();
+    for path in ["/", "/users/5?sort=name", "/css/app.css"] {
+        let what = format!("GET http {path}");
+        let ap = ask_with(&c, ap_plain, "GET", path, Some("app.example.com"), &set).await;
+        let w = ask_with(&c, w_plain, "GET", path, Some("app.example.com"), &set).await;
+        assert_eq!(ap.status, 301, "{what}: {ap:?}");
+        same_as(&what, &ap, &w, &report, "Apache's own pages", &differs);
+    }
+    let tls = |port: u16| {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(Duration::from_secs(20))
+            .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
+            .resolve("app.example.com", ([127, 0, 0, 1], port).into())
+            .build()
+            .unwrap()
+    };
+    let (ap_c, w_c) = (tls(ap_tls), tls(w_tls));
+    let bearer = [("authorization", "Bearer t0k3n"), ("x-xsrf-token", "x5rf")];
+    for (method, path, headers) in [
+        ("GET", "/", &[][..]),
+        ("GET", "/index.php", &[]),
+        ("GET", "/users/5?sort=name&page=2", &[]),
+        ("HEAD", "/users/5", &[]),
+        ("POST", "/login", &[]),
+        ("GET", "/api/user", &bearer),
+        ("GET", "/index.php/users/5?x=1", &[]),
+        // Laravel's trailing-slash redirect.
+        ("GET", "/users/", &[]),
+        ("GET", "/users/?page=2", &[]),
+        ("GET", "/css/app.css", &[]),
+        ("HEAD", "/css/app.css", &[]),
+        ("GET", "/js/app.js?id=abc", &[]),
+        ("GET", "/images/logo.png", &[]),
+        ("GET", "/images/missing.png", &[]),
+        ("GET", "/robots.txt", &[]),
+        ("GET", "/docs/", &[]),
+        ("GET", "/docs", &[]),
+        ("GET", "/missing.php", &[]),
+        ("GET", "/.env", &[]),
+        ("GET", "/.htaccess", &[]),
+        ("GET", "/%2e%2e/.env", &[]),
+    ] {
+        let what = format!("{method} {path} {headers:?}");
+        let ap = ask_tls(&ap_c, ap_tls, method, path, headers, &set).await;
+        let w = ask_tls(&w_c, w_tls, method, path, headers, &set).await;
+        same_as(&what, &ap, &w, &report, "Apache's own pages", &differs);
+    }
+}
+
+/// A PHP answer's body without what it says of PATH_INFO and PHP_SELF.
+fn without_path_info(a: &Answer) -> String {
+    let b = String::from_utf8_lossy(&a.body);
+    match (b.find(" path_info="), b.find(" query=")) {
+        (Some(i), Some(j)) if i < j => format!("{}{}", &b[..i], &b[j..]),
+        _ => b.into_owned(),
+    }
+}
+
+/// How weir's answers to the Laravel site may differ from Apache's.
+const LARAVEL_DIFFERS: &[Allowed] = &[
+    // Laravel's trailing-slash redirect (`!-d` has no weir condition).
+    (
+        "a condition it depends on has no weir equivalent",
+        |what, ap, w| ap.status == 301 && w.status == 200 && what.contains("/users/"),
+    ),
+    // mod_expires goes by the answer's type, weir's route by the path's.
+    (
+        "chosen by the path's extension, not the answer's type",
+        |_, ap, w| {
+            ap.status == w.status
+                && ap.set != w.set
+                && w.set.iter().any(|(n, _)| n == "cache-control")
+                && !ap.set.iter().any(|(n, _)| n == "cache-control")
+                && without_path_info(ap) == without_path_info(w)
+        },
+    ),
+    // The front controller's PATH_INFO (and so PHP_SELF).
+    ("sends no PATH_INFO", |_, ap, w| {
+        ap.status == 200
+            && w.status == 200
+            && ap.set == w.set
+            && ap.body != w.body
+            && without_path_info(ap) == without_path_info(w)
+    }),
+];

@@ -19,6 +19,9 @@ use weir_test_support::proxy::{Upstream, Weir};
 use super::{corpus, import_as, no_redirects};
 use crate::WEIR;
 
+mod examples;
+mod sni;
+
 const HAPROXY: &str = "/usr/sbin/haproxy";
 
 /// haproxy in the foreground (`-db`), stopped by PID on drop.
