@@ -9,6 +9,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use weir_test_support::ports::free_port;
 use weir_test_support::process::Daemon;
