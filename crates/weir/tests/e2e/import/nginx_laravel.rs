@@ -6,15 +6,12 @@
 //! says how weir differs. A missing nginx or php-fpm fails the test: it
 //! never skips.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use weir_test_support::ports::free_port;
-use weir_test_support::proxy::Weir;
 
-use super::apache::copy_tree;
-use super::nginx_wordpress::front_controller;
-use super::{Nginx, ask_with, corpus, import, no_redirects, same, temp_paths};
-use crate::WEIR;
+use super::nginx_wordpress::{Both, front_controller};
+use super::{ask_with, corpus, no_redirects, same};
 
 /// A Laravel-like `public/`: `index.php` the front controller (telling
 /// what PHP was told), another script nginx does not run, assets, a
@@ -55,44 +52,26 @@ async fn laravel_on_debian_nginx_answers_as_nginx() {
     let _fpm = crate::php::PhpFpm::start(&format!("127.0.0.1:{fpm_port}"), 4);
 
     let (ng_port, weir_port) = (free_port(), free_port());
-    // Debian's /etc/nginx with Laravel's block as its only enabled site
-    // (Laravel documents the block, Debian the rest), one copy listening
-    // where nginx will, one where weir will; loopback test ports, IPv4
-    // only, PHP-FPM on a test port and the tree in a temporary directory.
-    let copy = |name: &str, port: u16| -> PathBuf {
-        let etc = dir.join(name);
-        let d = dir.display().to_string();
-        let edit = |t: &str| {
-            t.replace("/etc/nginx/", &format!("{}/", etc.display()))
-                .replace("/var/log/nginx/", &format!("{d}/"))
-                .replace("pid /run/nginx.pid;", "")
-                .replace("http {\n", &temp_paths(dir))
-                .replace("listen 80;", &format!("listen 127.0.0.1:{port};"))
-                .replace("listen [::]:80;", "")
-                .replace("/srv/example.com/public", &public.display().to_string())
-                .replace(
-                    "fastcgi_pass unix:/var/run/php/php8.2-fpm.sock;",
-                    &format!("fastcgi_pass 127.0.0.1:{fpm_port};"),
-                )
-        };
-        copy_tree(&corpus("nginx/debian/etc/nginx"), &etc, &edit);
-        std::fs::remove_file(etc.join("sites-enabled/default")).unwrap();
-        let site = std::fs::read_to_string(corpus("nginx/laravel/nginx.conf")).unwrap();
-        std::fs::write(etc.join("sites-enabled/laravel"), edit(&site)).unwrap();
-        etc.join("nginx.conf")
+    // Laravel's block as the only site (Laravel documents the block, Debian
+    // the rest), PHP-FPM on a test port and the tree in a temporary directory.
+    let edit = |t: String| {
+        t.replace("/srv/example.com/public", &public.display().to_string())
+            .replace(
+                "fastcgi_pass unix:/var/run/php/php8.2-fpm.sock;",
+                &format!("fastcgi_pass 127.0.0.1:{fpm_port};"),
+            )
     };
-    let ng_conf = copy("nginx", ng_port);
-    let weir_conf = copy("weir-etc", weir_port);
-    let _ng = Nginx::start(dir, &ng_conf, ng_port);
-
-    let out = dir.join("weir.toml");
-    let (code, report) = import(&weir_conf, &out);
-    assert_eq!(
-        code, 3,
-        "approximations are reported with exit 3:\n{report}"
+    let both = Both::start(
+        dir,
+        ng_port,
+        weir_port,
+        &|etc, edit_all| {
+            let site = std::fs::read_to_string(corpus("nginx/laravel/nginx.conf")).unwrap();
+            std::fs::write(etc.join("sites-enabled/laravel"), edit_all(&site)).unwrap();
+        },
+        &edit,
     );
-    let toml = std::fs::read_to_string(&out).unwrap();
-    let _w = Weir::start_in(WEIR, tempfile::tempdir().unwrap(), &toml, &[weir_port]);
+    let report = both.report.clone();
 
     let c = no_redirects();
     let host = Some("example.com");

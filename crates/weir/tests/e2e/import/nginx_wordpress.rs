@@ -76,43 +76,26 @@ async fn wordpress_on_debian_nginx_answers_as_nginx() {
     let _fpm = crate::php::PhpFpm::start(&format!("127.0.0.1:{fpm_port}"), 4);
 
     let (ng_port, weir_port) = (free_port(), free_port());
-    // Debian's /etc/nginx with the recipe as its only enabled site, one copy
-    // listening where nginx will, one where weir will.
-    let copy = |name: &str, port: u16| -> PathBuf {
-        let etc = dir.join(name);
-        let d = dir.display().to_string();
-        let edit = |t: &str| {
-            t.replace("/etc/nginx/", &format!("{}/", etc.display()))
-                .replace("/var/log/nginx/", &format!("{d}/"))
-                .replace("pid /run/nginx.pid;", "")
-                .replace("http {\n", &temp_paths(dir))
-                .replace("listen 80;", &format!("listen 127.0.0.1:{port};"))
-                .replace("/var/www/wordpress", &www.display().to_string())
-                .replace(
-                    "server unix:/run/php/php8.2-fpm.sock;",
-                    &format!("server 127.0.0.1:{fpm_port};"),
-                )
-        };
-        copy_tree(&corpus("nginx/debian/etc/nginx"), &etc, &edit);
-        std::fs::remove_file(etc.join("sites-enabled/default")).unwrap();
-        let wp = corpus("nginx/wordpress");
-        let site = std::fs::read_to_string(wp.join("nginx.conf")).unwrap();
-        std::fs::write(etc.join("sites-enabled/wordpress"), edit(&site)).unwrap();
-        copy_tree(&wp.join("global"), &etc.join("global"), &edit);
-        etc.join("nginx.conf")
+    let wp = corpus("nginx/wordpress");
+    let edit = |t: String| {
+        t.replace("/var/www/wordpress", &www.display().to_string())
+            .replace(
+                "server unix:/run/php/php8.2-fpm.sock;",
+                &format!("server 127.0.0.1:{fpm_port};"),
+            )
     };
-    let ng_conf = copy("nginx", ng_port);
-    let weir_conf = copy("weir-etc", weir_port);
-    let _ng = Nginx::start(dir, &ng_conf, ng_port);
-
-    let out = dir.join("weir.toml");
-    let (code, report) = import(&weir_conf, &out);
-    assert_eq!(
-        code, 3,
-        "approximations are reported with exit 3:\n{report}"
+    let both = Both::start(
+        dir,
+        ng_port,
+        weir_port,
+        &|etc, edit_all| {
+            let site = std::fs::read_to_string(wp.join("nginx.conf")).unwrap();
+            std::fs::write(etc.join("sites-enabled/wordpress"), edit_all(&site)).unwrap();
+            copy_tree(&wp.join("global"), &etc.join("global"), edit_all);
+        },
+        &edit,
     );
-    let toml = std::fs::read_to_string(&out).unwrap();
-    let _w = Weir::start_in(WEIR, tempfile::tempdir().unwrap(), &toml, &[weir_port]);
+    let report = both.report.clone();
 
     let c = no_redirects();
     let host = Some("example.com");
@@ -175,6 +158,62 @@ async fn wordpress_on_debian_nginx_answers_as_nginx() {
             w.set.clear();
         }
         same(&what, &ng, &w, &report);
+    }
+}
+
+/// nginx and weir on one Debian `/etc/nginx` whose only enabled site a
+/// test puts in (`site`): one copy for each (paths under `dir`, loopback
+/// test ports, IPv4 only, no pid file, then the test's own `edit`), nginx
+/// started on the first, the second imported (approximations reported:
+/// exit 3) and run by weir.
+pub(super) struct Both {
+    _nginx: Nginx,
+    _weir: Weir,
+    pub report: String,
+}
+
+impl Both {
+    pub(super) fn start(
+        dir: &Path,
+        ng_port: u16,
+        weir_port: u16,
+        site: &dyn Fn(&Path, &dyn Fn(&str) -> String),
+        edit: &dyn Fn(String) -> String,
+    ) -> Both {
+        let copy = |name: &str, port: u16| -> PathBuf {
+            let etc = dir.join(name);
+            let d = dir.display().to_string();
+            let edit_all = |t: &str| {
+                edit(
+                    t.replace("/etc/nginx/", &format!("{}/", etc.display()))
+                        .replace("/var/log/nginx/", &format!("{d}/"))
+                        .replace("pid /run/nginx.pid;", "")
+                        .replace("http {\n", &temp_paths(dir))
+                        .replace("listen 80;", &format!("listen 127.0.0.1:{port};"))
+                        .replace("listen [::]:80;", ""),
+                )
+            };
+            copy_tree(&corpus("nginx/debian/etc/nginx"), &etc, &edit_all);
+            std::fs::remove_file(etc.join("sites-enabled/default")).unwrap();
+            site(&etc, &edit_all);
+            etc.join("nginx.conf")
+        };
+        let ng_conf = copy("nginx", ng_port);
+        let weir_conf = copy("weir-etc", weir_port);
+        let nginx = Nginx::start(dir, &ng_conf, ng_port);
+        let out = dir.join("weir.toml");
+        let (code, report) = import(&weir_conf, &out);
+        assert_eq!(
+            code, 3,
+            "approximations are reported with exit 3:\n{report}"
+        );
+        let toml = std::fs::read_to_string(&out).unwrap();
+        let weir = Weir::start_in(WEIR, tempfile::tempdir().unwrap(), &toml, &[weir_port]);
+        Both {
+            _nginx: nginx,
+            _weir: weir,
+            report,
+        }
     }
 }
 
