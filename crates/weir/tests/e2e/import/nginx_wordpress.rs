@@ -161,6 +161,9 @@ async fn wordpress_on_debian_nginx_answers_as_nginx() {
     }
 }
 
+/// A config file's text as a test copy writes it.
+pub(super) type Edit<'a> = dyn Fn(&str) -> String + 'a;
+
 /// nginx and weir on one Debian `/etc/nginx` whose only enabled site a
 /// test puts in (`site`): one copy for each (paths under `dir`, loopback
 /// test ports, IPv4 only, no pid file, then the test's own `edit`), nginx
@@ -177,7 +180,7 @@ impl Both {
         dir: &Path,
         ng_port: u16,
         weir_port: u16,
-        site: &dyn Fn(&Path, &dyn Fn(&str) -> String),
+        site: &dyn Fn(&Path, &Edit),
         edit: &dyn Fn(String) -> String,
     ) -> Both {
         let copy = |name: &str, port: u16| -> PathBuf {
