@@ -62,6 +62,9 @@ pub struct RawTraces {
     pub queue: Option<Spanned<u64>>,
     /// How long one export may take before it is given up; default `"5s"`.
     pub timeout: Option<Spanned<Value>>,
+    /// `"http/protobuf"` (default) or `"grpc"`, as OpenTelemetry's
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL` names them.
+    pub protocol: Option<Spanned<String>>,
 }
 
 /// `[log_format.NAME]`.

@@ -1,4 +1,4 @@
-//! `[traces]`: OpenTelemetry spans exported over OTLP/HTTP (protobuf).
+//! `[traces]`: OpenTelemetry spans exported over OTLP, HTTP/protobuf or gRPC.
 //! Owns the settings, their defaults and their mistakes; never connects to
 //! the collector nor starts the exporter.
 
@@ -10,10 +10,21 @@ use crate::error::Collector;
 use crate::raw::{RawTraces, Value};
 use crate::units;
 
+/// How spans reach the collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// OTLP/HTTP: protobuf bodies POSTed over HTTP/1.1 (port 4318).
+    HttpProtobuf,
+    /// OTLP/gRPC: `TraceService/Export` over HTTP/2 without TLS (port 4317).
+    Grpc,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TracesConfig {
-    /// The collector's OTLP/HTTP traces URL (`http://host:port/v1/traces`).
+    /// The collector: `http://host:port/v1/traces` (HTTP/protobuf) or
+    /// `http://host:port` (gRPC).
     pub endpoint: http::Uri,
+    pub protocol: Protocol,
     /// The share of new traces recorded (0 to 1). A client's `traceparent`
     /// decides for its own trace (parent-based sampling).
     pub sample: f64,
@@ -35,7 +46,18 @@ pub(crate) fn validate(
 ) -> Option<TracesConfig> {
     let whole = raw.as_ref()?;
     let r = whole.get_ref();
-    let endpoint = match check_endpoint(r.endpoint.get_ref().trim()) {
+    let protocol = match r.protocol.as_ref().map(|p| (p, p.get_ref().as_str())) {
+        None | Some((_, "http/protobuf")) => Protocol::HttpProtobuf,
+        Some((_, "grpc")) => Protocol::Grpc,
+        Some((p, other)) => {
+            c.at(
+                p.span(),
+                format!("traces.protocol: `{other}` is not one: use \"http/protobuf\" or \"grpc\""),
+            );
+            Protocol::HttpProtobuf
+        }
+    };
+    let endpoint = match check_endpoint(r.endpoint.get_ref().trim(), protocol) {
         Ok(u) => u,
         Err(m) => {
             c.at(r.endpoint.span(), format!("traces.endpoint: {m}"));
@@ -95,6 +117,7 @@ pub(crate) fn validate(
     }
     Some(TracesConfig {
         endpoint,
+        protocol,
         sample,
         service_name,
         batch,
@@ -104,8 +127,9 @@ pub(crate) fn validate(
     })
 }
 
-/// An `http://` URL with a host (OTLP over HTTP/1.1 with protobuf bodies).
-fn check_endpoint(s: &str) -> Result<http::Uri, String> {
+/// An `http://` URL with a host: with a path for HTTP/protobuf, without
+/// one for gRPC (whose path is the service's).
+fn check_endpoint(s: &str, protocol: Protocol) -> Result<http::Uri, String> {
     let u: http::Uri = s.parse().map_err(|e| {
         format!("`{s}` is not a URL ({e}); e.g. \"http://127.0.0.1:4318/v1/traces\"")
     })?;
@@ -126,7 +150,17 @@ fn check_endpoint(s: &str) -> Result<http::Uri, String> {
     if u.host().is_none_or(str::is_empty) {
         return Err(format!("`{s}` has no host"));
     }
-    if u.path() == "/" || u.path().is_empty() {
+    let no_path = u.path() == "/" || u.path().is_empty();
+    if protocol == Protocol::Grpc {
+        return if no_path {
+            Ok(u)
+        } else {
+            Err(format!(
+                "`{s}` has a path: gRPC collectors take traces at their address alone, e.g. \"http://127.0.0.1:4317\""
+            ))
+        };
+    }
+    if no_path {
         return Err(format!(
             "`{s}` has no path: OTLP/HTTP collectors take traces at `/v1/traces`"
         ));
@@ -152,6 +186,7 @@ mod tests {
         assert_eq!((t.batch, t.queue), (512, 4096));
         assert_eq!(t.interval, Duration::from_secs(1));
         assert_eq!(t.timeout, Duration::from_secs(5));
+        assert_eq!(t.protocol, Protocol::HttpProtobuf);
         assert!(!cfg.sites[0].traces);
         let cfg = parse_str(
             "[traces]\nendpoint = \"http://c:4318/v1/traces\"\nsample = 0.01\nservice_name = \"edge\"\n\
@@ -164,6 +199,13 @@ mod tests {
         assert_eq!(t.interval, Duration::from_millis(200));
         assert_eq!(t.timeout, Duration::from_secs(2));
         assert!(parse_str("").unwrap().traces.is_none());
+        let cfg =
+            parse_str("[traces]\nendpoint = \"http://c:4317\"\nprotocol = \"grpc\"\n").unwrap();
+        let t = cfg.traces.unwrap();
+        assert_eq!(
+            (t.protocol, t.endpoint.port_u16()),
+            (Protocol::Grpc, Some(4317))
+        );
     }
 
     #[test]
@@ -187,23 +229,36 @@ mod tests {
         assert!(e.contains("sample"), "{e}");
         let e = errs("[traces]\nsample = 0.1\n");
         assert!(e.contains("endpoint"), "{e}");
+        let e = errs("[traces]\nendpoint = \"http://c:4317\"\nprotocol = \"grpc-web\"\n");
+        assert!(
+            e.contains("traces.protocol") && e.contains("\"grpc\""),
+            "{e}"
+        );
     }
 
     #[test]
-    fn endpoints_are_http_urls_with_a_path() {
-        assert!(check_endpoint("http://127.0.0.1:4318/v1/traces").is_ok());
-        assert!(check_endpoint("http://collector/v1/traces").is_ok());
+    fn endpoints_are_http_urls_with_a_path_unless_grpc() {
+        const H: Protocol = Protocol::HttpProtobuf;
+        const G: Protocol = Protocol::Grpc;
+        assert!(check_endpoint("http://127.0.0.1:4318/v1/traces", H).is_ok());
+        assert!(check_endpoint("http://collector/v1/traces", H).is_ok());
         assert!(
-            check_endpoint("https://c:4318/v1/traces")
+            check_endpoint("https://c:4318/v1/traces", H)
                 .unwrap_err()
                 .contains("http://")
         );
-        assert!(check_endpoint("127.0.0.1:4318").is_err());
+        assert!(check_endpoint("127.0.0.1:4318", H).is_err());
         assert!(
-            check_endpoint("http://127.0.0.1:4318")
+            check_endpoint("http://127.0.0.1:4318", H)
                 .unwrap_err()
                 .contains("/v1/traces")
         );
-        assert!(check_endpoint("grpc://c:4317/x").is_err());
+        assert!(check_endpoint("grpc://c:4317/x", H).is_err());
+        assert!(check_endpoint("http://127.0.0.1:4317", G).is_ok());
+        assert!(
+            check_endpoint("http://127.0.0.1:4317/v1/traces", G)
+                .unwrap_err()
+                .contains("gRPC")
+        );
     }
 }

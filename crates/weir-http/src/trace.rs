@@ -6,9 +6,12 @@
 //! An unsampled request costs a header lookup and a random draw: no
 //! allocation, no clock read, no extension. [`emit`] never blocks: a full
 //! queue (a slow or absent collector) drops the span and counts it in
-//! [`DROPPED`]. The exporter itself (encoding, sending) is the server's.
+//! [`DROPPED`]. A span's attributes are written as OTLP bytes when they are
+//! set ([`wire`]), so a span costs one allocation whatever it carries, and
+//! the exporter (batching, sending: the server's) copies them as they are.
 
 use std::borrow::Cow;
+use std::fmt::Display;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -22,6 +25,8 @@ pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 pub static EXPORTED: AtomicU64 = AtomicU64::new(0);
 
 static QUEUE: OnceLock<tokio::sync::mpsc::Sender<Record>> = OnceLock::new();
+
+pub mod wire;
 
 pub static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
@@ -152,42 +157,42 @@ pub enum Kind {
     Client = 3,
 }
 
-/// An attribute's value.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Value {
-    Str(Cow<'static, str>),
+/// An attribute's value, borrowed: [`Record::attr`] writes it out at once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value<'a> {
+    Str(&'a str),
     Int(i64),
     Bool(bool),
 }
 
-impl From<&'static str> for Value {
-    fn from(s: &'static str) -> Value {
-        Value::Str(Cow::Borrowed(s))
+impl<'a> From<&'a str> for Value<'a> {
+    fn from(s: &'a str) -> Value<'a> {
+        Value::Str(s)
     }
 }
 
-impl From<String> for Value {
-    fn from(s: String) -> Value {
-        Value::Str(Cow::Owned(s))
+impl<'a> From<&'a String> for Value<'a> {
+    fn from(s: &'a String) -> Value<'a> {
+        Value::Str(s)
     }
 }
 
-impl From<i64> for Value {
-    fn from(n: i64) -> Value {
+impl From<i64> for Value<'_> {
+    fn from(n: i64) -> Self {
         Value::Int(n)
     }
 }
 
-impl From<bool> for Value {
-    fn from(b: bool) -> Value {
+impl From<bool> for Value<'_> {
+    fn from(b: bool) -> Self {
         Value::Bool(b)
     }
 }
 
-/// A method's name, without allocating for the usual ones.
-pub fn method(m: &http::Method) -> Value {
+/// A method's name as a span name, without allocating for the usual ones.
+pub fn method(m: &http::Method) -> Cow<'static, str> {
     use http::Method as M;
-    Value::Str(Cow::Borrowed(match *m {
+    Cow::Borrowed(match *m {
         M::GET => "GET",
         M::HEAD => "HEAD",
         M::POST => "POST",
@@ -195,8 +200,8 @@ pub fn method(m: &http::Method) -> Value {
         M::DELETE => "DELETE",
         M::OPTIONS => "OPTIONS",
         M::PATCH => "PATCH",
-        _ => return Value::Str(Cow::Owned(m.as_str().to_string())),
-    }))
+        _ => return Cow::Owned(m.as_str().to_string()),
+    })
 }
 
 /// One span, from its start to [`emit`].
@@ -213,8 +218,12 @@ pub struct Record {
     pub end: u64,
     /// The span failed (OTLP status code ERROR).
     pub error: bool,
-    pub attrs: Vec<(&'static str, Value)>,
+    /// Its attributes as OTLP `Span.attributes` fields (`KeyValue`s).
+    pub attrs: Vec<u8>,
 }
+
+/// Room for a request span's attributes with a browser's User-Agent.
+const ATTRS_CAPACITY: usize = 512;
 
 impl Record {
     /// A span with a new ID, starting now.
@@ -233,7 +242,7 @@ impl Record {
             start: now(),
             end: 0,
             error: false,
-            attrs: Vec::with_capacity(12),
+            attrs: Vec::with_capacity(ATTRS_CAPACITY),
         }
     }
 
@@ -245,8 +254,23 @@ impl Record {
         }
     }
 
-    pub fn attr(&mut self, key: &'static str, v: impl Into<Value>) {
-        self.attrs.push((key, v.into()));
+    pub fn attr<'a>(&mut self, key: &str, v: impl Into<Value<'a>>) {
+        wire::key_value(&mut self.attrs, wire::SPAN_ATTRIBUTES, key, v.into());
+    }
+
+    /// A string attribute of what `v` displays (an address), formatted on
+    /// the stack when it fits.
+    pub fn attr_display(&mut self, key: &str, v: impl Display) {
+        use std::io::Write;
+        let mut buf = [0u8; 64];
+        let mut w = &mut buf[..];
+        if write!(w, "{v}").is_ok() {
+            let n = 64 - w.len();
+            if let Ok(s) = std::str::from_utf8(&buf[..n]) {
+                return self.attr(key, s);
+            }
+        }
+        self.attr(key, v.to_string().as_str());
     }
 
     /// Ends it now and queues it.
@@ -335,6 +359,21 @@ mod tests {
         assert_eq!(c.trace_id, req.trace_id);
         assert_eq!(c.parent_id, req.span_id);
         assert_ne!(c.span_id, req.span_id);
-        assert_eq!(req.attrs[0], ("http.request.method", Value::from("GET")));
+        let mut want = Vec::new();
+        wire::key_value(&mut want, 9, "http.request.method", Value::Str("GET"));
+        assert_eq!(req.attrs, want);
+    }
+
+    #[test]
+    fn a_displayed_attribute_is_its_text_whatever_its_length() {
+        let mut r = Sampler::new(1.0).start(&HeaderMap::new()).unwrap();
+        let ip: std::net::IpAddr = "2001:db8::1".parse().unwrap();
+        r.attr_display("client.address", ip);
+        let long = "x".repeat(100);
+        r.attr_display("long", &long);
+        let mut want = Vec::new();
+        wire::key_value(&mut want, 9, "client.address", Value::Str("2001:db8::1"));
+        wire::key_value(&mut want, 9, "long", Value::Str(&long));
+        assert_eq!(r.attrs, want);
     }
 }

@@ -109,22 +109,21 @@ impl Span {
         retry: u32,
     ) -> Span {
         Span(on.map(|c| {
-            let name = match weir_http::trace::method(method) {
-                weir_http::trace::Value::Str(s) => s,
-                _ => method.as_str().to_string().into(),
-            };
-            let mut r = c.child(name.clone(), weir_http::trace::Kind::Client);
-            r.attr("http.request.method", weir_http::trace::Value::Str(name));
+            let mut r = c.child(
+                weir_http::trace::method(method),
+                weir_http::trace::Kind::Client,
+            );
+            r.attr("http.request.method", method.as_str());
             match &up.cfg.target {
                 weir_config::proxy::UpstreamTarget::Tcp { host, port } => {
-                    r.attr("server.address", host.clone());
+                    r.attr("server.address", host);
                     r.attr("server.port", i64::from(*port));
                 }
                 weir_config::proxy::UpstreamTarget::Unix(p) => {
-                    r.attr("server.address", p.display().to_string());
+                    r.attr_display("server.address", p.display());
                 }
             }
-            r.attr("weir.upstream", up.cfg.name.clone());
+            r.attr("weir.upstream", &up.cfg.name);
             if retry > 0 {
                 r.attr("http.request.resend_count", i64::from(retry));
             }

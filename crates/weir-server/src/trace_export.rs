@@ -1,7 +1,8 @@
 //! The trace exporter (`[traces]`): one thread of its own takes the spans
 //! requests queued (`weir_http::trace::emit`), batches them, encodes each
-//! batch as an OTLP `ExportTraceServiceRequest` and POSTs it to the
-//! collector through the proxy's HTTP/1.1 client.
+//! batch as an OTLP `ExportTraceServiceRequest` and sends it to the
+//! collector: POSTed through the proxy's HTTP/1.1 client (OTLP/HTTP), or as
+//! a gRPC `TraceService/Export` call over HTTP/2 (OTLP/gRPC, [`grpc`]).
 //!
 //! It never runs on a worker and a request never waits for it: while an
 //! export is slow or the collector is down, the bounded queue fills and
@@ -23,10 +24,11 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 
-use weir_config::traces::TracesConfig;
+use weir_config::traces::{Protocol, TracesConfig};
 use weir_http::trace::{DROPPED, EXPORTED, Record};
 use weir_proxy::h1_client::one_shot;
 
+mod grpc;
 mod otlp;
 
 static SETTINGS: OnceLock<ArcSwap<TracesConfig>> = OnceLock::new();
@@ -92,16 +94,23 @@ async fn export(mut rx: tokio::sync::mpsc::Receiver<Record>) {
             &batch,
         ));
         batch.clear();
-        let sent = tokio::time::timeout(cfg.timeout, post(&cfg.endpoint, &body)).await;
-        let failure = match sent {
-            Ok(Ok(s)) if (200..300).contains(&s) => {
+        let send = async {
+            match cfg.protocol {
+                Protocol::HttpProtobuf => match post(&cfg.endpoint, &body).await? {
+                    s if (200..300).contains(&s) => Ok(()),
+                    s => Err(format!("it answered {s}")),
+                },
+                Protocol::Grpc => grpc::export(&cfg.endpoint, body).await,
+            }
+        };
+        let failure = match tokio::time::timeout(cfg.timeout, send).await {
+            Ok(Ok(())) => {
                 EXPORTED.fetch_add(n, Relaxed);
                 if warned.take().is_some() {
                     tracing::info!("traces: {} accepts spans again", cfg.endpoint);
                 }
                 continue;
             }
-            Ok(Ok(s)) => format!("it answered {s}"),
             Ok(Err(e)) => e,
             Err(_) => format!("no answer within {:?}", cfg.timeout),
         };

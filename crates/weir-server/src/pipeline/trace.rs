@@ -44,26 +44,22 @@ pub(super) fn end(
         return;
     };
     parts.extensions.remove::<Current>();
-    let method = parts.method.as_str();
     let route = route.map(super::route_label);
     r.name = match &route {
-        Some(rt) => format!("{method} {rt}").into(),
-        None => method.to_string().into(),
+        Some(rt) => format!("{} {rt}", parts.method).into(),
+        None => weir_http::trace::method(&parts.method),
     };
     let status = resp.status().as_u16();
     r.error = status >= 500;
-    r.attr(
-        "http.request.method",
-        weir_http::trace::method(&parts.method),
-    );
-    r.attr("url.path", parts.uri.path().to_string());
+    r.attr("http.request.method", parts.method.as_str());
+    r.attr("url.path", parts.uri.path());
     if let Some(q) = parts.uri.query() {
-        r.attr("url.query", q.to_string());
+        r.attr("url.query", q);
     }
     r.attr("url.scheme", if conn.tls { "https" } else { "http" });
     let host = super::request_head::strip_port(super::request_head::request_host(parts));
     if !host.is_empty() {
-        r.attr("server.address", host.to_string());
+        r.attr("server.address", host);
     }
     r.attr(
         "network.protocol.version",
@@ -74,19 +70,19 @@ pub(super) fn end(
             _ => "1.1",
         },
     );
-    r.attr("client.address", client.to_string());
+    r.attr_display("client.address", client);
     if let Some(ua) = parts
         .headers
         .get(http::header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
     {
-        r.attr("user_agent.original", ua.to_string());
+        r.attr("user_agent.original", ua);
     }
     if let Some(rt) = route {
-        r.attr("http.route", rt);
+        r.attr("http.route", &rt);
     }
     r.attr("http.response.status_code", i64::from(status));
-    r.attr("weir.site", site.to_string());
+    r.attr("weir.site", site);
     r.end();
 }
 

@@ -2,8 +2,9 @@
 //! receiver in the test decodes each `ExportTraceServiceRequest` with the
 //! official protobuf definitions (opentelemetry-proto) and the tests check
 //! the spans of proxied, retried and cached requests against what the
-//! upstream saw; then a collector that stops answering under load costs
-//! dropped spans, counted, and no failed request.
+//! upstream saw; the same spans reach an OTLP/gRPC receiver; then a
+//! collector that stops answering under load costs dropped spans,
+//! counted, and no failed request.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -13,8 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -48,7 +50,17 @@ impl Drop for Collector {
 }
 
 impl Collector {
+    /// An OTLP/HTTP receiver.
     async fn start() -> Collector {
+        Collector::serve(false).await
+    }
+
+    /// An OTLP/gRPC receiver (`TraceService/Export` over HTTP/2).
+    async fn start_grpc() -> Collector {
+        Collector::serve(true).await
+    }
+
+    async fn serve(grpc: bool) -> Collector {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let spans: Arc<Mutex<Vec<(String, Span)>>> = Arc::default();
@@ -61,11 +73,24 @@ impl Collector {
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
                         let (spans, hang, posts) = (spans.clone(), hang.clone(), posts.clone());
-                        async move { Ok::<_, Infallible>(receive(req, &spans, &hang, &posts).await) }
+                        async move {
+                            Ok::<_, Infallible>(if grpc {
+                                receive_grpc(req, &spans, &posts).await
+                            } else {
+                                receive(req, &spans, &hang, &posts).await.map(BoxBody::new)
+                            })
+                        }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    let io = TokioIo::new(stream);
+                    let _ = if grpc {
+                        hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                            .serve_connection(io, svc)
+                            .await
+                    } else {
+                        hyper::server::conn::http1::Builder::new()
+                            .serve_connection(io, svc)
+                            .await
+                    };
                 });
             }
         });
@@ -117,6 +142,41 @@ async fn receive(
     let body = req.into_body().collect().await.unwrap().to_bytes();
     let decoded = ExportTraceServiceRequest::decode(body).expect("a valid OTLP request");
     assert!(ok, "not an OTLP/HTTP protobuf POST to /v1/traces");
+    store(decoded, spans);
+    hyper::Response::new(Full::new(Bytes::new()))
+}
+
+/// A gRPC `TraceService/Export` call: one length-prefixed message in, an
+/// empty `ExportTraceServiceResponse` and `grpc-status: 0` in trailers out.
+async fn receive_grpc(
+    req: hyper::Request<hyper::body::Incoming>,
+    spans: &Mutex<Vec<(String, Span)>>,
+    posts: &AtomicUsize,
+) -> hyper::Response<BoxBody<Bytes, Infallible>> {
+    posts.fetch_add(1, Ordering::SeqCst);
+    let ok = req.method() == http::Method::POST
+        && req.version() == http::Version::HTTP_2
+        && req.uri().path() == "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+        && req.headers()["content-type"] == "application/grpc"
+        && req.headers()["te"] == "trailers";
+    assert!(ok, "not a gRPC Export call: {req:?}");
+    let body = req.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body[0], 0, "a compressed message");
+    let len = u32::from_be_bytes(body[1..5].try_into().unwrap()) as usize;
+    assert_eq!(len, body.len() - 5, "one whole message");
+    let decoded = ExportTraceServiceRequest::decode(body.slice(5..)).expect("a valid OTLP request");
+    store(decoded, spans);
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    let body = Full::new(Bytes::from_static(&[0, 0, 0, 0, 0]))
+        .with_trailers(async move { Some(Ok(trailers)) });
+    hyper::Response::builder()
+        .header("content-type", "application/grpc")
+        .body(BoxBody::new(body))
+        .unwrap()
+}
+
+fn store(decoded: ExportTraceServiceRequest, spans: &Mutex<Vec<(String, Span)>>) {
     for rs in decoded.resource_spans {
         let service = rs
             .resource
@@ -134,7 +194,6 @@ async fn receive(
             all.extend(ss.spans.into_iter().map(|s| (service.clone(), s)));
         }
     }
-    hyper::Response::new(Full::new(Bytes::new()))
 }
 
 fn attr<'a>(s: &'a Span, key: &str) -> Option<&'a Value> {
@@ -458,4 +517,55 @@ proxy = {{ to = ["127.0.0.1:{port}"] }}
     let grown = w.rss_kib().saturating_sub(rss);
     assert!(grown < 20 * 1024, "RSS grew by {grown} KiB");
     drop(rt);
+}
+
+/// `protocol = "grpc"`: the same spans, with their parent links and
+/// attributes, reach an OTLP/gRPC receiver.
+#[tokio::test]
+async fn spans_reach_a_grpc_collector() {
+    let collector = Collector::start_grpc().await;
+    let a = Upstream::start("a").await;
+    let cfg = format!(
+        r#"[server]
+workers = 1
+
+[traces]
+endpoint = "http://{addr}"
+protocol = "grpc"
+service_name = "edge"
+interval = "50ms"
+
+[site."127.0.0.1:{{PORT}}"]
+proxy = "{a}"
+"#,
+        addr = collector.addr,
+        a = a.addr,
+    );
+    let w = Weir::start(WEIR, &cfg);
+    let (t, parent) = (
+        0x0af7651916cd43dd8448eb211c80319cu128,
+        0xb7ad6b7169203331u64,
+    );
+    let r = client()
+        .get(w.url("/grpc/1?x=y"))
+        .header("traceparent", format!("00-{t:032x}-{parent:016x}-01"))
+        .header("user-agent", "grpc-test")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap();
+    let spans = collector.trace(t, 2).await;
+    assert_eq!(spans.len(), 2, "{spans:#?}");
+    let server = one(&spans, "server span", |s| s.kind == SpanKind::Server as i32);
+    let attempt = one(&spans, "client span", |s| s.kind == SpanKind::Client as i32);
+    assert_eq!(id64(&server.parent_span_id), parent);
+    assert_eq!(attempt.parent_span_id, server.span_id);
+    assert_eq!(text(server, "url.path"), Some("/grpc/1"));
+    assert_eq!(text(server, "url.query"), Some("x=y"));
+    assert_eq!(text(server, "user_agent.original"), Some("grpc-test"));
+    assert_eq!(text(server, "client.address"), Some("127.0.0.1"));
+    assert_eq!(int(server, "http.response.status_code"), Some(200));
+    assert_eq!(int(attempt, "http.response.status_code"), Some(200));
+    assert!(collector.spans().iter().all(|(svc, _)| svc == "edge"));
 }

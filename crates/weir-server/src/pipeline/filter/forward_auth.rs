@@ -79,7 +79,7 @@ impl RequestFilter for ForwardAuth {
         let mut span = parts.extensions.get::<Current>().map(|c| {
             let mut s = c.child("forward_auth", Kind::Client);
             s.attr("http.request.method", "GET");
-            s.attr("url.path", fa.path.clone());
+            s.attr("url.path", &fa.path);
             s
         });
         if let Some(s) = &span {

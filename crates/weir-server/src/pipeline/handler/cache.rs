@@ -57,7 +57,7 @@ impl Handle for Cached {
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or("");
             s.0.attr("weir.cache.hit", status.contains("; hit"));
-            s.0.attr("weir.cache.status", status.to_string());
+            s.0.attr("weir.cache.status", status);
             s.0.attr(
                 "http.response.status_code",
                 i64::from(resp.status().as_u16()),

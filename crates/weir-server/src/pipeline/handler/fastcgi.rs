@@ -77,7 +77,7 @@ async fn fastcgi(
             };
             let span = req.parts.extensions.get::<Current>().map(|c| {
                 let mut s = c.child("fastcgi", Kind::Client);
-                s.attr("weir.fastcgi.script", script_name.to_string());
+                s.attr("weir.fastcgi.script", script_name);
                 s
             });
             let resp = app
