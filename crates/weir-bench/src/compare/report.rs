@@ -590,7 +590,7 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
          threads (`enablereuse`, its default); Varnish reuses backend connections without a cap. weir's and \
          nginx's pools are per worker, HAProxy's and Caddy's per process; with 100 clients none fills its pool.\n\
          - Apache: the event MPM, `StartServers` = `ServerLimit` = workers, `ThreadsPerChild` = the case's connections \
-         ÷ workers plus a quarter (at least 25, at most {amax}; `MaxRequestWorkers` = their product, none reaped; \
+         ÷ workers plus a quarter (at least 25, at most {amax}, in front of the app at most {aamax} since each of those requests holds a thread while the app answers; `MaxRequestWorkers` = their product, none reaped; \
          with every thread busy, the event MPM would close idle keep-alive connections), `AsyncRequestWorkerFactor` \
          raised so each process holds its share of the case's connections, `KeepAlive On`, `MaxKeepAliveRequests 0`, \
          `EnableSendfile On`, mod_ssl with a shmcb session cache, no access log, mod_cache loaded in the cache \
@@ -637,7 +637,9 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
          - App (`app`): {apps} processes of `weir-bench backend` (one thread each) behind every server, counted in \
          its CPU and memory: weir runs them itself (`app = {{ run = \"… backend --listen 127.0.0.1:$PORT …\", \
          instances = {apps} }}`, its app proxy with weir's default settings); nginx, Apache, Caddy and HAProxy get the \
-         same two, started before them on the two ports above theirs, as the servers of their `proxy` upstream and backend.\n",
+         same two, started before them on the two ports above theirs, as the servers of their `proxy` upstream and backend; \
+         HAProxy (`maxconn {amc}` per server) and Caddy (`max_conns_per_host {amc}`) queue requests above {amc} connections \
+         to each app process, which keeps them within this machine's descriptors at c10000.\n",
         cert = s.certificate,
         ka = s.keepalive_s,
         pool = s.upstream_idle_pool,
@@ -645,6 +647,8 @@ pub fn readme(s: &Summary, cfg: &CompareConfig) -> String {
         php = super::scenarios::PHP_CHILDREN,
         apps = super::scenarios::APP_INSTANCES,
         amax = super::servers::APACHE_MAX_THREADS,
+        aamax = super::servers::APACHE_APP_MAX_THREADS,
+        amc = super::servers::APP_SERVER_MAXCONN,
     );
     o.push_str("| server | version |\n|---|---|\n");
     for (n, v) in &s.versions {

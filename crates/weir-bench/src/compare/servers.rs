@@ -1163,29 +1163,43 @@ const NGINX_FASTCGI_PARAMS: &str = "\
 /// ([`apache_async_factor`]). The headroom matters: when every thread of a
 /// process is busy, the event MPM closes its idle keep-alive connections,
 /// and a client whose next request is already on its way sees a reset.
-pub fn apache_threads(connections: usize, workers: usize) -> usize {
+pub fn apache_threads(connections: usize, workers: usize, max: usize) -> usize {
     let per_process = connections.div_ceil(workers.max(1));
-    (per_process + per_process.div_ceil(4)).clamp(25, APACHE_MAX_THREADS)
+    (per_process + per_process.div_ceil(4)).clamp(25, max)
 }
 
-/// The most threads an Apache process gets: 10,000 connections in threads
-/// of their own would be 10,000 stacks.
+/// The most threads an Apache process gets serving files: 10,000
+/// connections in threads of their own would be 10,000 stacks.
 pub const APACHE_MAX_THREADS: usize = 1024;
+
+/// In front of the app every connection has a request waiting on the app,
+/// each holding a thread (mod_proxy), so the threads cover them all, as
+/// Apache's users size `MaxRequestWorkers` to the requests in flight.
+pub const APACHE_APP_MAX_THREADS: usize = 8192;
+
+/// The thread cap for `s`'s role.
+fn apache_max_threads(s: &ServerSetup) -> usize {
+    match s.role {
+        Role::App(_) => APACHE_APP_MAX_THREADS,
+        _ => APACHE_MAX_THREADS,
+    }
+}
 
 /// `AsyncRequestWorkerFactor`: how many connections per idle thread an
 /// event MPM process accepts (its default is 2), raised so that each
 /// process takes its share of the case's connections.
-pub fn apache_async_factor(connections: usize, workers: usize) -> usize {
+pub fn apache_async_factor(connections: usize, workers: usize, max: usize) -> usize {
     let per_process = connections.div_ceil(workers.max(1));
     per_process
-        .div_ceil(apache_threads(connections, workers))
+        .div_ceil(apache_threads(connections, workers, max))
         .max(2)
 }
 
 fn apache_config(s: &ServerSetup) -> String {
     let d = s.dir.display();
     let m = "/usr/lib/apache2/modules";
-    let tpc = apache_threads(s.connections, s.workers);
+    let max_threads = apache_max_threads(s);
+    let tpc = apache_threads(s.connections, s.workers, max_threads);
     let mut o = format!(
         "# weir-bench: Apache event MPM, {w} processes x {tpc} threads (sized to the case's {c} connections), \
          keep-alive without a request cap, sendfile on, {log}.\n\
@@ -1206,7 +1220,7 @@ fn apache_config(s: &ServerSetup) -> String {
         // is all of them); a low floor keeps the MPM from warning that it
         // cannot keep more spare threads than it may have.
         msp = tpc.min(25),
-        arf = apache_async_factor(s.connections, s.workers),
+        arf = apache_async_factor(s.connections, s.workers, max_threads),
         p = s.port,
         log = if s.access_log.is_some() {
             "access log to a file"
@@ -1406,7 +1420,7 @@ fn caddy_config(s: &ServerSetup) -> String {
             "",
             format!(
                 "  reverse_proxy {} {{\n    lb_policy round_robin\n    transport http {{\n      keepalive_idle_conns {UPSTREAM_IDLE}\n      \
-                 keepalive_idle_conns_per_host {UPSTREAM_IDLE}\n    }}\n  }}",
+                 keepalive_idle_conns_per_host {UPSTREAM_IDLE}\n      max_conns_per_host {APP_SERVER_MAXCONN}\n    }}\n  }}",
                 app_ports(s.port)
                     .iter()
                     .map(|p| format!("127.0.0.1:{p}"))
@@ -2243,10 +2257,13 @@ mod tests {
                 "AsyncRequestWorkerFactor 10",
             ],
         );
-        assert_eq!(apache_threads(1, 2), 25);
-        assert_eq!(apache_threads(5000, 2), 1024);
+        const M: usize = APACHE_MAX_THREADS;
+        assert_eq!(apache_threads(1, 2, M), 25);
+        assert_eq!(apache_threads(5000, 2, M), 1024);
+        assert_eq!(apache_threads(10_000, 2, APACHE_APP_MAX_THREADS), 6250);
         assert!(
-            apache_async_factor(5000, 2) * apache_threads(5000, 2) + apache_threads(5000, 2)
+            apache_async_factor(5000, 2, M) * apache_threads(5000, 2, M)
+                + apache_threads(5000, 2, M)
                 >= 2500
         );
     }
