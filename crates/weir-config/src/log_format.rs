@@ -179,8 +179,8 @@ pub enum Segment {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogFormat {
-    /// One JSON object per line with every plain variable (`null` when
-    /// missing), plus `referer` and `user_agent`.
+    /// One JSON object per line with every plain variable the request
+    /// has (one it lacks is left out), plus `referer` and `user_agent`.
     Json,
     Template {
         segments: Vec<Segment>,

@@ -620,8 +620,10 @@ fn value(v: &Var, e: &Entry<'_>, esc: Escape, out: &mut Vec<u8>) {
 }
 
 /// The JSON format: every plain variable under its own name, with
-/// numbers as numbers, the upstream lists as arrays and `null` for what
-/// the request did not have; `referer` and `user_agent` besides.
+/// numbers as numbers and the upstream lists as arrays (an attempt's
+/// missing value `null` in its place). A field the request did not have
+/// (a TLS field on plain HTTP, no upstream, no referer) is left out, as
+/// Caddy's JSON log leaves it: absent fields cost every line their bytes.
 fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
     let j = Escape::Json;
     let key = |out: &mut Vec<u8>, k: &str| {
@@ -635,13 +637,13 @@ fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
         value(v, e, j, out);
         out.push(b'"');
     };
-    let opt_str = |out: &mut Vec<u8>, s: Option<&[u8]>| match s {
-        Some(s) => {
+    let opt_str = |out: &mut Vec<u8>, k: &str, s: Option<&[u8]>| {
+        if let Some(s) = s {
+            key(out, k);
             out.push(b'"');
             json_escaped(out, s);
             out.push(b'"');
         }
-        None => out.extend_from_slice(b"null"),
     };
     key(out, "time");
     quoted(out, &Var::TimeIso8601);
@@ -667,10 +669,9 @@ fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
     }
     key(out, "status");
     num(out, e.resp.status().as_u16());
-    key(out, "bytes_sent");
-    match e.bytes_out {
-        Some(b) => num(out, b),
-        None => out.extend_from_slice(b"null"),
+    if let Some(b) = e.bytes_out {
+        key(out, "bytes_sent");
+        num(out, b);
     }
     key(out, "bytes_received");
     num(out, e.bytes_in.unwrap_or(0));
@@ -679,15 +680,11 @@ fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
     key(out, "duration_ms");
     millis(out, e.took);
     let h = |n: http::HeaderName| e.parts.headers.get(n).map(|v| v.as_bytes());
-    key(out, "referer");
-    opt_str(out, h(http::header::REFERER));
-    key(out, "user_agent");
-    opt_str(out, h(http::header::USER_AGENT));
-    key(out, "request_id");
-    opt_str(out, e.request_id);
-    key(out, "cache_status");
-    opt_str(out, cache_status(e.resp).map(str::as_bytes));
-    // The variables that are `null` when empty: TLS on a plain
+    opt_str(out, "referer", h(http::header::REFERER));
+    opt_str(out, "user_agent", h(http::header::USER_AGENT));
+    opt_str(out, "request_id", e.request_id);
+    opt_str(out, "cache_status", cache_status(e.resp).map(str::as_bytes));
+    // The variables that are empty without a value: TLS on a plain
     // connection, the user without credentials, no limit or auth.
     for (k, v) in [
         ("tls_protocol", Var::TlsProtocol),
@@ -699,21 +696,20 @@ fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
         ("limit_name", Var::LimitName),
         ("auth_status", Var::AuthStatus),
     ] {
+        let mark = out.len();
         key(out, k);
         out.push(b'"');
         let start = out.len();
         value(&v, e, j, out);
         if out.len() == start {
-            out.pop();
-            out.extend_from_slice(b"null");
+            out.truncate(mark);
         } else {
             out.push(b'"');
         }
     }
-    let attempts = e.resp.extensions().get::<weir_proxy::Attempts>();
-    let arr = |out: &mut Vec<u8>, f: &dyn Fn(&mut Vec<u8>, &weir_proxy::Attempt)| match attempts {
-        None => out.extend_from_slice(b"null"),
-        Some(a) => {
+    if let Some(a) = e.resp.extensions().get::<weir_proxy::Attempts>() {
+        let arr = |out: &mut Vec<u8>, k: &str, f: &dyn Fn(&mut Vec<u8>, &weir_proxy::Attempt)| {
+            key(out, k);
             out.push(b'[');
             for (i, at) in a.0.iter().enumerate() {
                 if i > 0 {
@@ -722,29 +718,25 @@ fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
                 f(out, at);
             }
             out.push(b']');
-        }
-    };
-    key(out, "upstream_addr");
-    arr(out, &|o, a| {
-        o.push(b'"');
-        json_escaped(o, a.addr().as_bytes());
-        o.push(b'"');
-    });
-    key(out, "upstream_status");
-    arr(out, &|o, a| match a.status {
-        Some(s) => num(o, s),
-        None => o.extend_from_slice(b"null"),
-    });
-    key(out, "upstream_connect_time");
-    arr(out, &|o, a| match a.connect {
-        Some(d) => secs(o, d),
-        None => o.extend_from_slice(b"null"),
-    });
-    key(out, "upstream_response_time");
-    arr(out, &|o, a| match a.response {
-        Some(d) => secs(o, d),
-        None => o.extend_from_slice(b"null"),
-    });
+        };
+        arr(out, "upstream_addr", &|o, a| {
+            o.push(b'"');
+            json_escaped(o, a.addr().as_bytes());
+            o.push(b'"');
+        });
+        arr(out, "upstream_status", &|o, a| match a.status {
+            Some(s) => num(o, s),
+            None => o.extend_from_slice(b"null"),
+        });
+        arr(out, "upstream_connect_time", &|o, a| match a.connect {
+            Some(d) => secs(o, d),
+            None => o.extend_from_slice(b"null"),
+        });
+        arr(out, "upstream_response_time", &|o, a| match a.response {
+            Some(d) => secs(o, d),
+            None => o.extend_from_slice(b"null"),
+        });
+    }
     out.extend_from_slice(b"}\n");
 }
 
@@ -1076,7 +1068,7 @@ mod tests {
     }
 
     /// TLS, user, limit and auth variables, from a connection and an
-    /// outcome whose values are known; `-` and JSON nulls without them.
+    /// outcome whose values are known; `-` without them, and JSON leaves them out.
     #[test]
     fn tls_user_limit_and_auth_variables() {
         let mut parts = entry_parts("/", None);
@@ -1149,9 +1141,17 @@ mod tests {
             "limit_status",
             "limit_name",
             "auth_status",
+            "referer",
+            "cache_status",
+            "upstream_addr",
+            "upstream_status",
+            "upstream_connect_time",
+            "upstream_response_time",
         ] {
-            assert_eq!(j[k], serde_json::Value::Null, "{k}");
+            assert!(j.get(k).is_none(), "{k} in {j}");
         }
+        assert_eq!(j["request_id"], "abc");
+        assert_eq!(j["bytes_sent"], 12);
     }
 
     /// A journal entry: the line as MESSAGE (binary-safe when it holds a

@@ -126,15 +126,22 @@ async fn export(mut rx: tokio::sync::mpsc::Receiver<Record>) {
 }
 
 /// POSTs one encoded batch on a connection of its own; the status.
-async fn post(uri: &http::Uri, body: &Bytes) -> Result<u16, String> {
+/// A connection to the collector at `uri`'s host and port
+/// (`default_port` when it names none), with Nagle off.
+async fn connect(uri: &http::Uri, default_port: u16) -> Result<tokio::net::TcpStream, String> {
     let host = uri.host().ok_or("no host")?;
-    let port = uri.port_u16().unwrap_or(80);
-    let authority = uri.authority().map_or(host, |a| a.as_str());
-    let host_field = HeaderValue::from_str(authority).map_err(|e| e.to_string())?;
+    let port = uri.port_u16().unwrap_or(default_port);
     let stream = tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port))
         .await
         .map_err(|e| e.to_string())?;
     let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+async fn post(uri: &http::Uri, body: &Bytes) -> Result<u16, String> {
+    let authority = uri.authority().ok_or("no host")?.as_str();
+    let host_field = HeaderValue::from_str(authority).map_err(|e| e.to_string())?;
+    let stream = connect(uri, 80).await?;
     let mut fields = HeaderMap::new();
     fields.insert(
         header::CONTENT_TYPE,

@@ -12,12 +12,7 @@ const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Expor
 /// Sends `body` (an encoded `ExportTraceServiceRequest`); `Ok` when the
 /// collector answered `grpc-status: 0`.
 pub(super) async fn export(uri: &http::Uri, body: Bytes) -> Result<(), String> {
-    let host = uri.host().ok_or("no host")?;
-    let port = uri.port_u16().unwrap_or(4317);
-    let stream = tokio::net::TcpStream::connect((host.trim_matches(['[', ']']), port))
-        .await
-        .map_err(|e| e.to_string())?;
-    let _ = stream.set_nodelay(true);
+    let stream = super::connect(uri, 4317).await?;
     let (client, conn) = h2::client::handshake(stream)
         .await
         .map_err(|e| format!("HTTP/2: {e}"))?;

@@ -3,7 +3,9 @@
 //! Only the fields weir fills; field numbers are the protocol's. The
 //! spans' attributes are OTLP bytes already (`weir_http::trace::wire`).
 
-use weir_http::trace::wire::{bytes, fixed64, key_value, string, tag, varint, varint_field};
+use weir_http::trace::wire::{
+    bytes, field_len, fixed64, key_value, string, tag, varint, varint_field, varint_len,
+};
 use weir_http::trace::{Record, Value};
 
 /// One request holding every span of `spans`, under one resource (the
@@ -14,11 +16,14 @@ pub(super) fn encode(service: &str, version: &str, spans: &[Record]) -> Vec<u8> 
         string(s, 1, "weir");
         string(s, 2, version);
     });
-    let mut one = Vec::with_capacity(512);
     for sp in spans {
-        one.clear();
-        span(&mut one, sp);
-        bytes(&mut scope_spans, 2, &one);
+        // The length first, so the span is written in place.
+        let len = span_len(sp);
+        tag(&mut scope_spans, 2, 2);
+        varint(&mut scope_spans, len as u64);
+        let start = scope_spans.len();
+        span(&mut scope_spans, sp);
+        debug_assert_eq!(scope_spans.len() - start, len);
     }
     let mut resource_spans = Vec::with_capacity(scope_spans.len() + 64);
     message(&mut resource_spans, 1, |r| {
@@ -48,6 +53,21 @@ fn span(out: &mut Vec<u8>, s: &Record) {
         varint(out, 2);
         varint_field(out, 3, 2);
     }
+}
+
+/// How many bytes [`span`] writes for `s`.
+fn span_len(s: &Record) -> usize {
+    let parent = if s.parent_id != 0 { field_len(4, 8) } else { 0 };
+    let status = if s.error { 4 } else { 0 };
+    field_len(1, 16)
+        + field_len(2, 8)
+        + parent
+        + field_len(5, s.name.len())
+        + 1
+        + varint_len(s.kind as u64)
+        + 2 * 9
+        + s.attrs.len()
+        + status
 }
 
 /// A nested message: written apart, then as length-delimited bytes.
@@ -82,6 +102,16 @@ mod tests {
         };
         let mut s = Vec::new();
         span(&mut s, &r);
+        assert_eq!(span_len(&r), s.len());
+        let root = Record {
+            parent_id: 0,
+            error: false,
+            name: "a longer name, of more than a few bytes".into(),
+            ..r.clone()
+        };
+        let mut one = Vec::new();
+        span(&mut one, &root);
+        assert_eq!(span_len(&root), one.len());
         let mut want = vec![0x0a, 16];
         want.extend_from_slice(&1u128.to_be_bytes());
         want.extend_from_slice(&[0x12, 8]);

@@ -178,8 +178,8 @@ respond = {{ status = 410, body = "gone" }}
     assert_eq!(j["status"], 200);
     assert_eq!(j["bytes_received"], 5);
     assert_eq!(j["referer"], "http://r/");
-    assert_eq!(j["user_agent"], serde_json::Value::Null);
-    assert_eq!(j["cache_status"], serde_json::Value::Null);
+    assert!(j.get("user_agent").is_none(), "{j}");
+    assert!(j.get("cache_status").is_none(), "{j}");
     assert_eq!(j["upstream_addr"], serde_json::json!([a.addr.to_string()]));
     assert_eq!(j["upstream_status"], serde_json::json!([200]));
     assert!(j["upstream_connect_time"][0].as_f64().unwrap() < 1.0);

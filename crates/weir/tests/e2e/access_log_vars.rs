@@ -169,7 +169,7 @@ access_log = {{ path = "{{DIR}}/plain.json", format = "json" }}
     assert_eq!(lines(&w.path().join("plain.log"), 1), ["http - - - -"]);
     let j = json(&lines(&w.path().join("plain.json"), 1)[0]);
     for k in ["tls_protocol", "tls_cipher", "tls_server_name", "tls_alpn"] {
-        assert_eq!(j[k], serde_json::Value::Null, "{k} in {j}");
+        assert!(j.get(k).is_none(), "{k} in {j}");
     }
 }
 
@@ -239,11 +239,11 @@ access_log = {{ path = "{{DIR}}/combined.log" }}
     assert_eq!(got.len(), 2, "{got:?}");
     let (first, second) = (json(&got[0]), json(&got[1]));
     assert_eq!(first["limit_status"], "PASSED", "{first}");
-    assert_eq!(first["limit_name"], serde_json::Value::Null, "{first}");
+    assert!(first.get("limit_name").is_none(), "{first}");
     assert_eq!(second["limit_status"], "REJECTED_DRY_RUN", "{second}");
     assert_eq!(second["limit_name"], "trial", "{second}");
-    assert_eq!(second["remote_user"], serde_json::Value::Null, "{second}");
-    assert_eq!(second["auth_status"], serde_json::Value::Null, "{second}");
+    assert!(second.get("remote_user").is_none(), "{second}");
+    assert!(second.get("auth_status").is_none(), "{second}");
 
     for host in ["auth.test", "combined.test"] {
         let get = |user: Option<(&str, &str)>| {
