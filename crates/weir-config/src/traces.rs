@@ -34,7 +34,8 @@ pub struct TracesConfig {
     pub batch: usize,
     /// Longest wait before a partial batch is sent.
     pub interval: Duration,
-    /// Spans waiting for export at most; past it new spans are dropped.
+    /// Spans waiting for export per thread at most; past it new spans are
+    /// dropped.
     pub queue: usize,
     /// How long one export may take (connect, send, answer).
     pub timeout: Duration,

@@ -1,52 +1,141 @@
 //! OpenTelemetry spans of sampled requests: the sampling decision (W3C
 //! `traceparent`, parent-based, else a ratio), the span a request's later
 //! steps hang theirs under ([`Current`], a request extension), the spans'
-//! records, and the one bounded queue they wait in for the exporter.
+//! records, and where ended spans wait for the exporter.
 //!
 //! An unsampled request costs a header lookup and a random draw: no
-//! allocation, no clock read, no extension. [`emit`] never blocks: a full
-//! queue (a slow or absent collector) drops the span and counts it in
-//! [`DROPPED`]. A span's attributes are written as OTLP bytes when they are
-//! set ([`wire`]), so a span costs one allocation whatever it carries, and
-//! the exporter (batching, sending: the server's) copies them as they are.
+//! allocation, no clock read, no extension. A span's attributes are
+//! written as OTLP bytes when they are set ([`wire`]). [`emit`] writes the
+//! whole `Span` message into its thread's buffer of ended spans (a lock
+//! only that thread and, once per batch, the exporter take) and hands the
+//! attributes' buffer back to the thread for its next span, so a traced
+//! request allocates nothing once its thread has warmed up, and no worker
+//! contends with another or wakes the exporter per span. [`emit`] never
+//! blocks: a thread with [`install`]'s limit of spans waiting (a slow or
+//! absent collector) drops the new one and counts it in [`DROPPED`].
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fmt::Display;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
 use http::header::HeaderName;
 
-/// Spans dropped: the queue was full, or their export failed.
+/// Spans dropped: a thread had its limit waiting, or their export failed.
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
 /// Spans the collector accepted.
 pub static EXPORTED: AtomicU64 = AtomicU64::new(0);
-
-static QUEUE: OnceLock<tokio::sync::mpsc::Sender<Record>> = OnceLock::new();
 
 pub mod wire;
 
 pub static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
-/// Opens the queue of `capacity` spans and hands its receiving end to the
-/// exporter; `None` when it is open already (the process keeps one queue
-/// and one exporter, whatever a reload says).
-pub fn install(capacity: usize) -> Option<tokio::sync::mpsc::Receiver<Record>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
-    QUEUE.set(tx).ok().map(|()| rx)
+/// Spans one thread may have waiting; 0 until [`install`] (no exporter:
+/// every span is dropped).
+static LIMIT: AtomicUsize = AtomicUsize::new(0);
+/// A thread whose waiting spans reach this many wakes the exporter.
+static BATCH: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// Woken when a thread has a batch waiting.
+static FULL: tokio::sync::Notify = tokio::sync::Notify::const_new();
+/// Every thread's buffer of ended spans; a thread's own is in [`MINE`].
+static THREADS: Mutex<Vec<Arc<Mutex<Ended>>>> = Mutex::new(Vec::new());
+
+thread_local! {
+    static MINE: Arc<Mutex<Ended>> = {
+        let e = Arc::new(Mutex::new(Ended::default()));
+        lock(&THREADS).push(e.clone());
+        e
+    };
+    /// Attribute buffers of ended spans, for the thread's next spans.
+    static SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Queues a finished span for export, or drops and counts it when the
-/// queue is full or none is open. Never waits.
-pub fn emit(r: Record) {
-    match QUEUE.get() {
-        Some(q) if q.try_send(r).is_ok() => {}
-        _ => {
-            DROPPED.fetch_add(1, Ordering::Relaxed);
-        }
+/// Spare attribute buffers a thread keeps: more than a request's spans.
+const SPARE_KEPT: usize = 8;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Ended spans: each an OTLP `ScopeSpans.spans` field (tag, length,
+/// `Span`), ready to be sent as they are.
+#[derive(Debug, Default)]
+pub struct Ended {
+    pub bytes: Vec<u8>,
+    pub spans: usize,
+}
+
+impl Ended {
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.spans = 0;
     }
+}
+
+/// Starts keeping ended spans, at most `limit` waiting per thread; a
+/// thread with `batch` waiting wakes the exporter ([`full`]). Called again
+/// (a reload), changes `batch` only. False when called before.
+pub fn install(limit: usize, batch: usize) -> bool {
+    BATCH.store(batch.max(1), Ordering::Relaxed);
+    LIMIT
+        .compare_exchange(0, limit.max(1), Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok()
+}
+
+/// Resolves when a thread has a batch of spans waiting (or at once, if
+/// one did since the last call).
+pub async fn full() {
+    FULL.notified().await;
+}
+
+/// Moves every thread's ended spans to the end of `into`, and forgets the
+/// buffers of threads that have ended.
+pub fn take(into: &mut Ended) {
+    let mut threads = lock(&THREADS);
+    for t in threads.iter() {
+        let mut e = lock(t);
+        into.bytes.extend_from_slice(&e.bytes);
+        into.spans += e.spans;
+        e.clear();
+    }
+    // Held only by the list: its thread is gone, and its spans taken.
+    threads.retain(|t| Arc::strong_count(t) > 1);
+}
+
+/// Writes a finished span into its thread's buffer for export, or drops
+/// and counts it when the thread has its limit waiting or no exporter is
+/// installed. Never waits for the exporter.
+pub fn emit(mut r: Record) {
+    let limit = LIMIT.load(Ordering::Relaxed);
+    let kept = limit > 0
+        && MINE
+            .try_with(|m| {
+                let mut e = lock(m);
+                if e.spans >= limit {
+                    return false;
+                }
+                wire::span_field(&mut e.bytes, &r);
+                e.spans += 1;
+                if e.spans == BATCH.load(Ordering::Relaxed) {
+                    FULL.notify_one();
+                }
+                true
+            })
+            .unwrap_or(false);
+    if !kept {
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut attrs = std::mem::take(&mut r.attrs);
+    attrs.clear();
+    let _ = SPARE.try_with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < SPARE_KEPT && attrs.capacity() > 0 {
+            s.push(attrs);
+        }
+    });
 }
 
 /// The span later steps of a sampled request make theirs children of (the
@@ -242,7 +331,11 @@ impl Record {
             start: now(),
             end: 0,
             error: false,
-            attrs: Vec::with_capacity(ATTRS_CAPACITY),
+            attrs: SPARE
+                .try_with(|s| s.borrow_mut().pop())
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| Vec::with_capacity(ATTRS_CAPACITY)),
         }
     }
 
@@ -296,6 +389,52 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(&TRACEPARENT, HeaderValue::from_static(v));
         h
+    }
+
+    /// Ended spans wait in their thread's buffer until taken, at most the
+    /// limit each; a thread's batch wakes the exporter; a thread's spare
+    /// attribute buffer is used again.
+    #[tokio::test]
+    async fn ended_spans_wait_for_the_exporter_up_to_a_limit() {
+        assert!(install(3, 2));
+        assert!(!install(100, 2), "installed once");
+        let dropped = DROPPED.load(Ordering::Relaxed);
+        let mut first = Record::new(7, 0, "GET", Kind::Server);
+        first.attr("k", "v");
+        let attrs = first.attrs.as_ptr();
+        first.end();
+        let second = Record::new(7, 0, "GET", Kind::Server);
+        assert_eq!(second.attrs.as_ptr(), attrs, "the spare buffer");
+        assert!(second.attrs.is_empty());
+        second.end();
+        // Two waiting: a batch, so the exporter is woken.
+        tokio::time::timeout(std::time::Duration::from_secs(1), full())
+            .await
+            .expect("woken");
+        std::thread::spawn(|| Record::new(8, 0, "other", Kind::Client).end())
+            .join()
+            .unwrap();
+        for _ in 0..2 {
+            Record::new(7, 0, "GET", Kind::Server).end();
+        }
+        assert_eq!(
+            DROPPED.load(Ordering::Relaxed),
+            dropped + 1,
+            "past the limit"
+        );
+        let mut ended = Ended::default();
+        take(&mut ended);
+        assert_eq!(ended.spans, 4);
+        let mut want = Vec::new();
+        let mut r = Record::new(7, 0, "GET", Kind::Server);
+        r.attr("k", "v");
+        wire::span_field(&mut want, &r);
+        assert_eq!(ended.bytes[0], want[0]);
+        // The other thread ended: its buffer is forgotten once taken.
+        assert_eq!(lock(&THREADS).len(), 1);
+        let mut again = Ended::default();
+        take(&mut again);
+        assert_eq!(again.spans, 0);
     }
 
     #[test]

@@ -3,15 +3,16 @@
 //! file, standard output, syslog or systemd's journal (an entry per line,
 //! with fields of its own), for the answers its condition and sample keep.
 //!
-//! The request path writes a line into one buffer by walking the compiled
-//! segments (no JSON value tree, no per-variable allocation; the time is
-//! formatted once a second per thread) and hands it to a channel; one
-//! writer thread per log does the blocking writes. The writer wakes for
-//! the first line after a quiet spell, then gathers for `GATHER` before it
-//! writes, so under load a worker never wakes it per line and lines go out
-//! in one write per batch (nginx's `buffer=` and `flush=` do the same in
-//! the worker itself). Never writes to a file or socket from a worker
-//! thread.
+//! The request path writes a line by walking the compiled segments (no
+//! JSON value tree, no per-variable allocation; the time is formatted once
+//! a second per thread) straight into its worker's batch: a buffer per
+//! worker behind a lock only that worker and, once per batch, the writer
+//! take. One writer thread per log does the blocking writes: it wakes for
+//! the first line after a quiet spell, gathers for `GATHER`, then takes
+//! every worker's batch whole and writes each in one call (nginx's
+//! `buffer=` and `flush=` keep a buffer per worker the same way). No line
+//! is allocated on its own, no line crosses a channel, and never does a
+//! worker thread write to a file or socket.
 //!
 //! [`reopen`] (SIGUSR1, after log rotation) has every file writer open its
 //! path again before its next batch, as nginx does on USR1.
@@ -19,9 +20,8 @@
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::Response;
@@ -33,6 +33,7 @@ use weir_config::routes::PathPattern;
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 use weir_http::date;
+use weir_http::worker::PerWorker;
 
 /// How long the writer gathers lines after the first one of a batch: at
 /// most this late in the file, and one wake-up and one write per batch.
@@ -143,13 +144,58 @@ impl Outcome {
     }
 }
 
-/// Lines no sink could take (a journal or syslog socket that is full,
-/// missing or refusing), since start-up: `weir_access_log_dropped_total`.
+/// Lines dropped since start-up: no sink could take them (a journal or
+/// syslog socket that is full, missing or refusing), or the writer fell
+/// [`MAX_PENDING`] behind: `weir_access_log_dropped_total`.
 static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// How far a worker's batch may grow while the writer is stuck (a full
+/// disk, a blocked pipe): past it lines are dropped and counted, never
+/// held in memory without bound.
+const MAX_PENDING: usize = 8 << 20;
 
 /// Lines dropped by every access log since start-up.
 pub fn dropped() -> u64 {
     DROPPED.load(Ordering::Relaxed)
+}
+
+/// The lines a worker wrote that the writer has not taken yet, and where
+/// each ends (syslog and the journal send a datagram per line).
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Batch {
+    fn lines(&self) -> impl Iterator<Item = &[u8]> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(self.ends.iter())
+            .map(|(a, &b)| &self.bytes[a..b])
+    }
+}
+
+/// What the workers and a log's writer thread share.
+struct Pending {
+    batches: PerWorker<Mutex<Batch>>,
+    /// The writer is parked, or about to be, until a first line comes.
+    idle: AtomicBool,
+    /// The log was dropped: the writer writes what is left and ends.
+    closed: AtomicBool,
+}
+
+impl Pending {
+    fn lock(slot: &Mutex<Batch>) -> std::sync::MutexGuard<'_, Batch> {
+        slot.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.batches
+            .iter()
+            .all(|b| Pending::lock(b).ends.is_empty())
+    }
 }
 
 pub struct AccessLog {
@@ -159,39 +205,26 @@ pub struct AccessLog {
     journal: Option<Box<[u8]>>,
     condition: Option<StatusCond>,
     sample: f64,
-    /// The longest line so far: each line's buffer starts that large, so
-    /// it is allocated once and never grown.
-    longest: AtomicUsize,
-    tx: mpsc::Sender<Vec<u8>>,
+    pending: Arc<Pending>,
+    writer: std::thread::Thread,
 }
 
 impl AccessLog {
-    pub fn open(cfg: &AccessLogConfig) -> std::io::Result<AccessLog> {
+    /// Opens the log's sink and starts its writer; `workers`: how many
+    /// batches to keep (one per worker, so no two workers share a lock).
+    pub fn open(cfg: &AccessLogConfig, workers: usize) -> std::io::Result<AccessLog> {
         let mut out = Out::open(&cfg.sink)?;
-        let (tx, rx) = mpsc::channel::<Vec<u8>>();
-        std::thread::Builder::new()
+        let pending = Arc::new(Pending {
+            batches: PerWorker::new(workers, Default::default),
+            idle: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        });
+        let shared = pending.clone();
+        let writer = std::thread::Builder::new()
             .name("weir-access-log".into())
-            .spawn(move || {
-                // Parked in `recv` only while the channel is empty, so a
-                // worker's send wakes this thread once per batch at most.
-                while let Ok(line) = rx.recv() {
-                    out.reopen_if_asked();
-                    out.write(&line);
-                    loop {
-                        std::thread::sleep(GATHER);
-                        let mut more = false;
-                        while let Ok(line) = rx.try_recv() {
-                            out.write(&line);
-                            more = true;
-                        }
-                        if !more {
-                            break;
-                        }
-                    }
-                    out.flush();
-                }
-                out.flush();
-            })?;
+            .spawn(move || write_batches(&shared, &mut out))?
+            .thread()
+            .clone();
         let journal = match &cfg.sink {
             LogSink::Journal(j) => {
                 let mut fixed = Vec::new();
@@ -207,8 +240,8 @@ impl AccessLog {
             journal,
             condition: cfg.condition,
             sample: cfg.sample,
-            longest: AtomicUsize::new(256),
-            tx,
+            pending,
+            writer,
         })
     }
 
@@ -222,16 +255,63 @@ impl AccessLog {
         if self.sample < 1.0 && fastrand::f64() >= self.sample {
             return;
         }
-        let cap = self.longest.load(Ordering::Relaxed);
-        let mut line = Vec::with_capacity(cap);
+        let mut b = Pending::lock(self.pending.batches.get(e.conn.worker));
+        if b.bytes.len() >= MAX_PENDING {
+            drop(b);
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let first = b.ends.is_empty();
         match &self.journal {
-            None => render(&self.format, e, &mut line),
-            Some(fixed) => journal_entry(&self.format, fixed, e, &mut line),
+            None => render(&self.format, e, &mut b.bytes),
+            Some(fixed) => journal_entry(&self.format, fixed, e, &mut b.bytes),
         }
-        if line.len() > cap {
-            self.longest.store(line.len(), Ordering::Relaxed);
+        let end = b.bytes.len();
+        b.ends.push(end);
+        drop(b);
+        if first && self.pending.idle.swap(false, Ordering::SeqCst) {
+            self.writer.unpark();
         }
-        let _ = self.tx.send(line);
+    }
+}
+
+impl Drop for AccessLog {
+    fn drop(&mut self) {
+        self.pending.closed.store(true, Ordering::SeqCst);
+        self.writer.unpark();
+    }
+}
+
+/// The writer thread: parked while every batch is empty, woken by the
+/// worker whose line starts a batch; then gathers for [`GATHER`] and
+/// writes every batch, each taken whole (swapped for an empty buffer, so
+/// a worker waits at most for that swap).
+fn write_batches(pending: &Pending, out: &mut Out) {
+    let mut spare = Batch::default();
+    loop {
+        // `idle` is set before the batches are looked at, so a worker
+        // whose line comes after the look sees it and wakes this thread.
+        pending.idle.store(true, Ordering::SeqCst);
+        let closed = pending.closed.load(Ordering::SeqCst);
+        if !closed && pending.is_empty() {
+            std::thread::park();
+            continue;
+        }
+        pending.idle.store(false, Ordering::SeqCst);
+        if !closed {
+            std::thread::sleep(GATHER);
+        }
+        out.reopen_if_asked();
+        for slot in pending.batches.iter() {
+            std::mem::swap(&mut *Pending::lock(slot), &mut spare);
+            out.write_batch(&spare);
+            spare.bytes.clear();
+            spare.ends.clear();
+        }
+        out.flush();
+        if closed {
+            return;
+        }
     }
 }
 
@@ -626,8 +706,9 @@ fn value(v: &Var, e: &Entry<'_>, esc: Escape, out: &mut Vec<u8>) {
 /// Caddy's JSON log leaves it: absent fields cost every line their bytes.
 fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
     let j = Escape::Json;
+    // After the first field: a line is written behind others in a batch.
     let key = |out: &mut Vec<u8>, k: &str| {
-        out.extend_from_slice(if out.is_empty() { b"{\"" } else { b",\"" });
+        out.extend_from_slice(b",\"");
         out.extend_from_slice(k.as_bytes());
         out.extend_from_slice(b"\":");
     };
@@ -645,7 +726,7 @@ fn json(e: &Entry<'_>, out: &mut Vec<u8>) {
             out.push(b'"');
         }
     };
-    key(out, "time");
+    out.extend_from_slice(b"{\"time\":");
     quoted(out, &Var::TimeIso8601);
     for (k, v) in [
         ("client_ip", Var::ClientIp),
@@ -770,13 +851,13 @@ impl Out {
         })
     }
 
-    fn write(&mut self, line: &[u8]) {
+    fn write_batch(&mut self, b: &Batch) {
         match self {
             Out::Stream { w, .. } => {
-                let _ = w.write_all(line);
+                let _ = w.write_all(&b.bytes);
             }
-            Out::Syslog(s) => s.send(line),
-            Out::Journal(j) => j.send(line),
+            Out::Syslog(s) => b.lines().for_each(|l| s.send(l)),
+            Out::Journal(j) => b.lines().for_each(|l| j.send(l)),
         }
     }
 
@@ -1154,6 +1235,91 @@ mod tests {
         assert_eq!(j["bytes_sent"], 12);
     }
 
+    /// Lines from several workers reach the file, each whole, the first
+    /// of a quiet log without a later one to push it; what is pending
+    /// when the log is dropped is written before its writer ends.
+    #[test]
+    fn every_workers_lines_reach_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("access.log");
+        let cfg = AccessLogConfig {
+            sink: LogSink::File(path.clone()),
+            format: Arc::new(LogFormat::template("{uri} {status}", Escape::Default).unwrap()),
+            condition: None,
+            sample: 1.0,
+        };
+        let log = AccessLog::open(&cfg, 2).unwrap();
+        let resp = Response::new(Body::empty());
+        let write = |target: &str, worker: usize| {
+            let parts = entry_parts(target, None);
+            let conn = ConnInfo {
+                peer: "10.0.0.1:5555".parse().unwrap(),
+                local: "127.0.0.1:80".parse().unwrap(),
+                tls: false,
+                tls_info: None,
+                worker: weir_http::worker::Worker::new(worker),
+            };
+            log.log(&Entry {
+                conn: &conn,
+                client: "10.0.0.1".parse().unwrap(),
+                parts: &parts,
+                resp: &resp,
+                host: "x",
+                site: "x",
+                route: None,
+                took: Duration::ZERO,
+                bytes_in: None,
+                bytes_out: None,
+                request_id: None,
+                outcome: Outcome::default(),
+                limit_name: None,
+            });
+        };
+        let read = || std::fs::read_to_string(&path).unwrap_or_default();
+        let until = |want: &str| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while read() != want && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert_eq!(read(), want);
+        };
+        write("/first", 0);
+        until("/first 200\n");
+        write("/a", 1);
+        write("/b", 0);
+        write("/c", 1);
+        write("/d", 3);
+        let mut got: Vec<String> = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while got.len() < 5 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+            got = read().lines().map(String::from).collect();
+        }
+        // Each worker's lines in its order; a worker past the batches
+        // (3 of 2) shares one.
+        got.sort();
+        assert_eq!(got, ["/a 200", "/b 200", "/c 200", "/d 200", "/first 200"]);
+        write("/last", 0);
+        drop(log);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !read().ends_with("/last 200\n") && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(read().ends_with("/last 200\n"), "{}", read());
+    }
+
+    #[test]
+    fn a_batch_is_split_into_its_lines() {
+        let mut b = Batch::default();
+        assert_eq!(b.lines().count(), 0);
+        for l in [&b"one\n"[..], b"", b"three\n"] {
+            b.bytes.extend_from_slice(l);
+            b.ends.push(b.bytes.len());
+        }
+        let lines: Vec<&[u8]> = b.lines().collect();
+        assert_eq!(lines, [&b"one\n"[..], b"", b"three\n"]);
+    }
+
     /// A journal entry: the line as MESSAGE (binary-safe when it holds a
     /// newline), the fixed fields, weir's own fields, none for a value the
     /// request lacks.
@@ -1206,6 +1372,18 @@ mod tests {
             "{:?}",
             String::from_utf8_lossy(&out)
         );
+        // The JSON object is whole behind `MESSAGE=`.
+        let mut out = Vec::new();
+        journal_entry(&LogFormat::Json, &fixed, &e, &mut out);
+        let out = String::from_utf8(out).unwrap();
+        let message = out
+            .lines()
+            .next()
+            .unwrap()
+            .strip_prefix("MESSAGE=")
+            .unwrap();
+        let j: serde_json::Value = serde_json::from_str(message).unwrap();
+        assert_eq!(j["uri"], "/a", "{out}");
     }
 
     #[test]

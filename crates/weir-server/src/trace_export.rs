@@ -1,14 +1,16 @@
 //! The trace exporter (`[traces]`): one thread of its own takes the spans
-//! requests queued (`weir_http::trace::emit`), batches them, encodes each
-//! batch as an OTLP `ExportTraceServiceRequest` and sends it to the
-//! collector: POSTed through the proxy's HTTP/1.1 client (OTLP/HTTP), or as
-//! a gRPC `TraceService/Export` call over HTTP/2 (OTLP/gRPC, [`grpc`]).
+//! requests ended (`weir_http::trace::take`, every thread's buffer of
+//! them), wraps them in an OTLP `ExportTraceServiceRequest` per batch and
+//! sends it to the collector: POSTed through the proxy's HTTP/1.1 client
+//! (OTLP/HTTP), or as a gRPC `TraceService/Export` call over HTTP/2
+//! (OTLP/gRPC, [`grpc`]).
 //!
-//! It never runs on a worker and a request never waits for it: while an
-//! export is slow or the collector is down, the bounded queue fills and
-//! new spans are dropped and counted; a failed export drops its batch.
-//! One queue and one exporter per process; a reload changes the endpoint,
-//! the batching and the timeout (the queue's size stays the first one).
+//! It never runs on a worker and a request never waits for it: it wakes
+//! when a thread has a batch waiting, else every `interval`. While an export is slow or the collector is down, the
+//! threads' buffers fill to their limit (`queue` spans each) and new spans
+//! are dropped and counted; a failed export drops its batch. One exporter
+//! per process; a reload changes the endpoint, the batching and the
+//! timeout (the limit stays the first one).
 //!
 //! The OTLP protobuf is written by hand ([`otlp`]): the OpenTelemetry SDK
 //! allocates and locks per span on the request path, and the generated
@@ -25,7 +27,7 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderValue};
 
 use weir_config::traces::{Protocol, TracesConfig};
-use weir_http::trace::{DROPPED, EXPORTED, Record};
+use weir_http::trace::{DROPPED, EXPORTED, Ended};
 use weir_proxy::h1_client::one_shot;
 
 mod grpc;
@@ -33,99 +35,90 @@ mod otlp;
 
 static SETTINGS: OnceLock<ArcSwap<TracesConfig>> = OnceLock::new();
 
-/// The pause between two receives while a batch fills: short enough that
-/// the queue (4,096 spans by default) holds what a many-core server ends in
-/// it, long enough that its workers rarely have a sleeping exporter to wake.
-const GATHER: Duration = Duration::from_millis(2);
-
 /// Starts the exporter the first time a config has `[traces]`; later,
 /// hands it the new settings. A config without `[traces]` leaves it be:
 /// its sites sample nothing, so it idles.
 pub(crate) fn configure(cfg: Option<&TracesConfig>) {
     let Some(cfg) = cfg else { return };
-    if let Some(s) = SETTINGS.get() {
-        s.store(Arc::new(cfg.clone()));
+    if !weir_http::trace::install(cfg.queue, cfg.batch) {
+        if let Some(s) = SETTINGS.get() {
+            s.store(Arc::new(cfg.clone()));
+        }
         return;
     }
-    let Some(rx) = weir_http::trace::install(cfg.queue) else {
-        return;
-    };
     if SETTINGS.set(ArcSwap::from_pointee(cfg.clone())).is_err() {
         return;
     }
-    if let Err(e) =
-        weir_http::background::spawn("weir-traces".into(), "trace exporter", move || export(rx))
-    {
+    if let Err(e) = weir_http::background::spawn("weir-traces".into(), "trace exporter", export) {
         tracing::error!("traces: cannot start the exporter thread: {e}");
     }
 }
 
-async fn export(mut rx: tokio::sync::mpsc::Receiver<Record>) {
-    let mut batch: Vec<Record> = Vec::new();
+async fn export() {
+    let mut ended = Ended::default();
     // The last failure logged: one line a minute while the collector fails.
     let mut warned: Option<Instant> = None;
     loop {
         let Some(cfg) = SETTINGS.get().map(|s| s.load_full()) else {
             return;
         };
-        let deadline = tokio::time::Instant::now() + cfg.interval;
-        while batch.len() < cfg.batch {
-            let room = cfg.batch - batch.len();
-            match tokio::time::timeout_at(deadline, rx.recv_many(&mut batch, room)).await {
-                Ok(0) => return,
-                Ok(_) => {}
-                Err(_) => break,
-            }
-            // A worker's send wakes this thread only while it waits on the
-            // queue: gathering for a moment between receives makes that a
-            // wake-up per burst, not one per span on a busy server.
-            if batch.len() < cfg.batch {
-                let gathered = tokio::time::Instant::now() + GATHER;
-                tokio::time::sleep_until(gathered.min(deadline)).await;
-            }
-        }
-        if batch.is_empty() {
-            continue;
-        }
-        let n = batch.len() as u64;
-        let body = Bytes::from(otlp::encode(
-            &cfg.service_name,
-            env!("CARGO_PKG_VERSION"),
-            &batch,
-        ));
-        batch.clear();
-        let send = async {
-            match cfg.protocol {
-                Protocol::HttpProtobuf => match post(&cfg.endpoint, &body).await? {
-                    s if (200..300).contains(&s) => Ok(()),
-                    s => Err(format!("it answered {s}")),
-                },
-                Protocol::Grpc => grpc::export(&cfg.endpoint, body).await,
-            }
-        };
-        let failure = match tokio::time::timeout(cfg.timeout, send).await {
-            Ok(Ok(())) => {
-                EXPORTED.fetch_add(n, Relaxed);
-                if warned.take().is_some() {
-                    tracing::info!("traces: {} accepts spans again", cfg.endpoint);
-                }
+        // A thread with a batch waiting wakes this; else what came within
+        // `interval` goes as it is.
+        let _ = tokio::time::timeout(cfg.interval, weir_http::trace::full()).await;
+        weir_http::trace::take(&mut ended);
+        let mut failed = false;
+        for (spans, n) in otlp::batches(&ended.bytes, cfg.batch) {
+            if failed {
+                // The collector just failed: the rest is not sent to wait
+                // out another timeout each.
+                DROPPED.fetch_add(n as u64, Relaxed);
                 continue;
             }
-            Ok(Err(e)) => e,
-            Err(_) => format!("no answer within {:?}", cfg.timeout),
-        };
-        DROPPED.fetch_add(n, Relaxed);
-        if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-            warned = Some(Instant::now());
-            tracing::warn!(
-                "traces: cannot export to {}: {failure}; spans are dropped until it answers",
-                cfg.endpoint
-            );
+            let body = Bytes::from(otlp::encode(
+                &cfg.service_name,
+                env!("CARGO_PKG_VERSION"),
+                spans,
+            ));
+            failed = !send(&cfg, body, n as u64, &mut warned).await;
         }
+        ended.clear();
     }
 }
 
-/// POSTs one encoded batch on a connection of its own; the status.
+/// Sends one batch of `n` spans and counts them exported or dropped;
+/// whether the collector took them.
+async fn send(cfg: &TracesConfig, body: Bytes, n: u64, warned: &mut Option<Instant>) -> bool {
+    let send = async {
+        match cfg.protocol {
+            Protocol::HttpProtobuf => match post(&cfg.endpoint, &body).await? {
+                s if (200..300).contains(&s) => Ok(()),
+                s => Err(format!("it answered {s}")),
+            },
+            Protocol::Grpc => grpc::export(&cfg.endpoint, body).await,
+        }
+    };
+    let failure = match tokio::time::timeout(cfg.timeout, send).await {
+        Ok(Ok(())) => {
+            EXPORTED.fetch_add(n, Relaxed);
+            if warned.take().is_some() {
+                tracing::info!("traces: {} accepts spans again", cfg.endpoint);
+            }
+            return true;
+        }
+        Ok(Err(e)) => e,
+        Err(_) => format!("no answer within {:?}", cfg.timeout),
+    };
+    DROPPED.fetch_add(n, Relaxed);
+    if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+        *warned = Some(Instant::now());
+        tracing::warn!(
+            "traces: cannot export to {}: {failure}; spans are dropped until it answers",
+            cfg.endpoint
+        );
+    }
+    false
+}
+
 /// A connection to the collector at `uri`'s host and port
 /// (`default_port` when it names none), with Nagle off.
 async fn connect(uri: &http::Uri, default_port: u16) -> Result<tokio::net::TcpStream, String> {

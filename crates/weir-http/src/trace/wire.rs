@@ -1,8 +1,12 @@
 //! The protobuf wire format OTLP spans are written in: varints, tags,
-//! length-delimited fields and the `KeyValue` attributes a span's record
-//! holds. Writing only: nothing here allocates beyond the buffer it grows.
+//! length-delimited fields, the `KeyValue` attributes a span's record
+//! holds, and the `Span` message itself. Writing only: nothing here
+//! allocates beyond the buffer it grows.
 
-use super::Value;
+use super::{Record, Value};
+
+/// `ScopeSpans.spans`' field number.
+pub const SCOPE_SPANS: u32 = 2;
 
 /// `Span.attributes`' field number.
 pub const SPAN_ATTRIBUTES: u32 = 9;
@@ -71,6 +75,53 @@ pub fn string(out: &mut Vec<u8>, field: u32, s: &str) {
     bytes(out, field, s.as_bytes());
 }
 
+/// `s` as a `ScopeSpans.spans` field: its length first, so the span is
+/// written in place.
+pub fn span_field(out: &mut Vec<u8>, s: &Record) {
+    let len = span_len(s);
+    tag(out, SCOPE_SPANS, 2);
+    varint(out, len as u64);
+    let start = out.len();
+    span(out, s);
+    debug_assert_eq!(out.len() - start, len);
+}
+
+/// `Span`: IDs, name, kind, times, the attributes as written, and status
+/// ERROR when it failed.
+fn span(out: &mut Vec<u8>, s: &Record) {
+    bytes(out, 1, &s.trace_id.to_be_bytes());
+    bytes(out, 2, &s.span_id.to_be_bytes());
+    if s.parent_id != 0 {
+        bytes(out, 4, &s.parent_id.to_be_bytes());
+    }
+    string(out, 5, &s.name);
+    varint_field(out, 6, s.kind as u64);
+    fixed64(out, 7, s.start);
+    fixed64(out, 8, s.end.max(s.start));
+    out.extend_from_slice(&s.attrs);
+    if s.error {
+        // Status { code = STATUS_CODE_ERROR }.
+        tag(out, 15, 2);
+        varint(out, 2);
+        varint_field(out, 3, 2);
+    }
+}
+
+/// How many bytes [`span`] writes for `s`.
+fn span_len(s: &Record) -> usize {
+    let parent = if s.parent_id != 0 { field_len(4, 8) } else { 0 };
+    let status = if s.error { 4 } else { 0 };
+    field_len(1, 16)
+        + field_len(2, 8)
+        + parent
+        + field_len(5, s.name.len())
+        + 1
+        + varint_len(s.kind as u64)
+        + 2 * 9
+        + s.attrs.len()
+        + status
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +163,57 @@ mod tests {
         ];
         want.extend_from_slice(long.as_bytes());
         assert_eq!(out, want);
+    }
+
+    /// The bytes of a span, field by field; its length computed first.
+    #[test]
+    fn a_span_is_written_with_the_protocols_field_numbers() {
+        let r = Record {
+            trace_id: 1,
+            span_id: 2,
+            parent_id: 3,
+            name: "GET".into(),
+            kind: super::super::Kind::Client,
+            start: 10,
+            end: 20,
+            error: true,
+            attrs: {
+                let mut a = Vec::new();
+                key_value(&mut a, 9, "n", Value::Int(7));
+                a
+            },
+        };
+        let mut s = Vec::new();
+        span(&mut s, &r);
+        let mut want = vec![0x0a, 16];
+        want.extend_from_slice(&1u128.to_be_bytes());
+        want.extend_from_slice(&[0x12, 8]);
+        want.extend_from_slice(&2u64.to_be_bytes());
+        want.extend_from_slice(&[0x22, 8]);
+        want.extend_from_slice(&3u64.to_be_bytes());
+        want.extend_from_slice(&[0x2a, 3, b'G', b'E', b'T', 0x30, 3, 0x39]);
+        want.extend_from_slice(&10u64.to_le_bytes());
+        want.push(0x41);
+        want.extend_from_slice(&20u64.to_le_bytes());
+        // attributes: KeyValue { key "n", value AnyValue { int_value 7 } }
+        want.extend_from_slice(&[0x4a, 7, 0x0a, 1, b'n', 0x12, 2, 0x18, 7]);
+        // status: { code 2 }
+        want.extend_from_slice(&[0x7a, 2, 0x18, 2]);
+        assert_eq!(s, want);
+        assert_eq!(span_len(&r), s.len());
+        let mut field = Vec::new();
+        span_field(&mut field, &r);
+        assert_eq!(field[..2], [0x12, s.len() as u8]);
+        assert_eq!(field[2..], s[..]);
+        // A root span, no status, a name past a one-byte length.
+        let root = Record {
+            parent_id: 0,
+            error: false,
+            name: "n".repeat(200).into(),
+            ..r.clone()
+        };
+        let mut one = Vec::new();
+        span(&mut one, &root);
+        assert_eq!(span_len(&root), one.len());
     }
 }

@@ -331,13 +331,16 @@ pub fn build_sites(
                 }
             }
             let counts = registry.counts(&s.name, "*");
-            let access_log = match &s.access_log {
-                Some(a) => Some(AccessLog::open(a).map_err(|source| SiteError::AccessLog {
-                    site: s.name.clone(),
-                    source,
-                })?),
-                None => None,
-            };
+            let access_log =
+                match &s.access_log {
+                    Some(a) => Some(AccessLog::open(a, b.workers).map_err(|source| {
+                        SiteError::AccessLog {
+                            site: s.name.clone(),
+                            source,
+                        }
+                    })?),
+                    None => None,
+                };
             Ok(Arc::new(Site {
                 cfg: s.clone(),
                 handler,

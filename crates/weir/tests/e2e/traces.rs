@@ -507,13 +507,14 @@ proxy = {{ to = ["127.0.0.1:{port}"] }}
     assert_eq!(rep.status.keys().copied().collect::<Vec<_>>(), [200]);
     assert!(rep.status[&200] > 1000, "{:?}", rep.status);
     // Two spans a request (the request's, the attempt's): all but those
-    // the queue and the batch in export held are dropped.
+    // a thread's buffer and the batch in export hold are dropped (a failed
+    // export drops the rest of what it took).
     assert!(poll_until(PATIENCE, || metric(
         "weir_trace_spans_dropped_total"
     ) + 1024
         + 64
         >= 2 * rep.status[&200]));
-    // The queue bounds what waits: memory stays where it was.
+    // The buffers' limit bounds what waits: memory stays where it was.
     let grown = w.rss_kib().saturating_sub(rss);
     assert!(grown < 20 * 1024, "RSS grew by {grown} KiB");
     drop(rt);
