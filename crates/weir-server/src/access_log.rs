@@ -1050,28 +1050,47 @@ mod tests {
         b.body(()).unwrap().into_parts().0
     }
 
-    fn line(format: &LogFormat, parts: &http::request::Parts, resp: &Response<Body>) -> String {
-        let conn = ConnInfo {
+    /// A plain HTTP connection from 10.0.0.1 on `worker`.
+    fn plain(worker: usize) -> ConnInfo {
+        ConnInfo {
             peer: "10.0.0.1:5555".parse().unwrap(),
             local: "127.0.0.1:80".parse().unwrap(),
             tls: false,
             tls_info: None,
-            worker: Default::default(),
-        };
-        let e = Entry {
-            conn: &conn,
+            worker: weir_http::worker::Worker::new(worker),
+        }
+    }
+
+    /// An entry of site `x` with nothing but the request and answer.
+    fn entry<'a>(
+        conn: &'a ConnInfo,
+        parts: &'a http::request::Parts,
+        resp: &'a Response<Body>,
+    ) -> Entry<'a> {
+        Entry {
+            conn,
             client: "10.0.0.1".parse().unwrap(),
             parts,
             resp,
             host: "x",
             site: "x",
             route: None,
-            took: Duration::from_micros(3042),
+            took: Duration::ZERO,
             bytes_in: None,
-            bytes_out: Some(12),
-            request_id: Some(b"abc"),
+            bytes_out: None,
+            request_id: None,
             outcome: Outcome::default(),
             limit_name: None,
+        }
+    }
+
+    fn line(format: &LogFormat, parts: &http::request::Parts, resp: &Response<Body>) -> String {
+        let conn = plain(0);
+        let e = Entry {
+            took: Duration::from_micros(3042),
+            bytes_out: Some(12),
+            request_id: Some(b"abc"),
+            ..entry(&conn, parts, resp)
         };
         let mut out = Vec::new();
         render(format, &e, &mut out);
@@ -1177,19 +1196,9 @@ mod tests {
         assert_eq!(outcome.limit_at, Some((1, 2)));
         outcome.auth = AuthStatus::Passed;
         let e = Entry {
-            conn: &conn,
-            client: "10.0.0.1".parse().unwrap(),
-            parts: &parts,
-            resp: &resp,
-            host: "x",
-            site: "x",
-            route: None,
-            took: Duration::ZERO,
-            bytes_in: None,
-            bytes_out: None,
-            request_id: None,
             outcome,
             limit_name: Some("per-ip"),
+            ..entry(&conn, &parts, &resp)
         };
         let t = LogFormat::template(
             "{tls_protocol} {tls_cipher} {tls_server_name} {tls_alpn} {remote_user} {limit_status} {limit_name} {auth_status}",
@@ -1252,28 +1261,8 @@ mod tests {
         let resp = Response::new(Body::empty());
         let write = |target: &str, worker: usize| {
             let parts = entry_parts(target, None);
-            let conn = ConnInfo {
-                peer: "10.0.0.1:5555".parse().unwrap(),
-                local: "127.0.0.1:80".parse().unwrap(),
-                tls: false,
-                tls_info: None,
-                worker: weir_http::worker::Worker::new(worker),
-            };
-            log.log(&Entry {
-                conn: &conn,
-                client: "10.0.0.1".parse().unwrap(),
-                parts: &parts,
-                resp: &resp,
-                host: "x",
-                site: "x",
-                route: None,
-                took: Duration::ZERO,
-                bytes_in: None,
-                bytes_out: None,
-                request_id: None,
-                outcome: Outcome::default(),
-                limit_name: None,
-            });
+            let conn = plain(worker);
+            log.log(&entry(&conn, &parts, &resp));
         };
         let read = || std::fs::read_to_string(&path).unwrap_or_default();
         let until = |want: &str| {
@@ -1331,27 +1320,11 @@ mod tests {
         assert_eq!(fixed, b"PRIORITY=6\nSYSLOG_IDENTIFIER=weir\n");
         let parts = entry_parts("/a", None);
         let resp = Response::new(Body::empty());
-        let conn = ConnInfo {
-            peer: "10.0.0.1:5555".parse().unwrap(),
-            local: "127.0.0.1:80".parse().unwrap(),
-            tls: false,
-            tls_info: None,
-            worker: Default::default(),
-        };
+        let conn = plain(0);
         let e = Entry {
-            conn: &conn,
-            client: "10.0.0.1".parse().unwrap(),
-            parts: &parts,
-            resp: &resp,
-            host: "x",
             site: "s",
-            route: None,
             took: Duration::from_micros(1500),
-            bytes_in: None,
-            bytes_out: None,
-            request_id: None,
-            outcome: Outcome::default(),
-            limit_name: None,
+            ..entry(&conn, &parts, &resp)
         };
         let one = LogFormat::template("{status} {uri}", Escape::Default).unwrap();
         let mut out = Vec::new();
