@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # What OpenTelemetry tracing costs a proxy (BENCHMARKS.md, "The cost of
-# tracing"), against a stand-in collector (scripts/otlp-sink.py on port 4318).
+# tracing"), against a stand-in collector on port 4318: `weir-bench
+# backend`, which reads each POST whole and answers 200 without decoding a
+# span, so the collector's own work costs the generator's CPU little.
 #
 #   scripts/bench-traces.sh ab OUT [MODES] [ROUNDS]
 #                                        # weir with [traces] ÷ the same build
@@ -18,7 +20,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 WEIR=$(realpath "${WEIR:-target/release/weir}")
 BENCH=$(realpath "${BENCH:-target/release/weir-bench}")
-SINK=$(realpath scripts/otlp-sink.py)
 what=${1:?ab or outage}
 out=$(realpath -m "${2:?output folder}")
 mkdir -p "$out"
@@ -29,7 +30,7 @@ trap 'kill -CONT "${pids[@]}" 2>/dev/null; kill "${pids[@]}" 2>/dev/null || true
 if [ "$what" = ab ]; then
     # The sink on the generator's CPU in pinned mode (weir-bench puts the
     # generator on CPU 0, the server on the rest): its work is not weir's.
-    taskset -c 0 python3 "$SINK" "$out/sink.count" & pids+=($!)
+    taskset -c 0 "$BENCH" backend --listen 127.0.0.1:4318 --size 2 > "$out/sink.log" 2>&1 & pids+=($!)
     for mode in ${3:-pinned shared}; do
         pin=(); [ "$mode" = pinned ] && pin=(--pin)
         for s in 1.0 0.01; do
@@ -45,7 +46,7 @@ fi
 
 cd "$out"
 "$BENCH" backend --listen 127.0.0.1:19000 > backend.log 2>&1 & pids+=($!)
-python3 "$SINK" "$out/sink.count" & sink=$!; pids+=($sink)
+"$BENCH" backend --listen 127.0.0.1:4318 --size 2 > sink.log 2>&1 & sink=$!; pids+=($sink)
 cat > weir.toml <<CFG
 [server]
 workers = 1

@@ -572,7 +572,7 @@ impl Collector for Weir {
         family(
             &mut enc,
             "weir_access_log_dropped",
-            "Access log lines a journal or syslog socket did not take (full, missing or refusing).",
+            "Access log lines dropped: a journal or syslog socket did not take them (full, missing or refusing), or a stuck writer already had 8 MiB waiting from their worker.",
             MetricType::Counter,
             |m| counter(m, &vec![], weir_server::access_log::dropped()),
         )?;

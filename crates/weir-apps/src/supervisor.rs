@@ -178,6 +178,7 @@ impl App {
         // answering leaves the rotation, and is restarted.
         pc.health = Some(HealthConfig {
             path: Some(cfg.ready.clone()),
+            method: http::Method::GET,
             status: None,
             body: None,
             interval: Duration::from_secs(5),

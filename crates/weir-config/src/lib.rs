@@ -1731,6 +1731,42 @@ mod tests {
     }
 
     #[test]
+    fn a_health_check_may_name_its_method() {
+        let health = |h: &str| {
+            let c = load(&format!(
+                "[site.\"a\"]\nproxy = {{ to = \"127.0.0.1:9\", health = {h} }}\n"
+            ))?;
+            let HandlerConfig::Proxy(p) = &c.sites[0].handler else {
+                panic!("proxy handler");
+            };
+            Ok::<_, ConfigErrors>(p.health.clone().unwrap())
+        };
+        assert_eq!(
+            health("{ path = \"/up\" }").unwrap().method,
+            http::Method::GET
+        );
+        assert_eq!(
+            health("{ method = \"head\" }").unwrap().method,
+            http::Method::HEAD
+        );
+        assert_eq!(
+            health("{ method = \"OPTIONS\" }").unwrap().method,
+            http::Method::OPTIONS
+        );
+        for (bad, says) in [
+            ("{ method = \"GE T\" }", "is not an HTTP method"),
+            ("{ method = \"CONNECT\" }", "cannot check"),
+            ("{ method = \"HEAD\", body = \"ok\" }", "no body"),
+        ] {
+            let text = health(bad).unwrap_err().to_string();
+            assert!(
+                text.contains("health.method") && text.contains(says),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn a_missing_fastcgi_socket_is_a_warning_not_an_error() {
         let dir = std::env::temp_dir().join(format!("weir-warn-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -195,6 +195,8 @@ impl UpstreamConfig {
 pub struct HealthConfig {
     /// `None`: TCP connect only.
     pub path: Option<String>,
+    /// GET unless set.
+    pub method: http::Method,
     pub status: Option<u16>,
     pub body: Option<String>,
     pub interval: Duration,
@@ -543,6 +545,7 @@ pub(crate) fn proxy_config(c: &mut Collector<'_>, key: &str, p: &Spanned<RawProx
             } else {
                 Some(h.path.clone().unwrap_or_else(|| "/".into()))
             },
+            method: http::Method::GET,
             status: None,
             body: h.body.clone(),
             interval: Duration::from_secs(2),
@@ -557,6 +560,28 @@ pub(crate) fn proxy_config(c: &mut Collector<'_>, key: &str, p: &Spanned<RawProx
                 p_span(p, &raw.to),
                 format!("{key}.health.path: `{p}` must start with `/`"),
             );
+        }
+        if let Some(m) = &h.method {
+            match http::Method::from_bytes(m.get_ref().to_ascii_uppercase().as_bytes()) {
+                Ok(method) if method == http::Method::CONNECT => c.at(
+                    m.span(),
+                    format!("{key}.health.method: CONNECT cannot check an upstream"),
+                ),
+                Ok(method) if method == http::Method::HEAD && hc.body.is_some() => c.at(
+                    m.span(),
+                    format!(
+                        "{key}.health.method: an answer to HEAD has no body for `health.body` to find"
+                    ),
+                ),
+                Ok(method) => hc.method = method,
+                Err(_) => c.at(
+                    m.span(),
+                    format!(
+                        "{key}.health.method: `{}` is not an HTTP method",
+                        m.get_ref()
+                    ),
+                ),
+            }
         }
         if let Some(s) = &h.status {
             match *s.get_ref() {

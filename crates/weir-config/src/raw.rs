@@ -862,8 +862,10 @@ impl RawProxy {
 /// `health = { ... }` in a proxy: active checks, run by one background task.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct RawHealth {
-    /// HTTP path to GET; default `"/"`. Ignored with `tcp = true`.
+    /// HTTP path to ask for; default `"/"`. Ignored with `tcp = true`.
     pub path: Option<String>,
+    /// The check's method; default GET (HAProxy's `option httpchk HEAD`).
+    pub method: Option<Spanned<String>>,
     /// Only check that a TCP connection opens; default false.
     pub tcp: Option<bool>,
     /// Expected status; default: any 2xx or 3xx.

@@ -33,6 +33,7 @@ pub mod header_maps;
 pub mod metrics;
 pub mod range;
 pub mod response;
+pub mod sync;
 pub mod trace;
 pub mod upgrade;
 pub mod worker;

@@ -18,11 +18,13 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fmt::Display;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use http::HeaderMap;
 use http::header::HeaderName;
+
+use crate::sync::lock;
 
 /// Spans dropped: a thread had its limit waiting, or their export failed.
 pub static DROPPED: AtomicU64 = AtomicU64::new(0);
@@ -53,12 +55,10 @@ thread_local! {
     static SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Spare attribute buffers a thread keeps: more than a request's spans.
-const SPARE_KEPT: usize = 8;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+/// Spare attribute buffers a thread keeps: as many as a busy thread has
+/// spans open at once (each request in flight holds its own and its
+/// attempt's), so a warm thread allocates none; at most 512 KiB.
+const SPARE_KEPT: usize = 256;
 
 /// Ended spans: each an OTLP `ScopeSpans.spans` field (tag, length,
 /// `Span`), ready to be sent as they are.
@@ -97,7 +97,12 @@ pub fn take(into: &mut Ended) {
     let mut threads = lock(&THREADS);
     for t in threads.iter() {
         let mut e = lock(t);
-        into.bytes.extend_from_slice(&e.bytes);
+        if into.bytes.is_empty() {
+            // The thread takes `into`'s empty buffer: no copy.
+            std::mem::swap(&mut into.bytes, &mut e.bytes);
+        } else {
+            into.bytes.extend_from_slice(&e.bytes);
+        }
         into.spans += e.spans;
         e.clear();
     }
@@ -132,7 +137,7 @@ pub fn emit(mut r: Record) {
     attrs.clear();
     let _ = SPARE.try_with(|s| {
         let mut s = s.borrow_mut();
-        if s.len() < SPARE_KEPT && attrs.capacity() > 0 {
+        if s.len() < SPARE_KEPT && (1..=4 * ATTRS_CAPACITY).contains(&attrs.capacity()) {
             s.push(attrs);
         }
     });
@@ -301,6 +306,9 @@ pub struct Record {
     /// 0: a root span.
     pub parent_id: u64,
     pub name: Cow<'static, str>,
+    /// Written after the name and a space (`GET /api/*`): a route's label
+    /// is shared, so naming a request's span allocates nothing.
+    pub route: Option<Arc<str>>,
     pub kind: Kind,
     /// Unix time in nanoseconds.
     pub start: u64,
@@ -327,6 +335,7 @@ impl Record {
             span_id: fastrand::u64(1..),
             parent_id,
             name: name.into(),
+            route: None,
             kind,
             start: now(),
             end: 0,

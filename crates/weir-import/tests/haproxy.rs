@@ -163,7 +163,12 @@ fn haproxy_examples() {
     let t = &out.toml;
     assert!(t.contains("path_regex = \"^(?:/img|/css)\""), "{t}");
     no_equivalent(&out, "use_backend static if { hdr_beg(host) -i img }");
-    approximated(&out, "option httpchk");
+    // `option httpchk HEAD /login.php`: the check keeps its method.
+    assert!(
+        t.contains("health = { path = \"/login.php\", method = \"HEAD\""),
+        "{t}"
+    );
+    mapped(&out, "option httpchk");
     approximated(&out, "monitor-uri");
 
     let out = import("examples/quick-test.cfg");

@@ -1483,6 +1483,7 @@ async fn check_once(
         Sender::H2(tx) => tx,
     };
     let mut req = Request::new(Body::empty());
+    *req.method_mut() = hc.method.clone();
     *req.uri_mut() = format!(
         "{}://{}{path}",
         if up.cfg.scheme.is_tls() {
@@ -1523,7 +1524,7 @@ async fn check_own(
 ) -> Result<bool, ProxyError> {
     let req = h1_client::Encoded::new(
         h1_client::RequestHead {
-            method: &Method::GET,
+            method: &hc.method,
             target: path,
             host,
             fields: std::iter::empty(),
@@ -1531,7 +1532,7 @@ async fn check_own(
         None,
     );
     c.send(req).await.map_err(|(e, _)| ProxyError::Client(e))?;
-    let head = c.read_head(false).await?;
+    let head = c.read_head(hc.method == Method::HEAD).await?;
     let status = head.parts.status.as_u16();
     let body = match (&hc.body, c.take_buffered(head.framing)) {
         (None, _) => Bytes::new(),

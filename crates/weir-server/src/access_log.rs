@@ -33,6 +33,7 @@ use weir_config::routes::PathPattern;
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 use weir_http::date;
+use weir_http::sync::lock;
 use weir_http::worker::PerWorker;
 
 /// How long the writer gathers lines after the first one of a batch: at
@@ -159,8 +160,9 @@ pub fn dropped() -> u64 {
     DROPPED.load(Ordering::Relaxed)
 }
 
-/// The lines a worker wrote that the writer has not taken yet, and where
-/// each ends (syslog and the journal send a datagram per line).
+/// The lines a worker wrote that the writer has not taken yet, and, for
+/// sinks that send a datagram per line (syslog, the journal), where each
+/// ends.
 #[derive(Default)]
 struct Batch {
     bytes: Vec<u8>,
@@ -186,15 +188,8 @@ struct Pending {
 }
 
 impl Pending {
-    fn lock(slot: &Mutex<Batch>) -> std::sync::MutexGuard<'_, Batch> {
-        slot.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     fn is_empty(&self) -> bool {
-        self.batches
-            .iter()
-            .all(|b| Pending::lock(b).ends.is_empty())
+        self.batches.iter().all(|b| lock(b).bytes.is_empty())
     }
 }
 
@@ -205,6 +200,8 @@ pub struct AccessLog {
     journal: Option<Box<[u8]>>,
     condition: Option<StatusCond>,
     sample: f64,
+    /// The sink sends each line on its own ([`Batch::ends`] kept).
+    per_line: bool,
     pending: Arc<Pending>,
     writer: std::thread::Thread,
 }
@@ -240,6 +237,7 @@ impl AccessLog {
             journal,
             condition: cfg.condition,
             sample: cfg.sample,
+            per_line: matches!(cfg.sink, LogSink::Syslog(_) | LogSink::Journal(_)),
             pending,
             writer,
         })
@@ -255,19 +253,21 @@ impl AccessLog {
         if self.sample < 1.0 && fastrand::f64() >= self.sample {
             return;
         }
-        let mut b = Pending::lock(self.pending.batches.get(e.conn.worker));
+        let mut b = lock(self.pending.batches.get(e.conn.worker));
         if b.bytes.len() >= MAX_PENDING {
             drop(b);
             DROPPED.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let first = b.ends.is_empty();
+        let first = b.bytes.is_empty();
         match &self.journal {
             None => render(&self.format, e, &mut b.bytes),
             Some(fixed) => journal_entry(&self.format, fixed, e, &mut b.bytes),
         }
-        let end = b.bytes.len();
-        b.ends.push(end);
+        if self.per_line {
+            let end = b.bytes.len();
+            b.ends.push(end);
+        }
         drop(b);
         if first && self.pending.idle.swap(false, Ordering::SeqCst) {
             self.writer.unpark();
@@ -303,7 +303,7 @@ fn write_batches(pending: &Pending, out: &mut Out) {
         }
         out.reopen_if_asked();
         for slot in pending.batches.iter() {
-            std::mem::swap(&mut *Pending::lock(slot), &mut spare);
+            std::mem::swap(&mut *lock(slot), &mut spare);
             out.write_batch(&spare);
             spare.bytes.clear();
             spare.ends.clear();

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
@@ -28,6 +28,7 @@ use crate::upgrade::{Handover, Inherited, UpgradeError};
 use crate::{ServerError, io, listen};
 use weir_config::{AcceptSteering, Config, ConfigErrors, ListenerConfig, RuntimeMode};
 use weir_http::metrics::ConnCounts;
+use weir_http::sync::lock;
 use weir_http::worker::Worker;
 use weir_tls::CertManager;
 
@@ -192,10 +193,6 @@ struct Built {
     listener: Listener,
     acceptor: Option<weir_tls::Acceptor>,
     quic: Option<quinn::ServerConfig>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Whether the certificate manager of `old` serves `new` as it is: the

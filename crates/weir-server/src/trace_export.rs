@@ -6,7 +6,9 @@
 //! (OTLP/gRPC, [`grpc`]).
 //!
 //! It never runs on a worker and a request never waits for it: it wakes
-//! when a thread has a batch waiting, else every `interval`. While an export is slow or the collector is down, the
+//! when a thread has a batch waiting, else every `interval`. It keeps its
+//! connection to the collector for the next batch, as OpenTelemetry's own
+//! exporters do. While an export is slow or the collector is down, the
 //! threads' buffers fill to their limit (`queue` spans each) and new spans
 //! are dropped and counted; a failed export drops its batch. One exporter
 //! per process; a reload changes the endpoint, the batching and the
@@ -28,7 +30,7 @@ use http::header::{self, HeaderMap, HeaderValue};
 
 use weir_config::traces::{Protocol, TracesConfig};
 use weir_http::trace::{DROPPED, EXPORTED, Ended};
-use weir_proxy::h1_client::one_shot;
+use weir_proxy::h1_client::{Conn, one_shot};
 
 mod grpc;
 mod otlp;
@@ -58,6 +60,7 @@ async fn export() {
     let mut ended = Ended::default();
     // The last failure logged: one line a minute while the collector fails.
     let mut warned: Option<Instant> = None;
+    let mut collector = Collector::default();
     loop {
         let Some(cfg) = SETTINGS.get().map(|s| s.load_full()) else {
             return;
@@ -79,22 +82,53 @@ async fn export() {
                 env!("CARGO_PKG_VERSION"),
                 spans,
             ));
-            failed = !send(&cfg, body, n as u64, &mut warned).await;
+            failed = !send(&cfg, &mut collector, body, n as u64, &mut warned).await;
         }
         ended.clear();
     }
 }
 
+/// The connection kept to the collector between batches, with the
+/// endpoint it goes to (a reload may name another).
+#[derive(Default)]
+struct Collector {
+    endpoint: Option<http::Uri>,
+    http: Option<Conn>,
+    grpc: Option<grpc::Channel>,
+}
+
+impl Collector {
+    /// Forgets a connection to another endpoint than `uri`.
+    fn to(&mut self, uri: &http::Uri) -> &mut Collector {
+        if self.endpoint.as_ref() != Some(uri) {
+            *self = Collector {
+                endpoint: Some(uri.clone()),
+                ..Collector::default()
+            };
+        }
+        self
+    }
+}
+
 /// Sends one batch of `n` spans and counts them exported or dropped;
 /// whether the collector took them.
-async fn send(cfg: &TracesConfig, body: Bytes, n: u64, warned: &mut Option<Instant>) -> bool {
+async fn send(
+    cfg: &TracesConfig,
+    collector: &mut Collector,
+    body: Bytes,
+    n: u64,
+    warned: &mut Option<Instant>,
+) -> bool {
+    let collector = collector.to(&cfg.endpoint);
     let send = async {
         match cfg.protocol {
-            Protocol::HttpProtobuf => match post(&cfg.endpoint, &body).await? {
-                s if (200..300).contains(&s) => Ok(()),
-                s => Err(format!("it answered {s}")),
-            },
-            Protocol::Grpc => grpc::export(&cfg.endpoint, body).await,
+            Protocol::HttpProtobuf => {
+                match post(&cfg.endpoint, &mut collector.http, &body).await? {
+                    s if (200..300).contains(&s) => Ok(()),
+                    s => Err(format!("it answered {s}")),
+                }
+            }
+            Protocol::Grpc => grpc::export(&cfg.endpoint, &mut collector.grpc, body).await,
         }
     };
     let failure = match tokio::time::timeout(cfg.timeout, send).await {
@@ -106,7 +140,11 @@ async fn send(cfg: &TracesConfig, body: Bytes, n: u64, warned: &mut Option<Insta
             return true;
         }
         Ok(Err(e)) => e,
-        Err(_) => format!("no answer within {:?}", cfg.timeout),
+        Err(_) => {
+            // The connection is left in an unknown state.
+            *collector = Collector::default();
+            format!("no answer within {:?}", cfg.timeout)
+        }
     };
     DROPPED.fetch_add(n, Relaxed);
     if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
@@ -131,29 +169,46 @@ async fn connect(uri: &http::Uri, default_port: u16) -> Result<tokio::net::TcpSt
     Ok(stream)
 }
 
-async fn post(uri: &http::Uri, body: &Bytes) -> Result<u16, String> {
+/// POSTs `body` to `uri` on the kept connection (`kept`, if still open;
+/// else a new one) and keeps the connection when the answer allows;
+/// the answer's status. A kept connection the collector closed as the
+/// batch went out is replaced once, as OpenTelemetry's exporters retry.
+async fn post(uri: &http::Uri, kept: &mut Option<Conn>, body: &Bytes) -> Result<u16, String> {
     let authority = uri.authority().ok_or("no host")?.as_str();
     let host_field = HeaderValue::from_str(authority).map_err(|e| e.to_string())?;
-    let stream = connect(uri, 80).await?;
     let mut fields = HeaderMap::new();
     fields.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/x-protobuf"),
     );
     fields.insert(header::USER_AGENT, HeaderValue::from_static("weir"));
-    fields.insert(header::CONNECTION, HeaderValue::from_static("close"));
     let target = uri.path_and_query().map_or("/v1/traces", |p| p.as_str());
-    let (head, conn) = one_shot::send(
-        stream,
-        &http::Method::POST,
-        target,
-        &host_field,
-        &fields,
-        Some(body),
-    )
-    .await
+    let post = |c: Conn| {
+        one_shot::send_on(
+            c,
+            &http::Method::POST,
+            target,
+            &host_field,
+            &fields,
+            Some(body),
+        )
+    };
+    let reused = kept
+        .take()
+        .and_then(|mut c| c.is_idle_and_open().then_some(c));
+    let (head, conn) = match reused {
+        Some(c) => match post(c).await {
+            Err(e) if e.is_closed_before_response() => {
+                post(Conn::new(Box::new(connect(uri, 80).await?))).await
+            }
+            r => r,
+        },
+        None => post(Conn::new(Box::new(connect(uri, 80).await?))).await,
+    }
     .map_err(|e| e.to_string())?;
     // The answer (an ExportTraceServiceResponse) says nothing weir acts on.
-    let _ = one_shot::read_body(conn, head.framing, 64 * 1024).await;
+    if let Ok((_, c)) = one_shot::read_body_keep(conn, &head, 64 * 1024).await {
+        *kept = c;
+    }
     Ok(head.parts.status.as_u16())
 }

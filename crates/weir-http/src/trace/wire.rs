@@ -94,7 +94,13 @@ fn span(out: &mut Vec<u8>, s: &Record) {
     if s.parent_id != 0 {
         bytes(out, 4, &s.parent_id.to_be_bytes());
     }
-    string(out, 5, &s.name);
+    tag(out, 5, 2);
+    varint(out, name_len(s) as u64);
+    out.extend_from_slice(s.name.as_bytes());
+    if let Some(r) = &s.route {
+        out.push(b' ');
+        out.extend_from_slice(r.as_bytes());
+    }
     varint_field(out, 6, s.kind as u64);
     fixed64(out, 7, s.start);
     fixed64(out, 8, s.end.max(s.start));
@@ -107,6 +113,11 @@ fn span(out: &mut Vec<u8>, s: &Record) {
     }
 }
 
+/// The span's name: its own, then its route after a space.
+fn name_len(s: &Record) -> usize {
+    s.name.len() + s.route.as_ref().map_or(0, |r| 1 + r.len())
+}
+
 /// How many bytes [`span`] writes for `s`.
 fn span_len(s: &Record) -> usize {
     let parent = if s.parent_id != 0 { field_len(4, 8) } else { 0 };
@@ -114,7 +125,7 @@ fn span_len(s: &Record) -> usize {
     field_len(1, 16)
         + field_len(2, 8)
         + parent
-        + field_len(5, s.name.len())
+        + field_len(5, name_len(s))
         + 1
         + varint_len(s.kind as u64)
         + 2 * 9
@@ -173,6 +184,7 @@ mod tests {
             span_id: 2,
             parent_id: 3,
             name: "GET".into(),
+            route: None,
             kind: super::super::Kind::Client,
             start: 10,
             end: 20,
@@ -215,5 +227,15 @@ mod tests {
         let mut one = Vec::new();
         span(&mut one, &root);
         assert_eq!(span_len(&root), one.len());
+        // A route's label follows the name after a space.
+        let routed = Record {
+            route: Some("/api/*".into()),
+            ..r.clone()
+        };
+        let mut named = Vec::new();
+        span(&mut named, &routed);
+        assert_eq!(span_len(&routed), named.len());
+        let name = b"\x2a\x0aGET /api/*";
+        assert!(named.windows(name.len()).any(|w| w == name), "{named:?}");
     }
 }

@@ -911,6 +911,13 @@ impl Cx {
         }
         if checks {
             let mut h = Vec::new();
+            // weir's check has no body to search in an answer to HEAD, and
+            // never tunnels: those keep GET.
+            let expects_body = health.iter().any(|(k, _)| k == "body");
+            let method_kept = !b.tcp
+                && httpchk
+                && !hc_method.eq_ignore_ascii_case("CONNECT")
+                && !(hc_method.eq_ignore_ascii_case("HEAD") && expects_body);
             if b.tcp || !httpchk {
                 h.push(("tcp".to_string(), V::B(true)));
             } else {
@@ -918,6 +925,9 @@ impl Cx {
                     "path".to_string(),
                     V::s(hc_path.clone().unwrap_or_else(|| "/".into())),
                 ));
+                if method_kept && hc_method != "GET" {
+                    h.push(("method".to_string(), V::s(hc_method.clone())));
+                }
             }
             h.extend(
                 health
@@ -929,7 +939,7 @@ impl Cx {
             );
             set(&mut b, "health", V::T(h));
             if let Some(at) = &check_at {
-                if httpchk && hc_method != "GET" {
+                if httpchk && !method_kept {
                     self.report.approx(
                         at,
                         "option httpchk",

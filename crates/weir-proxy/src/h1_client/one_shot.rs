@@ -1,7 +1,8 @@
-//! One request on a connection of its own, through the proxy's HTTP/1.1
-//! client: weir's small clients (the admin CLI, the on-demand TLS `ask`
-//! check, the apps' readiness check) write and read HTTP/1 with the same
-//! codec as the proxy. Never pools: the connection ends with its answer.
+//! One request at a time, through the proxy's HTTP/1.1 client: weir's
+//! small clients (the admin CLI, the on-demand TLS `ask` check, the apps'
+//! readiness check, the trace exporter) write and read HTTP/1 with the
+//! same codec as the proxy. Never pools: a caller that keeps a connection
+//! for its next request ([`send_on`], [`read_body_keep`]) holds it itself.
 
 use bytes::{Bytes, BytesMut};
 use http::Method;
@@ -30,7 +31,19 @@ pub async fn send(
     fields: &HeaderMap,
     body: Option<&Bytes>,
 ) -> Result<(Head, Conn), ClientError> {
-    let mut c = Conn::new(Box::new(io));
+    send_on(Conn::new(Box::new(io)), method, target, host, fields, body).await
+}
+
+/// [`send`] on a connection already open, such as one
+/// [`read_body_keep`] gave back.
+pub async fn send_on(
+    mut c: Conn,
+    method: &Method,
+    target: &str,
+    host: &HeaderValue,
+    fields: &HeaderMap,
+    body: Option<&Bytes>,
+) -> Result<(Head, Conn), ClientError> {
     let req = Encoded::new(
         RequestHead {
             method,
@@ -45,16 +58,42 @@ pub async fn send(
     Ok((head, c))
 }
 
-/// Reads the body of the answer [`send`] got, up to `max` bytes.
-pub async fn read_body(mut c: Conn, framing: Framing, max: usize) -> Result<Bytes, BodyReadError> {
+/// Reads the body of the answer [`send`] got, up to `max` bytes; the
+/// connection is closed.
+pub async fn read_body(c: Conn, framing: Framing, max: usize) -> Result<Bytes, BodyReadError> {
+    let mut kept = None;
+    read_whole(c, framing, false, max, &mut kept).await
+}
+
+/// Reads the body of the answer `head` heads, up to `max` bytes, and gives
+/// the connection back when it may carry another request.
+pub async fn read_body_keep(
+    c: Conn,
+    head: &Head,
+    max: usize,
+) -> Result<(Bytes, Option<Conn>), BodyReadError> {
+    let mut kept = None;
+    let body = read_whole(c, head.framing, head.keep_alive, max, &mut kept).await?;
+    Ok((body, kept))
+}
+
+async fn read_whole(
+    mut c: Conn,
+    framing: Framing,
+    keep_alive: bool,
+    max: usize,
+    kept: &mut Option<Conn>,
+) -> Result<Bytes, BodyReadError> {
     if let Some(b) = c.take_buffered(framing) {
-        return if b.len() > max {
-            Err(BodyReadError::TooLarge(max))
-        } else {
-            Ok(b)
-        };
+        if b.len() > max {
+            return Err(BodyReadError::TooLarge(max));
+        }
+        if keep_alive && c.is_clean() {
+            *kept = Some(c);
+        }
+        return Ok(b);
     }
-    let mut body = ResponseBody::new(c, framing, false, Close);
+    let mut body = ResponseBody::new(c, framing, keep_alive, Keep(kept));
     let mut out = BytesMut::new();
     while let Some(frame) = body.frame().await {
         if let Ok(data) = frame?.into_data() {
@@ -67,11 +106,13 @@ pub async fn read_body(mut c: Conn, framing: Framing, max: usize) -> Result<Byte
     Ok(out.freeze())
 }
 
-/// The connection is closed after its one request.
-struct Close;
+/// Where the connection goes at the body's end: `None` when it must close.
+struct Keep<'a>(&'a mut Option<Conn>);
 
-impl Finish for Close {
-    fn finish(self, _: Option<Conn>) {}
+impl Finish for Keep<'_> {
+    fn finish(self, conn: Option<Conn>) {
+        *self.0 = conn;
+    }
 }
 
 #[cfg(test)]
@@ -117,5 +158,53 @@ mod tests {
                 "POST /reload HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}"
             );
         }
+    }
+
+    /// A kept connection carries the next request, whether its answer's
+    /// body came with the head or after it; an answer that closes gives
+    /// no connection back.
+    #[tokio::test]
+    async fn a_kept_connection_carries_the_next_request() {
+        let (ours, mut theirs) = tokio::io::duplex(4096);
+        let answers: [&[u8]; 3] = [
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 3\r\n\r\nbye",
+        ];
+        let server = tokio::spawn(async move {
+            let mut buf = [0u8; 1024];
+            for a in answers {
+                let mut got = Vec::new();
+                while !got.ends_with(b"\r\n\r\n") {
+                    let n = theirs.read(&mut buf).await.unwrap();
+                    got.extend_from_slice(&buf[..n]);
+                }
+                theirs.write_all(a).await.unwrap();
+                if a.ends_with(b"chunked\r\n\r\n") {
+                    // The body after the head, in its own write.
+                    tokio::task::yield_now().await;
+                    theirs.write_all(b"2\r\nok\r\n0\r\n\r\n").await.unwrap();
+                }
+            }
+        });
+        let host = HeaderValue::from_static("localhost");
+        let fields = HeaderMap::new();
+        let (head, c) = send(ours, &Method::GET, "/1", &host, &fields, None)
+            .await
+            .unwrap();
+        let (body, kept) = read_body_keep(c, &head, 64).await.unwrap();
+        assert_eq!(body, "ok");
+        let (head, c) = send_on(kept.unwrap(), &Method::GET, "/2", &host, &fields, None)
+            .await
+            .unwrap();
+        let (body, kept) = read_body_keep(c, &head, 64).await.unwrap();
+        assert_eq!(body, "ok");
+        let (head, c) = send_on(kept.unwrap(), &Method::GET, "/3", &host, &fields, None)
+            .await
+            .unwrap();
+        let (body, kept) = read_body_keep(c, &head, 64).await.unwrap();
+        assert_eq!(body, "bye");
+        assert!(kept.is_none());
+        server.await.unwrap();
     }
 }

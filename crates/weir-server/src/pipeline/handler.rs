@@ -314,6 +314,8 @@ pub(super) struct Route {
     /// The response filters of its answers (the site's layer included).
     pub response: super::ResponseFilters,
     pub counts: Arc<weir_http::metrics::RequestCounts>,
+    /// How spans and metrics name it (`/api/*`).
+    pub label: Arc<str>,
 }
 
 impl SiteHandler {
@@ -384,6 +386,7 @@ pub(super) fn build_site(
                 handler,
                 filters,
                 counts: b.registry.counts(&site.name, &label),
+                label: label.into(),
             })
         })
         .collect::<Result<_, SiteError>>()?;

@@ -474,7 +474,7 @@ impl Listener {
         }
         let client = site.client(conn, &parts.headers);
         request_id::on_request(site, conn, &mut parts.headers);
-        trace::begin(site.sampler.as_ref(), &mut parts);
+        let span = trace::begin(site.sampler.as_ref(), &mut parts);
         let target = route::target(
             &site.handler,
             &RequestView {
@@ -577,9 +577,9 @@ impl Listener {
             handler::Target::Route { route, .. } => Some(route),
             _ => None,
         };
-        if site.sampler.is_some() {
-            let pattern = route.map(|r| &r.cfg.pattern);
-            trace::end(&mut parts, &resp, conn, client, &site.cfg.name, pattern);
+        if let Some(span) = span {
+            let label = route.map(|r| &r.label);
+            trace::end(span, &mut parts, &resp, conn, client, &site.cfg.name, label);
         }
         if let Some(log) = &site.access_log {
             let facts = log::Facts {

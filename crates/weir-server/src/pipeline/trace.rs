@@ -1,54 +1,44 @@
 //! A sampled request's server span (`[traces]`): begun once the route
 //! phase knows the site (the sampling decision: the client's
 //! `traceparent`, else the site's ratio), ended at the log phase with the
-//! answer's status. While it runs, its [`Current`] is a request extension
-//! under which the proxy's attempts, the cache, FastCGI and forward auth
-//! hang their own spans. An unsampled request gets no extension and
-//! allocates nothing here.
+//! answer's status. The request phase holds the span itself; its
+//! [`Current`] is a request extension under which the proxy's attempts,
+//! the cache, FastCGI and forward auth hang their own spans. An unsampled
+//! request gets no extension and allocates nothing here.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use http::Response;
 use http::request::Parts;
 
-use weir_config::routes::PathPattern;
 use weir_http::body::Body;
 use weir_http::conn::ConnInfo;
 use weir_http::trace::{Current, Record, Sampler};
 
-/// The request's own span, kept in its extensions until the log phase.
-#[derive(Clone)]
-struct RequestSpan(Record);
-
-/// The route phase: a sampled request's span begins.
+/// The route phase: a sampled request's span begins. Boxed: every
+/// request's future holds the slot, and is moved whole.
 #[inline]
-pub(super) fn begin(sampler: Option<&Sampler>, parts: &mut Parts) {
-    if let Some(s) = sampler
-        && let Some(r) = s.start(&parts.headers)
-    {
-        parts.extensions.insert(r.current());
-        parts.extensions.insert(RequestSpan(r));
-    }
+pub(super) fn begin(sampler: Option<&Sampler>, parts: &mut Parts) -> Option<Box<Record>> {
+    let r = sampler?.start(&parts.headers)?;
+    parts.extensions.insert(r.current());
+    Some(Box::new(r))
 }
 
-/// The log phase: the request's span ends with what was answered.
+/// The log phase: the request's span `r` ends with what was answered;
+/// `route`: the label of the route that answered.
 pub(super) fn end(
+    mut r: Box<Record>,
     parts: &mut Parts,
     resp: &Response<Body>,
     conn: &ConnInfo,
     client: IpAddr,
     site: &str,
-    route: Option<&PathPattern>,
+    route: Option<&Arc<str>>,
 ) {
-    let Some(RequestSpan(mut r)) = parts.extensions.remove::<RequestSpan>() else {
-        return;
-    };
     parts.extensions.remove::<Current>();
-    let route = route.map(super::route_label);
-    r.name = match &route {
-        Some(rt) => format!("{} {rt}", parts.method).into(),
-        None => weir_http::trace::method(&parts.method),
-    };
+    r.name = weir_http::trace::method(&parts.method);
+    r.route = route.cloned();
     let status = resp.status().as_u16();
     r.error = status >= 500;
     r.attr("http.request.method", parts.method.as_str());
@@ -79,11 +69,11 @@ pub(super) fn end(
         r.attr("user_agent.original", ua);
     }
     if let Some(rt) = route {
-        r.attr("http.route", &rt);
+        r.attr("http.route", &**rt);
     }
     r.attr("http.response.status_code", i64::from(status));
     r.attr("weir.site", site);
-    r.end();
+    (*r).end();
 }
 
 /// A child span of the request's around `f` (the cache's): while it runs,

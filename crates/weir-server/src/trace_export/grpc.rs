@@ -1,7 +1,8 @@
 //! OTLP/gRPC: one batch as a unary `TraceService/Export` call over HTTP/2
-//! without TLS (prior knowledge, as collectors listen on port 4317), on a
-//! connection of its own. Only the exporter's thread runs it; it never
-//! retries (a failed batch is dropped and counted by the caller).
+//! without TLS (prior knowledge, as collectors listen on port 4317), on
+//! the connection the exporter keeps ([`Channel`]). Only the exporter's
+//! thread runs it; it never retries (a failed batch is dropped and
+//! counted by the caller).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use http::header::{CONTENT_TYPE, HeaderMap, TE, USER_AGENT};
@@ -9,20 +10,47 @@ use http::header::{CONTENT_TYPE, HeaderMap, TE, USER_AGENT};
 /// The unary method every OTLP/gRPC collector serves.
 const EXPORT: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
-/// Sends `body` (an encoded `ExportTraceServiceRequest`); `Ok` when the
-/// collector answered `grpc-status: 0`.
-pub(super) async fn export(uri: &http::Uri, body: Bytes) -> Result<(), String> {
+/// An HTTP/2 connection to the collector, kept between batches.
+pub(super) struct Channel {
+    client: h2::client::SendRequest<Bytes>,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+/// Sends `body` (an encoded `ExportTraceServiceRequest`) on the kept
+/// channel, or a new one when there is none or it has ended; `Ok` when
+/// the collector answered `grpc-status: 0`. A failed call closes the
+/// channel.
+pub(super) async fn export(
+    uri: &http::Uri,
+    kept: &mut Option<Channel>,
+    body: Bytes,
+) -> Result<(), String> {
+    let channel = match kept.take() {
+        Some(c) if !c.driver.is_finished() => c,
+        _ => open(uri).await?,
+    };
+    let answer = call(channel.client.clone(), uri, body).await;
+    if answer.is_ok() {
+        *kept = Some(channel);
+    }
+    answer
+}
+
+async fn open(uri: &http::Uri) -> Result<Channel, String> {
     let stream = super::connect(uri, 4317).await?;
     let (client, conn) = h2::client::handshake(stream)
         .await
         .map_err(|e| format!("HTTP/2: {e}"))?;
-    // The connection's driver lives as long as this call.
     let driver = tokio::spawn(async move {
         let _ = conn.await;
     });
-    let answer = call(client, uri, body).await;
-    driver.abort();
-    answer
+    Ok(Channel { client, driver })
 }
 
 async fn call(

@@ -55,6 +55,43 @@ async fn active_http_check_takes_a_sick_upstream_out_and_503_when_all_are_down()
     no_upstream_available(r).await;
 }
 
+/// `health.method`: the checks go out as HEAD (HAProxy's `option httpchk
+/// HEAD /health`), and an upstream's 500 to it still takes it out.
+#[tokio::test]
+async fn a_health_check_asks_with_its_method() {
+    let (good, sick) = (Upstream::start("good").await, Upstream::start("sick").await);
+    let w = Weir::start_logged(
+        WEIR,
+        &format!(
+            "[site.\"127.0.0.1:{{PORT}}\"]\ndefault = true\n\
+         proxy = {{ to = [\"{}\", \"{}\"], health = {{ path = \"/health\", method = \"HEAD\", interval = \"30ms\", fall = 1, rise = 1 }} }}\n",
+            good.addr, sick.addr
+        ),
+    );
+    let down = format!("health check: upstream {} is down", sick.addr);
+    assert!(
+        poll_until_async(PATIENCE, async || w.log().contains(&down)).await,
+        "sick not taken out:\n{}",
+        w.log()
+    );
+    let c = client();
+    let r = c.get(w.url("/")).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "good");
+    let checks: Vec<_> = good
+        .seen()
+        .into_iter()
+        .chain(sick.seen())
+        .filter(|s| s.uri == "/health")
+        .collect();
+    assert!(checks.len() >= 2, "{checks:?}");
+    assert!(checks.iter().all(|s| s.method == "HEAD"), "{checks:?}");
+    assert!(
+        !w.log().contains(&format!("upstream {} is down", good.addr)),
+        "{}",
+        w.log()
+    );
+}
+
 /// Upstreams that refuse connections, with the default retries: after the
 /// last one failed the client gets 502 (an upstream failed), not 503 (none
 /// was available), and the log names that upstream and why; a proxy's only

@@ -40,6 +40,8 @@ struct Collector {
     spans: Arc<Mutex<Vec<(String, Span)>>>,
     hang: Arc<AtomicBool>,
     posts: Arc<AtomicUsize>,
+    /// Connections accepted.
+    conns: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -66,9 +68,11 @@ impl Collector {
         let spans: Arc<Mutex<Vec<(String, Span)>>> = Arc::default();
         let hang = Arc::new(AtomicBool::new(false));
         let posts = Arc::new(AtomicUsize::new(0));
-        let (s2, h2, p2) = (spans.clone(), hang.clone(), posts.clone());
+        let conns = Arc::new(AtomicUsize::new(0));
+        let (s2, h2, p2, c2) = (spans.clone(), hang.clone(), posts.clone(), conns.clone());
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = l.accept().await {
+                c2.fetch_add(1, Ordering::SeqCst);
                 let (spans, hang, posts) = (s2.clone(), h2.clone(), p2.clone());
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| {
@@ -99,6 +103,7 @@ impl Collector {
             spans,
             hang,
             posts,
+            conns,
             task,
         }
     }
@@ -569,4 +574,40 @@ proxy = "{a}"
     assert_eq!(int(server, "http.response.status_code"), Some(200));
     assert_eq!(int(attempt, "http.response.status_code"), Some(200));
     assert!(collector.spans().iter().all(|(svc, _)| svc == "edge"));
+}
+
+/// The exporter keeps its connection to the collector: batches sent a
+/// while apart arrive on one connection, over OTLP/HTTP and OTLP/gRPC.
+#[tokio::test]
+async fn batches_share_one_connection_to_the_collector() {
+    for grpc in [false, true] {
+        let collector = Collector::serve(grpc).await;
+        let a = Upstream::start("a").await;
+        let endpoint = if grpc {
+            format!("http://{}", collector.addr)
+        } else {
+            collector.endpoint()
+        };
+        let cfg = format!(
+            "[server]\nworkers = 1\n\n[traces]\nendpoint = \"{endpoint}\"\nprotocol = \"{}\"\ninterval = \"50ms\"\n\n\
+             [site.\"127.0.0.1:{{PORT}}\"]\nproxy = \"{}\"\n",
+            if grpc { "grpc" } else { "http/protobuf" },
+            a.addr,
+        );
+        let w = Weir::start(WEIR, &cfg);
+        for i in 1..=3u128 {
+            let r = client()
+                .get(w.url("/"))
+                .header("traceparent", format!("00-{i:032x}-{:016x}-01", 7))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            r.bytes().await.unwrap();
+            // Each request's spans come in a batch of their own.
+            assert_eq!(collector.trace(i, 2).await.len(), 2, "grpc {grpc}");
+        }
+        assert!(collector.posts.load(Ordering::SeqCst) >= 3, "grpc {grpc}");
+        assert_eq!(collector.conns.load(Ordering::SeqCst), 1, "grpc {grpc}");
+    }
 }
