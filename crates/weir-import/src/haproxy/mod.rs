@@ -914,10 +914,9 @@ impl Cx {
             // weir's check has no body to search in an answer to HEAD, and
             // never tunnels: those keep GET.
             let expects_body = health.iter().any(|(k, _)| k == "body");
-            let method_kept = !b.tcp
-                && httpchk
-                && !hc_method.eq_ignore_ascii_case("CONNECT")
-                && !(hc_method.eq_ignore_ascii_case("HEAD") && expects_body);
+            let method_lost = hc_method.eq_ignore_ascii_case("CONNECT")
+                || (hc_method.eq_ignore_ascii_case("HEAD") && expects_body);
+            let method_kept = !b.tcp && httpchk && !method_lost;
             if b.tcp || !httpchk {
                 h.push(("tcp".to_string(), V::B(true)));
             } else {

@@ -579,7 +579,15 @@ impl Listener {
         };
         if let Some(span) = span {
             let label = route.map(|r| &r.label);
-            trace::end(span, &mut parts, &resp, conn, client, &site.cfg.name, label);
+            trace::end(
+                *span,
+                &mut parts,
+                &resp,
+                conn,
+                client,
+                &site.cfg.name,
+                label,
+            );
         }
         if let Some(log) = &site.access_log {
             let facts = log::Facts {

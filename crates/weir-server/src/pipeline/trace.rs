@@ -28,7 +28,7 @@ pub(super) fn begin(sampler: Option<&Sampler>, parts: &mut Parts) -> Option<Box<
 /// The log phase: the request's span `r` ends with what was answered;
 /// `route`: the label of the route that answered.
 pub(super) fn end(
-    mut r: Box<Record>,
+    mut r: Record,
     parts: &mut Parts,
     resp: &Response<Body>,
     conn: &ConnInfo,
@@ -73,7 +73,7 @@ pub(super) fn end(
     }
     r.attr("http.response.status_code", i64::from(status));
     r.attr("weir.site", site);
-    (*r).end();
+    r.end();
 }
 
 /// A child span of the request's around `f` (the cache's): while it runs,
