@@ -81,8 +81,7 @@ impl Site {
             if let Some(r) = r
                 && let Some(f) = &r.filters
             {
-                let label = route_label(&r.cfg.pattern);
-                out.extend(f.limiters.iter().map(|l| (label.clone(), &**l)));
+                out.extend(f.limiters.iter().map(|l| (r.label.to_string(), &**l)));
             }
         }
         out
@@ -126,7 +125,7 @@ impl Site {
             .handler
             .all()
             .filter_map(|(r, h)| {
-                let label = r.map_or_else(|| "*".into(), |r| route_label(&r.cfg.pattern));
+                let label = r.map_or_else(|| "*".into(), |r| r.label.to_string());
                 Some((label, h.owns().proxy?.clone()))
             })
             .collect();
