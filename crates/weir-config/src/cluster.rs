@@ -139,7 +139,7 @@ pub(crate) fn validate(
                 "cluster.ca: only with a TLS address (`rediss://…`)",
             );
         } else if let Err(e) = std::fs::metadata(&p) {
-            c.at(f.span(), format!("cluster.ca: {}: {e}", p.display()));
+            c.at_file(f.span(), format!("cluster.ca: {}: {e}", p.display()));
         }
         p
     });

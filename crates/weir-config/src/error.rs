@@ -11,6 +11,9 @@ pub struct Diagnostic {
     pub line: usize,
     pub col: usize,
     pub message: String,
+    /// About this machine's files (a root, a certificate, an error page
+    /// that is not there), not about the config's text.
+    pub machine: bool,
 }
 
 impl fmt::Display for Diagnostic {
@@ -86,12 +89,23 @@ impl<'a> Collector<'a> {
     }
 
     pub fn at(&mut self, span: Range<usize>, message: impl Into<String>) {
+        self.push(span, message.into(), false);
+    }
+
+    /// A problem with a file the config names (missing, unreadable, not a
+    /// directory), which another machine may not have.
+    pub fn at_file(&mut self, span: Range<usize>, message: impl Into<String>) {
+        self.push(span, message.into(), true);
+    }
+
+    fn push(&mut self, span: Range<usize>, message: String, machine: bool) {
         let (line, col) = line_col(self.src, span.start);
         self.errors.push(Diagnostic {
             file: self.file.to_string(),
             line,
             col,
-            message: message.into(),
+            message,
+            machine,
         });
     }
 

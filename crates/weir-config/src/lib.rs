@@ -375,6 +375,7 @@ pub fn load_file_with(path: &Path, certs: &dyn CertCheck) -> Result<Config, Conf
     let name = path.display().to_string();
     let src = std::fs::read_to_string(path).map_err(|e| {
         ConfigErrors(vec![Diagnostic {
+            machine: true,
             file: name.clone(),
             line: 1,
             col: 1,
@@ -697,14 +698,14 @@ fn own_handler(
             let path = base.join(root.get_ref());
             match std::fs::metadata(&path) {
                 Ok(m) if m.is_dir() => {}
-                Ok(_) => c.at(
+                Ok(_) => c.at_file(
                     root.span(),
                     format!(
                         "site \"{name}\": root {} is not a directory",
                         path.display()
                     ),
                 ),
-                Err(e) => c.at(
+                Err(e) => c.at_file(
                     root.span(),
                     format!("site \"{name}\": root {}: {e}", path.display()),
                 ),
@@ -738,7 +739,7 @@ fn site_files(
 ) -> HandlerConfig {
     let path = base.join(root.get_ref());
     if !path.is_dir() {
-        c.at(
+        c.at_file(
             root.span(),
             format!(
                 "site \"{name}\": root {} is not a directory",
@@ -1308,11 +1309,11 @@ fn load_tls(
             key_path,
         }),
         Err(CertProblem::Key(e)) => {
-            c.at(key.span(), format!("site \"{site}\": {e}"));
+            c.at_file(key.span(), format!("site \"{site}\": {e}"));
             None
         }
         Err(CertProblem::Cert(e)) => {
-            c.at(cert.span(), format!("site \"{site}\": {e}"));
+            c.at_file(cert.span(), format!("site \"{site}\": {e}"));
             None
         }
     }
@@ -1508,7 +1509,7 @@ fn load_error_pages(
             Ok(b) => {
                 out.insert(status, bytes::Bytes::from(b));
             }
-            Err(e) => c.at(
+            Err(e) => c.at_file(
                 path.span(),
                 format!("site \"{site}\": error page {}: {e}", p.display()),
             ),

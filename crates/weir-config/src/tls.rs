@@ -216,7 +216,7 @@ pub(super) fn validate_global(c: &mut Collector<'_>, base: &Path, raw: &RawTlsGl
     if let Some(r) = &a.ca_root {
         let p = base.join(r.get_ref());
         if let Err(e) = std::fs::metadata(&p) {
-            c.at(r.span(), format!("tls.acme.ca_root {}: {e}", p.display()));
+            c.at_file(r.span(), format!("tls.acme.ca_root {}: {e}", p.display()));
         }
         out.acme.ca_root = Some(p);
     }

@@ -206,6 +206,7 @@ struct Reader {
     main: PathBuf,
     snippets: HashMap<String, Vec<Line>>,
     depth: usize,
+    env: crate::env::Env,
 }
 
 impl Reader {
@@ -226,6 +227,10 @@ impl Reader {
                 format!("cannot read {}: {e}", p.display()),
             )
         })?;
+        // Caddy substitutes `{$NAME}` before it parses; `{env.NAME}` is read
+        // at run time, from the same environment.
+        let src = crate::env::replace(&mut self.env, &shown, &src, "{$", '}', Some(':'))?;
+        let src = crate::env::replace(&mut self.env, &shown, &src, "{env.", '}', None)?;
         tree(&shown, lex(&shown, &src)?)
     }
 
@@ -296,7 +301,7 @@ fn substitute(lines: Vec<Line>, args: &[String]) -> Vec<Line> {
 }
 
 /// Imports the Caddyfile at `path`.
-pub fn import(path: &Path, _opts: &Options) -> Result<Imported, Error> {
+pub fn import(path: &Path, opts: &Options) -> Result<Imported, Error> {
     let dir = path
         .parent()
         .map(Path::to_path_buf)
@@ -307,6 +312,7 @@ pub fn import(path: &Path, _opts: &Options) -> Result<Imported, Error> {
         main: path.to_path_buf(),
         snippets: HashMap::new(),
         depth: 0,
+        env: crate::env::Env::new(opts.env.clone()),
     };
     let mut report = Report::default();
     let top = r.file(path, None)?;
@@ -388,10 +394,14 @@ pub fn import(path: &Path, _opts: &Options) -> Result<Imported, Error> {
         format!("weir.toml made by `weir import caddy {}`.", path.display()),
         "Each part says where it came from; the report on stderr says what differs.".into(),
     ];
-    Ok(Imported {
-        toml: crate::toml::write(&head, &all),
+    Ok(crate::finish(
+        crate::Kind::Caddy,
+        head,
+        all,
         report,
-    })
+        &r.env,
+        opts,
+    ))
 }
 
 /// The plain-HTTP ports the sites listen on (`http://…`, `…:80`, `:N`)
@@ -992,18 +1002,25 @@ fn setting(l: &Line, args: &[&str], st: &mut SiteState, report: &mut Report) {
         }
         "basic_auth" | "basicauth" => {
             let mut users = Vec::new();
+            let mut unchecked = Vec::new();
             for u in l.block.iter().flatten() {
                 let a = u.args();
                 if let Some(h) = a.first()
-                    && h.starts_with("$2")
+                    && (h.starts_with("$2") || h.starts_with("$argon2"))
                 {
                     users.push((u.name().to_string(), V::s(*h)));
                 } else {
-                    report.none(
-                        u.at(),
-                        format!("basic_auth user {}", u.name()),
-                        "not a bcrypt hash: make one with `weir hash-password`",
-                    );
+                    unchecked.push(u);
+                }
+            }
+            for u in unchecked {
+                let why = "not a bcrypt hash: make one with `weir hash-password`";
+                let directive = format!("basic_auth user {}", u.name());
+                // Left out of a list that still guards the path: that user is refused.
+                if users.is_empty() {
+                    report.none(u.at(), directive, why);
+                } else {
+                    report.stricter(u.at(), directive, why);
                 }
             }
             if users.is_empty() {

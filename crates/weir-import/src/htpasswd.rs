@@ -48,7 +48,7 @@ pub fn users(
         {
             users.push((user.to_string(), V::s(hash)));
         } else {
-            r.none(at, format!("{directive} {file}: user {user}"), "its hash is not bcrypt or argon2, which weir checks: left out (make one with `weir hash-password`, or `htpasswd -B`)");
+            r.stricter(at, format!("{directive} {file}: user {user}"), "its hash is not bcrypt or argon2, which weir checks: left out (make one with `weir hash-password`, or `htpasswd -B`)");
         }
     }
     if users.is_empty() {

@@ -20,8 +20,10 @@
 //! output (the binary does that with weir-config), and never writes a
 //! weir key for something weir would do differently without saying so.
 
+pub mod access;
 pub mod apache;
 pub mod caddy;
+pub mod env;
 pub mod error;
 pub mod haproxy;
 pub mod htpasswd;
@@ -74,6 +76,11 @@ pub struct Options {
     /// Apache: read the `.htaccess` files under each DocumentRoot (where
     /// AllowOverride lets Apache read them) into the routes.
     pub htaccess: bool,
+    /// Write the sites whose access rules could not be kept exactly as
+    /// approximated, instead of refusing their requests.
+    pub allow_open: bool,
+    /// The variables placeholders expand to; `None`: the process's environment.
+    pub env: Option<std::collections::HashMap<String, String>>,
 }
 
 /// The weir.toml text and the report.
@@ -81,6 +88,49 @@ pub struct Options {
 pub struct Imported {
     pub toml: String,
     pub report: Report,
+    /// The access directives that could not be kept exactly (`file:line:
+    /// directive`); unless `allow_open`, every site of `toml` refuses its requests.
+    pub access_lost: Vec<String>,
+}
+
+/// The importers' common end: access directives marked, the sites failed
+/// closed when one was lost (unless `allow_open`), the file written.
+fn finish(
+    kind: Kind,
+    mut head: Vec<String>,
+    mut tables: Vec<toml::Table>,
+    mut report: Report,
+    env: &env::Env,
+    opts: &Options,
+) -> Imported {
+    env.report(&mut report);
+    access::classify(kind, &mut report);
+    let lost = access::not_kept(&report);
+    if !lost.is_empty() {
+        let mut why = if opts.allow_open {
+            "WARNING: written with --allow-open: these access rules are approximated or missing, \
+             so the sites below may let through requests the original refused:"
+                .to_string()
+        } else {
+            "REFUSED: every site below answers 403 to every request (`deny` of all addresses), \
+             because these access rules could not be kept exactly; fix them by hand and remove \
+             the deny, or import again with --allow-open:"
+                .to_string()
+        };
+        for l in &lost {
+            why.push_str("\n  ");
+            why.push_str(l);
+        }
+        head.insert(0, why);
+        if !opts.allow_open {
+            access::fail_closed(&mut tables);
+        }
+    }
+    Imported {
+        toml: toml::write(&head, &tables),
+        report,
+        access_lost: lost,
+    }
 }
 
 /// Imports the config of `kind` at `path`.

@@ -26,6 +26,11 @@ pub struct Item {
     /// Where it went in weir.toml (`site "example.com:80" route /api/ proxy`), or "".
     pub to: String,
     pub outcome: Outcome,
+    /// The directive grants or denies access (set by [`crate::access::classify`]).
+    pub access: bool,
+    /// The difference only refuses more than the original (a user whose
+    /// hash weir cannot check is left out, so that user is refused).
+    pub stricter: bool,
 }
 
 /// Every directive's outcome, in input order.
@@ -37,13 +42,27 @@ pub struct Report {
 impl Report {
     fn push(&mut self, item: Item) {
         // A snippet included twice, or a server copied for each of its
-        // names, says the same thing once.
-        if !self.items.iter().any(|i| {
-            i.at == item.at
-                && i.directive == item.directive
-                && std::mem::discriminant(&i.outcome) == std::mem::discriminant(&item.outcome)
-        }) {
-            self.items.push(item);
+        // names, says one thing once: the worst of what became of it, since
+        // "mapped" must hold for every copy.
+        match self
+            .items
+            .iter_mut()
+            .find(|i| i.at == item.at && i.directive == item.directive)
+        {
+            Some(i) if rank(&item.outcome) > rank(&i.outcome) => *i = item,
+            Some(i) if rank(&item.outcome) == rank(&i.outcome) && i.outcome != item.outcome => {
+                // Two different reasons for one directive: both are true.
+                let extra = reason(&item.outcome).to_string();
+                match &mut i.outcome {
+                    Outcome::Approximated(w) | Outcome::NoEquivalent(w) if !w.contains(&extra) => {
+                        w.push_str("; ");
+                        w.push_str(&extra);
+                    }
+                    _ => {}
+                }
+            }
+            Some(_) => {}
+            None => self.items.push(item),
         }
     }
 
@@ -53,6 +72,8 @@ impl Report {
             directive: directive.into(),
             to: to.into(),
             outcome: Outcome::Mapped,
+            access: false,
+            stricter: false,
         });
     }
 
@@ -68,6 +89,8 @@ impl Report {
             directive: directive.into(),
             to: to.into(),
             outcome: Outcome::Approximated(why.into()),
+            access: false,
+            stricter: false,
         });
     }
 
@@ -77,7 +100,29 @@ impl Report {
             directive: directive.into(),
             to: String::new(),
             outcome: Outcome::NoEquivalent(why.into()),
+            access: false,
+            stricter: false,
         });
+    }
+
+    /// Left out, and what weir does instead refuses more than the original.
+    pub fn stricter(&mut self, at: &Origin, directive: impl Into<String>, why: impl Into<String>) {
+        self.push(Item {
+            at: at.clone(),
+            directive: directive.into(),
+            to: String::new(),
+            outcome: Outcome::NoEquivalent(why.into()),
+            access: false,
+            stricter: true,
+        });
+    }
+
+    /// Whether an access directive was approximated or dropped in a way
+    /// that may let through what the original refused.
+    pub fn opens_access(&self) -> bool {
+        self.items
+            .iter()
+            .any(|i| i.access && !i.stricter && i.outcome != Outcome::Mapped)
     }
 
     pub fn approximated(&self) -> impl Iterator<Item = &Item> {
@@ -92,9 +137,13 @@ impl Report {
             .filter(|i| matches!(i.outcome, Outcome::NoEquivalent(_)))
     }
 
-    /// 0 when everything mapped, 3 when something was approximated or dropped.
+    /// 0 when everything mapped; 4 when a directive that grants or denies
+    /// access was approximated or dropped in a way that may open it; 3 when
+    /// anything else differs (an access rule that only refuses more included).
     pub fn exit_code(&self) -> u8 {
-        if self.items.iter().all(|i| i.outcome == Outcome::Mapped) {
+        if self.opens_access() {
+            4
+        } else if self.items.iter().all(|i| i.outcome == Outcome::Mapped) {
             0
         } else {
             3
@@ -104,6 +153,22 @@ impl Report {
     /// The first item whose directive starts with `prefix` (for tests).
     pub fn find(&self, prefix: &str) -> Option<&Item> {
         self.items.iter().find(|i| i.directive.starts_with(prefix))
+    }
+}
+
+/// How far an outcome is from "the same".
+fn rank(o: &Outcome) -> u8 {
+    match o {
+        Outcome::Mapped => 0,
+        Outcome::Approximated(_) => 1,
+        Outcome::NoEquivalent(_) => 2,
+    }
+}
+
+fn reason(o: &Outcome) -> &str {
+    match o {
+        Outcome::Mapped => "",
+        Outcome::Approximated(w) | Outcome::NoEquivalent(w) => w,
     }
 }
 
@@ -138,6 +203,13 @@ impl fmt::Display for Report {
             writeln!(f, "{title}:")?;
             for (i, why) in items {
                 write!(f, "  {}: {}", i.at, i.directive)?;
+                if i.access && i.outcome != Outcome::Mapped {
+                    write!(
+                        f,
+                        " [access{}]",
+                        if i.stricter { ": refuses more" } else { "" }
+                    )?;
+                }
                 if !i.to.is_empty() {
                     write!(f, " -> {}", i.to)?;
                 }

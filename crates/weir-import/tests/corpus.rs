@@ -387,5 +387,13 @@ fn map_if_and_rewrite() {
         2,
         "{t}"
     );
-    assert_eq!(out.report.exit_code(), 3);
+    // `valid_referers` (read by an `if … return 403`) is left out: the
+    // referrer check would be open, so every site refuses until it is fixed.
+    assert_eq!(out.report.exit_code(), 4);
+    assert_eq!(
+        out.access_lost,
+        ["nginx.conf:89:9: valid_referers none blocked server_names"]
+    );
+    assert!(t.starts_with("# REFUSED: every site below answers 403"), "{t}");
+    assert!(t.contains("deny = [\"0.0.0.0/0\", \"::/0\"]"), "{t}");
 }

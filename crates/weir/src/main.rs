@@ -149,10 +149,16 @@ enum Command {
         config: PathBuf,
     },
     /// Write the weir.toml that does what an nginx config (with its
-    /// includes), a Caddyfile, a haproxy.cfg or an Apache config does. The report on stderr lists each directive as mapped,
-    /// approximated (and how weir differs) or without equivalent (and what to
-    /// do). Exit 0: everything mapped; 3: something approximated or left out;
-    /// 1: the input could not be read (file:line:col: message).
+    /// includes), a Caddyfile, a haproxy.cfg or an Apache config does. The
+    /// report on stderr lists each directive as mapped, approximated (and
+    /// how weir differs) or without equivalent (and what to do). Exit 0:
+    /// everything mapped; 3: something approximated or left out, none of it
+    /// an access rule; 4: an access rule (authentication, allow/deny, an
+    /// ACL's deny or redirect, a rate limit, client certificates, an HTTPS
+    /// redirect) could not be kept exactly, and the sites written refuse
+    /// every request unless --allow-open; 1: the input could not be read
+    /// (file:line:col: message); 5: weir import wrote a config weir refuses
+    /// (a bug of the importer: please report it with the input).
     Import {
         /// "nginx", "caddy", "haproxy" or "apache", or the config's path (the
         /// kind is then guessed and said).
@@ -173,6 +179,11 @@ enum Command {
         /// AllowOverride lets Apache read them) into the routes.
         #[arg(long)]
         htaccess: bool,
+        /// When an access rule cannot be kept exactly, write the sites as
+        /// approximated (they may let through what the original refused)
+        /// instead of refusing every request. The exit status stays 4.
+        #[arg(long)]
+        allow_open: bool,
     },
     /// Install the local CA's root certificate into the system trust store
     /// (creating the CA if needed), so browsers and tools trust weir's
@@ -213,6 +224,7 @@ fn import(
     output: Option<PathBuf>,
     sysroot: Option<PathBuf>,
     htaccess: bool,
+    allow_open: bool,
 ) -> anyhow::Result<ExitCode> {
     let (kind, path) = match (weir_import::Kind::parse(kind), path) {
         (Some(k), Some(p)) => (k, p),
@@ -237,7 +249,12 @@ fn import(
             anyhow::bail!("weir import: `{kind}` is not nginx, caddy, haproxy or apache")
         }
     };
-    let opts = weir_import::Options { sysroot, htaccess };
+    let opts = weir_import::Options {
+        sysroot,
+        htaccess,
+        allow_open,
+        env: None,
+    };
     let out = match weir_import::import(kind, &path, &opts) {
         Ok(o) => o,
         Err(e) => {
@@ -261,12 +278,39 @@ fn import(
         None => print!("{}", out.toml),
     }
     eprintln!("{}", out.report);
+    let mut code = out.report.exit_code();
     if let Err(errs) = check {
-        // Paths that exist on the imported server may not exist here.
-        eprintln!("weir validate on this machine:\n{errs}");
-        return Ok(ExitCode::from(3));
+        let (machine, text): (Vec<_>, Vec<_>) = errs.0.iter().partition(|d| d.machine);
+        if !machine.is_empty() {
+            // Paths that exist on the imported server may not exist here.
+            eprintln!("weir validate on this machine (files the config names):");
+            for d in &machine {
+                eprintln!("  {d}");
+            }
+            code = code.max(3);
+        }
+        if !text.is_empty() {
+            eprintln!(
+                "weir import wrote a config weir refuses (a bug of the importer: please report it with the input):"
+            );
+            for d in &text {
+                eprintln!("  {d}");
+            }
+            return Ok(ExitCode::from(5));
+        }
     }
-    Ok(ExitCode::from(out.report.exit_code()))
+    if !out.access_lost.is_empty() {
+        eprintln!(
+            "{} access rule(s) could not be kept exactly: {}",
+            out.access_lost.len(),
+            if allow_open {
+                "written as approximated (--allow-open)"
+            } else {
+                "every site written refuses every request (403); fix them by hand, or import again with --allow-open"
+            }
+        );
+    }
+    Ok(ExitCode::from(code))
 }
 
 /// Where Debian-family systems take extra roots from.
@@ -331,7 +375,8 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             output,
             sysroot,
             htaccess,
-        } => import(&kind, path, output, sysroot, htaccess),
+            allow_open,
+        } => import(&kind, path, output, sysroot, htaccess, allow_open),
         Command::Version => {
             println!("weir {}", env!("CARGO_PKG_VERSION"));
             Ok(ExitCode::SUCCESS)

@@ -102,7 +102,11 @@ struct Globals {
 
 /// Imports the Apache config at `main` (with everything it includes).
 pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
-    let mut reader = Reader::new(main, opts.sysroot.clone());
+    let mut reader = Reader::new(
+        main,
+        opts.sysroot.clone(),
+        crate::env::Env::new(opts.env.clone()),
+    );
     let top = reader.file(main, None)?;
     let mut report = Report::default();
     let mut g = Globals {
@@ -227,10 +231,14 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
         out.push(server);
     }
     out.extend(tables);
-    Ok(Imported {
-        toml: crate::toml::write(&head, &out),
+    Ok(crate::finish(
+        crate::Kind::Apache,
+        head,
+        out,
         report,
-    })
+        &reader.env,
+        opts,
+    ))
 }
 
 /// `*:80`, `1.2.3.4:80`, `[::1]:443`, `_default_:443`, `80`.
@@ -1981,7 +1989,7 @@ fn htaccess(
                 continue;
             }
         };
-        let mut r2 = Reader::new(&f, None);
+        let mut r2 = Reader::new(&f, None, crate::env::Env::default());
         let list = match r2.text(&shown, &text) {
             Ok(l) => l,
             Err(e) => {

@@ -72,6 +72,16 @@ const BUILT_IN: &[&str] = &[
     "mpm_event",
 ];
 
+/// What Debian's `/etc/apache2/envvars` sets, for a config read without it.
+const DEBIAN_ENVVARS: &[(&str, &str)] = &[
+    ("APACHE_RUN_USER", "www-data"),
+    ("APACHE_RUN_GROUP", "www-data"),
+    ("APACHE_PID_FILE", "/var/run/apache2/apache2.pid"),
+    ("APACHE_RUN_DIR", "/var/run/apache2"),
+    ("APACHE_LOCK_DIR", "/var/lock/apache2"),
+    ("APACHE_LOG_DIR", "/var/log/apache2"),
+];
+
 /// Reads a config and everything it includes.
 pub struct Reader {
     pub files: Files,
@@ -84,6 +94,8 @@ pub struct Reader {
     depth: usize,
     /// Inside a false `<IfModule>`/`<IfDefine>`: lines are skipped.
     skipping: usize,
+    /// `${NAME}` neither defined nor in envvars: the process's environment.
+    pub env: crate::env::Env,
 }
 
 /// The module a name given to `<IfModule>` or `LoadModule` means.
@@ -96,7 +108,7 @@ fn module_id(n: &str) -> String {
 }
 
 impl Reader {
-    pub fn new(main: &Path, sysroot: Option<PathBuf>) -> Reader {
+    pub fn new(main: &Path, sysroot: Option<PathBuf>, env: crate::env::Env) -> Reader {
         let files = Files::new(main, sysroot);
         let server_root = files.conf_dir.clone();
         let mut r = Reader {
@@ -107,6 +119,7 @@ impl Reader {
             any_load: false,
             depth: 0,
             skipping: 0,
+            env,
         };
         r.envvars();
         r
@@ -184,7 +197,7 @@ impl Reader {
         while *i < lines.len() {
             let (at, line) = &lines[*i];
             *i += 1;
-            let line = self.expand(line);
+            let line = self.expand(at, line)?;
             if let Some(rest) = line.strip_prefix("</") {
                 let name = rest.trim_end_matches('>').trim();
                 return match open {
@@ -280,10 +293,12 @@ impl Reader {
         }
     }
 
-    /// `${NAME}` replaced by its `Define` (or envvars) value; unknown ones stay.
-    fn expand(&self, line: &str) -> String {
+    /// `${NAME}` replaced by its `Define` (or envvars, or environment)
+    /// value; an unknown one is an error, except in a skipped block, where
+    /// it stays as written.
+    fn expand(&mut self, at: &Origin, line: &str) -> Result<String, Error> {
         if !line.contains("${") {
-            return line.to_string();
+            return Ok(line.to_string());
         }
         let mut out = String::new();
         let mut rest = line;
@@ -295,6 +310,17 @@ impl Reader {
                     out.push_str(&self.defines[&after[..e]]);
                     rest = &after[e + 1..];
                 }
+                Some(e) if self.skipping == 0 && !after[..e].is_empty() => {
+                    let name = &after[..e];
+                    let written = format!("${{{name}}}");
+                    // apache2ctl sets Debian's envvars; read alone, a vhost gets their defaults.
+                    let debian = DEBIAN_ENVVARS
+                        .iter()
+                        .find(|(k, _)| *k == name)
+                        .map(|(_, v)| *v);
+                    out.push_str(&self.env.expand(at, &written, name, debian)?);
+                    rest = &after[e + 1..];
+                }
                 _ => {
                     out.push_str("${");
                     rest = after;
@@ -302,7 +328,7 @@ impl Reader {
             }
         }
         out.push_str(rest);
-        out
+        Ok(out)
     }
 
     fn include(&mut self, d: &Directive) -> Result<Vec<Directive>, Error> {
@@ -494,7 +520,11 @@ mod tests {
 
     #[test]
     fn sections_continuations_and_quotes() {
-        let mut r = Reader::new(Path::new("/nonexistent/apache2.conf"), None);
+        let mut r = Reader::new(
+            Path::new("/nonexistent/apache2.conf"),
+            None,
+            crate::env::Env::default(),
+        );
         let t = r
             .text(
                 "a.conf",

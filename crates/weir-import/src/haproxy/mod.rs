@@ -44,9 +44,11 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
             format!("cannot read {}: {e}", main.display()),
         )
     })?;
-    let sections = parse::parse(&shown, &text)?;
+    let mut env = crate::env::Env::new(opts.env.clone());
+    let mut report = Report::default();
+    let sections = parse::parse(&shown, &text, &mut env, &mut report)?;
     let mut cx = Cx {
-        report: Report::default(),
+        report,
         server: Table::new("server", false),
         sites: Vec::new(),
         tcp: Vec::new(),
@@ -199,10 +201,14 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
     }
     tables.extend(cx.sites.iter().cloned());
     tables.extend(cx.tcp.iter().cloned());
-    Ok(Imported {
-        toml: crate::toml::write(&head, &tables),
-        report: cx.report,
-    })
+    Ok(crate::finish(
+        crate::Kind::Haproxy,
+        head,
+        tables,
+        cx.report,
+        &env,
+        opts,
+    ))
 }
 
 /// Keywords a proxy takes from its `defaults` section.
@@ -253,6 +259,12 @@ fn time(t: &str) -> Option<String> {
 
 /// A `bind` address as a weir listen address, or why not.
 fn bind_addr(a: &str) -> Result<String, String> {
+    if a.starts_with("quic4@") || a.starts_with("quic6@") || a.starts_with("quic@") {
+        return Err(
+            "a QUIC bind: weir answers HTTP/3 itself on the UDP port of each TLS site's address"
+                .into(),
+        );
+    }
     if a.starts_with("unix@")
         || a.starts_with('/')
         || a.starts_with("abns@")
@@ -532,13 +544,13 @@ impl Cx {
                         users.push((l.arg(1).to_string(), V::s(h)));
                         self.report.mapped(&l.at, format!("user {} password …", l.arg(1)), "basic_auth users");
                     } else {
-                        self.report.none(&l.at, format!("user {} password …", l.arg(1)), "weir reads bcrypt and argon2 hashes only (this is crypt(3)'s MD5, SHA or DES): make one with `weir hash-password`");
+                        self.report.stricter(&l.at, format!("user {} password …", l.arg(1)), "refused by weir, which reads bcrypt and argon2 hashes only (this is crypt(3)'s MD5, SHA or DES): make one with `weir hash-password`");
                     }
                     if l.words.iter().any(|w| w == "groups") {
                         self.report.none(&l.at, format!("user {} groups", l.arg(1)), "weir has no groups of users: a basic_auth lets in every user of its list");
                     }
                 }
-                ("user", "insecure-password") => self.report.none(&l.at, format!("user {} insecure-password …", l.arg(1)), "weir stores no plain passwords: make a hash with `weir hash-password` and put it in basic_auth users"),
+                ("user", "insecure-password") => self.report.stricter(&l.at, format!("user {} insecure-password …", l.arg(1)), "weir stores no plain passwords: make a hash with `weir hash-password` and put it in basic_auth users"),
                 ("group", _) => self.report.none(&l.at, l.text(), "weir has no groups of users: a basic_auth lets in every user of its list"),
                 _ => self.report.none(&l.at, l.text(), "not known to weir import"),
             }

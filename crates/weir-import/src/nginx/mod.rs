@@ -180,10 +180,16 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
     }
     tables.extend(server_tables);
     tables.extend(tcp_tables);
-    Ok(Imported {
-        toml: crate::toml::write(&head, &tables),
+    // nginx expands no environment variables in its config.
+    let env = crate::env::Env::new(opts.env.clone());
+    Ok(crate::finish(
+        crate::Kind::Nginx,
+        head,
+        tables,
         report,
-    })
+        &env,
+        opts,
+    ))
 }
 
 /// What became of a `map`: the site copies made for its values, or why

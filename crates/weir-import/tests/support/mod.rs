@@ -27,6 +27,7 @@ pub fn import_with(kind: Kind, p: &str, sysroot: Option<&str>, htaccess: bool) -
     let opts = Options {
         sysroot: sysroot.map(corpus),
         htaccess,
+        ..Options::default()
     };
     weir_import::import(kind, &corpus(p), &opts).unwrap_or_else(|e| panic!("{p}: {e}"))
 }
