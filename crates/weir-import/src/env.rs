@@ -140,6 +140,7 @@ pub fn replace(
         return Ok(text.to_string());
     }
     let mut out = String::with_capacity(text.len());
+    let mut missing: Vec<(Error, String)> = Vec::new();
     for (n, line) in text.split_inclusive('\n').enumerate() {
         // Comment lines are left as they are: an unset name there changes nothing.
         if line.trim_start().starts_with('#') {
@@ -171,12 +172,33 @@ pub fn replace(
                 col: line[..line.len() - rest.len() + s].chars().count() + 1,
             };
             let written = format!("{open}{inner}{close}");
-            out.push_str(&env.expand(&at, &written, name, default)?);
+            match env.expand(&at, &written, name, default) {
+                Ok(v) => out.push_str(&v),
+                Err(e) => {
+                    if !missing.iter().any(|(_, n): &(Error, String)| n == name) {
+                        missing.push((e, name.to_string()));
+                    }
+                }
+            }
             rest = &after[e + close.len_utf8()..];
         }
         out.push_str(rest);
     }
-    Ok(out)
+    // Every unset name at once, so one run of the import lists them all.
+    match missing.len() {
+        0 => Ok(out),
+        1 => Err(missing.remove(0).0),
+        _ => {
+            let names: Vec<&str> = missing.iter().map(|(_, n)| n.as_str()).collect();
+            Err(Error::new(
+                missing[0].0.at.clone(),
+                format!(
+                    "the environment variables {} are not set; set them as the server's environment has them (an empty value is allowed) and import again",
+                    names.join(", ")
+                ),
+            ))
+        }
+    }
 }
 
 fn valid_name(n: &str) -> bool {

@@ -394,6 +394,9 @@ fn map_if_and_rewrite() {
         out.access_lost,
         ["nginx.conf:89:9: valid_referers none blocked server_names"]
     );
-    assert!(t.starts_with("# REFUSED: every site below answers 403"), "{t}");
+    assert!(
+        t.starts_with("# REFUSED: every site below answers 403"),
+        "{t}"
+    );
     assert!(t.contains("deny = [\"0.0.0.0/0\", \"::/0\"]"), "{t}");
 }
