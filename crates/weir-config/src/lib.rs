@@ -1264,10 +1264,11 @@ fn parse_site_name(name: &str) -> Result<(HostPattern, Option<u16>, Option<IpAdd
         return Ok((HostPattern::Any, port, None));
     }
     let check = host.strip_prefix("*.").unwrap_or(&host);
-    if !check
-        .split('.')
-        .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
-    {
+    if !check.split('.').all(|l| {
+        !l.is_empty()
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    }) {
         return Err(format!("`{host}` is not a valid host name"));
     }
     if let Some(suffix) = host.strip_prefix('*') {

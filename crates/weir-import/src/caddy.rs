@@ -130,6 +130,96 @@ fn lex(file: &str, src: &str) -> Result<Vec<(Vec<Tok>, bool)>, Error> {
     Ok(lines)
 }
 
+/// Caddy's request placeholders and weir's names for them.
+const PLACEHOLDERS: &[(&str, &str)] = &[
+    ("host", "host"),
+    ("http.request.host", "host"),
+    ("hostport", "http_host"),
+    ("http.request.hostport", "http_host"),
+    ("uri", "uri"),
+    ("http.request.uri", "uri"),
+    ("path", "path"),
+    ("http.request.uri.path", "path"),
+    ("query", "query"),
+    ("http.request.uri.query", "query"),
+    ("scheme", "scheme"),
+    ("http.request.scheme", "scheme"),
+    ("method", "method"),
+    ("http.request.method", "method"),
+    ("remote_host", "client_ip"),
+    ("http.request.remote.host", "client_ip"),
+    ("client_ip", "client_ip"),
+    ("http.vars.client_ip", "client_ip"),
+];
+
+/// The placeholders of a word in weir's names, or the first one weir has
+/// no equivalent of. `{upstream_hostport}` is left for `reverse_proxy`.
+fn weir_placeholders(word: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(word.len());
+    let mut rest = word;
+    while let Some(s) = rest.find('{') {
+        out.push_str(&rest[..s]);
+        let after = &rest[s + 1..];
+        let end = after.find('}');
+        let name = end.map(|e| &after[..e]);
+        match name {
+            Some(n)
+                if !n.is_empty()
+                    && n.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')) =>
+            {
+                if n == "upstream_hostport" || n == "http.reverse_proxy.upstream.hostport" {
+                    out.push_str("{upstream_hostport}");
+                } else if let Some((_, w)) = PLACEHOLDERS.iter().find(|(c, _)| *c == n) {
+                    out.push('{');
+                    out.push_str(w);
+                    out.push('}');
+                } else {
+                    return Err(format!("{{{n}}}"));
+                }
+                rest = &after[n.len() + 1..];
+            }
+            _ => {
+                // Not a placeholder (a JSON body, a lone brace): kept as written.
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Every word's placeholders in weir's names; a line that uses one weir
+/// has no equivalent of is left out and reported.
+fn translate_placeholders(lines: Vec<Line>, report: &mut Report) -> Vec<Line> {
+    let mut out = Vec::new();
+    'line: for mut l in lines {
+        for i in 0..l.words.len() {
+            let w = &l.words[i].text;
+            if w == "{" || w == "}" || !w.contains('{') {
+                continue;
+            }
+            match weir_placeholders(w) {
+                Ok(t) => l.words[i].text = t,
+                Err(p) => {
+                    report.none(
+                        l.at(),
+                        l.text(),
+                        format!("the placeholder {p} has no weir equivalent (weir's are {{host}}, {{http_host}}, {{uri}}, {{path}}, {{query}}, {{scheme}}, {{method}}, {{client_ip}})"),
+                    );
+                    continue 'line;
+                }
+            }
+        }
+        if let Some(b) = l.block.take() {
+            l.block = Some(translate_placeholders(b, report));
+        }
+        out.push(l);
+    }
+    out
+}
+
 /// Lines into a tree by their `{` and `}` words.
 fn tree(file: &str, lines: Vec<(Vec<Tok>, bool)>) -> Result<Vec<Line>, Error> {
     let mut stack: Vec<(Vec<Line>, Option<Vec<Tok>>)> = vec![(Vec::new(), None)];
@@ -356,7 +446,11 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, Error> {
             .map(str::to_string)
             .collect();
         for a in addrs {
-            let name = a.trim_end_matches('/').to_string();
+            // `http://` alone keeps its scheme's slashes.
+            let name = match a.strip_suffix("://") {
+                Some(_) => a.clone(),
+                None => a.trim_end_matches('/').to_string(),
+            };
             if names.contains(&name) {
                 report.none(
                     l.at(),
@@ -367,19 +461,14 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, Error> {
             }
             names.push(name.clone());
             first_site.get_or_insert_with(|| l.at().clone());
-            tables.extend(site(&name, l.at(), body, &mut report));
+            let body = translate_placeholders(body.clone(), &mut report);
+            tables.extend(site(&name, l.at(), &body, &mut report));
         }
     }
     if let Some(at) = &first_site {
         tables.extend(catch_alls(&names, at, &mut report));
-        report.approx(
-            &Origin {
-                file: r.display(path),
-                line: 1,
-                col: 1,
-            },
+        report.baseline(
             "Caddy's own pages",
-            "weir's",
             "Caddy answers the errors of its handlers (404, 401, 502…) with an empty body and no Content-Type, and file_server's redirects with a short HTML link; weir's error and redirect answers carry weir's own short bodies",
         );
     }
@@ -394,14 +483,7 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, Error> {
         format!("weir.toml made by `weir import caddy {}`.", path.display()),
         "Each part says where it came from; the report on stderr says what differs.".into(),
     ];
-    Ok(crate::finish(
-        crate::Kind::Caddy,
-        head,
-        all,
-        report,
-        &r.env,
-        opts,
-    ))
+    crate::finish(crate::Kind::Caddy, path, head, all, report, &r.env, opts)
 }
 
 /// The plain-HTTP ports the sites listen on (`http://…`, `…:80`, `:N`)
@@ -467,6 +549,25 @@ fn global(
             server.set("bind", V::s(a[0].trim_start_matches("tcp/")));
             report.mapped(o.at(), o.text(), "[server] bind");
         }
+        "on_demand_tls" => {
+            let mut od = Vec::new();
+            for x in o.block.iter().flatten() {
+                match (x.name(), x.args().as_slice()) {
+                    ("ask", [url]) => {
+                        od.push(("ask".to_string(), V::s(*url)));
+                        report.mapped(x.at(), x.text(), "[tls.on_demand] ask");
+                    }
+                    _ => report.none(
+                        x.at(),
+                        x.text(),
+                        "weir's on-demand limits are burst, refill and name_interval in [tls.on_demand]",
+                    ),
+                }
+            }
+            if !od.is_empty() {
+                tls.set("on_demand", V::T(od));
+            }
+        }
         "email" if a.len() == 1 => {
             acme.set("email", V::s(a[0]));
             report.mapped(o.at(), o.text(), "[tls.acme] email");
@@ -480,8 +581,23 @@ fn global(
             report.mapped(o.at(), o.text(), "[admin] listen = \"off\"");
         }
         "admin" if a.len() == 1 => {
-            admin.set("listen", V::s(a[0].trim_start_matches("tcp/")));
-            report.mapped(o.at(), o.text(), "[admin] listen");
+            let addr = a[0].trim_start_matches("tcp/");
+            match addr.strip_prefix("localhost:") {
+                // weir's admin address is an IP; localhost is its loopback.
+                Some(port) => {
+                    admin.set("listen", V::s(format!("127.0.0.1:{port}")));
+                    report.approx(
+                        o.at(),
+                        o.text(),
+                        "[admin] listen",
+                        "on 127.0.0.1 only; Caddy also listens on ::1 when localhost resolves to it",
+                    );
+                }
+                None => {
+                    admin.set("listen", V::s(addr));
+                    report.mapped(o.at(), o.text(), "[admin] listen");
+                }
+            }
         }
         "servers" => {
             let protocols = o.block.iter().flatten().any(|x| x.name() == "protocols");
@@ -903,6 +1019,19 @@ fn setting(l: &Line, args: &[&str], st: &mut SiteState, report: &mut Report) {
                 "[tls.acme] email",
                 "weir has one ACME e-mail for every site: set [tls.acme] email",
             ),
+            [] if l.block.iter().flatten().any(|o| o.name() == "on_demand") => {
+                st.tls = Some(V::T(vec![("on_demand".into(), V::B(true))]));
+                for o in l.block.iter().flatten() {
+                    match o.name() {
+                        "on_demand" => report.mapped(o.at(), o.text(), "tls = { on_demand = true }"),
+                        _ => report.none(
+                            o.at(),
+                            o.text(),
+                            "weir orders on-demand certificates from its [tls.acme] directory with its own challenges",
+                        ),
+                    }
+                }
+            }
             _ => report.none(l.at(), l.text(), "a tls form weir import does not read"),
         },
         "encode" => {
@@ -969,9 +1098,30 @@ fn setting(l: &Line, args: &[&str], st: &mut SiteState, report: &mut Report) {
                 "weir also sends `Vary: Accept-Encoding` on an answer it would compress to a client that did not ask for it (Caddy only on compressed answers)",
             );
         }
+        "header"
+            if args
+                .first()
+                .is_some_and(|a| a.starts_with('@') || a.starts_with('/')) =>
+        {
+            report.none(
+                l.at(),
+                l.text(),
+                "a header rule under a matcher: write it on the route that matches those requests (`response_headers`)",
+            );
+        }
         "header" => {
-            let mut add = |spec: &str, value: Option<&str>| {
-                if let Some(n) = spec.strip_prefix('-') {
+            let args: &[&str] = match args.first() {
+                Some(&"*") => &args[1..],
+                _ => &args[..],
+            };
+            let mut left_out: Vec<String> = Vec::new();
+            let mut add = |spec: &str, value: Option<&str>, extra: bool| {
+                if spec.starts_with('?') {
+                    // A default: Caddy sets it only when the answer has none.
+                    left_out.push(format!("{spec} (set only when absent)"));
+                } else if extra {
+                    left_out.push(format!("{spec} (a search and replace)"));
+                } else if let Some(n) = spec.strip_prefix('-') {
                     st.headers
                         .push(("remove".into(), n.to_string(), V::B(true)));
                 } else if let Some(n) = spec.strip_prefix('+') {
@@ -988,17 +1138,19 @@ fn setting(l: &Line, args: &[&str], st: &mut SiteState, report: &mut Report) {
             if let Some(b) = &l.block {
                 for h in b {
                     let a = h.args();
-                    add(h.name(), a.first().copied());
+                    add(h.name(), a.first().copied(), a.len() > 1);
                 }
             } else if let Some(n) = args.first() {
-                add(n, args.get(1).copied());
+                add(n, args.get(1).copied(), args.len() > 2);
             }
-            report.approx(
-                l.at(),
-                l.text(),
-                "response_headers",
-                "Caddy does not apply them to the errors its handlers answer (404, 401, 502…), which keep `Server` and get none of the fields; weir applies them to every answer",
-            );
+            let mut why = "Caddy does not apply them to the errors its handlers answer (404, 401, 502…), which keep `Server` and get none of the fields; weir applies them to every answer".to_string();
+            if !left_out.is_empty() {
+                why = format!(
+                    "left out, weir has no equivalent: {}; {why}",
+                    left_out.join(", ")
+                );
+            }
+            report.approx(l.at(), l.text(), "response_headers", why);
         }
         "basic_auth" | "basicauth" => {
             let mut users = Vec::new();

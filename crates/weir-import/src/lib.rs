@@ -93,16 +93,43 @@ pub struct Imported {
     pub access_lost: Vec<String>,
 }
 
-/// The importers' common end: access directives marked, the sites failed
-/// closed when one was lost (unless `allow_open`), the file written.
+/// The importers' common end: a config that serves nothing refused, access
+/// directives marked, the sites failed closed when one was lost (unless
+/// `allow_open`), the file written.
 fn finish(
     kind: Kind,
+    main: &Path,
     mut head: Vec<String>,
     mut tables: Vec<toml::Table>,
     mut report: Report,
     env: &env::Env,
     opts: &Options,
-) -> Imported {
+) -> Result<Imported, Error> {
+    if !tables
+        .iter()
+        .any(|t| t.header.starts_with("site.") || t.header.starts_with("tcp."))
+    {
+        let what = match kind {
+            Kind::Nginx => "no `server` in `http` or `stream`",
+            Kind::Caddy => "no site block",
+            Kind::Haproxy => "no frontend or listen section",
+            Kind::Apache => "no VirtualHost and no main server with a Listen",
+        };
+        return Err(Error::new(
+            Origin {
+                file: main.file_name().map_or_else(
+                    || main.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                ),
+                line: 1,
+                col: 1,
+            },
+            format!(
+                "{what} that weir can serve: this file configures no server that answers requests \
+                 (import the main config, which includes it)"
+            ),
+        ));
+    }
     env.report(&mut report);
     access::classify(kind, &mut report);
     let lost = access::not_kept(&report);
@@ -126,11 +153,11 @@ fn finish(
             access::fail_closed(&mut tables);
         }
     }
-    Imported {
+    Ok(Imported {
         toml: toml::write(&head, &tables),
         report,
         access_lost: lost,
-    }
+    })
 }
 
 /// Imports the config of `kind` at `path`.

@@ -37,6 +37,11 @@ pub struct Item {
 #[derive(Debug, Default, Clone)]
 pub struct Report {
     pub items: Vec<Item>,
+    /// How weir itself differs from the server whatever the config says
+    /// (its own error pages, its retries): `(what, how)`, said once per
+    /// import and not counted in the exit status, since no directive of
+    /// the input is involved.
+    pub baseline: Vec<(String, String)>,
 }
 
 impl Report {
@@ -103,6 +108,14 @@ impl Report {
             access: false,
             stricter: false,
         });
+    }
+
+    /// A difference of weir's own, not of any directive (see [`Report::baseline`]).
+    pub fn baseline(&mut self, what: impl Into<String>, how: impl Into<String>) {
+        let what = what.into();
+        if !self.baseline.iter().any(|(w, _)| *w == what) {
+            self.baseline.push((what, how.into()));
+        }
     }
 
     /// Left out, and what weir does instead refuses more than the original.
@@ -217,6 +230,15 @@ impl fmt::Display for Report {
                     write!(f, ": {why}")?;
                 }
                 writeln!(f)?;
+            }
+        }
+        if !self.baseline.is_empty() {
+            writeln!(
+                f,
+                "weir's own behaviour, whatever the config (docs/import.md):"
+            )?;
+            for (what, how) in &self.baseline {
+                writeln!(f, "  {what}: {how}")?;
             }
         }
         write!(

@@ -242,8 +242,12 @@ fn check(e: &Entry) -> Vec<String> {
         if i.at.file != main {
             continue;
         }
-        let word = i.directive.split_whitespace().next().unwrap_or("");
-        let word = word.trim_start_matches('<').to_ascii_lowercase();
+        // `(…)`: what the block at that line leaves to a default.
+        let word = match i.directive.starts_with('(') {
+            true => "",
+            false => i.directive.split_whitespace().next().unwrap_or(""),
+        };
+        let word = word.trim_matches(['<', '>']).to_ascii_lowercase();
         let holds = lines
             .get(i.at.line.wrapping_sub(1))
             .is_some_and(|l| l.to_ascii_lowercase().contains(&word));

@@ -210,15 +210,8 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
     }
 
     let main_name = reader.files.display(main);
-    let at1 = Origin {
-        file: main_name.clone(),
-        line: 1,
-        col: 1,
-    };
-    report.approx(
-        &at1,
+    report.baseline(
         "Apache's own pages",
-        "weir's",
         "error and redirect answers carry weir's own short bodies (and Content-Type), not Apache's HTML pages",
     );
     let head = vec![
@@ -231,14 +224,15 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
         out.push(server);
     }
     out.extend(tables);
-    Ok(crate::finish(
+    crate::finish(
         crate::Kind::Apache,
+        main,
         head,
         out,
         report,
         &reader.env,
         opts,
-    ))
+    )
 }
 
 /// `*:80`, `1.2.3.4:80`, `[::1]:443`, `_default_:443`, `80`.
@@ -1257,7 +1251,7 @@ fn site(
     };
     let server_name = h.names.first().cloned().unwrap_or_default();
     let docroot = h.docroot.clone().map(|(d, _)| d).unwrap_or_else(|| {
-        report.approx(&at, "DocumentRoot (Apache's default)", "root", "no DocumentRoot: Apache serves its compiled-in default, written as Debian's /var/www/html");
+        report.approx(&at, "(no DocumentRoot: Apache's default)", "root", "no DocumentRoot: Apache serves its compiled-in default, written as Debian's /var/www/html");
         "/var/www/html".into()
     });
     let sc = Scope {
@@ -1404,7 +1398,7 @@ fn site(
     );
     if first_on_port && !names[0].is_empty() {
         t.set("default", V::B(true));
-        report.approx(&at, format!("{} (the first vhost on port {port})", names[0]), "default = true", "Apache's first vhost on an address answers Hosts no other names; weir's catch-all site would take them first when there is one");
+        report.approx(&at, format!("(the first vhost on port {port}: {})", names[0]), "default = true", "Apache's first vhost on an address answers Hosts no other names; weir's catch-all site would take them first when there is one");
     }
     if ssl {
         match (&h.cert, &h.key) {
@@ -1801,7 +1795,7 @@ fn site(
         }
     }
     if t.get("root").is_some() {
-        report.approx(&at, "static files", "site", "weir answers a directory asked without its slash with 308 and a relative Location (Apache: 301, absolute), adds `; charset=utf-8` to textual types, and refuses dot-files (.git, .env) Apache would serve (`serve_hidden = true` serves them)");
+        report.baseline("static files", "weir answers a directory asked without its slash with 308 and a relative Location (Apache: 301, absolute), adds `; charset=utf-8` to textual types, and refuses dot-files (.git, .env) Apache would serve (`serve_hidden = true` serves them)");
     }
     if site_dir.php.is_some() {
         let why = if site_dir.front.is_some() {

@@ -141,47 +141,25 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
             }
         }
     }
-    let at = Origin {
-        file: shown.clone(),
-        line: 1,
-        col: 1,
-    };
-    cx.report.approx(
-        &at,
+    cx.report.baseline(
         "HAProxy's own pages",
-        "weir's",
         "the answers weir makes itself (deny, 503, 502, 504, auth) carry weir's own short bodies, not HAProxy's HTML",
     );
-    if cx.sites.is_empty() && cx.tcp.is_empty() {
-        cx.report.none(
-            &at,
-            "no frontend or listen section",
-            "HAProxy serves nothing with this config, and a weir.toml needs a site: `weir validate` refuses this one until a [site] is added",
-        );
-    }
     if !cx.backends.is_empty() {
-        cx.report.approx(
-            &at,
+        cx.report.baseline(
             "HAProxy's retries",
-            "proxy retries and passive health",
             "weir tries another server when connecting fails (2 more times) and ejects a server that keeps failing for a while; HAProxy retries the same server (`retries 3`) and moves to another only with `option redispatch`",
         );
-        cx.report.approx(
-            &at,
+        cx.report.baseline(
             "no server reachable",
-            "weir's 502",
             "weir answers 502 Bad Gateway when no server accepts the connection (503 once health checks have marked them all down); HAProxy answers 503 after its retries",
         );
-        cx.report.approx(
-            &at,
+        cx.report.baseline(
             "a client's forwarding fields",
-            "proxy x_forwarded = false",
             "weir drops the X-Forwarded-For, Forwarded and Via a client sends unless a `request_headers` rule names them (as `option forwardfor` does); HAProxy passes them on",
         );
-        cx.report.approx(
-            &at,
+        cx.report.baseline(
             "request bodies",
-            "server.limits.body",
             "weir refuses request bodies over server.limits.body (1MiB by default) with 413; HAProxy has no limit: raise it if you accept uploads",
         );
     }
@@ -201,14 +179,15 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
     }
     tables.extend(cx.sites.iter().cloned());
     tables.extend(cx.tcp.iter().cloned());
-    Ok(crate::finish(
+    crate::finish(
         crate::Kind::Haproxy,
+        main,
         head,
         tables,
         cx.report,
         &env,
         opts,
-    ))
+    )
 }
 
 /// Keywords a proxy takes from its `defaults` section.
@@ -255,6 +234,15 @@ fn time(t: &str) -> Option<String> {
     } else {
         format!("{ms}ms")
     })
+}
+
+/// Why a named backend is not in the output.
+fn missing_backend(name: &str) -> &'static str {
+    if name.contains("%[") {
+        "a backend named at run time (`%[…]`): weir routes only to backends its config names"
+    } else {
+        "no such backend"
+    }
 }
 
 /// A `bind` address as a weir listen address, or why not.
@@ -762,7 +750,8 @@ impl Cx {
                                 hc_path = Some(l.arg(3).to_string());
                             }
                         }
-                        check_at.get_or_insert(l.at.clone());
+                        // The report names the `option httpchk` line, not a server's.
+                        check_at = Some(l.at.clone());
                     }
                     "forwardfor" => {
                         let name = forwardfor(l, r);
@@ -1560,46 +1549,52 @@ impl Cx {
         }
         // The backends' own header rules go where only their requests pass.
         let front_ff = ff.clone();
-        let backend_keys = |this: &mut Cx, name: &str, at: &Origin| -> Option<BackendKeys> {
-            let Some(b) = this.backends.get_mut(name) else {
-                this.report
-                    .none(at, format!("backend {name}"), "no such backend");
-                return None;
+        // `what`: the directive that names the backend, as the report shows it.
+        let backend_keys =
+            |this: &mut Cx, name: &str, at: &Origin, what: &str| -> Option<BackendKeys> {
+                let Some(b) = this.backends.get_mut(name) else {
+                    this.report.none(at, what, missing_backend(name));
+                    return None;
+                };
+                b.used = true;
+                if b.tcp {
+                    this.report.none(
+                        &b.at,
+                        format!("backend {name} (mode tcp)"),
+                        "an HTTP frontend cannot use a TCP backend",
+                    );
+                    return None;
+                }
+                if !b.has_servers {
+                    return Some((
+                        vec![("respond".into(), V::I(503))],
+                        Ops::default(),
+                        Ops::default(),
+                    ));
+                }
+                let mut req = b.req.clone();
+                if front_ff.is_none()
+                    && let Some(n) = &b.forwardfor
+                {
+                    req.forward_for(n);
+                }
+                Some((
+                    vec![("proxy".into(), V::T(b.proxy.clone()))],
+                    req,
+                    b.resp.clone(),
+                ))
             };
-            b.used = true;
-            if b.tcp {
-                this.report.none(
-                    &b.at,
-                    format!("backend {name} (mode tcp)"),
-                    "an HTTP frontend cannot use a TCP backend",
-                );
-                return None;
-            }
-            if !b.has_servers {
-                return Some((
-                    vec![("respond".into(), V::I(503))],
-                    Ops::default(),
-                    Ops::default(),
-                ));
-            }
-            let mut req = b.req.clone();
-            if front_ff.is_none()
-                && let Some(n) = &b.forwardfor
-            {
-                req.forward_for(n);
-            }
-            Some((
-                vec![("proxy".into(), V::T(b.proxy.clone()))],
-                req,
-                b.resp.clone(),
-            ))
-        };
         let default = match &default_backend {
             Some((d, at)) => {
-                let k = backend_keys(self, d, at);
+                // A `listen` section is its own default backend.
+                let what = if *at == s.at {
+                    format!("{} {d}", s.kind)
+                } else {
+                    format!("default_backend {d}")
+                };
+                let k = backend_keys(self, d, at, &what);
                 if k.is_some() {
-                    self.report
-                        .mapped(at, format!("default_backend {d}"), "the site's proxy");
+                    self.report.mapped(at, what, "the site's proxy");
                 }
                 k
             }
@@ -1664,7 +1659,8 @@ impl Cx {
                 Handler::Keys(k) => keys.extend(k.iter().cloned()),
                 Handler::Backend(name) => {
                     let at = s.at.clone();
-                    let Some((h, rq, rs)) = backend_keys(self, name, &at) else {
+                    let what = format!("{} {}: use_backend {name}", s.kind, s.name);
+                    let Some((h, rq, rs)) = backend_keys(self, name, &at, &what) else {
                         continue;
                     };
                     keys.extend(h);
@@ -1864,7 +1860,7 @@ impl Cx {
         let stream_of = |this: &mut Cx, name: &str, at: &Origin| -> Option<Vec<(String, V)>> {
             let Some(b) = this.backends.get_mut(name) else {
                 this.report
-                    .none(at, format!("backend {name}"), "no such backend");
+                    .none(at, format!("backend {name}"), missing_backend(name));
                 return None;
             };
             b.used = true;
@@ -1913,8 +1909,12 @@ impl Cx {
             let Some(mut keys) = stream_of(self, &d, &at) else {
                 return;
             };
-            self.report
-                .mapped(&at, format!("default_backend {d}"), "to");
+            let what = if at == s.at {
+                format!("{} {d}", s.kind)
+            } else {
+                format!("default_backend {d}")
+            };
+            self.report.mapped(&at, what, "to");
             if let Some(t) = idle
                 && !keys.iter().any(|(k, _)| k == "idle_timeout")
             {

@@ -57,6 +57,16 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
     let mut reader = Reader::new(main, opts.sysroot.clone());
     let top = reader.file(main, None)?;
     let mut report = Report::default();
+    for (at, name) in &reader.stock_used {
+        report.approx(
+            at,
+            format!("include {name}"),
+            "",
+            format!(
+                "{name} is not beside the config: read as nginx's packages install it (Debian 12)"
+            ),
+        );
+    }
     let mut server_tables: Vec<Table> = Vec::new();
     let mut server = Table::new("server", false);
     let mut tcp_tables: Vec<Table> = Vec::new();
@@ -159,14 +169,8 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
     }
 
     let main_name = reader.display(main);
-    report.approx(
-        &Origin {
-            file: main_name.clone(),
-            line: 1,
-            col: 1,
-        },
+    report.baseline(
         "nginx's own pages",
-        "weir's",
         "error and redirect answers carry weir's own short bodies (and Content-Type), not nginx's HTML pages",
     );
     let head = vec![
@@ -182,14 +186,7 @@ pub fn import(main: &Path, opts: &Options) -> Result<Imported, Error> {
     tables.extend(tcp_tables);
     // nginx expands no environment variables in its config.
     let env = crate::env::Env::new(opts.env.clone());
-    Ok(crate::finish(
-        crate::Kind::Nginx,
-        head,
-        tables,
-        report,
-        &env,
-        opts,
-    ))
+    crate::finish(crate::Kind::Nginx, main, head, tables, report, &env, opts)
 }
 
 /// What became of a `map`: the site copies made for its values, or why

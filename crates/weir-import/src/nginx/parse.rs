@@ -49,7 +49,19 @@ pub struct Reader {
     /// Absolute paths are read under this directory instead (a copy of `/etc`).
     pub sysroot: Option<PathBuf>,
     depth: usize,
+    /// Includes read from nginx's stock copies: where, and the name.
+    pub stock_used: Vec<(Origin, String)>,
 }
+
+/// The files nginx's packages install beside nginx.conf (Debian 12's
+/// nginx-common), for a config published without them: nginx never runs
+/// without these, so they are read as the package has them.
+const STOCK: &[(&str, &str)] = &[
+    ("mime.types", include_str!("stock/mime.types")),
+    ("fastcgi_params", include_str!("stock/fastcgi_params")),
+    ("fastcgi.conf", include_str!("stock/fastcgi.conf")),
+    ("proxy_params", include_str!("stock/proxy_params")),
+];
 
 /// Includes nested deeper than this are a loop.
 const MAX_DEPTH: usize = 32;
@@ -65,6 +77,7 @@ impl Reader {
             conf_dir,
             sysroot,
             depth: 0,
+            stock_used: Vec::new(),
         }
     }
 
@@ -220,7 +233,22 @@ impl Reader {
         let mut out = Vec::new();
         self.depth += 1;
         for f in files {
-            let r = self.file(&f, Some(&d.at));
+            let stock = (!f.exists())
+                .then(|| {
+                    let name = f.file_name()?.to_str()?;
+                    let written = Path::new(&d.args[0]).file_name()?.to_str()?;
+                    (name == written)
+                        .then(|| STOCK.iter().find(|(n, _)| *n == name))
+                        .flatten()
+                })
+                .flatten();
+            let r = match stock {
+                Some((name, text)) => {
+                    self.stock_used.push((d.at.clone(), d.args[0].clone()));
+                    self.text(&format!("(nginx's stock {name})"), text)
+                }
+                None => self.file(&f, Some(&d.at)),
+            };
             match r {
                 Ok(list) => out.extend(list),
                 Err(e) => {

@@ -750,10 +750,8 @@ impl Sites {
                 .iter()
                 .any(|u| u.handler.iter().any(|(k, _)| k == "root"));
         if serves_files {
-            report.approx(
-                &s.at,
+            report.baseline(
                 "static files",
-                format!("site \"{site_name}\""),
                 "weir answers a directory asked without its slash with 308 and a relative Location (nginx: 301, absolute), adds `; charset=utf-8` to textual types, and refuses dot-files (.git, .env) nginx would serve (`serve_hidden = true` serves them)",
             );
         }
@@ -1859,7 +1857,7 @@ fn root_of(sc: &Scope, report: &mut Report, at: &Origin) -> V {
     match &sc.root {
         Some(r) => V::s(r.clone()),
         None => {
-            report.approx(at, "root (nginx's default)", "root", "no root in force: nginx serves its prefix's html directory; written as Debian's /usr/share/nginx/html");
+            report.approx(at, "(no root: nginx's default)", "root", "no root in force: nginx serves its prefix's html directory; written as Debian's /usr/share/nginx/html");
             V::s("/usr/share/nginx/html")
         }
     }
@@ -1937,9 +1935,9 @@ pub fn fcgi_value(to: V, mut extra: Vec<(String, V)>) -> V {
 fn path_info(sc: &Scope, front: bool, report: &mut Report, at: &Origin) {
     let sent = sc.fastcgi_params.iter().any(|(k, _)| k == "PATH_INFO");
     if !sent {
-        report.approx(at, "fastcgi_params (PATH_INFO)", "php", "nginx's fastcgi_params here send no PATH_INFO; weir sends one: empty when the path names the script, and the request's path when the front controller answers (as Caddy's php_fastcgi; WordPress and Laravel route from REQUEST_URI either way); without fastcgi_split_path_info nginx's SCRIPT_NAME is the whole path (`/index.php/x`), weir's the script's (`/index.php`)");
+        report.approx(at, "(fastcgi_params: PATH_INFO)", "php", "nginx's fastcgi_params here send no PATH_INFO; weir sends one: empty when the path names the script, and the request's path when the front controller answers (as Caddy's php_fastcgi; WordPress and Laravel route from REQUEST_URI either way); without fastcgi_split_path_info nginx's SCRIPT_NAME is the whole path (`/index.php/x`), weir's the script's (`/index.php`)");
     } else if front {
-        report.approx(at, "fastcgi_params (PATH_INFO)", "php", "the front controller gets the request's path as PATH_INFO from weir; from nginx, after try_files … /index.php, an empty one");
+        report.approx(at, "(fastcgi_params: PATH_INFO)", "php", "the front controller gets the request's path as PATH_INFO from weir; from nginx, after try_files … /index.php, an empty one");
     }
 }
 
