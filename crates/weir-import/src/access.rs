@@ -158,7 +158,7 @@ pub fn fail_closed(tables: &mut [Table]) {
 }
 
 /// `site."NAME"` itself, not one of its sub-tables.
-fn is_site(header: &str) -> bool {
+pub(crate) fn is_site(header: &str) -> bool {
     let Some(rest) = header.strip_prefix("site.") else {
         return false;
     };

@@ -130,6 +130,37 @@ fn lex(file: &str, src: &str) -> Result<Vec<(Vec<Tok>, bool)>, Error> {
     Ok(lines)
 }
 
+/// The host of a site address (`https://h:443`, `h:8080`, `[::1]`).
+fn address_host(a: &str) -> &str {
+    let a = a
+        .strip_prefix("http://")
+        .or_else(|| a.strip_prefix("https://"))
+        .unwrap_or(a);
+    if let Some(r) = a.strip_prefix('[') {
+        return r.split(']').next().unwrap_or("");
+    }
+    match a.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => a,
+    }
+}
+
+fn ip_name(a: &str) -> bool {
+    address_host(a).parse::<std::net::IpAddr>().is_ok()
+}
+
+/// Whether a site block is named by a host name (not an IP, not a bare port).
+fn has_named_sites(top: &[Line]) -> bool {
+    top.iter()
+        .filter(|l| l.block.is_some() && !l.name().is_empty())
+        .flat_map(|l| l.words.iter().flat_map(|w| w.text.split(',')))
+        .map(str::trim)
+        .any(|a| {
+            let h = address_host(a);
+            !a.is_empty() && !a.starts_with('(') && !h.is_empty() && !ip_name(a)
+        })
+}
+
 /// Caddy's request placeholders and weir's names for them.
 const PLACEHOLDERS: &[(&str, &str)] = &[
     ("host", "host"),
@@ -347,7 +378,16 @@ impl Reader {
                     Some(b) => b.clone(),
                     None => {
                         let p = self.main.parent().unwrap_or(Path::new(".")).join(&target);
-                        self.file(&p, Some(l.at()))?
+                        if crate::nginx::parse::has_wildcard(&target) {
+                            // A glob: its files in name order; none is no error (Caddy warns).
+                            let mut all = Vec::new();
+                            for f in crate::nginx::parse::expand_glob(&p) {
+                                all.extend(self.file(&f, Some(l.at()))?);
+                            }
+                            all
+                        } else {
+                            self.file(&p, Some(l.at()))?
+                        }
                     }
                 };
                 let body = substitute(body, &args);
@@ -459,6 +499,16 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, Error> {
                 );
                 continue;
             }
+            if ip_name(&name) && has_named_sites(&top) {
+                report.none(
+                    l.at(),
+                    name.clone(),
+                    "Caddy serves an IP-named site on every address, by its Host; a weir site named by IP \
+                     listens on that address only, which the named sites' ports already take: add a \
+                     route matching `host` on a named site by hand",
+                );
+                continue;
+            }
             names.push(name.clone());
             first_site.get_or_insert_with(|| l.at().clone());
             let body = translate_placeholders(body.clone(), &mut report);
@@ -471,6 +521,19 @@ pub fn import(path: &Path, opts: &Options) -> Result<Imported, Error> {
             "Caddy's own pages",
             "Caddy answers the errors of its handlers (404, 401, 502…) with an empty body and no Content-Type, and file_server's redirects with a short HTML link; weir's error and redirect answers carry weir's own short bodies",
         );
+    }
+    // Caddy refuses on-demand TLS without a permission (`ask`), as weir does.
+    if tls.get("on_demand").is_none() {
+        let on_demand = V::T(vec![("on_demand".into(), V::B(true))]);
+        if tables.iter().any(|t| t.get("tls") == Some(&on_demand))
+            && let Some(i) = report.items.iter().find(|i| i.directive == "on_demand")
+        {
+            let at = i.at.clone();
+            report.refuse(
+                &at,
+                "on-demand TLS cannot be enabled without a permission module to prevent abuse (no on_demand_tls `ask`)",
+            );
+        }
     }
     let mut all = Vec::new();
     for t in [server, admin, tls, acme] {
@@ -1165,22 +1228,26 @@ fn setting(l: &Line, args: &[&str], st: &mut SiteState, report: &mut Report) {
                     unchecked.push(u);
                 }
             }
+            // A user left out of a list that still guards the path is refused.
             for u in unchecked {
-                let why = "not a bcrypt hash: make one with `weir hash-password`";
-                let directive = format!("basic_auth user {}", u.name());
-                // Left out of a list that still guards the path: that user is refused.
-                if users.is_empty() {
-                    report.none(u.at(), directive, why);
-                } else {
-                    report.stricter(u.at(), directive, why);
-                }
+                report.stricter(
+                    u.at(),
+                    format!("basic_auth user {}", u.name()),
+                    "not a bcrypt or argon2 hash, which weir checks: refused (make one with `weir hash-password`)",
+                );
             }
             if users.is_empty() {
-                report.none(l.at(), l.text(), "no user weir can check");
+                users.push(("nobody".into(), V::s(crate::htpasswd::REFUSE_ALL_HASH)));
+                report.approx_closed(
+                    l.at(),
+                    l.text(),
+                    "basic_auth",
+                    "no user weir can check: everyone is refused",
+                );
             } else {
-                st.basic_auth = Some(V::T(vec![("users".into(), V::T(users))]));
                 report.mapped(l.at(), l.text(), "basic_auth");
             }
+            st.basic_auth = Some(V::T(vec![("users".into(), V::T(users))]));
         }
         "try_files" => {
             st.try_files = Some(V::strs(args.iter().copied()));
@@ -1465,6 +1532,17 @@ fn handler(l: &Line, args: &[&str], st: &SiteState, report: &mut Report) -> Opti
                 } else {
                     xa
                 };
+                let matched = xa.first().is_some_and(|a| {
+                    a.starts_with('@') || (a.starts_with('/') && xa.len() > 1 && x.name() != "root")
+                });
+                if matched {
+                    report.none(
+                        x.at(),
+                        x.text(),
+                        "a matcher inside a block: weir's route takes the block's matcher only; write a route per matcher",
+                    );
+                    continue;
+                }
                 match x.name() {
                     "root" | "header" | "encode" | "basic_auth" | "basicauth" | "try_files" => {
                         setting(x, &xa, &mut inner, report)

@@ -8,6 +8,10 @@ use crate::error::Origin;
 use crate::report::Report;
 use crate::toml::V;
 
+/// A bcrypt hash of a random secret nobody kept: a `basic_auth` that must
+/// exist (weir needs a user) but let no one in gets it.
+pub const REFUSE_ALL_HASH: &str = "$2b$10$r5pu.7DWXcATE2T3tXMM9.7q.cvKyKkjS1W7vcbc5wnZKHiD69a5.";
+
 /// The users of the htpasswd file at `path` (written `file` in the config,
 /// by `directive`), or `None` when it cannot be read or holds no user weir
 /// can check (each reported).

@@ -93,6 +93,51 @@ pub struct Imported {
     pub access_lost: Vec<String>,
 }
 
+/// A site left with no handler and no route (every one of its locations
+/// or routes reported as without equivalent) answers 503 and says why,
+/// rather than being dropped or serving something it never did.
+fn unserved(tables: &mut [toml::Table]) {
+    const HANDLERS: &[&str] = &[
+        "root",
+        "proxy",
+        "php",
+        "fastcgi",
+        "redirect",
+        "respond",
+        "app",
+        "passthrough",
+    ];
+    let routed: Vec<String> = tables
+        .iter()
+        .filter(|t| t.array && t.header.ends_with(".route"))
+        .map(|t| t.header.trim_end_matches(".route").to_string())
+        .collect();
+    for t in tables.iter_mut() {
+        if t.array
+            || !access::is_site(&t.header)
+            || routed.contains(&t.header)
+            || t.keys.iter().any(|(k, _)| HANDLERS.contains(&k.as_str()))
+        {
+            continue;
+        }
+        t.set(
+            "respond",
+            toml::V::T(vec![
+                ("status".into(), toml::V::I(503)),
+                (
+                    "body".into(),
+                    toml::V::s(
+                        "weir import could not carry over what this site serves; see the report\n",
+                    ),
+                ),
+            ]),
+        );
+        t.comments.push(
+            "weir import: nothing this site serves could be carried over (see the report): it answers 503".into(),
+        );
+    }
+}
+
 /// The importers' common end: a config that serves nothing refused, access
 /// directives marked, the sites failed closed when one was lost (unless
 /// `allow_open`), the file written.
@@ -105,6 +150,12 @@ fn finish(
     env: &env::Env,
     opts: &Options,
 ) -> Result<Imported, Error> {
+    if let Some((at, why)) = report.refused.first() {
+        return Err(Error::new(
+            at.clone(),
+            format!("{why} ({} itself refuses this config)", kind.name()),
+        ));
+    }
     if !tables
         .iter()
         .any(|t| t.header.starts_with("site.") || t.header.starts_with("tcp."))
@@ -130,6 +181,7 @@ fn finish(
             ),
         ));
     }
+    unserved(&mut tables);
     env.report(&mut report);
     access::classify(kind, &mut report);
     let lost = access::not_kept(&report);

@@ -42,6 +42,9 @@ pub struct Report {
     /// import and not counted in the exit status, since no directive of
     /// the input is involved.
     pub baseline: Vec<(String, String)>,
+    /// What makes the original server itself refuse the config (`nginx -t`
+    /// fails): the import stops with the first, as `weir import` exit 1.
+    pub refused: Vec<(Origin, String)>,
 }
 
 impl Report {
@@ -110,6 +113,11 @@ impl Report {
         });
     }
 
+    /// The original server refuses the config here, for this reason.
+    pub fn refuse(&mut self, at: &Origin, why: impl Into<String>) {
+        self.refused.push((at.clone(), why.into()));
+    }
+
     /// A difference of weir's own, not of any directive (see [`Report::baseline`]).
     pub fn baseline(&mut self, what: impl Into<String>, how: impl Into<String>) {
         let what = what.into();
@@ -125,6 +133,25 @@ impl Report {
             directive: directive.into(),
             to: String::new(),
             outcome: Outcome::NoEquivalent(why.into()),
+            access: false,
+            stricter: true,
+        });
+    }
+
+    /// Approximated in a way that never lets through a request the
+    /// original refuses (a challenge's wording, a refusal's status).
+    pub fn approx_closed(
+        &mut self,
+        at: &Origin,
+        directive: impl Into<String>,
+        to: impl Into<String>,
+        why: impl Into<String>,
+    ) {
+        self.push(Item {
+            at: at.clone(),
+            directive: directive.into(),
+            to: to.into(),
+            outcome: Outcome::Approximated(why.into()),
             access: false,
             stricter: true,
         });

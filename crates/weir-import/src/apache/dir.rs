@@ -439,9 +439,19 @@ fn header(d: &Directive, dir: &mut Dir, report: &mut Report) {
     let action = args
         .first()
         .map_or(String::new(), |a| a.to_ascii_lowercase());
-    let name = args.get(1).copied().unwrap_or("").to_string();
+    let mut name = args.get(1).copied().unwrap_or("").to_string();
     let value = args.get(2).copied().unwrap_or("").to_string();
     let extra = args.get(3).copied();
+    if let Some(n) = name.strip_suffix(':') {
+        // `Header set Name: value`, a common slip: no field name holds a colon.
+        report.approx(
+            &d.at,
+            d.text(),
+            "response_headers",
+            format!("written as the field `{n}`; the colon cannot be part of a field name"),
+        );
+        name = n.to_string();
+    }
     let op = match action.as_str() {
         "set" | "setifempty" => "set",
         "append" | "add" | "merge" => "add",

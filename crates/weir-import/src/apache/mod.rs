@@ -1444,7 +1444,7 @@ fn site(
             Some(f) if f.target.ends_with(".php") => {
                 report.approx(
                     &f.at,
-                    "front controller (PATH_INFO)",
+                    "(front controller: PATH_INFO)",
                     "php",
                     "Apache's rewrite to the front controller sends no PATH_INFO (PHP_SELF is the script); weir sends the request's path as PATH_INFO (PHP_SELF the script and the path), and an empty one when the path names the script (WordPress and Laravel route from REQUEST_URI either way)",
                 );
@@ -1454,7 +1454,7 @@ fn site(
                 if !f.dirs {
                     report.approx(
                         &f.at,
-                        "front controller without `!-d`",
+                        "(front controller without `!-d`)",
                         "php",
                         "weir serves a directory's index before the front controller",
                     );
@@ -1482,7 +1482,7 @@ fn site(
         }
         tf.push(V::s(f.target.clone()));
         if f.target.ends_with(".php") {
-            report.none(&f.at, format!("front controller {}", f.target), "the site runs no PHP (no SetHandler proxy:fcgi for .php): weir would serve the script's source; add `php = …` by hand");
+            report.none(&f.at, format!("(front controller {})", f.target), "the site runs no PHP (no SetHandler proxy:fcgi for .php): weir would serve the script's source; add `php = …` by hand");
         } else {
             t.set("try_files", V::A(tf));
         }
@@ -1803,7 +1803,7 @@ fn site(
         } else {
             "a `.php` path that names no script gets 404 from weir itself (Apache hands it to PHP-FPM, which answers 404 \"File not found.\")"
         };
-        report.approx(&at, "PHP through SetHandler", "php", why);
+        report.approx(&at, "(PHP through SetHandler)", "php", why);
     }
 
     // One site per name.

@@ -310,7 +310,15 @@ impl Reader {
                     out.push_str(&self.defines[&after[..e]]);
                     rest = &after[e + 1..];
                 }
-                Some(e) if self.skipping == 0 && !after[..e].is_empty() => {
+                // Apache's names are letters, digits and `_`; `${HTTP:X}` (a
+                // mistyped `%{HTTP:X}`) stays as written, as Apache leaves it.
+                Some(e)
+                    if self.skipping == 0
+                        && !after[..e].is_empty()
+                        && after[..e]
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+                {
                     let name = &after[..e];
                     let written = format!("${{{name}}}");
                     // apache2ctl sets Debian's envvars; read alone, a vhost gets their defaults.

@@ -253,6 +253,7 @@ fn bind_addr(a: &str) -> Result<String, String> {
                 .into(),
         );
     }
+    let a = mptcp(a);
     if a.starts_with("unix@")
         || a.starts_with('/')
         || a.starts_with("abns@")
@@ -279,8 +280,18 @@ fn bind_addr(a: &str) -> Result<String, String> {
     })
 }
 
+/// The address of a Multipath TCP one (`mptcp@`, `mptcp4@`, `mptcp6@`):
+/// weir speaks plain TCP, which every MPTCP peer falls back to.
+fn mptcp(a: &str) -> &str {
+    ["mptcp@", "mptcp4@", "mptcp6@"]
+        .iter()
+        .find_map(|p| a.strip_prefix(p))
+        .unwrap_or(a)
+}
+
 /// A `server` address as a weir upstream, or why not.
 fn server_addr(a: &str) -> Result<String, String> {
+    let a = mptcp(a);
     if let Some(p) = a.strip_prefix("unix@") {
         return Ok(format!("unix:{p}"));
     }
@@ -885,7 +896,8 @@ impl Cx {
                 0,
                 (
                     "to".into(),
-                    if to.len() == 1 {
+                    // One plain address is written alone; a table (a weight) stays in a list.
+                    if to.len() == 1 && matches!(to[0], V::S(_)) {
                         to.remove(0)
                     } else {
                         V::A(to)
@@ -1287,13 +1299,19 @@ impl Cx {
                         }
                         ba.push(("users".to_string(), V::T(users.clone())));
                         if users.is_empty() {
-                            r.approx(&l.at, l.text(), "basic_auth", format!("userlist {list} has no user weir can read: everyone is refused"));
+                            // weir needs a user: one whose hash matches no password refuses everyone.
+                            ba.retain(|(k, _)| k != "users");
+                            ba.push(("users".to_string(), V::T(vec![(
+                                "nobody".to_string(),
+                                V::s(crate::htpasswd::REFUSE_ALL_HASH),
+                            )])));
+                            r.approx_closed(&l.at, l.text(), "basic_auth", format!("userlist {list} has no user weir can read: everyone is refused"));
                         }
                         let rest = Cond { no_auth: None, ..cs[0].clone() };
                         let charset = "weir's challenge says `Basic realm=\"…\", charset=\"UTF-8\"` (RFC 7617); HAProxy's has no charset";
                         if rest.is_empty() {
                             site_keys.push(("basic_auth".into(), V::T(ba)));
-                            r.approx(&l.at, l.text(), "basic_auth", charset);
+                            r.approx_closed(&l.at, l.text(), "basic_auth", charset);
                         } else if rest.routable() {
                             cond_filters.push(Route {
                                 cond: rest,
@@ -1301,7 +1319,7 @@ impl Cx {
                                 handler: Handler::Keys(Vec::new()),
                                 filters: vec![("basic_auth".into(), V::T(ba))],
                             });
-                            r.approx(&l.at, l.text(), "routes with basic_auth", charset);
+                            r.approx_closed(&l.at, l.text(), "routes with basic_auth", charset);
                         } else {
                             r.none(&l.at, l.text(), "weir's routes match paths, hosts, methods, clients, protocols and headers only");
                         }

@@ -262,12 +262,12 @@ impl Reader {
     }
 }
 
-fn has_wildcard(s: &str) -> bool {
+pub(crate) fn has_wildcard(s: &str) -> bool {
     s.contains(['*', '?', '['])
 }
 
 /// The files a glob names, sorted; directories are left out.
-fn expand_glob(pattern: &Path) -> Vec<PathBuf> {
+pub(crate) fn expand_glob(pattern: &Path) -> Vec<PathBuf> {
     let mut found = vec![PathBuf::from(if pattern.is_absolute() { "/" } else { "" })];
     for comp in pattern.components() {
         use std::path::Component;

@@ -58,7 +58,8 @@ pub struct Scope {
     pub access_log: Option<V>,
     pub ssl_cert: Option<String>,
     pub ssl_key: Option<String>,
-    pub fastcgi_params: Vec<(String, String)>,
+    /// Name, value, and the `fastcgi_param` line.
+    pub fastcgi_params: Vec<(String, String, Origin)>,
     /// Pending limit_req/limit_conn references, resolved by the site against the zones.
     pub limit_refs: Vec<LimitRef>,
 }
@@ -522,7 +523,7 @@ impl Scope {
             "ssl" => r.mapped(&d.at, d.text(), "tls"),
             "http2" | "http3" | "quic_retry" | "http2_max_concurrent_streams" => r.mapped(&d.at, d.text(), "none needed: weir serves HTTP/2 and HTTP/3 on every TLS site"),
             "fastcgi_param" => {
-                self.fastcgi_params.push((d.arg(0).to_string(), d.arg(1).to_string()));
+                self.fastcgi_params.push((d.arg(0).to_string(), d.arg(1).to_string(), d.at.clone()));
             }
             "fastcgi_index" | "fastcgi_split_path_info" | "fastcgi_intercept_errors" | "fastcgi_buffers"
             | "fastcgi_buffer_size" | "fastcgi_busy_buffers_size" | "fastcgi_read_timeout" | "fastcgi_keep_conn"

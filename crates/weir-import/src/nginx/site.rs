@@ -225,7 +225,20 @@ impl Sites {
                         report.none(&x.at, x.text(), "weir listens on TCP addresses");
                         continue;
                     }
-                    let addr = listen_addr(a);
+                    let mut addr = listen_addr(a);
+                    // A host name: nginx listens on the addresses it resolves to at start.
+                    if let Some((h, p)) = addr.rsplit_once(':')
+                        && !h.starts_with('[')
+                        && h.parse::<std::net::IpAddr>().is_err()
+                    {
+                        report.approx(
+                            &x.at,
+                            x.text(),
+                            "listen",
+                            format!("weir listens on every address of port {p}; nginx on those {h} resolves to when it starts"),
+                        );
+                        addr = format!("0.0.0.0:{p}");
+                    }
                     let port = addr
                         .rsplit(':')
                         .next()
@@ -267,6 +280,9 @@ impl Sites {
                             );
                         } else if n == "_" || n.is_empty() || n == "\"\"" {
                             s.names.push(String::new());
+                        } else if n.trim_start_matches("*.").contains('*') {
+                            report
+                                .refuse(&x.at, format!("invalid server name or wildcard \"{n}\""));
                         } else if n.starts_with("*.") && n[2..].contains('*') {
                             report.none(
                                 &x.at,
@@ -714,7 +730,7 @@ impl Sites {
                     }
                     path_info(&p.scope, front, report, &p.at);
                     only_some_scripts(p, report);
-                    let env = fastcgi_env(&p.scope, report, &p.at);
+                    let env = fastcgi_env(&p.scope, report);
                     if !env.is_empty() {
                         php.push(("env".into(), V::T(env)));
                     }
@@ -907,7 +923,7 @@ impl Sites {
                 if is_php {
                     path_info(&l.scope, false, report, &l.at);
                 }
-                let env = fastcgi_env(&l.scope, report, &l.at);
+                let env = fastcgi_env(&l.scope, report);
                 let extra = if env.is_empty() {
                     Vec::new()
                 } else {
@@ -1624,6 +1640,7 @@ fn location(
             return;
         }
         (u, 1) if u.starts_with('=') => (Mod::Exact, &u[1..]),
+        (u, 1) if u.starts_with("~*") => (Mod::Regex { ci: true }, &u[2..]),
         (u, 1) if u.starts_with('~') => (Mod::Regex { ci: false }, &u[1..]),
         (u, 1) => (Mod::Prefix, u),
         _ => {
@@ -1631,6 +1648,16 @@ fn location(
             return;
         }
     };
+    // nginx compares a prefix with the path as it is: one not starting with
+    // `/` (`^~/x` written without its space) matches no request.
+    if !matches!(m, Mod::Regex { .. }) && !uri.starts_with('/') {
+        report.mapped(
+            &d.at,
+            d.text(),
+            "nothing: nginx reads it as a prefix no request path has (a path starts with `/`)",
+        );
+        return;
+    }
     if nested {
         report.approx(
             &d.at,
@@ -1913,7 +1940,15 @@ fn fastcgi_to(d: &Directive, cx: &Cx<'_>, report: &mut Report) -> V {
     if let Some(u) = cx.g.upstreams.get(a) {
         return upstream_list(u);
     }
-    V::s(upstream_addr(a))
+    let addr = upstream_addr(a);
+    if !addr.starts_with("unix:")
+        && addr
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_err())
+    {
+        report.refuse(&d.at, format!("invalid port in upstream \"{a}\""));
+    }
+    V::s(addr)
 }
 
 /// `php`/`fastcgi` as weir writes it: the address alone when it is one
@@ -1933,7 +1968,7 @@ pub fn fcgi_value(to: V, mut extra: Vec<(String, V)>) -> V {
 /// How weir's `PATH_INFO` differs from what the location's fastcgi_params
 /// send (`front`: a front controller answers paths that name no file).
 fn path_info(sc: &Scope, front: bool, report: &mut Report, at: &Origin) {
-    let sent = sc.fastcgi_params.iter().any(|(k, _)| k == "PATH_INFO");
+    let sent = sc.fastcgi_params.iter().any(|(k, _, _)| k == "PATH_INFO");
     if !sent {
         report.approx(at, "(fastcgi_params: PATH_INFO)", "php", "nginx's fastcgi_params here send no PATH_INFO; weir sends one: empty when the path names the script, and the request's path when the front controller answers (as Caddy's php_fastcgi; WordPress and Laravel route from REQUEST_URI either way); without fastcgi_split_path_info nginx's SCRIPT_NAME is the whole path (`/index.php/x`), weir's the script's (`/index.php`)");
     } else if front {
@@ -1960,7 +1995,7 @@ fn only_some_scripts(l: &Loc, report: &mut Report) {
 }
 
 /// fastcgi_param beyond the CGI variables weir sets itself, as `env`.
-fn fastcgi_env(sc: &Scope, report: &mut Report, at: &Origin) -> Vec<(String, V)> {
+fn fastcgi_env(sc: &Scope, report: &mut Report) -> Vec<(String, V)> {
     const BUILT_IN: &[&str] = &[
         "SCRIPT_FILENAME",
         "QUERY_STRING",
@@ -1988,13 +2023,20 @@ fn fastcgi_env(sc: &Scope, report: &mut Report, at: &Origin) -> Vec<(String, V)>
         "HTTP_PROXY",
     ];
     let mut env = Vec::new();
-    for (k, v) in &sc.fastcgi_params {
+    for (k, v, p_at) in &sc.fastcgi_params {
         if BUILT_IN.contains(&k.as_str()) {
             continue;
         }
-        if v.contains('$') {
+        if k == "HTTP_HOST" && v == "$host" {
+            report.approx(
+                p_at,
+                format!("fastcgi_param {k} {v}"),
+                "php",
+                "weir sends the request's Host field as HTTP_HOST, with its port; nginx's $host has none",
+            );
+        } else if v.contains('$') {
             report.none(
-                at,
+                p_at,
                 format!("fastcgi_param {k} {v}"),
                 "weir's PHP env values are fixed text",
             );
