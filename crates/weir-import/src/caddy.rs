@@ -939,8 +939,17 @@ fn site(name: &str, at: &Origin, body: &[Line], report: &mut Report) -> Vec<Tabl
         for p in paths {
             let mut rt = Table::new(format!("{key}.route"), true);
             rt.comments.push(what.clone());
-            if let Some(p) = &p {
-                rt.set("path", V::s(p.clone()));
+            match &p {
+                // Caddy's path without `*` is the whole path, compared
+                // ignoring case; weir's `path` is a prefix.
+                Some(p) if !p.contains('*') && m.regex.is_none() => {
+                    rt.set(
+                        "path_regex",
+                        V::s(format!("(?i)^{}$", crate::haproxy::cond::re_escape(p))),
+                    );
+                }
+                Some(p) => rt.set("path", V::s(p.clone())),
+                None => {}
             }
             if let Some(r) = &m.regex {
                 rt.set("path_regex", V::s(r.clone()));
@@ -1621,10 +1630,10 @@ mod tests {
         assert_eq!(
             route_paths(&out.toml),
             [
-                "path = \"/old\"",
+                "path_regex = \"(?i)^/old$\"",
                 "path = \"/longer/*\"",
-                "path = \"/x\"",
-                "path = \"/r\"",
+                "path_regex = \"(?i)^/x$\"",
+                "path_regex = \"(?i)^/r$\"",
             ],
             "{}",
             out.toml
@@ -1650,7 +1659,12 @@ mod tests {
         );
         assert_eq!(
             route_paths(&out.toml),
-            ["", "path = \"/abc/*\"", "path = \"/a*\"", "path = \"/a\""],
+            [
+                "",
+                "path = \"/abc/*\"",
+                "path = \"/a*\"",
+                "path_regex = \"(?i)^/a$\""
+            ],
             "{}",
             out.toml
         );
@@ -1677,13 +1691,13 @@ mod tests {
         let out = imp(":8080 {\n\tredir /a /b\n\tredir /c /d 307\n\trespond \"x\"\n}\n");
         assert!(
             out.toml
-                .contains("path = \"/a\"\nredirect = { to = \"/b\", status = 302 }"),
+                .contains("path_regex = \"(?i)^/a$\"\nredirect = { to = \"/b\", status = 302 }"),
             "{}",
             out.toml
         );
         assert!(
             out.toml
-                .contains("path = \"/c\"\nredirect = { to = \"/d\", status = 307 }"),
+                .contains("path_regex = \"(?i)^/c$\"\nredirect = { to = \"/d\", status = 307 }"),
             "{}",
             out.toml
         );

@@ -15,6 +15,8 @@ pub struct Acl {
     pub criterion: String,
     pub nocase: bool,
     pub values: Vec<String>,
+    /// `-m str|beg|end|sub|reg|dir|dom|len|found|…`: how values match.
+    pub method: Option<String>,
 }
 
 /// Parses `criterion [flags] values…` (the words after `acl NAME`, or inside `{ }`).
@@ -23,12 +25,16 @@ pub fn acl(words: &[String]) -> Acl {
         criterion: words.first().cloned().unwrap_or_default(),
         nocase: false,
         values: Vec::new(),
+        method: None,
     };
     let mut i = 1;
     while i < words.len() {
         match words[i].as_str() {
             "-i" => a.nocase = true,
-            "-m" => i += 1,
+            "-m" => {
+                a.method = words.get(i + 1).cloned();
+                i += 1;
+            }
             "-f" | "-M" | "-u" => {
                 a.values.push(format!(
                     "{} {}",
@@ -205,8 +211,43 @@ fn alternatives(vals: &[String], f: impl Fn(&str) -> String) -> String {
     }
 }
 
+/// The criterion with its match method folded in, in the one spelling
+/// [`positive`] reads: `path -m beg` is `path_beg`, `hdr(host) -m sub` is
+/// `hdr_sub(host)`, `hdr_beg(x) -m str` is `hdr(x)`.
+fn canonical(crit: &str, method: Option<&str>) -> Result<String, String> {
+    const SUFFIXES: &[&str] = &[
+        "_beg", "_end", "_sub", "_reg", "_dir", "_dom", "_len", "_cnt", "_found", "_str",
+    ];
+    let Some(m) = method else {
+        return Ok(crit.to_string());
+    };
+    // The fetch and its argument: `req.hdr_sub(host)` → (`req.hdr`, `_sub`, `(host)`).
+    let (name, arg) = match crit.find('(') {
+        Some(i) => (&crit[..i], &crit[i..]),
+        None => (crit, ""),
+    };
+    let base = SUFFIXES
+        .iter()
+        .find_map(|s| name.strip_suffix(s))
+        .unwrap_or(name);
+    match m {
+        "str" => Ok(format!("{base}{arg}")),
+        "beg" | "end" | "sub" | "reg" | "dir" | "dom" | "len" | "found" => {
+            Ok(format!("{base}_{m}{arg}"))
+        }
+        other => Err(format!(
+            "the ACL match method `-m {other}` has no weir route condition"
+        )),
+    }
+}
+
 /// One ACL, as true.
 fn positive(a: &Acl) -> Result<Cond, String> {
+    let canonical = canonical(&a.criterion, a.method.as_deref())?;
+    let a = &Acl {
+        criterion: canonical,
+        ..a.clone()
+    };
     let mut c = Cond::default();
     if a.values
         .iter()
@@ -323,7 +364,11 @@ fn positive(a: &Acl) -> Result<Cond, String> {
             c.methods = Some(a.values.iter().map(|m| m.to_ascii_uppercase()).collect());
         }
         "ssl_fc" => c.protocol = Some("https"),
-        "always_true" | "TRUE" => {}
+        "always_true" | "TRUE" | "path_found" | "url_found" => {}
+        c2 if (c2.starts_with("hdr_found(") || c2.starts_with("req.hdr_found(")) => {
+            let name = c2[c2.find('(').unwrap() + 1..].trim_end_matches(')');
+            c.headers.push((name.to_string(), "*".to_string()));
+        }
         "http_auth" => {
             return Err(
                 "`http_auth` is only read as `!{ http_auth(LIST) }` in `http-request auth`".into(),
@@ -493,6 +538,7 @@ fn predefined(name: &str) -> Option<Vec<Acl>> {
             criterion: c.into(),
             nocase: false,
             values: v.iter().map(|s| s.to_string()).collect(),
+            method: None,
         }])
     };
     match name {
