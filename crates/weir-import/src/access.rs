@@ -87,10 +87,11 @@ pub fn is_access(kind: Kind, directive: &str) -> bool {
                         .iter()
                         .any(|w| lower.contains(w)))
                 || rule("http-response deny")
-                || matches!(
-                    first,
-                    "block" | "redirect" | "stick-table" | "userlist" | "user" | "group"
-                )
+                || matches!(first, "block" | "redirect" | "stick-table" | "userlist")
+                // A userlist's users, not `user`/`group` in `global` (the process's).
+                || (matches!(first, "user" | "group")
+                    && (lower.contains(" password ") || lower.contains(" insecure-password ")
+                        || lower.contains(" users ")))
                 || (first == "bind" && (lower.contains(" verify ") || lower.contains(" ca-file ")))
         }
         Kind::Apache => {

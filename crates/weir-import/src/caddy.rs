@@ -833,7 +833,7 @@ fn site(name: &str, at: &Origin, body: &[Line], report: &mut Report) -> Vec<Tabl
                         // A route of its own with the site's handler.
                         let mut scoped = SiteState::default();
                         setting(l, &args, &mut scoped, report);
-                        report.approx(l.at(), l.text(), "a route with the site's own handler", "paths it matches are answered by the site's own handler, not by another matched directive");
+                        report.approx_closed(l.at(), l.text(), "a route with the site's own handler", "paths it matches are answered by the site's own handler, not by another matched directive");
                         filter_routes.push((m, scoped, what));
                     } else {
                         report.none(
@@ -1446,16 +1446,22 @@ fn handler(l: &Line, args: &[&str], st: &SiteState, report: &mut Report) -> Opti
                 ("index".to_string(), index),
                 ("precompressed".to_string(), precompressed),
             ];
-            let mut why = String::from(
+            report.baseline(
+                "static files",
                 "weir refuses dot-files (.git, .env) Caddy serves (`serve_hidden = true` serves them); a directory without an index file gets 308 to add its slash, then 403 (Caddy: 404); weir's 308 keeps the query (Caddy 2.6 drops it); weir adds `; charset=utf-8` to JSON, JavaScript and SVG too (Caddy to text/* only)",
             );
+            let mut why = Vec::new();
             if browse {
-                why.push_str("; weir's listing is its own");
+                why.push("weir's listing is its own");
             }
             if root.is_none() {
-                why.insert_str(0, "no root: Caddy serves the current directory, written as \".\" (weir.toml's directory); ");
+                why.push("no root: Caddy serves the current directory, written as \".\" (weir.toml's directory)");
             }
-            report.approx(l.at(), l.text(), "root (static files)", why);
+            if why.is_empty() {
+                report.mapped(l.at(), l.text(), "root (static files)");
+            } else {
+                report.approx(l.at(), l.text(), "root (static files)", why.join("; "));
+            }
             let Some(root) = root else {
                 keys.push(("root".into(), V::s(".")));
                 return Some(Handler {

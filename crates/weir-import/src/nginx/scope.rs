@@ -364,7 +364,7 @@ impl Scope {
             "auth_basic" => {
                 self.auth_realm = (d.arg(0) != "off").then(|| d.arg(0).to_string());
                 if self.auth_realm.is_some() {
-                    r.approx(&d.at, d.text(), "basic_auth", "weir's challenge says `Basic realm=\"…\", charset=\"UTF-8\"` (RFC 7617); nginx's has no charset");
+                    r.approx_closed(&d.at, d.text(), "basic_auth", "weir's challenge says `Basic realm=\"…\", charset=\"UTF-8\"` (RFC 7617); nginx's has no charset");
                 } else {
                     r.mapped(&d.at, d.text(), "basic_auth");
                 }

@@ -2416,7 +2416,7 @@ fn filters(sc: &Scope, cx: &Cx<'_>, report: &mut Report, _proxy: bool) -> Vec<(S
                         V::I(sc.limit_req_status.unwrap_or(503) as i64),
                     ));
                     limits.push(V::T(t));
-                    report.approx(
+                    report.approx_closed(
                         at,
                         text.clone(),
                         "limit",

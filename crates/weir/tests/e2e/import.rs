@@ -16,6 +16,7 @@ use weir_test_support::proxy::{Upstream, Weir};
 
 use crate::WEIR;
 
+mod access;
 mod apache;
 mod caddy;
 mod nginx_laravel;
@@ -85,6 +86,36 @@ fn import_as(kind: &str, conf: &Path, out: &Path, extra: &[&str]) -> (i32, Strin
         .unwrap();
     let report = String::from_utf8_lossy(&o.stderr).into_owned();
     (o.status.code().unwrap_or(-1), report)
+}
+
+/// `weir import KIND CONF -o OUT` for a config with an access rule weir
+/// cannot keep exactly: exit 4 and every site written refusing all
+/// addresses; then with `--allow-open` (still exit 4), the approximated
+/// config, whose report is returned for the differential.
+fn import_allow_open(kind: &str, conf: &Path, out: &Path) -> String {
+    let (code, report) = import_as(kind, conf, out, &[]);
+    assert_eq!(
+        code, 4,
+        "an access rule not kept exactly exits 4:\n{report}"
+    );
+    let closed = std::fs::read_to_string(out).unwrap();
+    assert!(
+        closed.starts_with("# REFUSED: every site below answers 403"),
+        "{closed}"
+    );
+    assert!(
+        closed.contains("deny = [\"0.0.0.0/0\", \"::/0\"]"),
+        "{closed}"
+    );
+    let (code, report) = import_as(kind, conf, out, &["--allow-open"]);
+    assert_eq!(code, 4, "{report}");
+    let open = std::fs::read_to_string(out).unwrap();
+    assert!(
+        open.starts_with("# WARNING: written with --allow-open"),
+        "{open}"
+    );
+    assert!(!open.contains("deny = [\"0.0.0.0/0\", \"::/0\"]"), "{open}");
+    report
 }
 
 /// What is compared of one answer.

@@ -16,7 +16,7 @@ use weir_test_support::ports::free_port;
 use weir_test_support::process::Daemon;
 use weir_test_support::proxy::{Upstream, Weir};
 
-use super::{corpus, import_as, no_redirects};
+use super::{corpus, import_allow_open, no_redirects};
 use crate::WEIR;
 
 mod examples;
@@ -149,11 +149,8 @@ async fn rate_limited_frontend_answers_as_haproxy() {
     let weir_conf = conf(weir_port, "for-weir.cfg");
     let _hp = Haproxy::start(&hp_conf, hp_port);
     let out = dir.join("weir.toml");
-    let (code, report) = import_as("haproxy", &weir_conf, &out, &[]);
-    assert_eq!(
-        code, 3,
-        "approximations are reported with exit 3:\n{report}"
-    );
+    // The stick-table rate's window is weir's own: an access difference.
+    let report = import_allow_open("haproxy", &weir_conf, &out);
     let toml = std::fs::read_to_string(&out).unwrap();
     let _w = Weir::start_in(WEIR, tempfile::tempdir().unwrap(), &toml, &[weir_port]);
     let listed = |s: &str, what: &str| {
