@@ -16,6 +16,11 @@
 //! eprintln!("{}", out.report);
 //! ```
 //!
+//! Every import ends the same way ([`finish`]): environment placeholders
+//! reported ([`env`]), access directives marked and, when one could not be
+//! kept exactly, every site written to refuse its requests ([`access`]),
+//! unless [`Options::allow_open`].
+//!
 //! Reads the input files only: never writes a file, never validates the
 //! output (the binary does that with weir-config), and never writes a
 //! weir key for something weir would do differently without saying so.
