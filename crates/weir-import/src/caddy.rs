@@ -1184,7 +1184,7 @@ fn setting(l: &Line, args: &[&str], st: &mut SiteState, report: &mut Report) {
         "header" => {
             let args: &[&str] = match args.first() {
                 Some(&"*") => &args[1..],
-                _ => &args[..],
+                _ => args,
             };
             let mut left_out: Vec<String> = Vec::new();
             let mut add = |spec: &str, value: Option<&str>, extra: bool| {

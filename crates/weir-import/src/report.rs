@@ -74,15 +74,26 @@ impl Report {
         }
     }
 
-    pub fn mapped(&mut self, at: &Origin, directive: impl Into<String>, to: impl Into<String>) {
+    fn add(
+        &mut self,
+        at: &Origin,
+        directive: String,
+        to: String,
+        outcome: Outcome,
+        stricter: bool,
+    ) {
         self.push(Item {
             at: at.clone(),
-            directive: directive.into(),
-            to: to.into(),
-            outcome: Outcome::Mapped,
+            directive,
+            to,
+            outcome,
             access: false,
-            stricter: false,
+            stricter,
         });
+    }
+
+    pub fn mapped(&mut self, at: &Origin, directive: impl Into<String>, to: impl Into<String>) {
+        self.add(at, directive.into(), to.into(), Outcome::Mapped, false);
     }
 
     pub fn approx(
@@ -92,25 +103,32 @@ impl Report {
         to: impl Into<String>,
         why: impl Into<String>,
     ) {
-        self.push(Item {
-            at: at.clone(),
-            directive: directive.into(),
-            to: to.into(),
-            outcome: Outcome::Approximated(why.into()),
-            access: false,
-            stricter: false,
-        });
+        let outcome = Outcome::Approximated(why.into());
+        self.add(at, directive.into(), to.into(), outcome, false);
+    }
+
+    /// Approximated in a way that never lets through a request the
+    /// original refuses (a challenge's wording, a refusal's status).
+    pub fn approx_closed(
+        &mut self,
+        at: &Origin,
+        directive: impl Into<String>,
+        to: impl Into<String>,
+        why: impl Into<String>,
+    ) {
+        let outcome = Outcome::Approximated(why.into());
+        self.add(at, directive.into(), to.into(), outcome, true);
     }
 
     pub fn none(&mut self, at: &Origin, directive: impl Into<String>, why: impl Into<String>) {
-        self.push(Item {
-            at: at.clone(),
-            directive: directive.into(),
-            to: String::new(),
-            outcome: Outcome::NoEquivalent(why.into()),
-            access: false,
-            stricter: false,
-        });
+        let outcome = Outcome::NoEquivalent(why.into());
+        self.add(at, directive.into(), String::new(), outcome, false);
+    }
+
+    /// Left out, and what weir does instead refuses more than the original.
+    pub fn stricter(&mut self, at: &Origin, directive: impl Into<String>, why: impl Into<String>) {
+        let outcome = Outcome::NoEquivalent(why.into());
+        self.add(at, directive.into(), String::new(), outcome, true);
     }
 
     /// The original server refuses the config here, for this reason.
@@ -124,37 +142,6 @@ impl Report {
         if !self.baseline.iter().any(|(w, _)| *w == what) {
             self.baseline.push((what, how.into()));
         }
-    }
-
-    /// Left out, and what weir does instead refuses more than the original.
-    pub fn stricter(&mut self, at: &Origin, directive: impl Into<String>, why: impl Into<String>) {
-        self.push(Item {
-            at: at.clone(),
-            directive: directive.into(),
-            to: String::new(),
-            outcome: Outcome::NoEquivalent(why.into()),
-            access: false,
-            stricter: true,
-        });
-    }
-
-    /// Approximated in a way that never lets through a request the
-    /// original refuses (a challenge's wording, a refusal's status).
-    pub fn approx_closed(
-        &mut self,
-        at: &Origin,
-        directive: impl Into<String>,
-        to: impl Into<String>,
-        why: impl Into<String>,
-    ) {
-        self.push(Item {
-            at: at.clone(),
-            directive: directive.into(),
-            to: to.into(),
-            outcome: Outcome::Approximated(why.into()),
-            access: false,
-            stricter: true,
-        });
     }
 
     /// Whether an access directive was approximated or dropped in a way

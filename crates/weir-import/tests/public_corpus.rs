@@ -287,7 +287,7 @@ fn check(e: &Entry) -> Vec<String> {
     if all_mapped != (code == 0) {
         problems.push(format!("exit {code} with everything mapped: {all_mapped}"));
     }
-    if (code == 4) != !out.access_lost.is_empty() {
+    if (code == 4) == out.access_lost.is_empty() {
         problems.push(format!(
             "exit {code} but {} access rules lost",
             out.access_lost.len()
