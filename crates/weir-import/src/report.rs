@@ -234,7 +234,7 @@ impl fmt::Display for Report {
                     write!(
                         f,
                         " [access{}]",
-                        if i.stricter { ": refuses more" } else { "" }
+                        if i.stricter { ", kept closed" } else { "" }
                     )?;
                 }
                 if !i.to.is_empty() {
