@@ -45,6 +45,11 @@ fn debian_default_site() {
         matches!(outcome(&out, "ssl_protocols"), Outcome::Approximated(w) if w.contains("TLS 1.2 and 1.3"))
     );
     assert_eq!(*outcome(&out, "try_files $uri $uri/ =404"), Outcome::Mapped);
+    // weir's own default for files of no known type.
+    assert_eq!(
+        *outcome(&out, "default_type application/octet-stream"),
+        Outcome::Mapped
+    );
     assert_eq!(
         out.report.find("try_files").unwrap().at.file,
         "sites-enabled/default"

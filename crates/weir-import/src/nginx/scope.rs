@@ -387,7 +387,20 @@ impl Scope {
             }
             "default_type" => {
                 self.default_type = Some(d.arg(0).to_string());
-                r.mapped(&d.at, d.text(), "respond content_type");
+                // weir's static files of no known type are application/octet-stream.
+                if d.arg(0).eq_ignore_ascii_case("application/octet-stream") {
+                    r.mapped(&d.at, d.text(), "respond content_type; static files' default");
+                } else {
+                    r.approx(
+                        &d.at,
+                        d.text(),
+                        "respond content_type",
+                        format!(
+                            "a static file of no known type is application/octet-stream in weir, {} in nginx",
+                            d.arg(0)
+                        ),
+                    );
+                }
             }
             "types" => r.approx(&d.at, "types { … }", "weir's own type table", "weir names types from its own table (the same for common extensions, but `.js` is text/javascript, RFC 9239's name, where nginx's mime.types says application/javascript) and adds `; charset=utf-8` to textual ones"),
             "charset" | "source_charset" | "charset_types" | "override_charset" => r.approx(&d.at, d.text(), "weir's charset rule", "weir adds `; charset=utf-8` to every textual type and converts no charset"),
