@@ -378,10 +378,10 @@ impl Reader {
                     Some(b) => b.clone(),
                     None => {
                         let p = self.main.parent().unwrap_or(Path::new(".")).join(&target);
-                        if crate::nginx::parse::has_wildcard(&target) {
+                        if crate::glob::has_wildcard(&target) {
                             // A glob: its files in name order; none is no error (Caddy warns).
                             let mut all = Vec::new();
-                            for f in crate::nginx::parse::expand_glob(&p) {
+                            for f in crate::glob::expand_glob(&p) {
                                 all.extend(self.file(&f, Some(l.at()))?);
                             }
                             all
@@ -945,7 +945,7 @@ fn site(name: &str, at: &Origin, body: &[Line], report: &mut Report) -> Vec<Tabl
                 Some(p) if !p.contains('*') && m.regex.is_none() => {
                     rt.set(
                         "path_regex",
-                        V::s(format!("(?i)^{}$", crate::haproxy::cond::re_escape(p))),
+                        V::s(format!("(?i)^{}$", crate::regex::regex_escape(p))),
                     );
                 }
                 Some(p) => rt.set("path", V::s(p.clone())),

@@ -30,6 +30,7 @@ pub mod apache;
 pub mod caddy;
 pub mod env;
 pub mod error;
+mod glob;
 pub mod haproxy;
 pub mod htpasswd;
 pub mod nginx;

@@ -14,7 +14,7 @@
 //! Reads the config file only; never writes, never starts a server, and
 //! never emits a weir key for a directive it cannot honour (those are reported).
 
-pub(crate) mod cond;
+mod cond;
 pub mod parse;
 
 use std::collections::HashMap;
